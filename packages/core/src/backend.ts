@@ -1,0 +1,83 @@
+/**
+ * The backend contract: everything a store has to implement. Core owns validation, owner ids,
+ * deadlines, AbortSignal plumbing, background renewal, loss detection and errors; a backend owns
+ * the storage protocol and nothing else.
+ *
+ * Failure rules for every method: a store that cannot be reached rejects with
+ * `BackendUnavailableError`; any other store error rejects with `BackendError` (driver error as
+ * `cause`). A backend never turns an error into "busy" (`null`) or "lost" (`false`).
+ */
+export interface LockBackend {
+  /** Short name used in errors and reports, e.g. `redis`. */
+  readonly name: string;
+  readonly capabilities: Capabilities;
+
+  /**
+   * Try to take `req.key` for `req.owner` with a lease of `req.ttlMs`.
+   * - `wait: false`: exactly one attempt; resolves `null` when the key is held by someone else.
+   * - `wait: true`: resolves only when granted. When `req.signal` aborts, rejects with
+   *   `req.signal.reason` after removing every trace of this waiter from the store.
+   * The returned lease's `token` is strictly greater than every token issued before for the key.
+   */
+  acquire(req: AcquireRequest): Promise<Lease | null>;
+
+  /**
+   * Extend a held lease to `ttlMs` from now (store clock). Resolves `false` when the lease is
+   * already lost (expired, deleted, or another owner holds the key); never re-creates a lost claim.
+   */
+  renew(lease: Lease, ttlMs: number): Promise<boolean>;
+
+  /** Give the lease up. Owner-checked (never frees another holder) and idempotent. */
+  release(lease: Lease): Promise<void>;
+
+  /** Close connections the backend opened itself (not clients the user passed in). Idempotent. */
+  close(): Promise<void>;
+}
+
+/** What a backend promises; the conformance suite tests every claim. */
+export interface Capabilities {
+  /** Tokens are strictly increasing per key across all holders, takeovers and restarts. */
+  readonly fencing: 'strict';
+  /** `fifo`: waiters are granted in arrival order. `none`: any waiter may win. */
+  readonly fairness: 'fifo' | 'none';
+  /** `ttl`: the store expires the lease on its clock. `session`: it lives as long as the client's session. */
+  readonly lease: 'ttl' | 'session';
+  /** `push`: a waiter is told when the key frees up. `poll`: it re-checks on a backoff. */
+  readonly wake: 'push' | 'poll';
+  /** Smallest accepted `ttlMs`. */
+  readonly minTtlMs: number;
+  /** `ttlMs` must be a whole multiple of this (1 for milliseconds, 1000 for seconds). */
+  readonly ttlGranularityMs: number;
+  /** Holders in other processes are excluded (false only for the in-process memory backend). */
+  readonly crossProcess: boolean;
+}
+
+/** One acquisition attempt, already validated by core. */
+export interface AcquireRequest {
+  readonly key: string;
+  /** A fresh `crypto.randomUUID()` for every acquisition. */
+  readonly owner: string;
+  readonly ttlMs: number;
+  readonly wait: boolean;
+  /** Aborts on timeout, on the caller's signal, or when the locker closes. */
+  readonly signal: AbortSignal;
+}
+
+/** A granted lease. Backends may extend it with their own fields (e.g. a queue entry id). */
+export interface Lease {
+  readonly key: string;
+  readonly owner: string;
+  /** Fencing token: strictly increasing per key. */
+  readonly token: bigint;
+  /**
+   * `performance.now()` no later than when the store started this lease's ttl: the send time of the
+   * request that created (or last refreshed) it. Core's lease estimate counts from here, so a
+   * waiter granted long after it asked still gets its full ttl, and never more.
+   */
+  readonly acquiredAt: number;
+  /**
+   * Optional push notice of loss (ZooKeeper session expiry, etcd lease revocation). Core aborts
+   * `lock.signal` when it aborts; without it, loss is found by renewal.
+   */
+  readonly lost?: AbortSignal;
+}

@@ -1,0 +1,94 @@
+/**
+ * Every error deadbolt throws is a `DeadboltError` with a stable `code`; match on `code` (or
+ * `instanceof`) rather than on messages.
+ */
+export type DeadboltErrorCode =
+  | 'INVALID_ARGUMENT'
+  | 'LOCK_TIMEOUT'
+  | 'LOCK_LOST'
+  | 'NOT_OWNER'
+  | 'LOCKER_CLOSED'
+  | 'BACKEND_UNAVAILABLE'
+  | 'BACKEND_ERROR';
+
+/** Base class of every deadbolt error. */
+export abstract class DeadboltError extends Error {
+  abstract readonly code: DeadboltErrorCode;
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** A caller passed a bad key, ttl, timeout or option. Thrown before anything reaches the store. */
+export class InvalidArgumentError extends DeadboltError {
+  readonly code = 'INVALID_ARGUMENT' as const;
+}
+
+/** `lock()` waited `timeoutMs` without being granted. Nothing of the wait is left in the store. */
+export class LockTimeoutError extends DeadboltError {
+  readonly code = 'LOCK_TIMEOUT' as const;
+  constructor(
+    readonly key: string,
+    readonly timeoutMs: number,
+  ) {
+    super(`timed out after ${timeoutMs} ms waiting for lock ${JSON.stringify(key)}`);
+  }
+}
+
+/**
+ * The lease is gone (expired, taken over, deleted, or the store lost it) or could not be renewed
+ * before it could have expired. Used as the `reason` of `lock.signal`.
+ */
+export class LockLostError extends DeadboltError {
+  readonly code = 'LOCK_LOST' as const;
+  constructor(
+    readonly key: string,
+    message = `lock ${JSON.stringify(key)} was lost`,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** The handle was already released by its owner, so it cannot be extended. */
+export class NotOwnerError extends DeadboltError {
+  readonly code = 'NOT_OWNER' as const;
+}
+
+/** The locker was closed: pending waits reject with this, new calls too. */
+export class LockerClosedError extends DeadboltError {
+  readonly code = 'LOCKER_CLOSED' as const;
+  constructor(message = 'the locker is closed') {
+    super(message);
+  }
+}
+
+/** The store could not be reached (refused, timed out, connection lost). `cause` is the driver error. */
+export class BackendUnavailableError extends DeadboltError {
+  readonly code = 'BACKEND_UNAVAILABLE' as const;
+  constructor(
+    readonly backend: string,
+    readonly operation: string,
+    options?: ErrorOptions,
+  ) {
+    super(`${backend} is unavailable during ${operation}: ${describeCause(options?.cause)}`, options);
+  }
+}
+
+/** The store answered with an error. `cause` is the driver error; `backend` and `operation` say where. */
+export class BackendError extends DeadboltError {
+  readonly code = 'BACKEND_ERROR' as const;
+  constructor(
+    readonly backend: string,
+    readonly operation: string,
+    options?: ErrorOptions,
+  ) {
+    super(`${backend} failed during ${operation}: ${describeCause(options?.cause)}`, options);
+  }
+}
+
+function describeCause(cause: unknown): string {
+  if (cause instanceof Error) return cause.message || cause.name;
+  return String(cause);
+}

@@ -1,0 +1,16 @@
+export type { AcquireRequest, Capabilities, Lease, LockBackend } from './backend.js';
+export {
+  BackendError,
+  BackendUnavailableError,
+  DeadboltError,
+  InvalidArgumentError,
+  LockerClosedError,
+  LockLostError,
+  LockTimeoutError,
+  NotOwnerError,
+  type DeadboltErrorCode,
+} from './errors.js';
+export { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions, type TryLockOptions } from './locker.js';
+export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
+export { MAX_KEY_BYTES, validateKey, validateTimeout, validateTtl } from './validate.js';
+export { pollForLease, ReleaseNotifier, sleep, type PollOptions } from './wait.js';

@@ -1,0 +1,53 @@
+import type { Capabilities } from './backend.js';
+import { InvalidArgumentError } from './errors.js';
+
+/** Longest key every backend must accept, in UTF-8 bytes. */
+export const MAX_KEY_BYTES = 1024;
+
+/** @throws InvalidArgumentError unless `key` is a non-empty string of at most 1024 UTF-8 bytes. */
+export function validateKey(key: unknown): asserts key is string {
+  if (typeof key !== 'string') throw new InvalidArgumentError(`key must be a string, got ${typeof key}`);
+  if (key.length === 0) throw new InvalidArgumentError('key must not be empty');
+  const bytes = Buffer.byteLength(key, 'utf8');
+  if (bytes > MAX_KEY_BYTES) {
+    throw new InvalidArgumentError(`key must be at most ${MAX_KEY_BYTES} UTF-8 bytes, got ${bytes}`);
+  }
+}
+
+/**
+ * @throws InvalidArgumentError unless `ttlMs` is a safe integer ≥ the backend's minimum and a whole
+ * multiple of its granularity.
+ */
+export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'): number {
+  if (typeof ttlMs !== 'number' || !Number.isSafeInteger(ttlMs) || ttlMs <= 0) {
+    throw new InvalidArgumentError(`${name} must be a positive safe integer (milliseconds), got ${show(ttlMs)}`);
+  }
+  if (ttlMs < caps.minTtlMs) {
+    throw new InvalidArgumentError(`${name} must be at least ${caps.minTtlMs} ms on this backend, got ${ttlMs}`);
+  }
+  if (ttlMs % caps.ttlGranularityMs !== 0) {
+    throw new InvalidArgumentError(
+      `${name} must be a multiple of ${caps.ttlGranularityMs} ms on this backend, got ${ttlMs}`,
+    );
+  }
+  return ttlMs;
+}
+
+/** @throws InvalidArgumentError unless `value` is a number ≥ 0 (Infinity allowed: wait forever). */
+export function validateTimeout(value: unknown, name = 'timeoutMs'): number {
+  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) {
+    throw new InvalidArgumentError(`${name} must be a number ≥ 0 or Infinity, got ${show(value)}`);
+  }
+  return value;
+}
+
+/** @throws InvalidArgumentError unless `value` is undefined or an AbortSignal. */
+export function validateSignal(value: unknown): AbortSignal | undefined {
+  if (value === undefined) return undefined;
+  if (!(value instanceof AbortSignal)) throw new InvalidArgumentError('signal must be an AbortSignal');
+  return value;
+}
+
+function show(value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : String(value);
+}

@@ -1,0 +1,105 @@
+import type { Lease } from './backend.js';
+
+/**
+ * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
+ * (its own release, or a store notification) and waiters polling that key re-check at once.
+ */
+export class ReleaseNotifier {
+  readonly #listeners = new Map<string, Set<() => void>>();
+
+  /** Calls `listener` on the next releases of `key` until the returned function is called. */
+  subscribe(key: string, listener: () => void): () => void {
+    let set = this.#listeners.get(key);
+    if (!set) this.#listeners.set(key, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0 && this.#listeners.get(key) === set) this.#listeners.delete(key);
+    };
+  }
+
+  notify(key: string): void {
+    const set = this.#listeners.get(key);
+    if (set) for (const listener of [...set]) listener();
+  }
+
+  /** Number of keys with listeners (for leak checks). */
+  get size(): number {
+    return this.#listeners.size;
+  }
+}
+
+/** How a polling waiter backs off between attempts. */
+export interface PollOptions {
+  /** First delay; later delays grow ×2 up to `maxDelayMs`. Default 5 ms. */
+  minDelayMs?: number;
+  /** Default 250 ms. */
+  maxDelayMs?: number;
+  /** Wakes the waiter early when the key is released. */
+  notifier?: ReleaseNotifier;
+}
+
+/**
+ * The shared wait loop for backends that can only poll: calls `attempt` until it yields a lease,
+ * sleeping a jittered, growing delay in between, cut short by a release notification for `key`.
+ * Rejects with `signal.reason` when `signal` aborts (after the attempt in flight settles, so a lease
+ * won by that attempt is released through `onAbandon` rather than leaked). Attempt errors propagate.
+ */
+export async function pollForLease<L extends Lease>(
+  key: string,
+  signal: AbortSignal,
+  attempt: () => Promise<L | null>,
+  onAbandon: (lease: L) => Promise<void>,
+  options: PollOptions = {},
+): Promise<L> {
+  const min = options.minDelayMs ?? 5;
+  const max = options.maxDelayMs ?? 250;
+  let delay = min;
+  let woken = false;
+  let wake: (() => void) | undefined;
+  const unsubscribe = options.notifier?.subscribe(key, () => {
+    woken = true;
+    wake?.();
+  });
+  try {
+    for (;;) {
+      signal.throwIfAborted();
+      woken = false;
+      const lease = await attempt();
+      if (lease) {
+        if (signal.aborted) {
+          await onAbandon(lease);
+          signal.throwIfAborted();
+        }
+        return lease;
+      }
+      if (!woken) await sleep(delay * (0.5 + Math.random() * 0.5), signal, (w) => (wake = w));
+      wake = undefined;
+      delay = Math.min(max, delay * 2);
+    }
+  } finally {
+    unsubscribe?.();
+  }
+}
+
+/**
+ * Resolves after `ms`, or early when the function handed to `onWakeable` is called; rejects with
+ * `signal.reason` when `signal` aborts.
+ */
+export function sleep(ms: number, signal?: AbortSignal, onWakeable?: (wake: () => void) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    };
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    onWakeable?.(done);
+  });
+}
