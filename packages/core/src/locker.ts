@@ -118,7 +118,7 @@ class DefaultLocker implements Locker {
       throw new InvalidArgumentError('backend must implement LockBackend');
     }
     this.backend = backend;
-    this.#ttlMs = validateTtl(options.ttlMs ?? DEFAULT_TTL_MS, backend.capabilities);
+    this.#ttlMs = validateTtl(orDefault(options.ttlMs, DEFAULT_TTL_MS), backend.capabilities);
     if (options.renewIntervalMs !== undefined) {
       const r = options.renewIntervalMs;
       if (typeof r !== 'number' || !Number.isFinite(r) || r <= 0 || r >= this.#ttlMs) {
@@ -127,13 +127,13 @@ class DefaultLocker implements Locker {
     }
     this.#renewIntervalMs = options.renewIntervalMs;
     this.#autoRenew = options.autoRenew ?? true;
-    this.#timeoutMs = validateTimeout(options.timeoutMs ?? Infinity);
+    this.#timeoutMs = validateTimeout(orDefault(options.timeoutMs, Infinity));
   }
 
   async lock(key: string, options: LockOptions = {}): Promise<Lock> {
     validateKey(key);
-    const ttlMs = validateTtl(options.ttlMs ?? this.#ttlMs, this.backend.capabilities);
-    const timeoutMs = validateTimeout(options.timeoutMs ?? this.#timeoutMs);
+    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    const timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
     const signal = validateSignal(options.signal);
     signal?.throwIfAborted();
     const lock = await this.#track(this.#acquire(key, ttlMs, timeoutMs, signal));
@@ -143,7 +143,7 @@ class DefaultLocker implements Locker {
 
   async tryLock(key: string, options: TryLockOptions = {}): Promise<Lock | null> {
     validateKey(key);
-    const ttlMs = validateTtl(options.ttlMs ?? this.#ttlMs, this.backend.capabilities);
+    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
     const signal = validateSignal(options.signal);
     signal?.throwIfAborted();
     return this.#track(this.#acquire(key, ttlMs, 0, signal));
@@ -404,6 +404,11 @@ class LockHandle implements Lock {
     clearTimeout(this.#expiryTimer);
     this.#renewTimer = this.#expiryTimer = undefined;
   }
+}
+
+/** Only `undefined` means "not given": an explicit null is bad input, not a request for the default. */
+function orDefault<T>(value: T | undefined, fallback: T): T {
+  return value === undefined ? fallback : value;
 }
 
 function asDeadboltError(error: unknown, backend: string, operation: string): DeadboltError {

@@ -1,0 +1,77 @@
+/**
+ * A lock holder in its own Node process, driven by the suite over IPC so it can be `kill -9`ed and
+ * `SIGSTOP`ped like a real crashed or paused service. It builds its backend from a module the
+ * backend's test names (`ChildBackendConfig`) and uses only the public Locker API.
+ */
+import { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import { Rpc, type Channel } from './rpc.js';
+
+let locker: Locker | undefined;
+const handles = new Map<number, Lock>();
+let nextHandle = 1;
+
+function need(): Locker {
+  if (!locker) throw new Error('child not initialised');
+  return locker;
+}
+
+function handle(id: number): Lock {
+  const lock = handles.get(id);
+  if (!lock) throw new Error(`no lock handle ${id}`);
+  return lock;
+}
+
+const rpc = new Rpc(process as unknown as Channel, {
+  async init(module: string, exportName: string, options: unknown, lockerOptions: LockerOptions) {
+    const factory = (await import(module))[exportName] as (options: unknown) => Parameters<typeof createLocker>[0];
+    if (typeof factory !== 'function') throw new Error(`${module} has no export ${exportName}`);
+    locker = createLocker(await factory(options), lockerOptions);
+  },
+
+  async lock(key: string, options: LockOptions = {}) {
+    const lock = await need().lock(key, options);
+    const id = nextHandle++;
+    handles.set(id, lock);
+    lock.signal.addEventListener('abort', () => rpc.emit('lost', { id, token: lock.token }), { once: true });
+    return { id, token: lock.token, owner: lock.owner };
+  },
+
+  async release(id: number) {
+    await handle(id).release();
+    handles.delete(id);
+  },
+
+  /** Exclusion workload: `count` times lock, read the parent's register, sleep 0–2 ms, write +1. */
+  async exclusion(key: string, count: number, ttlMs: number) {
+    const holds: [number, number][] = [];
+    for (let i = 0; i < count; i++) {
+      const lock = await need().lock(key, { ttlMs });
+      const start = Number(process.hrtime.bigint());
+      const value = await rpc.call<number>('read');
+      await new Promise((r) => setTimeout(r, Math.random() * 2));
+      await rpc.call('write', value + 1, lock.token);
+      holds.push([start, Number(process.hrtime.bigint())]);
+      await lock.release();
+    }
+    return holds;
+  },
+
+  /** Fenced writer: every `everyMs`, write to the parent's register unless the lock was lost. */
+  fencedWrites(id: number, everyMs: number) {
+    const lock = handle(id);
+    const tick = async () => {
+      if (lock.signal.aborted) return rpc.emit('writer-stopped', { id });
+      await rpc.call('fencedWrite', lock.token);
+      setTimeout(tick, everyMs);
+    };
+    void tick();
+  },
+
+  /** Close the locker and the IPC channel; the process must then exit on its own. */
+  async closeAndDetach() {
+    await need().close();
+    setImmediate(() => process.disconnect());
+  },
+});
+
+rpc.emit('ready');

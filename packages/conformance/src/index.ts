@@ -1,0 +1,3 @@
+export { defineConformanceSuite, type ConformanceHarness, type ConformanceOptions } from './suite.js';
+export { FencedRegister } from './register.js';
+export { ChildHolder, type ChildBackendConfig } from './children.js';

@@ -1,0 +1,79 @@
+/** A tiny request/response + event protocol over a Node IPC channel (structured clone, so bigints pass). */
+export interface Channel {
+  send(message: unknown): boolean;
+  on(event: 'message', listener: (message: unknown) => void): unknown;
+}
+
+type Message =
+  | { t: 'req'; id: number; method: string; args: unknown[] }
+  | { t: 'res'; id: number; ok: true; value: unknown }
+  | { t: 'res'; id: number; ok: false; error: { name: string; code?: string; message: string } }
+  | { t: 'ev'; name: string; data: unknown };
+
+export type Handlers = Record<string, (...args: any[]) => unknown>;
+
+export class Rpc {
+  readonly #channel: Channel;
+  readonly #handlers: Handlers;
+  readonly #calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  readonly #eventListeners = new Set<(name: string, data: unknown) => void>();
+  #nextId = 1;
+
+  constructor(channel: Channel, handlers: Handlers) {
+    this.#channel = channel;
+    this.#handlers = handlers;
+    channel.on('message', (raw) => void this.#receive(raw as Message));
+  }
+
+  call<T = unknown>(method: string, ...args: unknown[]): Promise<T> {
+    const id = this.#nextId++;
+    return new Promise<T>((resolve, reject) => {
+      this.#calls.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      this.#channel.send({ t: 'req', id, method, args } satisfies Message);
+    });
+  }
+
+  emit(name: string, data?: unknown): void {
+    this.#channel.send({ t: 'ev', name, data } satisfies Message);
+  }
+
+  onEvent(listener: (name: string, data: unknown) => void): () => void {
+    this.#eventListeners.add(listener);
+    return () => this.#eventListeners.delete(listener);
+  }
+
+  /** Reject every call still waiting for an answer (the other side died). */
+  failPending(error: Error): void {
+    for (const call of this.#calls.values()) call.reject(error);
+    this.#calls.clear();
+  }
+
+  async #receive(message: Message): Promise<void> {
+    if (message.t === 'ev') {
+      for (const listener of this.#eventListeners) listener(message.name, message.data);
+      return;
+    }
+    if (message.t === 'res') {
+      const call = this.#calls.get(message.id);
+      if (!call) return;
+      this.#calls.delete(message.id);
+      if (message.ok) call.resolve(message.value);
+      else call.reject(Object.assign(new Error(message.error.message), message.error));
+      return;
+    }
+    const handler = this.#handlers[message.method];
+    try {
+      if (!handler) throw new Error(`no handler for ${message.method}`);
+      const value = await handler(...message.args);
+      this.#channel.send({ t: 'res', id: message.id, ok: true, value } satisfies Message);
+    } catch (e) {
+      const error = e as Error & { code?: string };
+      this.#channel.send({
+        t: 'res',
+        id: message.id,
+        ok: false,
+        error: { name: error.name, code: error.code, message: error.message },
+      } satisfies Message);
+    }
+  }
+}
