@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# test-matrix: real servers for every deadbolt backend on one machine, loopback only.
+#   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name>
+# Names: redis mysql zookeeper etcd cassandra. Everything we start keeps its data, logs and pid
+# under test-matrix/.state/<name>/. A server already answering is reused and never stopped by
+# `down` (only servers `up` started carry the .state/<name>/owned marker).
+set -euo pipefail
+
+TM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+STATE="$TM_DIR/.state"
+ALL=(redis mysql zookeeper etcd cassandra)
+CASSANDRA_VERSION=5.0.9
+
+log() { printf '[test-matrix] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# --- helpers -----------------------------------------------------------------------------------
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# apt_install PKG...: install Debian packages once, quietly.
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]} (Debian packages)"
+  local sudo=''; [ "$(id -u)" = 0 ] || sudo='sudo'
+  if [ ! -f "$STATE/.apt-updated" ]; then $sudo apt-get update -qq >/dev/null; mkdir -p "$STATE"; touch "$STATE/.apt-updated"; fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# wait_healthy NAME SECONDS: poll NAME_health until it succeeds.
+wait_healthy() {
+  local name=$1 limit=$2 start=$SECONDS
+  local pid; pid=$(pid_of "$name" || true)
+  until "${name}_health" >/dev/null 2>&1; do
+    if (( SECONDS - start >= limit )) || { [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; }; then
+      log "$name did not become healthy (waited $((SECONDS - start))s of ${limit}s); log tail:"
+      tail -n 40 "$STATE/$name/$name.log" >&2 2>/dev/null || true
+      return 1
+    fi
+    sleep 0.3
+  done
+}
+
+pid_of() { [ -f "$STATE/$1/$1.pid" ] && cat "$STATE/$1/$1.pid"; }
+
+# pid listening on a loopback TCP port (any owner).
+listener_pid() { ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2; }
+
+stop_pid() {
+  local pid=$1 i
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  log "pid $pid ignored SIGTERM for 30s; killing"
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+# daemon NAME CMD...: start CMD detached, logging to .state/NAME/NAME.log, pid in NAME.pid.
+daemon() {
+  local name=$1; shift
+  mkdir -p "$STATE/$name"
+  setsid "$@" >>"$STATE/$name/$name.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/$name/$name.pid"
+}
+
+# --- redis -------------------------------------------------------------------------------------
+REDIS_PORT=6379
+redis_health() { [ "$(redis-cli -h 127.0.0.1 -p $REDIS_PORT ping 2>/dev/null)" = PONG ]; }
+redis_install() { command -v redis-server >/dev/null || apt_install redis-server; }
+redis_start() {
+  mkdir -p "$STATE/redis"
+  # No persistence, like the machine's own Redis: a restart loses every key (the fault tests rely on it).
+  redis-server --daemonize yes --bind 127.0.0.1 --port $REDIS_PORT --save '' --appendonly no \
+    --dir "$STATE/redis" --logfile "$STATE/redis/redis.log" --pidfile "$STATE/redis/redis.pid"
+}
+redis_stop() {
+  redis-cli -h 127.0.0.1 -p $REDIS_PORT shutdown nosave >/dev/null 2>&1 || true
+  local i; for i in $(seq 1 100); do port_open $REDIS_PORT || return 0; sleep 0.1; done
+  stop_pid "$(listener_pid $REDIS_PORT)"
+}
+redis_version() { redis-cli -h 127.0.0.1 -p $REDIS_PORT info server 2>/dev/null | sed -n 's/^redis_version:\(.*\)\r$/Redis \1/p'; }
+
+# --- mysql (MariaDB) ---------------------------------------------------------------------------
+MYSQL_PORT=3306
+mysql_cli() { mariadb --protocol=tcp -h 127.0.0.1 -P $MYSQL_PORT -uroot "$@"; }
+mysql_health() { mysql_cli -N -e 'CREATE DATABASE IF NOT EXISTS test; SELECT 1' >/dev/null; }
+mysql_install() { command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server; }
+mysql_start() {
+  local dir="$STATE/mysql"
+  mkdir -p "$dir"
+  if [ ! -d "$dir/data/mysql" ]; then
+    mariadb-install-db --no-defaults --user=root --datadir="$dir/data" --auth-root-authentication-method=normal \
+      --skip-test-db >>"$dir/mysql.log" 2>&1
+  fi
+  daemon mysql /usr/sbin/mariadbd --no-defaults --user=root --datadir="$dir/data" --bind-address=127.0.0.1 \
+    --port=$MYSQL_PORT --socket="$dir/mysqld.sock" --pid-file="$dir/mariadbd.pid" --skip-name-resolve \
+    --innodb-buffer-pool-size=128M --max-connections=500
+}
+mysql_stop() {
+  mysql_cli -e 'SHUTDOWN' >/dev/null 2>&1 || true
+  local i; for i in $(seq 1 150); do port_open $MYSQL_PORT || return 0; sleep 0.2; done
+  stop_pid "$(listener_pid $MYSQL_PORT)"
+}
+mysql_version() { mysql_cli -N -e 'SELECT CONCAT("MariaDB/MySQL ", VERSION())' 2>/dev/null; }
+
+# --- zookeeper ---------------------------------------------------------------------------------
+ZK_PORT=2181
+zk_cmd() { exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf '%s' "$1" >&3 && timeout 2 cat <&3; }
+zookeeper_health() { zk_cmd srvr 2>/dev/null | grep -q '^Mode: standalone'; }
+zookeeper_install() { [ -f /usr/share/java/zookeeper.jar ] || apt_install zookeeper; }
+zookeeper_start() {
+  local dir="$STATE/zookeeper"
+  mkdir -p "$dir/data"
+  sed "s#@DATA@#$dir/data#" "$TM_DIR/zookeeper/zoo.cfg" > "$dir/zoo.cfg"
+  # zookeeper.jar names its dependencies in its manifest; slf4j-simple prints warnings to the log.
+  daemon zookeeper java -Xmx256m -Dzookeeper.admin.enableServer=false -Dzookeeper.4lw.commands.whitelist=srvr,ruok \
+    -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+    -cp "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar" org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg"
+}
+zookeeper_stop() { stop_pid "$(pid_of zookeeper || listener_pid $ZK_PORT)"; stop_pid "$(listener_pid $ZK_PORT)"; }
+zookeeper_version() { zk_cmd srvr 2>/dev/null | sed -n 's/^Zookeeper version: \([^-,]*\).*/ZooKeeper \1/p'; }
+
+# --- etcd --------------------------------------------------------------------------------------
+ETCD_PORT=2379
+etcd_health() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" | grep -q '"health":"true"'; }
+etcd_install() { command -v etcd >/dev/null || apt_install etcd-server; command -v curl >/dev/null || apt_install curl; }
+etcd_start() {
+  local dir="$STATE/etcd"
+  mkdir -p "$dir"
+  daemon etcd etcd --name deadbolt --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster deadbolt=http://127.0.0.1:2380 --log-level warn
+}
+etcd_stop() { stop_pid "$(pid_of etcd)"; stop_pid "$(listener_pid $ETCD_PORT)"; }
+etcd_version() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/version" | sed -n 's/.*"etcdserver":"\([^"]*\)".*/etcd \1/p'; }
+
+# --- cassandra ---------------------------------------------------------------------------------
+CQL_PORT=9042
+cassandra_health() { node "$TM_DIR/cql-probe.mjs" 127.0.0.1 $CQL_PORT >/dev/null; }
+cassandra_install() {
+  command -v java >/dev/null || apt_install openjdk-17-jre-headless
+  local lib="$STATE/cassandra/lib"
+  if [ ! -f "$lib/cassandra-all-$CASSANDRA_VERSION.jar" ]; then
+    command -v mvn >/dev/null || apt_install maven
+    log "resolving Apache Cassandra $CASSANDRA_VERSION from Maven Central"
+    mvn -q -B -f "$TM_DIR/cassandra/pom.xml" dependency:copy-dependencies -Dcassandra.version=$CASSANDRA_VERSION \
+      -DincludeScope=runtime -DoutputDirectory="$lib" >"$STATE/cassandra-maven.log" 2>&1 \
+      || { tail -n 30 "$STATE/cassandra-maven.log" >&2; die "maven could not resolve cassandra-all"; }
+  fi
+}
+cassandra_start() {
+  local dir="$STATE/cassandra"
+  mkdir -p "$dir/data" "$dir/logs"
+  sed "s#@STATE@#$dir#g" "$TM_DIR/cassandra/cassandra.yaml" > "$dir/cassandra.yaml"
+  local opts; opts=$(grep -v '^\s*#' "$TM_DIR/cassandra/jvm.options" | grep -v '^\s*$' | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  daemon cassandra java $opts -Xms1g -Xmx1g \
+    -Dcassandra.config="file://$dir/cassandra.yaml" -Dcassandra.storagedir="$dir/data" \
+    -Dcassandra.logdir="$dir/logs" -Dlogback.configurationFile="$TM_DIR/cassandra/logback.xml" \
+    -Dcassandra-foreground=yes \
+    -cp "$dir/lib/*" org.apache.cassandra.service.CassandraDaemon
+}
+cassandra_stop() { stop_pid "$(pid_of cassandra)"; stop_pid "$(listener_pid $CQL_PORT)"; }
+cassandra_version() { node "$TM_DIR/cql-probe.mjs" 127.0.0.1 $CQL_PORT 2>/dev/null | sed 's/^/Cassandra /'; }
+
+# --- commands ----------------------------------------------------------------------------------
+fn_name() { [ "$1" = zookeeper ] && echo zookeeper || echo "$1"; }
+limit_for() { case $1 in cassandra) echo 240;; mysql|zookeeper) echo 90;; *) echo 45;; esac; }
+
+url_of() {
+  case $1 in
+    redis) echo "${DEADBOLT_REDIS_URL:-redis://127.0.0.1:6379}";;
+    mysql) echo "${DEADBOLT_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}";;
+    zookeeper) echo "${DEADBOLT_ZOOKEEPER_URL:-zookeeper://127.0.0.1:2181}";;
+    etcd) echo "${DEADBOLT_ETCD_URL:-etcd://127.0.0.1:2379}";;
+    cassandra) echo "${DEADBOLT_CASSANDRA_URL:-cassandra://127.0.0.1:9042/deadbolt}";;
+    *) die "unknown server $1 (known: ${ALL[*]})";;
+  esac
+}
+
+up_one() {
+  local name=$1 start=$SECONDS
+  if "${name}_health" >/dev/null 2>&1; then
+    log "$name: already answering, reused ($((SECONDS - start))s)"; return 0
+  fi
+  "${name}_install"
+  "${name}_start"
+  touch "$STATE/$name/owned"
+  wait_healthy "$name" "$(limit_for "$name")" || return 1
+  log "$name: started and healthy in $((SECONDS - start))s"
+}
+
+down_one() {
+  local name=$1
+  if [ -f "$STATE/$name/owned" ]; then "${name}_stop"; rm -f "$STATE/$name/owned" "$STATE/$name/$name.pid"; log "$name: stopped"
+  else log "$name: not started by test-matrix, left running"; fi
+}
+
+restart_one() {
+  local name=$1 start=$SECONDS
+  "${name}_install"
+  "${name}_stop"
+  "${name}_start"
+  wait_healthy "$name" "$(limit_for "$name")" || return 1
+  log "$name: restarted in $((SECONDS - start))s"
+}
+
+names_or_all() { if [ $# -gt 0 ]; then echo "$@"; elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then echo "${DEADBOLT_BACKENDS//,/ }"; else echo "${ALL[@]}"; fi; }
+
+main() {
+  local cmd=${1:-status}; shift || true
+  mkdir -p "$STATE"
+  case $cmd in
+    up)
+      local failed=() pids=() names; read -ra names <<< "$(names_or_all "$@")"
+      for n in "${names[@]}"; do [ "$n" = memory ] && continue; url_of "$n" >/dev/null; up_one "$n" & pids+=($!); done
+      local i=0; for n in "${names[@]}"; do [ "$n" = memory ] && continue; wait "${pids[$i]}" || failed+=("$n"); i=$((i+1)); done
+      [ ${#failed[@]} -eq 0 ] || die "not healthy: ${failed[*]}";;
+    down) local names; read -ra names <<< "$(names_or_all "$@")"; for n in "${names[@]}"; do down_one "$n"; done;;
+    restart) [ $# -eq 1 ] || die "usage: restart <name>"; url_of "$1" >/dev/null; restart_one "$1";;
+    status)
+      local names; read -ra names <<< "$(names_or_all "$@")"
+      for n in "${names[@]}"; do
+        if "${n}_health" >/dev/null 2>&1; then printf '%-10s up    %-40s %s\n' "$n" "$(url_of "$n")" "$("${n}_version")"
+        else printf '%-10s down  %s\n' "$n" "$(url_of "$n")"; fi
+      done;;
+    url) url_of "$1";;
+    *) die "unknown command $cmd (up, down, restart, status, url)";;
+  esac
+}
+
+main "$@"
