@@ -482,30 +482,39 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         expect(order).toEqual([0, 1, 2, 3]);
       });
 
-      fifoIt('13b. 1000 contended acquisitions by 5 clients: max wait ≤ 2 × clients × median hold+handoff', async () => {
+      fifoIt('13b. 1000 contended acquisitions by 5 clients: max wait ≤ 2 × clients hold+handoffs, no starvation', async () => {
         const key = freshKey();
         const clients = await Promise.all([1, 2, 3, 4, 5].map(() => makeLocker()));
-        const grants: number[] = [];
-        const waits: number[] = [];
+        const waits: [asked: number, granted: number][] = [];
         const perClient = 200;
         await Promise.all(
           clients.map(async (locker) => {
             for (let i = 0; i < perClient; i++) {
               const asked = performance.now();
               const lock = await locker.lock(key);
-              const granted = performance.now();
-              grants.push(granted);
-              waits.push(granted - asked);
+              waits.push([asked, performance.now()]);
               await sleep(1);
               await lock.release();
             }
           }),
         );
-        grants.sort((x, y) => x - y);
-        const gaps = grants.slice(1).map((g, i) => g - grants[i]!).sort((x, y) => x - y);
-        const median = gaps[Math.floor(gaps.length / 2)]!;
-        const maxWait = Math.max(...waits.slice(clients.length * 2)); // first rounds include start-up
-        expect(maxWait).toBeLessThanOrEqual(2 * clients.length * median);
+        // A wait is measured in hold+handoff periods: the grants to others while it waited. Counting
+        // them, rather than milliseconds, keeps the bound exact when the test process itself stalls.
+        const grants = waits.map((w) => w[1]).sort((x, y) => x - y);
+        const grantsBefore = (t: number) => {
+          let lo = 0;
+          let hi = grants.length;
+          while (lo < hi) {
+            const mid = (lo + hi) >> 1;
+            if (grants[mid]! < t) lo = mid + 1;
+            else hi = mid;
+          }
+          return lo;
+        };
+        const overtakes = waits.map(([asked, granted]) => grantsBefore(granted) - grantsBefore(asked));
+        const worst = Math.max(...overtakes);
+        const worstMs = Math.max(...waits.map(([a, g]) => g - a));
+        expect(worst, `worst wait saw ${worst} other grants (${worstMs.toFixed(1)} ms)`).toBeLessThanOrEqual(2 * clients.length);
       }, 120_000);
     });
 

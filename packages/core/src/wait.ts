@@ -3,12 +3,13 @@ import type { Lease } from './backend.js';
 /**
  * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
  * (its own release, or a store notification) and waiters polling that key re-check at once.
+ * `notify(key, owner)` addresses the one waiter whose turn it is (a FIFO queue's head).
  */
 export class ReleaseNotifier {
-  readonly #listeners = new Map<string, Set<() => void>>();
+  readonly #listeners = new Map<string, Set<(owner?: string) => void>>();
 
   /** Calls `listener` on the next releases of `key` until the returned function is called. */
-  subscribe(key: string, listener: () => void): () => void {
+  subscribe(key: string, listener: (owner?: string) => void): () => void {
     let set = this.#listeners.get(key);
     if (!set) this.#listeners.set(key, (set = new Set()));
     set.add(listener);
@@ -18,9 +19,9 @@ export class ReleaseNotifier {
     };
   }
 
-  notify(key: string): void {
+  notify(key: string, owner?: string): void {
     const set = this.#listeners.get(key);
-    if (set) for (const listener of [...set]) listener();
+    if (set) for (const listener of [...set]) listener(owner);
   }
 
   /** Number of keys with listeners (for leak checks). */
@@ -37,6 +38,8 @@ export interface PollOptions {
   maxDelayMs?: number;
   /** Wakes the waiter early when the key is released. */
   notifier?: ReleaseNotifier;
+  /** This waiter's owner id: a notification addressed to another owner does not wake it. */
+  owner?: string;
 }
 
 /**
@@ -57,7 +60,8 @@ export async function pollForLease<L extends Lease>(
   let delay = min;
   let woken = false;
   let wake: (() => void) | undefined;
-  const unsubscribe = options.notifier?.subscribe(key, () => {
+  const unsubscribe = options.notifier?.subscribe(key, (target) => {
+    if (target && options.owner && target !== options.owner) return;
     woken = true;
     wake?.();
   });

@@ -1,0 +1,1 @@
+export { RedisBackend, redisBackend, type RedisBackendOptions } from './redis-backend.js';

@@ -1,0 +1,224 @@
+import { createHash } from 'node:crypto';
+import {
+  BackendError,
+  BackendUnavailableError,
+  InvalidArgumentError,
+  pollForLease,
+  ReleaseNotifier,
+  type AcquireRequest,
+  type Capabilities,
+  type Lease,
+  type LockBackend,
+} from '@deadbolt/core';
+import { Redis, ReplyError } from 'ioredis';
+import { ACQUIRE, RELEASE, RENEW } from './scripts.js';
+
+export interface RedisBackendOptions {
+  /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
+  url?: string;
+  /** Your own ioredis client; `close()` leaves it open. Used instead of `url`. */
+  client?: Redis;
+  /** Prefix of every key and of the release channel. Default `deadbolt:`. Must not contain `{` or `}`. */
+  prefix?: string;
+  /** Grant waiters in arrival order (a per-key queue). Default false: any waiter may win. */
+  fifo?: boolean;
+  /** Longest pause between a waiter's re-checks when no release message arrives. Default 250 ms. */
+  maxPollDelayMs?: number;
+  /** Connect timeout for connections created from `url`. Default 2000 ms. */
+  connectTimeoutMs?: number;
+}
+
+interface RedisLease extends Lease {
+  readonly keys: RedisKeys;
+}
+
+interface RedisKeys {
+  readonly lock: string;
+  readonly token: string;
+  readonly queue: string;
+  readonly deadlines: string;
+}
+
+/** The token counter outlives a lease by this much; after that tokens fall back to the server clock. */
+const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
+
+class Script {
+  readonly sha: string;
+  constructor(readonly source: string) {
+    this.sha = createHash('sha1').update(source).digest('hex');
+  }
+}
+
+const scripts = { acquire: new Script(ACQUIRE), renew: new Script(RENEW), release: new Script(RELEASE) };
+
+/**
+ * Redis backend. Acquire is one EVALSHA (`SET NX PX` plus the fencing token, or the FIFO queue
+ * step); renew and release are owner-checked scripts; a release publishes on one channel, which
+ * a single subscriber connection per backend turns into wake-ups for this process's waiters.
+ */
+export class RedisBackend implements LockBackend {
+  readonly name = 'redis';
+  readonly capabilities: Capabilities;
+  /** The command connection (yours if you passed `client`). */
+  readonly client: Redis;
+  readonly #ownsClient: boolean;
+  readonly #prefix: string;
+  readonly #fifo: boolean;
+  readonly #maxPollDelayMs: number;
+  readonly #channel: string;
+  readonly #notifier = new ReleaseNotifier();
+  #subscriber: Redis | undefined;
+  #subscribed: Promise<void> | undefined;
+  #closed = false;
+
+  /** @throws InvalidArgumentError for bad options (before connecting). */
+  constructor(options: RedisBackendOptions) {
+    const prefix = options.prefix ?? 'deadbolt:';
+    if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
+      throw new InvalidArgumentError('prefix must be a string without { or } (they would change the hash slot)');
+    }
+    const maxPoll = options.maxPollDelayMs ?? 250;
+    if (!Number.isFinite(maxPoll) || maxPoll < 1) throw new InvalidArgumentError('maxPollDelayMs must be a number ≥ 1');
+    const connectTimeout = options.connectTimeoutMs ?? 2000;
+    if (!Number.isFinite(connectTimeout) || connectTimeout < 1) throw new InvalidArgumentError('connectTimeoutMs must be a number ≥ 1');
+    if (options.client) {
+      this.client = options.client;
+      this.#ownsClient = false;
+    } else {
+      if (typeof options.url !== 'string' || !/^rediss?:\/\//.test(options.url)) {
+        throw new InvalidArgumentError('redisBackend needs a url (redis://host:port) or a client');
+      }
+      this.client = new Redis(options.url, {
+        connectTimeout,
+        // Fail a command after one reconnect attempt instead of queueing it while Redis is down:
+        // the caller gets BackendUnavailableError, never an endless wait.
+        maxRetriesPerRequest: 1,
+        lazyConnect: false,
+      });
+      // Errors reach callers through the failed commands; this only stops ioredis logging them.
+      this.client.on('error', () => undefined);
+      this.#ownsClient = true;
+    }
+    this.#prefix = prefix;
+    this.#fifo = options.fifo ?? false;
+    this.#maxPollDelayMs = maxPoll;
+    this.#channel = `${prefix}released`;
+    this.capabilities = {
+      fencing: 'strict',
+      fairness: this.#fifo ? 'fifo' : 'none',
+      lease: 'ttl',
+      wake: 'push',
+      minTtlMs: 1,
+      ttlGranularityMs: 1,
+      crossProcess: true,
+    };
+  }
+
+  /**
+   * Redis key names for a lock. The hash tag is a digest of the key (user keys may contain braces);
+   * the key itself follows, so two keys never share names.
+   */
+  keysFor(key: string): RedisKeys {
+    const tag = createHash('sha256').update(key).digest('base64url').slice(0, 22);
+    const base = `${this.#prefix}{${tag}}`;
+    return { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
+  }
+
+  async acquire(req: AcquireRequest): Promise<Lease | null> {
+    const keys = this.keysFor(req.key);
+    if (!req.wait) return this.#attempt(req, keys, false);
+    await this.#subscribe();
+    const poll = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+    try {
+      return await pollForLease(
+        keys.lock,
+        req.signal,
+        () => this.#attempt(req, keys, true),
+        (lease) => this.release(lease),
+        { notifier: this.#notifier, owner: req.owner, minDelayMs: Math.min(5, poll), maxDelayMs: poll },
+      );
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
+      if (this.#fifo) await this.#run('release', scripts.release, keys, [req.owner, this.#channel, keys.lock]).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
+    const { keys } = lease as RedisLease;
+    return (await this.#run('renew', scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
+  }
+
+  async release(lease: Lease): Promise<void> {
+    const { keys } = lease as RedisLease;
+    await this.#run('release', scripts.release, keys, [lease.owner, this.#channel, keys.lock]);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#subscriber?.disconnect();
+    if (this.#ownsClient) this.client.disconnect();
+  }
+
+  async #attempt(req: AcquireRequest, keys: RedisKeys, wait: boolean): Promise<RedisLease | null> {
+    const acquiredAt = performance.now();
+    // A queued waiter is dropped if it stays silent for a ttl (or 4 poll periods, if longer).
+    const waiterTtl = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+    const token = await this.#run('acquire', scripts.acquire, keys, [
+      req.owner,
+      String(req.ttlMs),
+      wait ? '1' : '0',
+      this.#fifo ? '1' : '0',
+      String(Math.max(COUNTER_TTL_MS, req.ttlMs * 2)),
+      String(waiterTtl),
+    ]);
+    if (token === null) return null;
+    return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
+  }
+
+  /** EVALSHA, loading the script with EVAL when the server does not know it (restart, SCRIPT FLUSH). */
+  async #run(operation: string, script: Script, keys: RedisKeys, args: string[]): Promise<unknown> {
+    const keyList = [keys.lock, keys.token, keys.queue, keys.deadlines];
+    try {
+      try {
+        return await this.client.evalsha(script.sha, keyList.length, ...keyList, ...args);
+      } catch (error) {
+        if (!(error instanceof ReplyError) || !String((error as Error).message).startsWith('NOSCRIPT')) throw error;
+        return await this.client.eval(script.source, keyList.length, ...keyList, ...args);
+      }
+    } catch (error) {
+      if (error instanceof ReplyError) throw new BackendError(this.name, operation, { cause: error });
+      throw new BackendUnavailableError(this.name, operation, { cause: error });
+    }
+  }
+
+  /** One subscriber connection per backend, opened by the first waiter. */
+  #subscribe(): Promise<void> {
+    this.#subscribed ??= (async () => {
+      const subscriber = this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false });
+      subscriber.on('error', () => undefined);
+      subscriber.on('message', (_channel: string, message: string) => {
+        const split = message.lastIndexOf('\n');
+        this.#notifier.notify(message.slice(0, split), message.slice(split + 1) || undefined);
+      });
+      this.#subscriber = subscriber;
+      try {
+        await subscriber.subscribe(this.#channel);
+      } catch (error) {
+        this.#subscribed = undefined;
+        subscriber.disconnect();
+        throw new BackendUnavailableError(this.name, 'subscribe', { cause: error });
+      }
+    })();
+    return this.#subscribed;
+  }
+}
+
+/**
+ * A Redis backend. @throws InvalidArgumentError for bad options; store failures surface later as
+ * BackendUnavailableError / BackendError from the Locker's calls.
+ */
+export function redisBackend(options: RedisBackendOptions): RedisBackend {
+  return new RedisBackend(options);
+}

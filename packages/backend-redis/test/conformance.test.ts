@@ -1,0 +1,15 @@
+import { defineConformanceSuite, matrixUrl } from '@deadbolt/conformance';
+import { redisBackend } from '@deadbolt/redis';
+import { redisHarness } from './harness.js';
+
+const url = matrixUrl('redis');
+
+for (const fifo of [false, true]) {
+  defineConformanceSuite({
+    name: `redis${fifo ? ' (fifo)' : ''}`,
+    createBackend: () => redisBackend({ url, fifo }),
+    createUnreachableBackend: () => redisBackend({ url: 'redis://127.0.0.1:1', fifo }),
+    child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, fifo } },
+    harness: redisHarness(url),
+  });
+}

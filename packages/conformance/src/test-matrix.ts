@@ -1,0 +1,26 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+/** The servers test-matrix runs. */
+export type MatrixServer = 'redis' | 'mysql' | 'zookeeper' | 'etcd' | 'cassandra';
+
+const DEFAULT_URLS: Record<MatrixServer, string> = {
+  redis: 'redis://127.0.0.1:6379',
+  mysql: 'mysql://root@127.0.0.1:3306/test',
+  zookeeper: 'zookeeper://127.0.0.1:2181',
+  etcd: 'etcd://127.0.0.1:2379',
+  cassandra: 'cassandra://127.0.0.1:9042/deadbolt',
+};
+
+const matrixDir = fileURLToPath(new URL('../../../test-matrix/', import.meta.url));
+
+/** The connection URL of a test-matrix server; `DEADBOLT_<NAME>_URL` overrides it. */
+export function matrixUrl(server: MatrixServer): string {
+  return process.env[`DEADBOLT_${server.toUpperCase()}_URL`] ?? DEFAULT_URLS[server];
+}
+
+/** Restart a test-matrix server and resolve once it answers again. @throws if the restart fails. */
+export async function restartMatrixServer(server: MatrixServer): Promise<void> {
+  await promisify(execFile)('bash', [`${matrixDir}restart`, server], { timeout: 300_000 });
+}
