@@ -1,0 +1,114 @@
+import { createLocker, type Locker } from '@deadbolt/core';
+import { matrixUrl, restartMatrixServer } from '@deadbolt/conformance';
+import { redisBackend } from '@deadbolt/redis';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+
+const url = matrixUrl('redis');
+const admin = new Redis(url);
+const lockers: Locker[] = [];
+const newLocker = (fifo = false, ttlMs = 1000) => {
+  const locker = createLocker(redisBackend({ url, fifo }), { ttlMs });
+  lockers.push(locker);
+  return locker;
+};
+const key = () => `redis-test/${Math.random().toString(36).slice(2)}`;
+
+afterEach(async () => {
+  await Promise.allSettled(lockers.splice(0).map((l) => l.close()));
+});
+afterAll(() => admin.disconnect());
+
+describe('redis backend', () => {
+  it('reloads its scripts after SCRIPT FLUSH (NOSCRIPT falls back to EVAL)', async () => {
+    const locker = newLocker();
+    const k = key();
+    await (await locker.lock(k)).release();
+    await admin.script('FLUSH');
+    const lock = await locker.lock(k);
+    await lock.extend();
+    await admin.script('FLUSH');
+    await lock.release();
+    expect(await locker.tryLock(k)).not.toBeNull();
+  });
+
+  it('keeps tokens increasing when Redis restarts empty, and the holder notices the loss', async () => {
+    const locker = newLocker();
+    const k = key();
+    const before = await locker.lock(k);
+    await restartMatrixServer('redis');
+    expect(await admin.dbsize()).toBe(0);
+    await new Promise<void>((resolve) => before.signal.addEventListener('abort', () => resolve(), { once: true }));
+    expect(before.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+    const after = await newLocker().lock(k, { timeoutMs: 10_000 });
+    expect(after.token).toBeGreaterThan(before.token);
+    await after.release();
+  }, 60_000);
+
+  it('a waiter still converges when its release message is lost (subscriber killed)', async () => {
+    const [a, b] = [newLocker(), newLocker()];
+    const k = key();
+    const held = await a.lock(k);
+    const waiting = b.lock(k, { timeoutMs: 5000 });
+    await new Promise((r) => setTimeout(r, 100));
+    await admin.client('KILL', 'TYPE', 'pubsub');
+    await held.release();
+    const lock = await waiting;
+    expect(lock.held).toBe(true);
+    await lock.release();
+  });
+
+  it('wakes a waiter by message, not by its poll timer', async () => {
+    const a = createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 });
+    const b = createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 });
+    lockers.push(a, b);
+    const k = key();
+    const held = await a.lock(k);
+    const waiting = b.lock(k);
+    await new Promise((r) => setTimeout(r, 300));
+    const releasedAt = performance.now();
+    await held.release();
+    await (await waiting).release();
+    // Polling alone would take seconds here; a generous bound still tells the two apart.
+    expect(performance.now() - releasedAt).toBeLessThan(1000);
+  });
+
+  it('puts every key of a lock in one cluster hash slot, whatever the user key contains', async () => {
+    const backend = redisBackend({ url });
+    for (const k of ['plain', 'with {braces}', '}{', '{', 'ключ 🔒', 'x'.repeat(1024)]) {
+      const names = Object.values(backend.keysFor(k));
+      const slots = await Promise.all(names.map((n) => admin.cluster('KEYSLOT', n).catch(() => slotOf(n))));
+      expect(new Set(slots).size, k).toBe(1);
+      expect(new Set(names).size).toBe(4);
+    }
+    expect(backend.keysFor('a').lock).not.toBe(backend.keysFor('a ').lock);
+    await backend.close();
+  });
+
+  it('rejects a prefix that would change the hash slot', () => {
+    expect(() => redisBackend({ url, prefix: 'x{' })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    expect(() => redisBackend({ url: 'http://x' })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
+
+  it('does not close a client it was given', async () => {
+    const client = new Redis(url);
+    const locker = createLocker(redisBackend({ client }), { ttlMs: 1000 });
+    await (await locker.lock(key())).release();
+    await locker.close();
+    expect(await client.ping()).toBe('PONG');
+    client.disconnect();
+  });
+});
+
+/** The hash tag's slot as Redis Cluster computes it (CRC16 of the text between the first { and }). */
+function slotOf(name: string): number {
+  const open = name.indexOf('{');
+  const close = open >= 0 ? name.indexOf('}', open + 1) : -1;
+  const tagged = close > open + 1 ? name.slice(open + 1, close) : name;
+  let crc = 0;
+  for (const byte of Buffer.from(tagged)) {
+    crc ^= byte << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % 16384;
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command (`pnpm test`): start the real servers, build, run every test, write the
+# backend × behaviour matrix. In CI (CI=true) every server must come up; locally
+# DEADBOLT_BACKENDS=redis,mysql narrows both the servers and the backend test files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+bash test-matrix/up
+pnpm -s build
+files=(packages/core packages/conformance)
+if [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then
+  for b in ${DEADBOLT_BACKENDS//,/ }; do [ -d "packages/backend-$b" ] && files+=("packages/backend-$b"); done
+else
+  files=()
+fi
+mkdir -p test-matrix/results
+status=0
+pnpm -s exec vitest run --reporter=default --reporter=json --outputFile.json=test-matrix/results/vitest.json "${files[@]}" || status=$?
+node test-matrix/matrix.mjs test-matrix/results/vitest.json || status=1
+exit $status
