@@ -111,6 +111,8 @@ class DefaultLocker implements Locker {
   readonly #closing = new AbortController();
   readonly #held = new Set<LockHandle>();
   readonly #pending = new Set<Promise<unknown>>();
+  /** Controllers of acquisitions that have their own deadline or caller signal. */
+  readonly #waits = new Set<AbortController>();
   #closed: Promise<void> | undefined;
 
   constructor(backend: LockBackend, options: LockerOptions) {
@@ -180,7 +182,9 @@ class DefaultLocker implements Locker {
   }
 
   async #close(): Promise<void> {
-    this.#closing.abort(new LockerClosedError('the locker was closed while waiting'));
+    const closed = new LockerClosedError('the locker was closed while waiting');
+    this.#closing.abort(closed);
+    for (const controller of this.#waits) controller.abort(closed);
     await Promise.allSettled([...this.#pending]);
     const results = await Promise.allSettled([...this.#held].map((h) => h.release()));
     results.push(...(await Promise.allSettled([this.backend.close()])));
@@ -199,19 +203,27 @@ class DefaultLocker implements Locker {
   async #acquire(key: string, ttlMs: number, timeoutMs: number, userSignal?: AbortSignal): Promise<LockHandle | null> {
     if (this.#closed) throw new LockerClosedError();
     const wait = timeoutMs > 0;
-    const deadline = new AbortController();
-    const signals = [deadline.signal, this.#closing.signal];
-    if (userSignal) signals.push(userSignal);
-    const signal = AbortSignal.any(signals);
-    const timer =
-      wait && Number.isFinite(timeoutMs)
-        ? setTimeout(() => deadline.abort(new LockTimeoutError(key, timeoutMs)), timeoutMs)
-        : undefined;
-    const owner = randomUUID();
+    const timed = wait && Number.isFinite(timeoutMs);
+    // The common case (no deadline, no caller signal) shares the locker's close signal; otherwise one
+    // controller that the deadline, the caller's signal and close() abort. (AbortSignal.any is far
+    // slower and, on a long-lived signal, accumulates dependents.)
+    let controller: AbortController | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    let onCallerAbort: (() => void) | undefined;
+    if (timed || userSignal) {
+      const own = (controller = new AbortController());
+      this.#waits.add(own);
+      if (timed) timer = setTimeout(() => own.abort(new LockTimeoutError(key, timeoutMs)), timeoutMs);
+      if (userSignal) {
+        onCallerAbort = () => own.abort(userSignal.reason);
+        userSignal.addEventListener('abort', onCallerAbort, { once: true });
+      }
+    }
+    const signal = controller?.signal ?? this.#closing.signal;
     try {
       let lease: Lease | null;
       try {
-        lease = await this.backend.acquire({ key, owner, ttlMs, wait, signal });
+        lease = await this.backend.acquire({ key, owner: randomUUID(), ttlMs, wait, signal });
       } catch (error) {
         if (signal.aborted) throw signal.reason;
         throw asDeadboltError(error, this.backend.name, 'acquire');
@@ -230,7 +242,9 @@ class DefaultLocker implements Locker {
       this.#held.add(handle);
       return handle;
     } finally {
+      if (controller) this.#waits.delete(controller);
       clearTimeout(timer);
+      if (onCallerAbort) userSignal?.removeEventListener('abort', onCallerAbort);
     }
   }
 }
@@ -340,13 +354,21 @@ class LockHandle implements Lock {
     }
   }
 
+  /**
+   * One timer at a time: with auto-renew, the next renewal (the expiry timer is armed only while a
+   * renewal is in flight); without it, the expiry of the local estimate.
+   */
   #schedule(): void {
     this.#stopTimers();
-    const now = performance.now();
-    this.#expiryTimer = setTimeout(() => this.#checkExpiry(), Math.max(0, this.#validUntil - now) + 1);
+    if (!this.#autoRenew) return this.#armExpiry();
+    const interval = this.#fixedRenewIntervalMs ?? this.#ttlMs / 3;
+    this.#scheduleRenew(Math.min(interval, Math.max(0, this.#validUntil - performance.now() - 1)));
+  }
+
+  #armExpiry(): void {
+    clearTimeout(this.#expiryTimer);
+    this.#expiryTimer = setTimeout(() => this.#checkExpiry(), Math.max(0, this.#validUntil - performance.now()) + 1);
     this.#expiryTimer.unref();
-    if (!this.#autoRenew) return;
-    this.#scheduleRenew(this.#fixedRenewIntervalMs ?? this.#ttlMs / 3);
   }
 
   #scheduleRenew(delayMs: number): void {
@@ -358,13 +380,14 @@ class LockHandle implements Lock {
   async #renew(): Promise<void> {
     this.#checkExpiry();
     if (this.#state !== 'held') return;
+    this.#armExpiry();
     const startedAt = performance.now();
     let ok: boolean;
     try {
       ok = await this.#locker.backend.renew(this.#lease, this.#ttlMs);
     } catch (error) {
       if (this.#state !== 'held') return;
-      // Keep trying while the lease may still be ours; the expiry timer declares it lost.
+      // Keep trying while the lease may still be ours; the armed expiry timer declares it lost.
       this.#lastRenewError = error;
       const left = this.#validUntil - performance.now();
       this.#scheduleRenew(Math.max(5, Math.min(this.#ttlMs / 6, left / 2)));

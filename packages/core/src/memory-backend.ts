@@ -4,7 +4,10 @@ import { LockerClosedError } from './errors.js';
 interface Holder {
   readonly owner: string;
   readonly token: bigint;
-  timer: NodeJS.Timeout;
+  /** performance.now() at which the lease ends. */
+  expiresAt: number;
+  /** Armed only while someone waits: an uncontended lock costs no timer. */
+  timer: NodeJS.Timeout | undefined;
 }
 
 interface Waiter {
@@ -29,6 +32,7 @@ export class MemoryLockStore {
 
   acquire(req: AcquireRequest): Promise<Lease | null> {
     req.signal.throwIfAborted();
+    this.#expireIfDue(req.key);
     const state = this.#state(req.key);
     if (!state.holder && state.waiters.length === 0) return Promise.resolve(this.#grant(req.key, state, req));
     if (!req.wait) {
@@ -51,14 +55,20 @@ export class MemoryLockStore {
       };
       state.waiters.push(waiter);
       req.signal.addEventListener('abort', onAbort, { once: true });
+      if (state.holder && !state.holder.timer) this.#armExpiry(req.key, state.holder);
     });
   }
 
   renew(lease: Lease, ttlMs: number): boolean {
-    const holder = this.#keys.get(lease.key)?.holder;
+    const state = this.#keys.get(lease.key);
+    const holder = state?.holder;
     if (!holder || holder.owner !== lease.owner) return false;
-    clearTimeout(holder.timer);
-    holder.timer = this.#expiryTimer(lease.key, holder.owner, ttlMs);
+    if (performance.now() >= holder.expiresAt) {
+      this.#vacate(lease.key, state);
+      return false;
+    }
+    holder.expiresAt = performance.now() + ttlMs;
+    if (holder.timer) this.#armExpiry(lease.key, holder);
     return true;
   }
 
@@ -75,6 +85,7 @@ export class MemoryLockStore {
 
   /** What the table holds for `key`: the holder's owner and each waiter's owner. */
   inspect(key: string): { holder: string | undefined; waiters: string[] } | undefined {
+    this.#expireIfDue(key);
     const state = this.#keys.get(key);
     return state && { holder: state.holder?.owner, waiters: state.waiters.map((w) => w.req.owner) };
   }
@@ -82,6 +93,12 @@ export class MemoryLockStore {
   /** Number of keys with an entry (held or waited for). */
   get size(): number {
     return this.#keys.size;
+  }
+
+  /** Leases end lazily: whoever looks at a key first after its expiry frees it. */
+  #expireIfDue(key: string): void {
+    const state = this.#keys.get(key);
+    if (state?.holder && performance.now() >= state.holder.expiresAt) this.#vacate(key, state);
   }
 
   #state(key: string): KeyState {
@@ -92,17 +109,24 @@ export class MemoryLockStore {
 
   #grant(key: string, state: KeyState, req: AcquireRequest): Lease {
     const token = ++this.#lastToken;
-    state.holder = { owner: req.owner, token, timer: this.#expiryTimer(key, req.owner, req.ttlMs) };
-    return { key, owner: req.owner, token, acquiredAt: performance.now() };
+    const acquiredAt = performance.now();
+    const holder: Holder = { owner: req.owner, token, expiresAt: acquiredAt + req.ttlMs, timer: undefined };
+    state.holder = holder;
+    if (state.waiters.length > 0) this.#armExpiry(key, holder);
+    return { key, owner: req.owner, token, acquiredAt };
   }
 
-  #expiryTimer(key: string, owner: string, ttlMs: number): NodeJS.Timeout {
-    const timer = setTimeout(() => {
+  /** Hand the key to the next waiter when the holder's lease runs out. */
+  #armExpiry(key: string, holder: Holder): void {
+    clearTimeout(holder.timer);
+    holder.timer = setTimeout(() => {
+      holder.timer = undefined;
       const state = this.#keys.get(key);
-      if (state?.holder?.owner === owner) this.#vacate(key, state);
-    }, ttlMs);
-    timer.unref();
-    return timer;
+      if (state?.holder !== holder) return;
+      if (performance.now() >= holder.expiresAt) this.#vacate(key, state);
+      else this.#armExpiry(key, holder);
+    }, Math.max(0, holder.expiresAt - performance.now()) + 1);
+    holder.timer.unref();
   }
 
   #vacate(key: string, state: KeyState): void {
