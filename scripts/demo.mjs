@@ -10,7 +10,7 @@ const ROUNDS = 250;
 const backends = [
   { name: 'memory', make: () => memoryBackend() },
   { name: 'redis', url: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379', make() { return redisBackend({ url: this.url }); } },
-  { name: 'redis (fifo)', url: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379', make() { return redisBackend({ url: this.url, fifo: true }); } },
+  { name: 'redis unordered', url: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379', make() { return redisBackend({ url: this.url, fifo: false }); } },
 ];
 
 /** A store that accepts a write only with a token at least as new as the newest it has seen. */

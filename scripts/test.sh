@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bash test-matrix/up
 pnpm -s build
+pnpm -s typecheck
 files=(packages/core packages/conformance)
 if [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then
   for b in ${DEADBOLT_BACKENDS//,/ }; do [ -d "packages/backend-$b" ] && files+=("packages/backend-$b"); done

@@ -20,7 +20,11 @@ export interface RedisBackendOptions {
   client?: Redis;
   /** Prefix of every key and of the release channel. Default `deadbolt:`. Must not contain `{` or `}`. */
   prefix?: string;
-  /** Grant waiters in arrival order (a per-key queue). Default false: any waiter may win. */
+  /**
+   * Grant waiters in arrival order through a per-key queue. Default true. `false` is a little
+   * cheaper per acquisition but unfair: under contention a releasing client re-takes the lock
+   * before woken waiters arrive, and waiters can starve.
+   */
   fifo?: boolean;
   /** Longest pause between a waiter's re-checks when no release message arrives. Default 250 ms. */
   maxPollDelayMs?: number;
@@ -100,7 +104,7 @@ export class RedisBackend implements LockBackend {
       this.#ownsClient = true;
     }
     this.#prefix = prefix;
-    this.#fifo = options.fifo ?? false;
+    this.#fifo = options.fifo ?? true;
     this.#maxPollDelayMs = maxPoll;
     this.#channel = `${prefix}released`;
     this.capabilities = {
@@ -139,7 +143,7 @@ export class RedisBackend implements LockBackend {
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      if (this.#fifo) await this.#run('release', scripts.release, keys, [req.owner, this.#channel, keys.lock]).catch(() => undefined);
+      if (this.#fifo) await this.#run('release', scripts.release, keys, [req.owner, this.#channel, keys.lock, '1']).catch(() => undefined);
       throw error;
     }
   }
@@ -151,7 +155,7 @@ export class RedisBackend implements LockBackend {
 
   async release(lease: Lease): Promise<void> {
     const { keys } = lease as RedisLease;
-    await this.#run('release', scripts.release, keys, [lease.owner, this.#channel, keys.lock]);
+    await this.#run('release', scripts.release, keys, [lease.owner, this.#channel, keys.lock, this.#fifo ? '1' : '0']);
   }
 
   async close(): Promise<void> {

@@ -70,21 +70,25 @@ return 0
 `;
 
 /**
- * ARGV: owner, channel, lock key name (for the message). Deletes the lock if it is ours and drops
+ * ARGV: owner, channel, lock key name (for the message), fifo (0|1). Deletes the lock if it is ours and drops
  * our queue entry (a waiter giving up uses the same script). When the lock is free afterwards and
  * we freed it or left the queue, publishes "<lock key>\\n<next owner or empty>" so the next waiter
  * tries at once.
  */
 export const RELEASE = `
-local left = redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
+local left = 0
+if ARGV[4] == '1' then
+  left = redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+end
 local freed = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   freed = 1
 end
 if freed == 1 or (left == 1 and redis.call('EXISTS', KEYS[1]) == 0) then
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or ''
+  local head = ''
+  if ARGV[4] == '1' then head = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or '' end
   redis.call('PUBLISH', ARGV[2], ARGV[3] .. '\\n' .. head)
 end
 return freed

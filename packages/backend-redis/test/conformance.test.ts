@@ -6,7 +6,7 @@ const url = matrixUrl('redis');
 
 for (const fifo of [false, true]) {
   defineConformanceSuite({
-    name: `redis${fifo ? ' (fifo)' : ''}`,
+    name: fifo ? 'redis' : 'redis (unordered)',
     createBackend: () => redisBackend({ url, fifo }),
     createUnreachableBackend: () => redisBackend({ url: 'redis://127.0.0.1:1', fifo }),
     child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, fifo } },

@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 const url = matrixUrl('redis');
 const admin = new Redis(url);
 const lockers: Locker[] = [];
-const newLocker = (fifo = false, ttlMs = 1000) => {
+const newLocker = (fifo?: boolean, ttlMs = 1000) => {
   const locker = createLocker(redisBackend({ url, fifo }), { ttlMs });
   lockers.push(locker);
   return locker;

@@ -1,0 +1,100 @@
+#!/usr/bin/env node
+/**
+ * `pnpm bench [--full] [--only redis,memory]`: scenario 1 (uncontended cycle vs the store's floor)
+ * and scenario 3 (contended handoff) on every available deadbolt backend and on the Redis peers,
+ * same server, one run. Writes bench-results/<time>/{results.json, summary.md}.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { contended, uncontended, type ContendedResult, type UncontendedResult } from './scenarios.js';
+import { redisFloor, subjects, type Subject } from './subjects.js';
+
+const args = process.argv.slice(2);
+const full = args.includes('--full');
+const only = args.includes('--only') ? args[args.indexOf('--only') + 1]!.split(',') : undefined;
+const redisUrl = process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const cycles = full ? 5000 : 2000;
+const durationMs = full ? 10_000 : 3000;
+const clientCounts = full ? [2, 8, 32] : [2, 8];
+
+async function redisUp(): Promise<string | undefined> {
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
+  redis.on('error', () => undefined);
+  try {
+    await redis.connect();
+    return (await redis.info('server')).match(/redis_version:(\S+)/)?.[1];
+  } catch {
+    return undefined;
+  } finally {
+    redis.disconnect();
+  }
+}
+
+const progress = (text: string) => process.stderr.write(`\r\x1b[K${text}`);
+const f = (n: number, digits = 2) => n.toFixed(digits);
+
+const redisVersion = await redisUp();
+const available = subjects(redisUrl).filter(
+  (s) => (s.store === 'memory' || redisVersion) && (!only || only.some((o) => s.store === o || s.name.includes(o))),
+);
+const uncontendedResults: UncontendedResult[] = [];
+const contendedResults: ContendedResult[] = [];
+
+if (redisVersion && (!only || only.includes('redis'))) {
+  progress('scenario 1: redis floor');
+  const floor = await redisFloor(redisUrl);
+  uncontendedResults.push(await uncontended('redis floor (SET NX PX + DEL)', floor, cycles));
+  await floor.close();
+}
+for (const subject of available) {
+  progress(`scenario 1: ${subject.name}`);
+  const client = await subject.client();
+  uncontendedResults.push(await uncontended(subject.name, client, subject.store === 'memory' ? cycles * 50 : cycles));
+  await client.close();
+}
+for (const subject of available) {
+  for (const clients of clientCounts) {
+    progress(`scenario 3: ${subject.name}, ${clients} clients`);
+    contendedResults.push(await contended(subject, clients, 1, durationMs));
+  }
+}
+progress('');
+
+const floorRate = uncontendedResults.find((r) => r.subject.startsWith('redis floor'));
+const lines: string[] = [];
+lines.push('# deadbolt benchmark', '');
+lines.push(
+  `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; ` +
+    `Redis ${redisVersion ?? 'not running'} at ${redisUrl}; profile ${full ? 'full' : 'quick'}. All subjects ran in this one process, one after another, on the same server.`,
+  '',
+);
+lines.push('## Scenario 1: uncontended acquire + release', '');
+lines.push('| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) |', '|---|---|---|---|---|---|');
+for (const r of uncontendedResults) {
+  const ratio = floorRate && !r.subject.includes('memory') ? `${f(r.cycle.p50 / floorRate.cycle.p50)}×` : '';
+  lines.push(`| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} |`);
+}
+lines.push('', `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row)`, '');
+lines.push('| subject | clients | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain |');
+lines.push('|---|---|---|---|---|---|---|---|---|---|');
+for (const r of contendedResults) {
+  const total = r.acquisitions.length;
+  lines.push(
+    `| ${r.subject} | ${r.clients} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ` +
+      `${r.handoffsToOther}/${total} (${Math.round((100 * r.handoffsToOther) / Math.max(1, total))} %) | ${f(r.handoff.p50)} | ${f(r.handoff.p99)} | ${f(r.jain, 3)} |`,
+  );
+}
+lines.push('', 'Times in ms. Wait = ask → granted. Handoff = previous holder starts releasing → next holder (a different client) granted.', '');
+const summary = lines.join('\n');
+console.log(summary);
+
+const dir = join(process.env.INIT_CWD ?? process.cwd(), 'bench-results', new Date().toISOString().replace(/[:.]/g, '-'));
+mkdirSync(dir, { recursive: true });
+writeFileSync(join(dir, 'summary.md'), summary);
+writeFileSync(
+  join(dir, 'results.json'),
+  JSON.stringify({ full, redisVersion, node: process.version, uncontended: uncontendedResults, contended: contendedResults }, null, 1),
+);
+console.log(`\nwritten to ${dir}`);

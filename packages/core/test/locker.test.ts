@@ -1,0 +1,115 @@
+import { describe, expect, it } from 'vitest';
+import { createLocker, memoryBackend, MemoryLockStore, type Lease, type LockBackend } from '../src/index.js';
+import { pollForLease, ReleaseNotifier } from '../src/wait.js';
+
+/** The memory backend with a switch that makes renewals fail as an unreachable store would. */
+function flakyBackend() {
+  const inner = memoryBackend({ store: new MemoryLockStore() });
+  const state = { failRenew: false, renewCalls: 0 };
+  const backend: LockBackend = {
+    name: 'flaky',
+    capabilities: inner.capabilities,
+    acquire: (req) => inner.acquire(req),
+    renew: async (lease: Lease, ttl: number) => {
+      state.renewCalls++;
+      if (state.failRenew) throw new Error('connection refused');
+      return inner.renew(lease, ttl);
+    },
+    release: (lease) => inner.release(lease),
+    close: () => inner.close(),
+  };
+  return { backend, state };
+}
+
+describe('Locker renewal', () => {
+  it('aborts lock.signal when renewals keep failing until the lease could have expired, with the cause', async () => {
+    const { backend, state } = flakyBackend();
+    const locker = createLocker(backend, { ttlMs: 300 });
+    const lock = await locker.lock('k');
+    state.failRenew = true;
+    const started = performance.now();
+    await new Promise<void>((resolve) => lock.signal.addEventListener('abort', () => resolve(), { once: true }));
+    const elapsed = performance.now() - started;
+    expect(elapsed).toBeLessThan(300 + 100);
+    expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+    expect((lock.signal.reason as Error).cause).toMatchObject({ message: 'connection refused' });
+    expect(state.renewCalls).toBeGreaterThan(1); // it kept retrying, not giving up on the first error
+    await expect(lock.extend()).rejects.toMatchObject({ code: 'LOCK_LOST' });
+    await locker.close();
+  });
+
+  it('keeps the lock through a transient renewal failure', async () => {
+    const { backend, state } = flakyBackend();
+    const locker = createLocker(backend, { ttlMs: 600 });
+    const lock = await locker.lock('k');
+    await new Promise((r) => setTimeout(r, 150));
+    state.failRenew = true;
+    await new Promise((r) => setTimeout(r, 150));
+    state.failRenew = false;
+    await new Promise((r) => setTimeout(r, 900));
+    expect(lock.held).toBe(true);
+    await locker.close();
+  });
+
+  it('extend() after release rejects with NotOwnerError; release is idempotent', async () => {
+    const locker = createLocker(memoryBackend({ store: new MemoryLockStore() }), { ttlMs: 1000 });
+    const lock = await locker.lock('k');
+    await lock.release();
+    await lock.release();
+    await expect(lock.extend()).rejects.toMatchObject({ code: 'NOT_OWNER' });
+    await locker.close();
+  });
+
+  it('withLock: the body error wins and the lock is released', async () => {
+    const store = new MemoryLockStore();
+    const locker = createLocker(memoryBackend({ store }), { ttlMs: 1000 });
+    await expect(locker.withLock('k', () => Promise.reject(new Error('body')))).rejects.toThrow('body');
+    expect(store.size).toBe(0);
+    expect(await locker.withLock('k', () => 42)).toBe(42);
+    await locker.close();
+  });
+});
+
+describe('pollForLease', () => {
+  it('is woken by a release notification long before its backoff', async () => {
+    const notifier = new ReleaseNotifier();
+    let free = false;
+    const started = performance.now();
+    setTimeout(() => {
+      free = true;
+      notifier.notify('k');
+    }, 50);
+    const lease = await pollForLease(
+      'k',
+      new AbortController().signal,
+      async () => (free ? { key: 'k', owner: 'o', token: 1n, acquiredAt: performance.now() } : null),
+      async () => undefined,
+      { notifier, minDelayMs: 5000, maxDelayMs: 5000 },
+    );
+    expect(lease.token).toBe(1n);
+    expect(performance.now() - started).toBeLessThan(1000);
+    expect(notifier.size).toBe(0);
+  });
+
+  it('ignores a notification addressed to another owner, and rejects with the abort reason', async () => {
+    const notifier = new ReleaseNotifier();
+    const controller = new AbortController();
+    let attempts = 0;
+    const waiting = pollForLease('k', controller.signal, async () => (attempts++, null), async () => undefined, {
+      notifier,
+      owner: 'me',
+      minDelayMs: 5000,
+      maxDelayMs: 5000,
+    }).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 20));
+    notifier.notify('k', 'someone-else');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(attempts).toBe(1);
+    notifier.notify('k', 'me');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(attempts).toBe(2);
+    const reason = new Error('stop');
+    controller.abort(reason);
+    expect(await waiting).toBe(reason);
+  });
+});
