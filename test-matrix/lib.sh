@@ -76,9 +76,10 @@ redis_start() {
     --dir "$STATE/redis" --logfile "$STATE/redis/redis.log" --pidfile "$STATE/redis/redis.pid"
 }
 redis_stop() {
+  local pid; pid=$(listener_pid $REDIS_PORT || true)
   redis-cli -h 127.0.0.1 -p $REDIS_PORT shutdown nosave >/dev/null 2>&1 || true
-  local i; for i in $(seq 1 100); do port_open $REDIS_PORT || return 0; sleep 0.1; done
-  stop_pid "$(listener_pid $REDIS_PORT)"
+  local i; for i in $(seq 1 100); do { [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; } || port_open $REDIS_PORT || return 0; sleep 0.1; done
+  stop_pid "$pid"
 }
 redis_version() { redis-cli -h 127.0.0.1 -p $REDIS_PORT info server 2>/dev/null | sed -n 's/^redis_version:\(.*\)\r$/Redis \1/p'; }
 
@@ -99,9 +100,10 @@ mysql_start() {
     --innodb-buffer-pool-size=128M --max-connections=500
 }
 mysql_stop() {
+  local pid; pid=$(listener_pid $MYSQL_PORT || true)
   mysql_cli -e 'SHUTDOWN' >/dev/null 2>&1 || true
-  local i; for i in $(seq 1 150); do port_open $MYSQL_PORT || return 0; sleep 0.2; done
-  stop_pid "$(listener_pid $MYSQL_PORT)"
+  local i; for i in $(seq 1 150); do { [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; } || port_open $MYSQL_PORT || return 0; sleep 0.2; done
+  stop_pid "$pid"
 }
 mysql_version() { mysql_cli -N -e 'SELECT CONCAT("MariaDB/MySQL ", VERSION())' 2>/dev/null; }
 
@@ -199,14 +201,30 @@ down_one() {
   else log "$name: not started by test-matrix, left running"; fi
 }
 
+# A server test-matrix did not start is restarted as itself: same command line, same working
+# directory (so the same data), not replaced by ours. Redis rewrites its command line and keeps no
+# data here, so it is restarted with our own (equivalent) settings.
 restart_one() {
-  local name=$1 start=$SECONDS
+  local name=$1 start=$SECONDS port pid cmd=() cwd=/
+  port=$(port_of "$name")
+  pid=$(listener_pid "$port" || true)
+  if [ ! -f "$STATE/$name/owned" ] && [ "$name" != redis ] && [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ]; then
+    mapfile -d '' cmd < "/proc/$pid/cmdline"
+    cwd=$(readlink "/proc/$pid/cwd" || echo /)
+  fi
   "${name}_install"
   "${name}_stop"
-  "${name}_start"
+  if [ ${#cmd[@]} -gt 0 ]; then
+    mkdir -p "$STATE/$name"
+    (cd "$cwd" && { setsid "${cmd[@]}" >>"$STATE/$name/$name.log" 2>&1 < /dev/null & echo $! > "$STATE/$name/$name.pid"; })
+  else
+    "${name}_start"
+  fi
   wait_healthy "$name" "$(limit_for "$name")" || return 1
   log "$name: restarted in $((SECONDS - start))s"
 }
+
+port_of() { case $1 in redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
 
 names_or_all() { if [ $# -gt 0 ]; then echo "$@"; elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then echo "${DEADBOLT_BACKENDS//,/ }"; else echo "${ALL[@]}"; fi; }
 

@@ -1,0 +1,1 @@
+export { MysqlBackend, mysqlBackend, type MysqlBackendOptions } from './mysql-backend.js';
