@@ -1,0 +1,270 @@
+import {
+  BackendError,
+  BackendUnavailableError,
+  InvalidArgumentError,
+  type AcquireRequest,
+  type Capabilities,
+  type Lease,
+  type LockBackend,
+} from '@deadbolt/core';
+import { Etcd3, type Lease as EtcdLease, type Watcher } from 'etcd3';
+
+export interface EtcdBackendOptions {
+  /** `etcd://host:port[,host:port...]` (or `http://…`). The backend creates and closes its client. */
+  url?: string;
+  /** Your own etcd3 client; `close()` leaves it open. Used instead of `url`. */
+  client?: Etcd3;
+  /** Prefix of every lock key. Default `deadbolt/`. */
+  prefix?: string;
+  /** Connect and call timeout for a client made from `url`. Default 2000 ms. */
+  dialTimeoutMs?: number;
+}
+
+interface EtcdLockLease extends Lease {
+  /** `<prefix><base64url key>/<owner>`, the waiter's own key. */
+  readonly path: string;
+  acquiredAt: number;
+  etcdLease: EtcdLease;
+  ttlSeconds: number;
+  lost: AbortSignal;
+  /** Watches our own key; its deletion (release, revocation, expiry, anyone) means the lock is gone. */
+  watcher: Promise<Watcher | undefined>;
+}
+
+/** etcd3 rejects keep-alives of a revoked or expired lease with a plain Error saying so. */
+const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.test(String((error as Error)?.message));
+
+/**
+ * etcd backend: the recipe of etcd's Go `concurrency.Mutex`. Every acquirer writes its own key
+ * under the lock's prefix, bound to a lease of its own, in one transaction that also reads the
+ * current holder (the key with the lowest create revision). A waiter watches only the nearest
+ * earlier key and re-checks when it goes: FIFO by create revision, no thundering herd. The fencing
+ * token is the holder key's create revision. Renewal is a lease keep-alive plus a check that the
+ * key still exists.
+ */
+export class EtcdBackend implements LockBackend {
+  readonly name = 'etcd';
+  readonly capabilities: Capabilities = {
+    fencing: 'strict',
+    fairness: 'fifo',
+    lease: 'ttl',
+    wake: 'push',
+    // etcd raises any lease TTL below its minimum (1.5 × election timeout, 2 s by default) to it.
+    minTtlMs: 2000,
+    ttlGranularityMs: 1000,
+    crossProcess: true,
+  };
+  readonly client: Etcd3;
+  readonly #ownsClient: boolean;
+  readonly #prefix: string;
+  #closed = false;
+
+  /** @throws InvalidArgumentError for bad options (before connecting). */
+  constructor(options: EtcdBackendOptions) {
+    const prefix = options.prefix ?? 'deadbolt/';
+    if (typeof prefix !== 'string' || prefix.length === 0) throw new InvalidArgumentError('prefix must be a non-empty string');
+    this.#prefix = prefix;
+    if (options.client) {
+      this.client = options.client;
+      this.#ownsClient = false;
+    } else {
+      if (typeof options.url !== 'string' || !/^(etcd|https?):\/\/[^/]+/.test(options.url)) {
+        throw new InvalidArgumentError('etcdBackend needs a url (etcd://host:port[,host:port]) or a client');
+      }
+      const scheme = options.url.startsWith('https') ? 'https' : 'http';
+      const hosts = options.url.replace(/^[a-z0-9]+:\/\//, '').replace(/\/.*$/, '').split(',').map((h) => `${scheme}://${h}`);
+      const timeout = options.dialTimeoutMs ?? 2000;
+      this.client = new Etcd3({ hosts, dialTimeout: timeout, defaultCallOptions: () => ({ deadline: Date.now() + 10 * timeout }) });
+      this.#ownsClient = true;
+    }
+  }
+
+  /** The prefix under which every waiter of `key` writes its own key. Keys are base64url-encoded, so one lock's prefix never contains another's. */
+  prefixFor(key: string): string {
+    return `${this.#prefix}${Buffer.from(key, 'utf8').toString('base64url')}/`;
+  }
+
+  async acquire(req: AcquireRequest): Promise<Lease | null> {
+    const lockPrefix = this.prefixFor(req.key);
+    const path = lockPrefix + req.owner;
+    const ttlSeconds = req.ttlMs / 1000;
+    let acquiredAt = performance.now();
+    const etcdLease = this.client.lease(ttlSeconds, { autoKeepAlive: false });
+    etcdLease.on('lost', () => undefined);
+    let created = false;
+    try {
+      const leaseId = await this.#call('grant lease', () => etcdLease.grant());
+      const result = await this.#call('acquire', () =>
+        this.client
+          .if(path, 'Create', '==', 0)
+          .then(this.client.put(path).value(req.owner).lease(leaseId), this.#holderQuery(lockPrefix))
+          .else(this.client.get(path), this.#holderQuery(lockPrefix))
+          .commit(),
+      );
+      created = true;
+      const revision = BigInt(result.header.revision);
+      const mine = result.succeeded ? revision : BigInt(result.responses[0]!.response_range.kvs[0]!.create_revision);
+      const holder = BigInt(result.responses[1]!.response_range.kvs[0]?.create_revision ?? -1);
+      if (holder !== mine) {
+        if (!req.wait) {
+          await this.#call('acquire', () => this.client.delete().key(path).exec());
+          await etcdLease.revoke().catch(() => undefined);
+          return null;
+        }
+        // Waiting can outlast the ttl: keep our lease alive meanwhile, then refresh it and make sure
+        // our key survived the wait before calling the lock ours.
+        const keepAlive = setInterval(() => void etcdLease.keepaliveOnce().catch(() => undefined), (ttlSeconds * 1000) / 3);
+        try {
+          await this.#waitForPredecessors(lockPrefix, mine, revision, req.signal);
+        } finally {
+          clearInterval(keepAlive);
+        }
+        acquiredAt = performance.now();
+        const alive = await this.#call('acquire', () => etcdLease.keepaliveOnce()).then((r) => Number(r.TTL) > 0, (e: unknown) => (isLeaseGone(e) ? false : Promise.reject(e)));
+        if (!alive) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the waiter\'s lease expired while it waited') });
+      }
+      const lost = new AbortController();
+      const lease: EtcdLockLease = {
+        key: req.key, owner: req.owner, token: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal,
+        watcher: this.#watchLoss(path, revision, lost),
+      };
+      return lease;
+    } catch (error) {
+      // A cancelled, timed-out or failed waiter removes its key and lease before reporting.
+      if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(() => undefined);
+      await etcdLease.revoke().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
+    const l = lease as EtcdLockLease;
+    const ttlSeconds = ttlMs / 1000;
+    if (ttlSeconds !== l.ttlSeconds) return this.#rebind(l, ttlSeconds);
+    let alive: boolean;
+    try {
+      const response = await this.#call('renew', () => l.etcdLease.keepaliveOnce());
+      alive = Number(response.TTL) > 0;
+    } catch (error) {
+      if (isLeaseGone(error)) return false;
+      throw error;
+    }
+    // The lease alone is not the claim: the key may have been deleted under it.
+    return alive && (await this.#ownsKey(l));
+  }
+
+  async release(lease: Lease): Promise<void> {
+    const l = lease as EtcdLockLease;
+    void l.watcher.then((w) => w?.cancel()).catch(() => undefined);
+    await this.#call('release', () => this.client.delete().key(l.path).exec());
+    await this.#call('release', () => l.etcdLease.revoke());
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#ownsClient) this.client.close();
+  }
+
+  /** Aborts `lost` when our key is deleted after `fromRevision`. Started without waiting for it. */
+  async #watchLoss(path: string, fromRevision: bigint, lost: AbortController): Promise<Watcher | undefined> {
+    try {
+      const watcher = await this.client.watch().key(path).startRevision((fromRevision + 1n).toString()).create();
+      watcher.on('delete', () => lost.abort(new Error(`etcd key ${path} was deleted (lease revoked or expired)`)));
+      watcher.on('error', () => undefined);
+      return watcher;
+    } catch {
+      // No push notice then; renewal still finds the loss within one period.
+      return undefined;
+    }
+  }
+
+  #holderQuery(lockPrefix: string) {
+    return this.client.getAll().prefix(lockPrefix).sort('Create', 'Ascend').limit(1);
+  }
+
+  async #ownsKey(l: EtcdLockLease): Promise<boolean> {
+    const found = await this.#call('renew', () => this.client.get(l.path).exec());
+    const kv = found.kvs[0];
+    return kv !== undefined && BigInt(kv.create_revision) === l.token;
+  }
+
+  /** A new ttl needs a new lease: move our key to it (only if the key is still ours), then drop the old one. */
+  async #rebind(l: EtcdLockLease, ttlSeconds: number): Promise<boolean> {
+    const next = this.client.lease(ttlSeconds, { autoKeepAlive: false });
+    next.on('lost', () => undefined);
+    const id = await this.#call('renew', () => next.grant());
+    const result = await this.#call('renew', () =>
+      this.client.if(l.path, 'Create', '==', l.token.toString()).then(this.client.put(l.path).value(l.owner).lease(id)).commit(),
+    );
+    if (!result.succeeded) {
+      await next.revoke().catch(() => undefined);
+      return false;
+    }
+    const old = l.etcdLease;
+    l.etcdLease = next;
+    l.ttlSeconds = ttlSeconds;
+    await old.revoke().catch(() => undefined);
+    return true;
+  }
+
+  /**
+   * Wait until no key under the prefix has a create revision below ours: watch the nearest earlier
+   * one for deletion (from the revision we read it at, so its deletion cannot slip by), then look
+   * again. Rejects with `signal.reason` on abort.
+   */
+  async #waitForPredecessors(lockPrefix: string, mine: bigint, seenAt: bigint, signal: AbortSignal): Promise<void> {
+    for (;;) {
+      signal.throwIfAborted();
+      const found = await this.#call('wait', () =>
+        this.client.getAll().prefix(lockPrefix).maxCreateRevision((mine - 1n).toString()).sort('Create', 'Descend').limit(1).exec(),
+      );
+      const predecessor = found.kvs[0];
+      if (!predecessor) return;
+      const at = BigInt(found.header.revision);
+      await this.#deleted(predecessor.key, (at > seenAt ? at : seenAt) + 1n, signal);
+    }
+  }
+
+  /** Resolves when `key` is deleted at or after `fromRevision`; rejects with the abort reason. */
+  async #deleted(key: Buffer, fromRevision: bigint, signal: AbortSignal): Promise<void> {
+    const watcher = await this.#call('watch', () => this.client.watch().key(key).startRevision(fromRevision.toString()).create());
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = () => reject(signal.reason);
+        if (signal.aborted) return onAbort();
+        signal.addEventListener('abort', onAbort, { once: true });
+        const done = () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        watcher.on('delete', done);
+        // A compacted start revision means the key is long gone: look again.
+        watcher.on('error', done);
+      });
+    } finally {
+      await watcher.cancel().catch(() => undefined);
+    }
+  }
+
+  async #call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      if (isLeaseGone(error)) throw error;
+      const kind = `${(error as Error)?.constructor?.name} ${(error as Error)?.message}`;
+      if (/Unavailable|DeadlineExceeded|ConnectFailed|ClientClosed|ECONNREFUSED|BrokenCircuit/.test(kind)) {
+        throw new BackendUnavailableError(this.name, operation, { cause: error });
+      }
+      throw new BackendError(this.name, operation, { cause: error });
+    }
+  }
+}
+
+/**
+ * An etcd backend. @throws InvalidArgumentError for bad options; store failures surface as
+ * BackendUnavailableError / BackendError from the Locker's calls.
+ */
+export function etcdBackend(options: EtcdBackendOptions): EtcdBackend {
+  return new EtcdBackend(options);
+}

@@ -1,0 +1,1 @@
+export { EtcdBackend, etcdBackend, type EtcdBackendOptions } from './etcd-backend.js';

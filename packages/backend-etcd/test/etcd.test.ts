@@ -1,0 +1,68 @@
+import { createLocker, type Locker } from '@deadbolt/core';
+import { matrixUrl } from '@deadbolt/conformance';
+import { etcdBackend } from '@deadbolt/etcd';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+
+const url = matrixUrl('etcd');
+const admin = etcdBackend({ url });
+const lockers: Locker[] = [];
+const newLocker = (ttlMs = 2000) => {
+  const locker = createLocker(etcdBackend({ url }), { ttlMs });
+  lockers.push(locker);
+  return locker;
+};
+const key = () => `etcd-test/${Math.random().toString(36).slice(2)}`;
+
+afterEach(async () => {
+  await Promise.allSettled(lockers.splice(0).map((l) => l.close()));
+});
+afterAll(() => admin.close());
+
+describe('etcd backend', () => {
+  it('aborts lock.signal as soon as the lease is revoked, long before the next renewal', async () => {
+    const locker = newLocker(30_000); // renewal every 10 s: only the key watch can be this quick
+    const k = key();
+    const lock = await locker.lock(k);
+    const kv = (await admin.client.getAll().prefix(admin.prefixFor(k)).exec()).kvs[0]!;
+    expect(BigInt(kv.create_revision)).toBe(lock.token); // the token is the key's create revision
+    await new Promise((r) => setTimeout(r, 200)); // the loss watch starts in the background
+    const revokedAt = performance.now();
+    await admin.client.leaseClient.leaseRevoke({ ID: kv.lease });
+    await new Promise<void>((resolve) => lock.signal.addEventListener('abort', () => resolve(), { once: true }));
+    expect(performance.now() - revokedAt).toBeLessThan(2000);
+    expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+  });
+
+  it('a waiter that waits longer than its ttl still holds a live lease when granted', async () => {
+    const [a, b] = [newLocker(2000), newLocker(2000)];
+    const k = key();
+    const held = await a.lock(k);
+    const waiting = b.lock(k);
+    await new Promise((r) => setTimeout(r, 5000)); // 2.5 × ttl
+    await held.release();
+    const lock = await waiting;
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(lock.held).toBe(true);
+    expect((await admin.client.getAll().prefix(admin.prefixFor(k)).keys()).length).toBe(1);
+    await lock.release();
+  }, 30_000);
+
+  it('rejects ttls etcd cannot honour, before any I/O', async () => {
+    const locker = newLocker();
+    await expect(locker.lock(key(), { ttlMs: 1000 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(locker.lock(key(), { ttlMs: 2500 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await (await locker.lock(key(), { ttlMs: 3000 })).release();
+  });
+
+  it('extend() to a different ttl moves the key to a new lease and keeps the token', async () => {
+    const locker = newLocker();
+    const k = key();
+    const lock = await locker.lock(k);
+    await lock.extend(6000);
+    const kv = (await admin.client.getAll().prefix(admin.prefixFor(k)).exec()).kvs[0]!;
+    expect(BigInt(kv.create_revision)).toBe(lock.token);
+    const ttl = await admin.client.leaseClient.leaseTimeToLive({ ID: kv.lease });
+    expect(Number(ttl.grantedTTL)).toBe(6);
+    await lock.release();
+  });
+});
