@@ -2,15 +2,19 @@
 // fenced by the lock's token, on the memory backend and on every real backend test-matrix has
 // started. Then a paused holder shows why tokens matter. `pnpm demo`
 import { createLocker, memoryBackend } from '@deadbolt/core';
+import { etcdBackend } from '@deadbolt/etcd';
+import { mysqlBackend } from '@deadbolt/mysql';
 import { redisBackend } from '@deadbolt/redis';
 
 const WORKERS = 4;
-const ROUNDS = 250;
+const ROUNDS = 100;
 
 const backends = [
   { name: 'memory', make: () => memoryBackend() },
   { name: 'redis', url: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379', make() { return redisBackend({ url: this.url }); } },
   { name: 'redis unordered', url: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379', make() { return redisBackend({ url: this.url, fifo: false }); } },
+  { name: 'mysql', url: process.env.DEADBOLT_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test', make() { return mysqlBackend({ url: this.url }); } },
+  { name: 'etcd', url: process.env.DEADBOLT_ETCD_URL ?? 'etcd://127.0.0.1:2379', make() { return etcdBackend({ url: this.url }); }, ttlMs: 2000 },
 ];
 
 /** A store that accepts a write only with a token at least as new as the newest it has seen. */
@@ -60,12 +64,11 @@ for (const spec of backends) {
   const seconds = (performance.now() - started) / 1000;
 
   // A holder that stops renewing (think: a long GC pause) loses its lease; its late write is refused.
-  const paused = await lockers[0].tryLock(`${key}:pause`, { ttlMs: 200 });
-  const stale = createLocker(spec.make(), { ttlMs: 200, autoRenew: false });
-  await paused.release();
+  const pauseTtl = spec.ttlMs ?? 200;
+  const stale = createLocker(spec.make(), { ttlMs: pauseTtl, autoRenew: false });
   const old = await stale.lock(`${key}:pause`);
   counter.write(old.token, counter.value);
-  await new Promise((r) => setTimeout(r, 300));
+  await new Promise((r) => setTimeout(r, pauseTtl + 300));
   const fresh = await lockers[1].lock(`${key}:pause`);
   counter.write(fresh.token, counter.value);
   const lateAccepted = counter.write(old.token, -1);

@@ -7,46 +7,38 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { contended, uncontended, type ContendedResult, type UncontendedResult } from './scenarios.js';
-import { redisFloor, subjects, type Subject } from './subjects.js';
+import { floors, subjects, type Store } from './subjects.js';
 
 const args = process.argv.slice(2);
 const full = args.includes('--full');
 const only = args.includes('--only') ? args[args.indexOf('--only') + 1]!.split(',') : undefined;
-const redisUrl = process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
 const clientCounts = full ? [2, 8, 32] : [2, 8];
-
-async function redisUp(): Promise<string | undefined> {
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
-  redis.on('error', () => undefined);
-  try {
-    await redis.connect();
-    return (await redis.info('server')).match(/redis_version:(\S+)/)?.[1];
-  } catch {
-    return undefined;
-  } finally {
-    redis.disconnect();
-  }
-}
-
 const progress = (text: string) => process.stderr.write(`\r\x1b[K${text}`);
 const f = (n: number, digits = 2) => n.toFixed(digits);
 
-const redisVersion = await redisUp();
-const available = subjects(redisUrl).filter(
-  (s) => (s.store === 'memory' || redisVersion) && (!only || only.some((o) => s.store === o || s.name.includes(o))),
-);
+const all = subjects();
+const stores = [...new Set(all.map((s) => s.store))].filter((store) => !only || only.includes(store));
+const up = new Map<Store, boolean>();
+for (const store of stores) {
+  // A store is benchmarked when deadbolt's own backend can take a lock on it.
+  const probe = await all.find((s) => s.store === store && s.name.startsWith('deadbolt'))!.client();
+  up.set(store, await probe.acquire(`bench:probe:${process.pid}`).then(async (release) => (await release(), true), () => false));
+  await probe.close().catch(() => undefined);
+}
+const available = all.filter((s) => up.get(s.store));
 const uncontendedResults: UncontendedResult[] = [];
 const contendedResults: ContendedResult[] = [];
 
-if (redisVersion && (!only || only.includes('redis'))) {
-  progress('scenario 1: redis floor');
-  const floor = await redisFloor(redisUrl);
-  uncontendedResults.push(await uncontended('redis floor (SET NX PX + DEL)', floor, cycles));
-  await floor.close();
+for (const store of stores) {
+  const floor = floors[store];
+  if (!floor || !up.get(store)) continue;
+  progress(`scenario 1: ${floor.name}`);
+  const client = await floor.client();
+  uncontendedResults.push(await uncontended(floor.name, client, cycles));
+  await client.close();
 }
 for (const subject of available) {
   progress(`scenario 1: ${subject.name}`);
@@ -62,18 +54,24 @@ for (const subject of available) {
 }
 progress('');
 
-const floorRate = uncontendedResults.find((r) => r.subject.startsWith('redis floor'));
+const floorOf = (subject: string) => {
+  const store = all.find((s) => s.name === subject)?.store;
+  const name = store && floors[store]?.name;
+  return uncontendedResults.find((r) => r.subject === name);
+};
 const lines: string[] = [];
 lines.push('# deadbolt benchmark', '');
 lines.push(
   `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; ` +
-    `Redis ${redisVersion ?? 'not running'} at ${redisUrl}; profile ${full ? 'full' : 'quick'}. All subjects ran in this one process, one after another, on the same server.`,
+    `stores: ${stores.map((s) => `${s} ${up.get(s) ? 'up' : 'not running (skipped)'}`).join(', ')}; profile ${full ? 'full' : 'quick'}. ` +
+    'All subjects ran in this one process, one after another, on the same servers (test-matrix versions: `test-matrix/status`).',
   '',
 );
 lines.push('## Scenario 1: uncontended acquire + release', '');
 lines.push('| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) |', '|---|---|---|---|---|---|');
 for (const r of uncontendedResults) {
-  const ratio = floorRate && !r.subject.includes('memory') ? `${f(r.cycle.p50 / floorRate.cycle.p50)}×` : '';
+  const floor = floorOf(r.subject);
+  const ratio = floor ? `${f(r.cycle.p50 / floor.cycle.p50)}×` : '';
   lines.push(`| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} |`);
 }
 lines.push('', `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row)`, '');
@@ -95,6 +93,6 @@ mkdirSync(dir, { recursive: true });
 writeFileSync(join(dir, 'summary.md'), summary);
 writeFileSync(
   join(dir, 'results.json'),
-  JSON.stringify({ full, redisVersion, node: process.version, uncontended: uncontendedResults, contended: contendedResults }, null, 1),
+  JSON.stringify({ full, stores: Object.fromEntries(up), node: process.version, uncontended: uncontendedResults, contended: contendedResults }, null, 1),
 );
 console.log(`\nwritten to ${dir}`);

@@ -1,8 +1,21 @@
 import { createLocker, memoryBackend, MemoryLockStore, type LockBackend } from '@deadbolt/core';
+import { etcdBackend } from '@deadbolt/etcd';
+import { mysqlBackend } from '@deadbolt/mysql';
 import { redisBackend } from '@deadbolt/redis';
+import { Etcd3, EtcdLockFailedError } from 'etcd3';
+import { createPool } from 'mysql2/promise';
 import { Redlock } from '@sesamecare-oss/redlock';
 import { Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
+
+export type Store = 'memory' | 'redis' | 'mysql' | 'etcd';
+
+/** Where each store listens (test-matrix's URLs unless DEADBOLT_<STORE>_URL says otherwise). */
+export const urls = {
+  redis: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379',
+  mysql: process.env.DEADBOLT_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
+  etcd: process.env.DEADBOLT_ETCD_URL ?? 'etcd://127.0.0.1:2379',
+};
 
 /** Something that takes and gives back one lock, the way its library's user would write it. */
 export interface Client {
@@ -13,11 +26,12 @@ export interface Client {
 /** One contender in a benchmark: how to make a client with its own connection. */
 export interface Subject {
   name: string;
-  store: 'memory' | 'redis';
+  store: Store;
   client(): Promise<Client>;
 }
 
 const TTL_MS = 10_000;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 function deadbolt(name: string, store: Subject['store'], make: () => LockBackend): Subject {
   return {
@@ -36,7 +50,8 @@ function deadbolt(name: string, store: Subject['store'], make: () => LockBackend
   };
 }
 
-export function subjects(redisUrl: string): Subject[] {
+export function subjects(): Subject[] {
+  const redisUrl = urls.redis;
   const memoryStore = new MemoryLockStore();
   const redisClient = async (make: (redis: Redis) => Client['acquire']): Promise<Client> => {
     const redis = new Redis(redisUrl);
@@ -46,6 +61,31 @@ export function subjects(redisUrl: string): Subject[] {
     deadbolt('deadbolt memory', 'memory', () => memoryBackend({ store: memoryStore })),
     deadbolt('deadbolt redis', 'redis', () => redisBackend({ url: redisUrl })),
     deadbolt('deadbolt redis unordered', 'redis', () => redisBackend({ url: redisUrl, fifo: false })),
+    deadbolt('deadbolt mysql', 'mysql', () => mysqlBackend({ url: urls.mysql })),
+    deadbolt('deadbolt etcd', 'etcd', () => etcdBackend({ url: urls.etcd })),
+    ...[100, 5].map((retryMs): Subject => ({
+      name: `etcd3 Lock (retry every ${retryMs} ms)`,
+      store: 'etcd',
+      async client() {
+        const etcd = new Etcd3({ hosts: urls.etcd.replace(/^etcd:/, 'http:') });
+        return {
+          async acquire(key) {
+            // etcd3's Lock only try-locks; a user retries it.
+            for (;;) {
+              const lock = etcd.lock(key).ttl(TTL_MS / 1000);
+              try {
+                await lock.acquire();
+                return async () => void (await lock.release());
+              } catch (error) {
+                if (!(error instanceof EtcdLockFailedError)) throw error;
+                await sleep(retryMs);
+              }
+            }
+          },
+          close: async () => etcd.close(),
+        };
+      },
+    })),
     {
       name: 'redis-semaphore Mutex (defaults)',
       store: 'redis',
@@ -100,8 +140,50 @@ export function subjects(redisUrl: string): Subject[] {
   ];
 }
 
-/** The floor: the store's minimal acquire and release, by the same client library. */
-export async function redisFloor(redisUrl: string): Promise<Client> {
+/** The floors: each store's minimal acquire and release round trips, by the same client library. */
+export const floors: Partial<Record<Store, { name: string; client(): Promise<Client> }>> = {
+  redis: { name: 'redis floor (SET NX PX + DEL)', client: () => redisFloor(urls.redis) },
+  mysql: {
+    name: 'mysql floor (the same two UPDATEs, raw)',
+    async client() {
+      const pool = createPool({ uri: urls.mysql, connectionLimit: 1 });
+      await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k VARCHAR(64) PRIMARY KEY, owner CHAR(36) NULL, expires_at DATETIME(6) NULL, token BIGINT UNSIGNED NOT NULL)');
+      const seen = new Set<string>();
+      return {
+        async acquire(key) {
+          const k = key.slice(-64);
+          if (!seen.has(k)) await pool.execute('INSERT IGNORE INTO bench_floor VALUES (?, NULL, NULL, 0)', [k]);
+          seen.add(k);
+          const [r] = await pool.execute<any>('UPDATE bench_floor SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NOW(6) + INTERVAL 10 SECOND WHERE k = ? AND (owner IS NULL OR expires_at <= NOW(6))', ['o', k]);
+          if (r.affectedRows !== 1) throw new Error('floor key was busy');
+          return async () => void (await pool.execute('UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = ? AND owner = ?', [k, 'o']));
+        },
+        close: () => pool.end(),
+      };
+    },
+  },
+  etcd: {
+    name: 'etcd floor (lease grant, put-if-absent txn, delete, revoke)',
+    async client() {
+      const etcd = new Etcd3({ hosts: urls.etcd.replace(/^etcd:/, 'http:') });
+      return {
+        async acquire(key) {
+          const lease = etcd.lease(10, { autoKeepAlive: false });
+          const id = await lease.grant();
+          const r = await etcd.if(key, 'Create', '==', 0).then(etcd.put(key).value('o').lease(id)).commit();
+          if (!r.succeeded) throw new Error('floor key was busy');
+          return async () => {
+            await etcd.delete().key(key).exec();
+            await lease.revoke();
+          };
+        },
+        close: async () => etcd.close(),
+      };
+    },
+  },
+};
+
+async function redisFloor(redisUrl: string): Promise<Client> {
   const redis = new Redis(redisUrl);
   let n = 0;
   return {

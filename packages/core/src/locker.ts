@@ -270,6 +270,8 @@ class LockHandle implements Lock {
   #expiryTimer: NodeJS.Timeout | undefined;
   #lastRenewError: unknown;
   #released: Promise<void> | undefined;
+  /** Our listener on `lease.lost` (a backend may share that signal between many leases). */
+  #onStoreLoss: (() => void) | undefined;
 
   constructor(
     locker: DefaultLocker,
@@ -287,13 +289,17 @@ class LockHandle implements Lock {
     this.#fixedRenewIntervalMs = renewIntervalMs;
     this.#autoRenew = autoRenew;
     this.#validUntil = lease.acquiredAt + safeLifetime(ttlMs);
-    lease.lost?.addEventListener(
-      'abort',
-      () => this.#lose(new LockLostError(this.key, `the store reported lock ${JSON.stringify(this.key)} lost`, { cause: lease.lost?.reason })),
-      { once: true },
-    );
-    if (lease.lost?.aborted) this.#lose(new LockLostError(this.key, 'the store reported the lease lost'));
-    else this.#schedule();
+    if (lease.lost?.aborted) {
+      this.#lose(new LockLostError(this.key, 'the store reported the lease lost', { cause: lease.lost.reason }));
+      return;
+    }
+    if (lease.lost) {
+      const lost = lease.lost;
+      this.#onStoreLoss = () =>
+        this.#lose(new LockLostError(this.key, `the store reported lock ${JSON.stringify(this.key)} lost`, { cause: lost.reason }));
+      lost.addEventListener('abort', this.#onStoreLoss, { once: true });
+    }
+    this.#schedule();
   }
 
   get signal(): AbortSignal {
@@ -413,6 +419,10 @@ class LockHandle implements Lock {
         cause === undefined ? undefined : { cause },
       ),
     );
+    // A store whose lease is a session (ZooKeeper) keeps the claim as long as the client lives, so
+    // hand it back now that we no longer count on it. Owner-checked, so harmless on ttl stores; a
+    // failure changes nothing for the caller, who has already been told the lock is lost.
+    this.#locker.backend.release(this.#lease).catch(() => undefined);
   }
 
   #lose(error: LockLostError): void {
@@ -423,6 +433,10 @@ class LockHandle implements Lock {
   }
 
   #stopTimers(): void {
+    if (this.#state !== 'held' && this.#onStoreLoss) {
+      this.#lease.lost?.removeEventListener('abort', this.#onStoreLoss);
+      this.#onStoreLoss = undefined;
+    }
     clearTimeout(this.#renewTimer);
     clearTimeout(this.#expiryTimer);
     this.#renewTimer = this.#expiryTimer = undefined;
