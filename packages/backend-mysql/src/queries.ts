@@ -28,3 +28,19 @@ export const renew = `UPDATE ?? SET expires_at = NOW(6) + INTERVAL ? MICROSECOND
 
 /** Params: hash, owner. Owner-checked and idempotent. */
 export const release = `UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_hash = ? AND owner = ?`;
+
+// Session mode: the lock is a named lock (`GET_LOCK`) held by one dedicated connection; the row
+// only supplies the fencing counter.
+
+/** Params: seconds. The server closes the held connection (so frees the lock) after this long idle. */
+export const sessionIdleLimit = `SET SESSION wait_timeout = ?`;
+export const sessionIdleReset = `SET SESSION wait_timeout = @@GLOBAL.wait_timeout`;
+/** Params: name, seconds (0 = one attempt). 1 = granted, 0 = timed out, NULL = error or killed. */
+export const getLock = `SELECT GET_LOCK(?, ?) AS got`;
+/** Params: name. 1 while this connection holds it. */
+export const holdsLock = `SELECT IS_USED_LOCK(?) = CONNECTION_ID() AS mine`;
+export const releaseLock = `SELECT RELEASE_LOCK(?) AS released`;
+/** Params: owner, hash, key. Bumps the counter for a named-lock holder. */
+export const sessionToken = `UPDATE ?? SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NULL WHERE key_hash = ? AND lock_key = ?`;
+/** Params: hash, key, owner. */
+export const sessionTokenFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, NULL, LAST_INSERT_ID(1))`;

@@ -4,10 +4,12 @@ import { mysqlHarness } from './harness.js';
 
 const url = matrixUrl('mysql');
 
-defineConformanceSuite({
-  name: 'mysql',
-  createBackend: () => mysqlBackend({ url }),
-  createUnreachableBackend: () => mysqlBackend({ url: 'mysql://root@127.0.0.1:1/test' }),
-  child: { module: import.meta.resolve('@deadbolt/mysql'), export: 'mysqlBackend', options: { url } },
-  harness: mysqlHarness(url),
-});
+for (const mode of ['lease', 'session'] as const) {
+  defineConformanceSuite({
+    name: mode === 'lease' ? 'mysql' : 'mysql (session)',
+    createBackend: () => mysqlBackend({ url, mode }),
+    createUnreachableBackend: () => mysqlBackend({ url: 'mysql://root@127.0.0.1:1/test', mode }),
+    child: { module: import.meta.resolve('@deadbolt/mysql'), export: 'mysqlBackend', options: { url, mode } },
+    harness: mysqlHarness(url, mode),
+  });
+}

@@ -2,12 +2,14 @@ import type { ConformanceHarness } from '@deadbolt/conformance';
 import { restartMatrixServer } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
 import { MysqlBackend } from '@deadbolt/mysql';
-import { createPool } from 'mysql2/promise';
+import { createPool, type Pool } from 'mysql2/promise';
 
 /** Reads and breaks the lock table directly. */
-export function mysqlHarness(url: string, table = 'deadbolt_locks'): ConformanceHarness {
+export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', table = 'deadbolt_locks'): ConformanceHarness {
   const admin = createPool({ uri: url, connectionLimit: 2 });
+  if (mode === 'session') return { ...sessionHarness(admin, table), ...common(admin, table) };
   return {
+    ...common(admin, table),
     async inspect(key) {
       const [rows] = await admin.query<any[]>(
         'SELECT owner FROM ?? WHERE key_hash = ? AND owner IS NOT NULL AND expires_at > NOW(6)',
@@ -18,6 +20,30 @@ export function mysqlHarness(url: string, table = 'deadbolt_locks'): Conformance
     async loseClaim(key) {
       await admin.query('UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
     },
+  };
+}
+
+/** In session mode the claim is the named lock: who holds it, and killing that connection. */
+function sessionHarness(admin: Pool, table: string): Pick<ConformanceHarness, 'inspect' | 'loseClaim'> {
+  const holder = async (key: string) => {
+    const [rows] = await admin.query<any[]>('SELECT IS_USED_LOCK(?) AS thread', [MysqlBackend.lockName(key)]);
+    return rows[0]?.thread as number | null;
+  };
+  return {
+    async inspect(key) {
+      if ((await holder(key)) === null) return [];
+      const [rows] = await admin.query<any[]>('SELECT owner FROM ?? WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
+      return rows.map((r) => String(r.owner));
+    },
+    async loseClaim(key) {
+      const thread = await holder(key);
+      if (thread !== null) await admin.query('KILL ?', [thread]);
+    },
+  };
+}
+
+function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' | 'loseClaim'> {
+  return {
     async dropConnection(backend: LockBackend) {
       for (const id of (backend as MysqlBackend).threadIds) await admin.query('KILL ?', [id]).catch(() => undefined);
     },

@@ -1,0 +1,60 @@
+import { createLocker, type Locker } from '@deadbolt/core';
+import { matrixUrl } from '@deadbolt/conformance';
+import { mysqlBackend, type MysqlBackend } from '@deadbolt/mysql';
+import { createPool } from 'mysql2/promise';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+
+const url = matrixUrl('mysql');
+const admin = createPool({ uri: url, connectionLimit: 2 });
+const lockers: Locker[] = [];
+const track = (locker: Locker) => (lockers.push(locker), locker);
+const key = () => `mysql-test/${Math.random().toString(36).slice(2)}`;
+
+afterEach(async () => {
+  await Promise.allSettled(lockers.splice(0).map((l) => l.close()));
+});
+afterAll(async () => {
+  await admin.query('DROP TABLE IF EXISTS deadbolt_race, deadbolt_broken');
+  await admin.end();
+});
+
+describe('mysql backend', () => {
+  it('creates its table race-free when many lockers start at once', async () => {
+    await admin.query('DROP TABLE IF EXISTS deadbolt_race');
+    const many = Array.from({ length: 8 }, () => track(createLocker(mysqlBackend({ url, table: 'deadbolt_race' }), { ttlMs: 5000 })));
+    const locks = await Promise.all(many.map((l, i) => l.lock(`${key()}-${i}`)));
+    expect(locks.every((l) => l.held && l.token === 1n)).toBe(true); // each key its own counter
+    await Promise.all(locks.map((l) => l.release()));
+  });
+
+  it('reports an SQL error as BackendError, never as busy', async () => {
+    await admin.query('DROP TABLE IF EXISTS deadbolt_broken');
+    await admin.query('CREATE TABLE deadbolt_broken (something INT)');
+    const locker = track(createLocker(mysqlBackend({ url, table: 'deadbolt_broken' }), { ttlMs: 5000 }));
+    await expect(locker.tryLock(key())).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    await expect(locker.lock(key(), { timeoutMs: 1000 })).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+  });
+
+  it('session mode: a dead holder connection frees the lock at once, and the waiter blocked in the server gets it', async () => {
+    const a = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const b = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const k = key();
+    const held = await a.lock(k);
+    const waiting = b.lock(k, { timeoutMs: 10_000 });
+    await new Promise((r) => setTimeout(r, 200));
+    const killedAt = performance.now();
+    for (const id of (a.backend as MysqlBackend).threadIds) await admin.query('KILL ?', [id]).catch(() => undefined);
+    const lock = await waiting;
+    expect(performance.now() - killedAt).toBeLessThan(2000); // not the 30 s ttl
+    expect(lock.token).toBeGreaterThan(held.token);
+    await lock.release();
+  });
+
+  it('stores a 1024-byte key with any characters, binary-exact', async () => {
+    const locker = track(createLocker(mysqlBackend({ url }), { ttlMs: 5000 }));
+    const long = 'é'.repeat(512);
+    const lock = await locker.lock(long);
+    expect(await locker.tryLock('é'.repeat(511) + 'e')).not.toBeNull();
+    await lock.release();
+  });
+});
