@@ -189,7 +189,6 @@ export class MysqlBackend implements LockBackend {
     let held = false;
     try {
       await connection.query(sql.sessionIdleLimit, [req.ttlMs / 1000]);
-      const acquiredAt = performance.now();
       // A waiter blocks inside the server; aborting it is a KILL QUERY from another connection.
       const kill = () => void this.pool.query('KILL QUERY ?', [connection.threadId]).catch(() => undefined);
       if (req.wait) req.signal.addEventListener('abort', kill, { once: true });
@@ -208,6 +207,8 @@ export class MysqlBackend implements LockBackend {
         if (req.wait) throw new BackendError(this.name, 'acquire', { cause: new Error(`GET_LOCK returned ${String(got)}`) });
         return null;
       }
+      // The server's idle clock restarts with each statement: count the lease from this one.
+      const acquiredAt = performance.now();
       const keyBytes = Buffer.from(req.key, 'utf8');
       let [result] = await connection.execute<ResultSetHeader>(this.#sql.sessionToken, [req.owner, hash, keyBytes]);
       if (result.affectedRows !== 1) [result] = await connection.execute<ResultSetHeader>(this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner]);
