@@ -298,6 +298,22 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         await lock.release();
       }, 60_000);
 
+      it('8b. a waiter granted after waiting longer than ttl still holds a full lease', async () => {
+        const key = freshKey();
+        const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
+        const held = await a.lock(key);
+        const waiting = b.lock(key);
+        await sleep(2 * T);
+        await held.release();
+        const lock = await waiting;
+        await sleep(1.5 * T);
+        expect(lock.held).toBe(true);
+        expect(lock.signal.aborted).toBe(false);
+        expect(await c.tryLock(key)).toBeNull();
+        expect(await harness.inspect(key)).toEqual([lock.owner]);
+        await lock.release();
+      }, 60_000);
+
       crossProcessIt('9a. crash: a kill -9ed holder is replaced after its lease, never before', async () => {
         const key = freshKey();
         const child = await spawnChild();
