@@ -60,7 +60,8 @@ export async function contended(subject: Subject, clients: number, holdMs: numbe
           const asked = performance.now();
           const release = await client.acquire(key);
           const granted = performance.now();
-          await sleep(holdMs);
+          if (holdMs > 0) await sleep(holdMs);
+          else await Promise.resolve(); // an empty critical section: hand over at once
           const released = performance.now();
           await release();
           records.push({ client: index, asked, granted, released });
