@@ -2,6 +2,7 @@
 # The test command (`pnpm test`): start the real servers, build, run every test, write the
 # backend × behaviour matrix. In CI (CI=true) every server must come up; locally
 # DEADBOLT_BACKENDS=redis,mysql narrows both the servers and the backend test files.
+# Test files given as arguments run instead of all (`pnpm matrix` passes the conformance files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -9,7 +10,9 @@ bash test-matrix/up
 pnpm -s build
 pnpm -s typecheck
 files=(packages/core packages/conformance)
-if [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then
+if [ $# -gt 0 ]; then
+  files=("$@")
+elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then
   for b in ${DEADBOLT_BACKENDS//,/ }; do [ -d "packages/backend-$b" ] && files+=("packages/backend-$b"); done
 else
   files=()

@@ -1,21 +1,14 @@
-import { createLocker, type Locker } from '@deadbolt/core';
-import { matrixUrl } from '@deadbolt/conformance';
+import { createLocker } from '@deadbolt/core';
+import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { etcdBackend } from '@deadbolt/etcd';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
 const url = matrixUrl('etcd');
 const admin = etcdBackend({ url });
-const lockers: Locker[] = [];
-const newLocker = (ttlMs = 2000) => {
-  const locker = createLocker(etcdBackend({ url }), { ttlMs });
-  lockers.push(locker);
-  return locker;
-};
+const track = closeLockersAfterEach();
+const newLocker = (ttlMs = 2000) => track(createLocker(etcdBackend({ url }), { ttlMs }));
 const key = () => `etcd-test/${Math.random().toString(36).slice(2)}`;
 
-afterEach(async () => {
-  await Promise.allSettled(lockers.splice(0).map((l) => l.close()));
-});
 afterAll(() => admin.close());
 
 describe('etcd backend', () => {
@@ -28,7 +21,7 @@ describe('etcd backend', () => {
     await new Promise((r) => setTimeout(r, 200)); // the loss watch starts in the background
     const revokedAt = performance.now();
     await admin.client.leaseClient.leaseRevoke({ ID: kv.lease });
-    if (!lock.signal.aborted) await new Promise<void>((resolve) => lock.signal.addEventListener('abort', () => resolve(), { once: true }));
+    await abortedWithin(lock, 2000);
     expect(performance.now() - revokedAt).toBeLessThan(2000);
     expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
   });

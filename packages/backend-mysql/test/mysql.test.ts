@@ -1,18 +1,14 @@
-import { createLocker, type Locker } from '@deadbolt/core';
-import { matrixUrl } from '@deadbolt/conformance';
+import { createLocker } from '@deadbolt/core';
+import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { mysqlBackend, type MysqlBackend } from '@deadbolt/mysql';
 import { createPool } from 'mysql2/promise';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
 const url = matrixUrl('mysql');
 const admin = createPool({ uri: url, connectionLimit: 2 });
-const lockers: Locker[] = [];
-const track = (locker: Locker) => (lockers.push(locker), locker);
+const track = closeLockersAfterEach();
 const key = () => `mysql-test/${Math.random().toString(36).slice(2)}`;
 
-afterEach(async () => {
-  await Promise.allSettled(lockers.splice(0).map((l) => l.close()));
-});
 afterAll(async () => {
   await admin.query('DROP TABLE IF EXISTS deadbolt_race, deadbolt_broken');
   await admin.end();

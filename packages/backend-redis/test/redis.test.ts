@@ -1,22 +1,15 @@
-import { createLocker, type Locker } from '@deadbolt/core';
-import { matrixUrl, restartMatrixServer } from '@deadbolt/conformance';
+import { createLocker } from '@deadbolt/core';
+import { abortedWithin, closeLockersAfterEach, matrixUrl, restartMatrixServer } from '@deadbolt/conformance';
 import { redisBackend } from '@deadbolt/redis';
 import { Redis } from 'ioredis';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
 const url = matrixUrl('redis');
 const admin = new Redis(url);
-const lockers: Locker[] = [];
-const newLocker = (fifo?: boolean, ttlMs = 1000) => {
-  const locker = createLocker(redisBackend({ url, fifo }), { ttlMs });
-  lockers.push(locker);
-  return locker;
-};
+const track = closeLockersAfterEach();
+const newLocker = (fifo?: boolean, ttlMs = 1000) => track(createLocker(redisBackend({ url, fifo }), { ttlMs }));
 const key = () => `redis-test/${Math.random().toString(36).slice(2)}`;
 
-afterEach(async () => {
-  await Promise.allSettled(lockers.splice(0).map((l) => l.close()));
-});
 afterAll(() => admin.disconnect());
 
 describe('redis backend', () => {
@@ -38,8 +31,7 @@ describe('redis backend', () => {
     const before = await locker.lock(k);
     await restartMatrixServer('redis');
     expect(await admin.dbsize()).toBe(0);
-    // The restart may outlast the ttl: the signal can have aborted before we look.
-    if (!before.signal.aborted) await new Promise<void>((resolve) => before.signal.addEventListener('abort', () => resolve(), { once: true }));
+    await abortedWithin(before, 10_000); // the restart may outlast the ttl: it may have aborted already
     expect(before.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
     const after = await newLocker().lock(k, { timeoutMs: 10_000 });
     expect(after.token).toBeGreaterThan(before.token);
@@ -60,9 +52,8 @@ describe('redis backend', () => {
   });
 
   it('wakes a waiter by message, not by its poll timer', async () => {
-    const a = createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 });
-    const b = createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 });
-    lockers.push(a, b);
+    const a = track(createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 }));
+    const b = track(createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 }));
     const k = key();
     const held = await a.lock(k);
     const waiting = b.lock(k);

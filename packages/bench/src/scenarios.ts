@@ -1,7 +1,7 @@
+import { sleep } from '@deadbolt/core';
 import { jain, summarize, type Summary } from './stats.js';
 import type { Client, Subject } from './subjects.js';
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** One acquisition as recorded: who, when it asked, when it was granted, when it let go (ms). */
 export interface Acquisition {

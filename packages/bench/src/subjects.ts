@@ -1,4 +1,4 @@
-import { createLocker, memoryBackend, MemoryLockStore, type LockBackend } from '@deadbolt/core';
+import { createLocker, memoryBackend, MemoryLockStore, sleep, type LockBackend } from '@deadbolt/core';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
 import { redisBackend } from '@deadbolt/redis';
@@ -31,7 +31,6 @@ export interface Subject {
 }
 
 const TTL_MS = 10_000;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 function deadbolt(name: string, store: Subject['store'], make: () => LockBackend): Subject {
   return {

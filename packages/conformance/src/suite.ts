@@ -1,5 +1,6 @@
 import {
   createLocker,
+  sleep,
   type Lease,
   type Lock,
   type LockBackend,
@@ -44,8 +45,6 @@ export interface ConformanceOptions {
   /** Acquisitions per client in the exclusion test. Default 30. */
   exclusionRounds?: number;
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
  * Registers the whole conformance suite (CONFORMANCE.md, behaviours 1–17) for one backend with
@@ -92,16 +91,15 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     return Math.ceil(wanted / granularity) * granularity;
   }
 
-  const crossProcessIt = (name: string, fn: () => Promise<void>, timeout?: number) => {
-    if (!capabilities.crossProcess) return it.skip(`${name} [n/a: in-process backend]`, fn);
-    return it(name, fn, timeout);
+  /** A test that applies only when `skipReason` is undefined; otherwise listed as `[n/a: reason]`. */
+  const itWhen = (skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number) => {
+    const reason = skipReason();
+    return reason === undefined ? it(name, fn, timeout) : it.skip(`${name} [n/a: ${reason}]`, fn);
   };
-
-  /** A test that needs a harness hook; without the hook it is listed as not applicable. */
-  const hookIt = (hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number) => {
-    if (!harness[hook]) return it.skip(`${name} [n/a: harness has no ${hook}]`, fn);
-    return it(name, fn, timeout);
-  };
+  const crossProcessIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
+    itWhen(() => (capabilities.crossProcess ? undefined : 'in-process backend'), name, fn, timeout);
+  const hookIt = (hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number) =>
+    itWhen(() => (harness[hook] ? undefined : `harness has no ${hook}`), name, fn, timeout);
 
   describe(`conformance: ${options.name}`, async () => {
     const probe = await options.createBackend();
@@ -479,7 +477,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
 
     describe('fairness', () => {
       const fifoIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
-        capabilities.fairness === 'fifo' ? it(name, fn, timeout) : it.skip(`${name} [n/a: fairness is ${capabilities.fairness}]`, fn);
+        itWhen(() => (capabilities.fairness === 'fifo' ? undefined : `fairness is ${capabilities.fairness}`), name, fn, timeout);
 
       fifoIt('13a. waiters are granted in arrival order', async () => {
         const key = freshKey();
@@ -575,8 +573,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         await lock.release();
       });
 
-      const storeIt = options.createUnreachableBackend ? it : (n: string, f: () => Promise<void>) => it.skip(`${n} [n/a: no store to be down]`, f);
-      storeIt('15. store down: lock() and tryLock() reject with BackendUnavailableError, never a Lock', async () => {
+      itWhen(() => (options.createUnreachableBackend ? undefined : 'no store to be down'), '15. store down: lock() and tryLock() reject with BackendUnavailableError, never a Lock', async () => {
         if (capabilities.crossProcess) expect(options.createUnreachableBackend).toBeDefined();
         const locker = createLocker(await options.createUnreachableBackend!(), { ttlMs: T });
         lockers.push(locker);
@@ -603,8 +600,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         expect(await harness.inspect(k2)).toEqual([]);
       });
 
-      const childIt = options.child ? it : (n: string, f: () => Promise<void>) => it.skip(`${n} [n/a: no child config]`, f);
-      childIt('16b. close: the process exits on its own afterwards (no open handles)', async () => {
+      itWhen(() => (options.child ? undefined : 'no child config'), '16b. close: the process exits on its own afterwards (no open handles)', async () => {
         const child = await spawnChild();
         await child.lock(freshKey());
         await child.rpc.call('closeAndDetach');
@@ -637,8 +633,20 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   });
 }
 
-/** Resolves once `lock.signal` aborts; fails the test if it has not within `ms`. */
-async function abortedWithin(lock: Lock, ms: number): Promise<void> {
+/**
+ * For a backend's own tests: returns `track(locker)`, and closes every tracked locker after each
+ * test of the calling file.
+ */
+export function closeLockersAfterEach(): <L extends Locker>(locker: L) => L {
+  const open: Locker[] = [];
+  afterEach(async () => {
+    await Promise.allSettled(open.splice(0).map((l) => l.close()));
+  });
+  return (locker) => (open.push(locker), locker);
+}
+
+/** Resolves once `lock.signal` aborts (at once if it already has); rejects if it has not within `ms`. */
+export async function abortedWithin(lock: Lock, ms: number): Promise<void> {
   if (lock.signal.aborted) return;
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`lock.signal did not abort within ${ms} ms`)), ms);
