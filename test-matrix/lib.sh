@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-matrix: real servers for every deadbolt backend on one machine, loopback only.
-#   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name>
+#   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name> | apt <pkg...>
 # Names: redis mysql zookeeper etcd cassandra. Everything we start keeps its data, logs and pid
 # under test-matrix/.state/<name>/. A server already answering is reused and never stopped by
 # `down` (only servers `up` started carry the .state/<name>/owned marker).
@@ -25,8 +25,13 @@ apt_install() {
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing ${missing[*]} (Debian packages)"
   local sudo=''; [ "$(id -u)" = 0 ] || sudo='sudo'
-  if [ ! -f "$STATE/.apt-updated" ]; then $sudo apt-get update -qq >/dev/null; mkdir -p "$STATE"; touch "$STATE/.apt-updated"; fi
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  mkdir -p "$STATE"
+  # `up` installs servers in parallel; apt and dpkg take one caller at a time.
+  (
+    flock 9
+    if [ ! -f "$STATE/.apt-updated" ]; then $sudo apt-get update -qq >/dev/null; touch "$STATE/.apt-updated"; fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  ) 9>"$STATE/.apt.lock"
 }
 
 # wait_healthy NAME SECONDS: poll NAME_health until it succeeds.
@@ -246,7 +251,8 @@ main() {
         else printf '%-10s down  %s\n' "$n" "$(url_of "$n")"; fi
       done;;
     url) url_of "$1";;
-    *) die "unknown command $cmd (up, down, restart, status, url)";;
+    apt) apt_install "$@";; # for tools the tests need besides the servers (scripts/test.sh)
+    *) die "unknown command $cmd (up, down, restart, status, url, apt)";;
   esac
 }
 
