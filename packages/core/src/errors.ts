@@ -92,3 +92,13 @@ function describeCause(cause: unknown): string {
   if (cause instanceof Error) return cause.message || cause.name;
   return String(cause);
 }
+
+/**
+ * The typed error for a failed store call: a DeadboltError passes through unchanged; otherwise
+ * `BackendUnavailableError` when `unavailable(error)` says the store could not be reached or answer
+ * in time, else `BackendError`. The driver error is the `cause` either way.
+ */
+export function backendFailure(backend: string, operation: string, error: unknown, unavailable: (error: unknown) => boolean): DeadboltError {
+  if (error instanceof DeadboltError) return error;
+  return unavailable(error) ? new BackendUnavailableError(backend, operation, { cause: error }) : new BackendError(backend, operation, { cause: error });
+}

@@ -2,6 +2,7 @@ export type { AcquireRequest, Capabilities, Lease, LockBackend } from './backend
 export {
   BackendError,
   BackendUnavailableError,
+  backendFailure,
   DeadboltError,
   InvalidArgumentError,
   LockerClosedError,
@@ -13,4 +14,4 @@ export {
 export { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions, type TryLockOptions } from './locker.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MAX_KEY_BYTES, validateKey, validateTimeout, validateTtl } from './validate.js';
-export { pollForLease, ReleaseNotifier, sleep, type PollOptions } from './wait.js';
+export { POLL_SOON, pollForLease, ReleaseNotifier, sleep, type PollOptions } from './wait.js';

@@ -43,15 +43,22 @@ export interface PollOptions {
 }
 
 /**
+ * What an attempt returns to say "not yet, but things moved" (e.g. the waiter advanced in a
+ * queue): the backoff starts again from `minDelayMs` and grows from there.
+ */
+export const POLL_SOON: unique symbol = Symbol('deadbolt.pollSoon');
+
+/**
  * The shared wait loop for backends that can only poll: calls `attempt` until it yields a lease,
- * sleeping a jittered, growing delay in between, cut short by a release notification for `key`.
- * Rejects with `signal.reason` when `signal` aborts (after the attempt in flight settles, so a lease
- * won by that attempt is released through `onAbandon` rather than leaked). Attempt errors propagate.
+ * sleeping a jittered, growing delay in between (restarting from the minimum when it returns `POLL_SOON`),
+ * cut short by a release notification for `key`. Rejects with `signal.reason` when `signal` aborts
+ * (after the attempt in flight settles, so a lease won by that attempt is released through
+ * `onAbandon` rather than leaked). Attempt errors propagate.
  */
 export async function pollForLease<L extends Lease>(
   key: string,
   signal: AbortSignal,
-  attempt: () => Promise<L | null>,
+  attempt: () => Promise<L | null | typeof POLL_SOON>,
   onAbandon: (lease: L) => Promise<void>,
   options: PollOptions = {},
 ): Promise<L> {
@@ -70,7 +77,8 @@ export async function pollForLease<L extends Lease>(
       signal.throwIfAborted();
       woken = false;
       const lease = await attempt();
-      if (lease) {
+      if (lease === POLL_SOON) delay = min;
+      else if (lease) {
         if (signal.aborted) {
           await onAbandon(lease);
           signal.throwIfAborted();
