@@ -1,0 +1,1 @@
+export { ZooKeeperBackend, zookeeperBackend, type ZooKeeperBackendOptions, type ZooKeeperSession } from './zookeeper-backend.js';

@@ -1,0 +1,403 @@
+import { setMaxListeners } from 'node:events';
+import {
+  BackendError,
+  backendFailure,
+  BackendUnavailableError,
+  InvalidArgumentError,
+  type AcquireRequest,
+  type Capabilities,
+  type Lease,
+  type LockBackend,
+} from '@deadbolt/core';
+import {
+  Code,
+  CreateMode,
+  NODE_DELETED,
+  codeOf,
+  createClient,
+  isUnavailable,
+  zk,
+  zxidOf,
+  type Stat,
+  type ZooKeeperClient,
+} from './zookeeper-client.js';
+
+export interface ZooKeeperBackendOptions {
+  /** `zookeeper://host:port[,host:port...][/chroot]`. The backend opens and closes its own sessions. */
+  url: string;
+  /** Parent of every lock node. Default `/deadbolt`. */
+  root?: string;
+  /** How long to wait for a session to connect before `BackendUnavailableError`. Default 3000 ms. */
+  connectTimeoutMs?: number;
+}
+
+/** One ZooKeeper session; its timeout is the ttl of every lease taken through it. */
+export interface ZooKeeperSession {
+  readonly client: ZooKeeperClient;
+  readonly ttlMs: number;
+  /** Aborts when the session can no longer be counted on: connection lost, expired or closed. */
+  readonly lost: AbortSignal;
+}
+
+interface Session extends ZooKeeperSession {
+  readonly ready: Promise<void>;
+  readonly end: (reason: Error) => void;
+}
+
+interface ZooKeeperLease extends Lease {
+  readonly path: string;
+  readonly session: Session;
+  readonly lost: AbortSignal;
+  readonly stopWatching: () => void;
+}
+
+const NODE_PREFIX = 'lock-';
+/** Sequential node names are `lock-<owner>-<10-digit sequence>`; the queue is ordered by the sequence alone. */
+const sequenceOf = (name: string) => name.slice(name.lastIndexOf('-') + 1);
+const bySequence = (a: string, b: string) => sequenceOf(a).localeCompare(sequenceOf(b));
+const EMPTY = Buffer.alloc(0);
+const REAP_DELAY_MS = 1000;
+
+/**
+ * ZooKeeper backend: Curator's InterProcessMutex recipe. Each acquirer creates an
+ * EPHEMERAL_SEQUENTIAL node `lock-<owner>-<seq>` under the key's node; the lowest sequence holds
+ * the lock and every other waiter watches only its predecessor (FIFO, no herd). The lease is the
+ * ZooKeeper session (timeout = ttl, one session per distinct ttl); the fencing token is the holder
+ * node's creation zxid.
+ *
+ * Connection policy (Curator's "standard" policy): the moment a session loses its connection,
+ * ownership is uncertain, so every lock held through it is reported lost (`lock.signal` aborts)
+ * and the session is closed rather than resumed; the next acquisition opens a new session.
+ * Session expiry always aborts.
+ */
+export class ZooKeeperBackend implements LockBackend {
+  readonly name = 'zookeeper';
+  readonly capabilities: Capabilities = {
+    fencing: 'strict',
+    fairness: 'fifo',
+    lease: 'session',
+    wake: 'push',
+    // The server bounds session timeouts to [minSessionTimeout, maxSessionTimeout] (2 and 20 ticks
+    // by default); a ttl outside its bounds is refused when the session connects.
+    minTtlMs: 1000,
+    ttlGranularityMs: 1,
+    crossProcess: true,
+  };
+  readonly #hosts: string;
+  readonly #root: string;
+  readonly #connectTimeoutMs: number;
+  readonly #sessions = new Map<number, Session>();
+  /** Key nodes to remove once no lock of ours has used them for REAP_DELAY_MS. */
+  readonly #reaps = new Map<string, { timer: NodeJS.Timeout; run: () => Promise<void> }>();
+  #closed = false;
+
+  /** @throws InvalidArgumentError for bad options (before connecting). */
+  constructor(options: ZooKeeperBackendOptions) {
+    const match = typeof options?.url === 'string' ? /^zookeeper:\/\/([^/]+)(\/.*)?$/.exec(options.url) : null;
+    if (!match) throw new InvalidArgumentError('zookeeperBackend needs a url: zookeeper://host:port[,host:port][/chroot]');
+    const chroot = match[2] && match[2] !== '/' ? match[2].replace(/\/$/, '') : '';
+    this.#hosts = match[1]! + chroot;
+    const root = options.root ?? '/deadbolt';
+    if (typeof root !== 'string' || !/^(\/[^/\0]+)+$/.test(root)) throw new InvalidArgumentError('root must be an absolute znode path such as /deadbolt');
+    this.#root = root;
+    const timeout = options.connectTimeoutMs ?? 3000;
+    if (typeof timeout !== 'number' || !(timeout > 0) || !Number.isFinite(timeout)) throw new InvalidArgumentError('connectTimeoutMs must be a positive number');
+    this.#connectTimeoutMs = timeout;
+  }
+
+  /** The node of `key`: base64url of its UTF-8 bytes, so every key is a legal name and no two collide. */
+  pathFor(key: string): string {
+    return `${this.#root}/${Buffer.from(key, 'utf8').toString('base64url')}`;
+  }
+
+  /** Sessions currently open (for fault-injection tests: force one to expire). */
+  sessions(): ZooKeeperSession[] {
+    return [...this.#sessions.values()].filter((s) => !s.lost.aborted);
+  }
+
+  /**
+   * The session whose timeout is `ttlMs`, connected; every lock with that ttl shares it.
+   * @throws BackendUnavailableError when no session connects in time; BackendError when the server
+   * will not grant that timeout.
+   */
+  async session(ttlMs: number): Promise<ZooKeeperSession> {
+    if (this.#closed) throw new BackendUnavailableError(this.name, 'connect', { cause: new Error('the backend is closed') });
+    let session = this.#sessions.get(ttlMs);
+    if (!session || session.lost.aborted) {
+      session = this.#connect(ttlMs);
+      this.#sessions.set(ttlMs, session);
+    }
+    await session.ready;
+    return session;
+  }
+
+  async acquire(req: AcquireRequest): Promise<Lease | null> {
+    const session = (await this.session(req.ttlMs)) as Session;
+    const parent = this.pathFor(req.key);
+    this.#cancelReap(parent);
+    let path: string | undefined;
+    try {
+      path = await this.#createNode(session, parent, req.owner);
+      // Pipelined on the session (ZooKeeper answers in order): our node's stat, with a watch that
+      // reports its deletion by anyone (an operator, a test) as a loss once we hold it, and the queue.
+      let acquiredAt = performance.now();
+      const deleted = new AbortController();
+      const ownPath = path;
+      const [stat, children] = await Promise.all([
+        this.#call<Stat | null>(session, 'acquire', (cb) =>
+          session.client.exists(ownPath, (event) => event.getType() === NODE_DELETED && deleted.abort(new Error(`lock node ${ownPath} was deleted`)), cb),
+        ),
+        this.#children(session, parent),
+      ]);
+      if (!stat) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`our node ${path} is gone (session lost)`) });
+      const mine = path.slice(parent.length + 1);
+      let queue = children;
+      for (;;) {
+        const index = queue.indexOf(mine);
+        if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`our node ${path} was deleted while waiting`) });
+        if (index === 0) break;
+        if (!req.wait) {
+          await this.#remove(session, path);
+          this.#reap(session, parent);
+          return null;
+        }
+        await this.#gone(session, `${parent}/${queue[index - 1]}`, req.signal);
+        acquiredAt = performance.now();
+        queue = await this.#children(session, parent);
+      }
+      return this.#lease(req, session, path, zxidOf(stat), acquiredAt, deleted.signal);
+    } catch (error) {
+      // A cancelled, timed-out or failed waiter takes its node away before reporting; when the
+      // session is gone, the server deletes the node with it.
+      if (!session.lost.aborted) {
+        const cleanup = path ? this.#remove(session, path) : this.#removeOwn(session, parent, req.owner);
+        await cleanup.catch(() => undefined);
+      }
+      throw error;
+    }
+  }
+
+  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
+    const l = lease as ZooKeeperLease;
+    if (ttlMs !== l.session.ttlMs) {
+      throw new InvalidArgumentError(`a ZooKeeper lease is its session, whose timeout is fixed at ${l.session.ttlMs} ms; extend() cannot make it ${ttlMs} ms`);
+    }
+    if (l.lost.aborted) return false;
+    const stat = await this.#call<Stat | null>(l.session, 'renew', (cb) => l.session.client.exists(l.path, undefined, cb));
+    return !!stat && zxidOf(stat) === l.token && !l.lost.aborted;
+  }
+
+  async release(lease: Lease): Promise<void> {
+    const l = lease as ZooKeeperLease;
+    l.stopWatching();
+    // A lost session took its ephemeral node along, and a closed one can delete nothing.
+    if (l.session.lost.aborted) return;
+    await this.#remove(l.session, l.path);
+    this.#reap(l.session, this.pathFor(l.key));
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const pending = [...this.#reaps.values()];
+    this.#reaps.clear();
+    for (const reap of pending) clearTimeout(reap.timer);
+    await Promise.allSettled(pending.map((reap) => reap.run()));
+    for (const session of [...this.#sessions.values()]) session.end(new Error('the backend was closed'));
+  }
+
+  #connect(ttlMs: number): Session {
+    const client = createClient(this.#hosts, { sessionTimeout: ttlMs, spinDelay: 100, retries: 0 });
+    const controller = new AbortController();
+    setMaxListeners(0, controller.signal); // every lock and waiter on the session listens to it
+    let connected = false;
+    let closed = false;
+    const close = () => {
+      if (closed) return;
+      closed = true;
+      client.close();
+    };
+    /** Stops using the session; closes it now if connected, else once it reconnects (see below). */
+    const end = (reason: Error) => {
+      controller.abort(reason);
+      if (this.#sessions.get(ttlMs) === session) this.#sessions.delete(ttlMs);
+      if (connected || this.#closed) close();
+    };
+    const ready = new Promise<void>((resolve, reject) => {
+      let settled = false;
+      const fail = (error: Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        end(error);
+        close(); // the handshake never finished: no session to let expire
+        reject(error);
+      };
+      const timer = setTimeout(
+        () => fail(new BackendUnavailableError(this.name, 'connect', { cause: new Error(`no session within ${this.#connectTimeoutMs} ms`) })),
+        this.#connectTimeoutMs,
+      );
+      client.once('connected', () => {
+        const granted = client.getSessionTimeout();
+        if (granted !== ttlMs) {
+          const cause = new Error(`the server granted a ${granted} ms session for a ${ttlMs} ms ttl; use a ttl within its minSessionTimeout..maxSessionTimeout`);
+          return fail(new BackendError(this.name, 'connect', { cause }));
+        }
+        settled = true;
+        clearTimeout(timer);
+        resolve();
+      });
+      controller.signal.addEventListener('abort', () => fail(new BackendUnavailableError(this.name, 'connect', { cause: controller.signal.reason })));
+    });
+    ready.catch(() => undefined);
+    // Standard policy: a suspended connection means ownership is uncertain, so its locks are lost
+    // at once. The client is closed only once it has reconnected: a close queued while it is
+    // disconnected does not end the session (the client resumes it and keeps it alive), whereas a
+    // close on a live connection makes the server delete our nodes right away.
+    client.on('connected', () => {
+      connected = true;
+      // Outside the client's own state change, which would otherwise overwrite the closing state.
+      if (controller.signal.aborted) setImmediate(close);
+    });
+    client.on('disconnected', () => {
+      connected = false;
+      end(new Error('the ZooKeeper connection was lost'));
+    });
+    client.on('expired', () => {
+      end(new Error('the ZooKeeper session expired'));
+      close();
+    });
+    client.on('authenticationFailed', () => {
+      end(new Error('ZooKeeper authentication failed'));
+      close();
+    });
+    const session: Session = { client, ttlMs, lost: controller.signal, ready, end };
+    client.connect();
+    return session;
+  }
+
+  #lease(req: AcquireRequest, session: Session, path: string, token: bigint, acquiredAt: number, deleted: AbortSignal): ZooKeeperLease {
+    const lost = new AbortController();
+    const onLost = (source: AbortSignal) => () => lost.abort(source.reason);
+    const onSessionLost = onLost(session.lost);
+    const onDeleted = onLost(deleted);
+    session.lost.addEventListener('abort', onSessionLost, { once: true });
+    deleted.addEventListener('abort', onDeleted, { once: true });
+    if (deleted.aborted) onDeleted();
+    const stopWatching = () => {
+      session.lost.removeEventListener('abort', onSessionLost);
+      deleted.removeEventListener('abort', onDeleted);
+    };
+    return { key: req.key, owner: req.owner, token, acquiredAt, path, session, lost: lost.signal, stopWatching };
+  }
+
+
+  /** Creates our sequential node, creating the key's node first when it is missing. */
+  async #createNode(session: Session, parent: string, owner: string): Promise<string> {
+    const data = Buffer.from(owner);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return (await zk<string>((cb) => session.client.create(`${parent}/${NODE_PREFIX}${owner}-`, data, CreateMode.EPHEMERAL_SEQUENTIAL, cb)))!;
+      } catch (error) {
+        if (codeOf(error) !== Code.NO_NODE || attempt > 20) throw this.#error('acquire', error);
+      }
+      // The key's node is missing (first use, or reaped by a release since): create it, racing others.
+      await this.#ensurePath(session, parent);
+    }
+  }
+
+  async #ensurePath(session: Session, path: string): Promise<void> {
+    const create = () => zk((cb) => session.client.create(path, EMPTY, CreateMode.PERSISTENT, cb), [Code.NODE_EXISTS]);
+    try {
+      await create();
+    } catch (error) {
+      if (codeOf(error) !== Code.NO_NODE) throw this.#error('acquire', error);
+      await this.#ensurePath(session, path.slice(0, path.lastIndexOf('/')));
+      await this.#call(session, 'acquire', create);
+    }
+  }
+
+  async #children(session: Session, parent: string): Promise<string[]> {
+    const children = await this.#call<string[]>(session, 'acquire', (cb) => session.client.getChildren(parent, undefined, cb), [Code.NO_NODE]);
+    return (children ?? []).filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence);
+  }
+
+  /** Resolves when `path` no longer exists; rejects with `signal.reason`, or when the session is lost. */
+  #gone(session: Session, path: string, signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const settle = (error?: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        session.lost.removeEventListener('abort', onLost);
+        if (error === undefined) resolve();
+        else reject(error);
+      };
+      const onAbort = () => settle(signal.reason);
+      const onLost = () => settle(new BackendUnavailableError(this.name, 'acquire', { cause: session.lost.reason }));
+      if (signal.aborted) return onAbort();
+      if (session.lost.aborted) return onLost();
+      signal.addEventListener('abort', onAbort, { once: true });
+      session.lost.addEventListener('abort', onLost, { once: true });
+      // Any event on the watch means the predecessor changed: look at the queue again.
+      session.client.exists(path, () => settle(), (error, stat) => {
+        if (error) settle(this.#error('acquire', error));
+        else if (!stat) settle();
+      });
+    });
+  }
+
+  async #remove(session: Session, path: string): Promise<void> {
+    await this.#call(session, 'release', (cb) => session.client.remove(path, -1, cb), [Code.NO_NODE]);
+  }
+
+  /** A create whose reply never came may still have made our node: find it by our owner id. */
+  async #removeOwn(session: Session, parent: string, owner: string): Promise<void> {
+    for (const name of await this.#children(session, parent)) {
+      if (name.startsWith(`${NODE_PREFIX}${owner}-`)) await this.#remove(session, `${parent}/${name}`);
+    }
+  }
+
+  /**
+   * Removes the key's node if it is still empty a little later. Deferred so that a key taken again
+   * and again (the common case) is not deleted and re-created on every cycle, at two writes each;
+   * a concurrent acquirer that finds it gone re-creates it.
+   */
+  #reap(session: Session, parent: string): void {
+    this.#cancelReap(parent);
+    const run = async () => {
+      if (this.#reaps.get(parent)?.run === run) this.#reaps.delete(parent);
+      if (session.lost.aborted) return;
+      await zk((cb) => session.client.remove(parent, -1, cb), [Code.NO_NODE, Code.NOT_EMPTY]).catch(() => undefined);
+    };
+    const timer = setTimeout(() => void run(), REAP_DELAY_MS);
+    timer.unref();
+    this.#reaps.set(parent, { timer, run });
+  }
+
+  #cancelReap(parent: string): void {
+    const reap = this.#reaps.get(parent);
+    if (!reap) return;
+    clearTimeout(reap.timer);
+    this.#reaps.delete(parent);
+  }
+
+  async #call<T>(session: Session, operation: string, start: (cb: (error: Error | null, result?: T) => void) => void, accept: readonly number[] = []): Promise<T | undefined> {
+    if (session.lost.aborted) throw new BackendUnavailableError(this.name, operation, { cause: session.lost.reason });
+    try {
+      return await zk(start as Parameters<typeof zk<T>>[0], accept);
+    } catch (error) {
+      throw this.#error(operation, error);
+    }
+  }
+
+  #error(operation: string, error: unknown): Error {
+    return backendFailure(this.name, operation, error, isUnavailable);
+  }
+}
+
+/**
+ * A ZooKeeper backend. @throws InvalidArgumentError for bad options; store failures surface as
+ * BackendUnavailableError / BackendError from the Locker's calls.
+ */
+export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBackend {
+  return new ZooKeeperBackend(options);
+}

@@ -1,0 +1,74 @@
+import type { ConformanceHarness } from '@deadbolt/conformance';
+import { restartMatrixServer } from '@deadbolt/conformance';
+import { zookeeperBackend, type ZooKeeperBackend, type ZooKeeperSession } from '@deadbolt/zookeeper';
+import { createRequire } from 'node:module';
+
+type Client = ZooKeeperSession['client'];
+const { createClient } = createRequire(import.meta.url)('node-zookeeper-client') as {
+  createClient(hosts: string, options: object): Client;
+};
+const ADMIN_TTL = 10_000;
+const NO_NODE = -101;
+
+const call = <T>(start: (cb: (error: { getCode(): number } | null, result?: T) => void) => void) =>
+  new Promise<T | undefined>((resolve, reject) =>
+    start((error, result) => (!error || error.getCode() === NO_NODE ? resolve(result) : reject(error))),
+  );
+
+const children = async (client: Client, path: string) => (await call<string[]>((cb) => client.getChildren(path, undefined, cb))) ?? [];
+
+/** Owner ids of the nodes queued under a key, in sequence order. */
+export async function queuedOwners(admin: ZooKeeperBackend, key: string): Promise<string[]> {
+  const { client } = await admin.session(ADMIN_TTL);
+  return (await children(client, admin.pathFor(key)))
+    .sort((a, b) => a.slice(a.lastIndexOf('-')).localeCompare(b.slice(b.lastIndexOf('-'))))
+    .map((n) => n.slice('lock-'.length, n.lastIndexOf('-')));
+}
+
+/**
+ * Expires `session` as a partition would: a second client joins the same session (the server
+ * drops the first connection) and closes it (the server ends the session).
+ */
+export async function expireSession(url: string, session: ZooKeeperSession): Promise<void> {
+  const twin = createClient(url.replace(/^zookeeper:\/\//, ''), {
+    sessionTimeout: session.ttlMs,
+    sessionId: session.client.getSessionId(),
+    sessionPassword: session.client.getSessionPassword(),
+  });
+  const joined = await new Promise<boolean>((resolve) => {
+    twin.once('connected', () => resolve(true));
+    twin.on('expired', () => resolve(false)); // the session ended on its own meanwhile
+    twin.connect();
+  });
+  if (!joined) return twin.close();
+  // The server ends the session (and deletes its nodes) before it closes the connection.
+  await new Promise<void>((resolve) => {
+    twin.on('disconnected', () => resolve());
+    twin.close();
+  });
+}
+
+/** Reads and breaks the lock nodes directly. */
+export function zookeeperHarness(url: string): ConformanceHarness {
+  const admin = zookeeperBackend({ url });
+  const removeTree = async (client: Client, path: string): Promise<void> => {
+    await Promise.all((await children(client, path)).map((c) => removeTree(client, `${path}/${c}`)));
+    await call((cb) => client.remove(path, -1, cb));
+  };
+  return {
+    inspect: (key) => queuedOwners(admin, key),
+    async loseClaim(key) {
+      const { client } = await admin.session(ADMIN_TTL);
+      const path = admin.pathFor(key);
+      for (const c of await children(client, path)) await call((cb) => client.remove(`${path}/${c}`, -1, cb));
+    },
+    async dropConnection(backend) {
+      for (const session of (backend as ZooKeeperBackend).sessions()) await expireSession(url, session);
+    },
+    restartServer: () => restartMatrixServer('zookeeper'),
+    async clearAll() {
+      const { client } = await admin.session(ADMIN_TTL);
+      await Promise.all((await children(client, '/deadbolt')).map((k) => removeTree(client, `/deadbolt/${k}`)));
+    },
+  };
+}

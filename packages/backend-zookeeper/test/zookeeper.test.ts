@@ -1,0 +1,99 @@
+import { createLocker } from '@deadbolt/core';
+import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
+import { zookeeperBackend } from '@deadbolt/zookeeper';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { expireSession, queuedOwners } from './harness.js';
+
+const url = matrixUrl('zookeeper');
+const admin = zookeeperBackend({ url });
+const track = closeLockersAfterEach();
+const newLocker = (ttlMs = 2000) => track(createLocker(zookeeperBackend({ url }), { ttlMs }));
+const key = () => `zookeeper-test/${Math.random().toString(36).slice(2)}`;
+
+const stat = async (path: string) => {
+  const { client } = await admin.session(10_000);
+  return new Promise<{ czxid: Buffer } | null>((resolve, reject) => client.exists(path, undefined, (e, s) => (e ? reject(e) : resolve(s))));
+};
+const children = async (path: string) => {
+  const { client } = await admin.session(10_000);
+  return new Promise<string[]>((resolve) => client.getChildren(path, undefined, (e, c) => resolve(e ? [] : c)));
+};
+
+afterAll(() => admin.close());
+
+describe('zookeeper backend', () => {
+  it('the token is the holder node’s creation zxid; the queue is one node per waiter, in order', async () => {
+    const [a, b, c] = [newLocker(), newLocker(), newLocker()];
+    const k = key();
+    const lock = await a.lock(k);
+    const [node] = await children(admin.pathFor(k));
+    expect(node).toMatch(new RegExp(`^lock-${lock.owner}-\\d{10}$`));
+    expect((await stat(`${admin.pathFor(k)}/${node}`))!.czxid.readBigInt64BE()).toBe(lock.token);
+    const waiting = [b.lock(k)];
+    await new Promise((r) => setTimeout(r, 300)); // b queues before c
+    waiting.push(c.lock(k));
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await queuedOwners(admin, k))[0]).toBe(lock.owner);
+    expect(await queuedOwners(admin, k)).toHaveLength(3);
+    await lock.release();
+    const second = await waiting[0]!;
+    expect(second.token).toBeGreaterThan(lock.token);
+    await second.release();
+    await (await waiting[1]!).release();
+  });
+
+  it('aborts lock.signal at once when the holder node is deleted, long before a renewal', async () => {
+    const locker = newLocker(30_000); // renewal every 10 s: only the node watch can be this quick
+    const k = key();
+    const lock = await locker.lock(k);
+    const [node] = await children(admin.pathFor(k));
+    const { client } = await admin.session(10_000);
+    const deletedAt = performance.now();
+    await new Promise<void>((resolve, reject) => client.remove(`${admin.pathFor(k)}/${node}`, -1, (e) => (e ? reject(e) : resolve())));
+    await abortedWithin(lock, 2000);
+    expect(performance.now() - deletedAt).toBeLessThan(2000);
+    expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+  });
+
+  it('a lost session aborts every lock on it, and the next acquisition opens a new session', async () => {
+    const backend = zookeeperBackend({ url });
+    const locker = track(createLocker(backend, { ttlMs: 2000 }));
+    const [k1, k2] = [key(), key()];
+    const [l1, l2] = [await locker.lock(k1), await locker.lock(k2)];
+    const [session] = backend.sessions();
+    await expireSession(url, session!);
+    await abortedWithin(l1, 3000);
+    await abortedWithin(l2, 3000);
+    // The server deletes the session's nodes when it ends it (the twin's close or our own, whichever lands).
+    await vi.waitFor(async () => expect(await queuedOwners(admin, k1)).toEqual([]), { timeout: 3000 });
+    const again = await locker.lock(k1, { timeoutMs: 5000 });
+    expect(backend.sessions()[0]).not.toBe(session);
+    expect(again.token).toBeGreaterThan(l1.token);
+    await again.release();
+  });
+
+  it('refuses a ttl the server will not grant as a session timeout, and extend() to another ttl', async () => {
+    const locker = newLocker();
+    // test-matrix's server allows sessions of 1 s to 60 s.
+    await expect(locker.lock(key(), { ttlMs: 120_000 })).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    const lock = await locker.lock(key());
+    await expect(lock.extend(5000)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await lock.extend(2000);
+    expect(lock.held).toBe(true);
+    await lock.release();
+  });
+
+  it('removes the key node about a second after the last waiter leaves, and on close', async () => {
+    const locker = newLocker();
+    const [k1, k2] = [key(), key()];
+    await (await locker.lock(k1)).release();
+    await (await locker.lock(k2)).release();
+    expect(await stat(admin.pathFor(k1))).not.toBeNull(); // kept for the next acquisition a moment
+    await vi.waitFor(async () => expect(await stat(admin.pathFor(k1))).toBeNull(), { timeout: 3000 });
+    const other = newLocker();
+    const k3 = key();
+    await (await other.lock(k3)).release();
+    await other.close();
+    expect(await stat(admin.pathFor(k3))).toBeNull();
+  });
+});
