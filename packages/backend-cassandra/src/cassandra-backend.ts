@@ -1,0 +1,472 @@
+import {
+  BackendError,
+  backendFailure,
+  BackendUnavailableError,
+  InvalidArgumentError,
+  POLL_SOON,
+  pollForLease,
+  ReleaseNotifier,
+  sleep,
+  type AcquireRequest,
+  type Capabilities,
+  type Lease,
+  type LockBackend,
+} from '@deadbolt/core';
+import cassandra, { type Client, type QueryOptions, type types } from 'cassandra-driver';
+import { ensureSchema } from './schema.js';
+import { CassandraTimeService, wallMicros, type TimeServiceOptions } from './time-service.js';
+
+/**
+ * - `queue` (default): the thesis' fair queue lock (FIFO by time-service order).
+ * - `shadow`: the thesis' old shadow-row algorithm, unfair under contention; a benchmark baseline.
+ * - `lwt`: one row per lock written with lightweight transactions (Paxos).
+ */
+export type CassandraAlgorithm = 'queue' | 'shadow' | 'lwt';
+
+export interface CassandraBackendOptions {
+  /** `cassandra://host[:port][,host[:port]…]/keyspace`. The backend makes and closes its client. */
+  url?: string;
+  /** Your own cassandra-driver client instead of `url`; `close()` leaves it open. Needs `keyspace`. */
+  client?: Client;
+  /** Keyspace of the lock tables (with `client`; with `url` it is the URL's path). Default `deadbolt`. */
+  keyspace?: string;
+  /** Default `queue`. */
+  algorithm?: CassandraAlgorithm;
+  /** Data center the client routes to (with `url`). Default `datacenter1`. */
+  localDataCenter?: string;
+  /**
+   * Replication of the keyspace when the backend creates it. Default SimpleStrategy, factor 1: fine
+   * for one node, not for production, where correctness needs QUORUM over a replication factor ≥ 3
+   * (e.g. `{'class': 'NetworkTopologyStrategy', 'dc1': 3}`).
+   */
+  replication?: string;
+  /** Consistency of every read and write. Default QUORUM. */
+  consistency?: types.consistencies;
+  /** Serial consistency of lightweight transactions. Default SERIAL (LOCAL_SERIAL within one DC). */
+  serialConsistency?: types.consistencies;
+  /** Connect timeout for a client made from `url`. Default 2000 ms. */
+  connectTimeoutMs?: number;
+  /** The queue algorithm's time service. */
+  timeService?: TimeServiceOptions;
+  /** Waiters poll: delays grow ×2 from `minDelayMs` (default 2) to `maxDelayMs` (default 50). */
+  poll?: { minDelayMs?: number; maxDelayMs?: number };
+  /**
+   * The shadow algorithm's randomized waits: up to `ownerWaitMs` (default 1000) when another owner
+   * holds the lock, up to `concurrentStepMs` × attempt (default 50) after a concurrent attempt.
+   */
+  shadowBackoff?: { ownerWaitMs?: number; concurrentStepMs?: number };
+}
+
+interface CassandraLease extends Lease {
+  readonly id: Buffer;
+  /** The queue algorithm's queue cell (`<20-digit µs>/<owner>`). */
+  readonly entry?: string;
+}
+
+const { consistencies } = cassandra.types;
+const NOT_YET = null;
+
+/** Driver errors that mean the cluster could not be reached or could not answer in time. */
+function isUnavailable(error: unknown): boolean {
+  const e = error as { name?: string; code?: number };
+  if (e instanceof cassandra.errors.NoHostAvailableError || e instanceof cassandra.errors.OperationTimedOutError) return true;
+  if (e instanceof cassandra.errors.DriverError && /connect|closed|shut ?down|socket/i.test(String((e as Error).message))) return true;
+  const codes = cassandra.types.responseErrorCodes;
+  return e instanceof cassandra.errors.ResponseError && [codes.unavailableException, codes.overloaded, codes.isBootstrapping, codes.writeTimeout, codes.readTimeout].includes(e.code!);
+}
+
+const toBigInt = (value: unknown): bigint => (typeof value === 'bigint' ? value : BigInt(String(value)));
+
+/**
+ * Apache Cassandra backend. Every algorithm keeps its cells with a TTL of ttl + 1 s (Cassandra
+ * counts TTLs in whole seconds from the second the write lands, so one more second guarantees at
+ * least ttl), rewritten by core's renewer every ttl/3; release deletes them with a client
+ * timestamp later than any renewal's, so a late renewal never resurrects a released cell. Fencing
+ * tokens come from a token row without TTL, advanced by compare-and-set after the lock is won.
+ */
+export class CassandraBackend implements LockBackend {
+  readonly name = 'cassandra';
+  readonly capabilities: Capabilities;
+  readonly algorithm: CassandraAlgorithm;
+  readonly client: Client;
+  readonly keyspace: string;
+  readonly timeService: CassandraTimeService;
+  readonly #ownsClient: boolean;
+  readonly #replication: string;
+  readonly #consistency: types.consistencies;
+  readonly #serial: types.consistencies;
+  readonly #poll: { minDelayMs: number; maxDelayMs: number };
+  readonly #shadow: { ownerWaitMs: number; concurrentStepMs: number };
+  readonly #notifier = new ReleaseNotifier();
+  /** The last token this process saw per key: the first compare-and-set guess. */
+  readonly #tokens = new Map<string, bigint>();
+  /** Whose schema check this backend shares: the contact points of a client it made, or your client. */
+  readonly #schemaScope: object | string;
+  #lastTimestamp = 0;
+  #ready: Promise<void> | undefined;
+  #closed = false;
+
+  /** @throws InvalidArgumentError for bad options (before connecting). */
+  constructor(options: CassandraBackendOptions) {
+    const algorithm = options.algorithm ?? 'queue';
+    if (!['queue', 'shadow', 'lwt'].includes(algorithm)) throw new InvalidArgumentError(`algorithm must be queue, shadow or lwt, got ${String(algorithm)}`);
+    this.algorithm = algorithm;
+    this.capabilities = {
+      fencing: 'strict',
+      fairness: algorithm === 'queue' ? 'fifo' : 'none',
+      lease: 'ttl',
+      wake: 'poll', // Cassandra has no notifications
+      minTtlMs: 2000,
+      ttlGranularityMs: 1000, // TTLs are whole seconds
+      crossProcess: true,
+    };
+    let keyspace = options.keyspace ?? 'deadbolt';
+    if (options.client) {
+      this.client = options.client;
+      this.#ownsClient = false;
+      this.#schemaScope = options.client;
+    } else {
+      const match = typeof options.url === 'string' ? /^cassandra:\/\/([^/]+)(?:\/(\w+))?\/?$/.exec(options.url) : null;
+      if (!match) throw new InvalidArgumentError('cassandraBackend needs a url (cassandra://host[:port][,host[:port]]/keyspace) or a client');
+      keyspace = match[2] ?? keyspace;
+      const timeout = options.connectTimeoutMs ?? 2000;
+      if (!(timeout > 0)) throw new InvalidArgumentError('connectTimeoutMs must be a positive number');
+      this.client = new cassandra.Client({
+        contactPoints: match[1]!.split(','),
+        localDataCenter: options.localDataCenter ?? 'datacenter1',
+        socketOptions: { connectTimeout: timeout, readTimeout: 10 * timeout },
+        // After a restart, come back within half a second rather than the default's growing delays.
+        policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
+      });
+      this.#ownsClient = true;
+      this.#schemaScope = match[1]!;
+    }
+    if (!/^\w{1,48}$/.test(keyspace)) throw new InvalidArgumentError(`keyspace must be a plain CQL identifier, got ${JSON.stringify(keyspace)}`);
+    this.keyspace = keyspace;
+    this.#replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
+    this.#consistency = options.consistency ?? consistencies.quorum;
+    this.#serial = options.serialConsistency ?? consistencies.serial;
+    this.#poll = { minDelayMs: options.poll?.minDelayMs ?? 2, maxDelayMs: options.poll?.maxDelayMs ?? 50 };
+    this.#shadow = { ownerWaitMs: options.shadowBackoff?.ownerWaitMs ?? 1000, concurrentStepMs: options.shadowBackoff?.concurrentStepMs ?? 50 };
+    this.timeService = new CassandraTimeService(this.client, keyspace, options.timeService);
+  }
+
+  /** The partition key of `key`: its UTF-8 bytes. */
+  idFor(key: string): Buffer {
+    return Buffer.from(key, 'utf8');
+  }
+
+  async acquire(req: AcquireRequest): Promise<Lease | null> {
+    await this.#connect();
+    const id = this.idFor(req.key);
+    switch (this.algorithm) {
+      case 'queue':
+        return req.wait ? this.#queueLock(req, id) : this.#queueTryLock(req, id);
+      case 'shadow':
+        return this.#shadowLock(req, id);
+      case 'lwt':
+        return req.wait ? this.#pollLease(req, () => this.#lwtAttempt(req, id)) : this.#lwtAttempt(req, id);
+    }
+  }
+
+  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
+    const l = lease as CassandraLease;
+    const ttl = ttlSeconds(ttlMs);
+    if (this.algorithm === 'lwt') {
+      const result = await this.#run('renew', `UPDATE ${this.keyspace}.lock_lwt USING TTL ? SET owner = ? WHERE lock_id = ? IF owner = ?`, [ttl, l.owner, l.id, l.owner], { lwt: true });
+      return result.wasApplied();
+    }
+    const main = this.algorithm === 'queue' ? 'lock_main' : 'shadow_main';
+    if (!(await this.#owners('renew', main, l.id)).includes(l.owner)) return false;
+    const timestamp = this.#timestamp();
+    await Promise.all([
+      this.#run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [l.id, l.owner, ttl, timestamp]),
+      l.entry && this.#writeQueueCell(l.id, l.entry, l.owner, ttl, timestamp),
+    ]);
+    // Check again: had our cell expired between the read and the write (a pause), someone else
+    // may hold the lock now; take ours back out rather than stand beside them.
+    const owners = await this.#owners('renew', main, l.id);
+    if (owners.length === 1 && owners[0] === l.owner) return true;
+    await this.release(lease);
+    return false;
+  }
+
+  async release(lease: Lease): Promise<void> {
+    const l = lease as CassandraLease;
+    if (this.algorithm === 'lwt') {
+      await this.#run('release', `DELETE FROM ${this.keyspace}.lock_lwt WHERE lock_id = ? IF owner = ?`, [l.id, l.owner], { lwt: true });
+    } else if (l.entry) {
+      await this.#leave(l.id, l.entry, l.owner);
+    } else {
+      await this.#run('release', `DELETE FROM ${this.keyspace}.shadow_main USING TIMESTAMP ? WHERE lock_id = ? AND owner = ?`, [this.#timestamp(), l.id, l.owner]);
+    }
+    this.#notifier.notify(l.key);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.timeService.stop();
+    if (this.#ownsClient) await this.client.shutdown();
+  }
+
+  // --- the queue algorithm (seed 000, "new") ----------------------------------------------------
+
+  /** GetLock: enqueue, then poll until first in the queue and alone in the main partition. */
+  async #queueLock(req: AcquireRequest, id: Buffer): Promise<Lease> {
+    const ttl = ttlSeconds(req.ttlMs);
+    const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
+    let queueWrittenAt = performance.now();
+    let position = Infinity;
+    await this.#writeQueueCell(id, entry, req.owner, ttl);
+    try {
+      return await this.#pollLease(req, async () => {
+        // A long wait must not let our place in the queue expire: rewrite it like a renewal would.
+        if (performance.now() - queueWrittenAt > req.ttlMs / 3) {
+          queueWrittenAt = performance.now();
+          await this.#writeQueueCell(id, entry, req.owner, ttl);
+        }
+        // Poll often right after moving up (first or second in line), then back off: the queue
+        // reacts quickly to a handoff while a long hold costs only a few reads per second.
+        const head = await this.#queueHead(id, 2);
+        const now = head[0] === req.owner ? 0 : head[1] === req.owner ? 1 : 2;
+        const moved = now < position;
+        position = now;
+        if (now > 0) return moved ? POLL_SOON : NOT_YET;
+        // Just became first: the one ahead has left, so main is most likely free; write at once.
+        // Still first since the last look: main was taken then, so read it before writing.
+        return (await this.#takeMain(req, id, entry, !moved)) ?? (moved ? POLL_SOON : NOT_YET);
+      });
+    } catch (error) {
+      // Cancelled, timed out or failed: leave nothing behind.
+      await this.#leave(id, entry, req.owner).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /** TryGetLock: never waits; on failure removes what it wrote. */
+  async #queueTryLock(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
+    if ((await this.#owners('acquire', 'lock_main', id)).length > 0) return null;
+    const ttl = ttlSeconds(req.ttlMs);
+    const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
+    await this.#writeQueueCell(id, entry, req.owner, ttl);
+    try {
+      // First in the queue but not alone in main: another TryGetLock raced us; look a few times.
+      for (let i = 0; i < 3 && (await this.#queueHead(id))[0] === req.owner; i++) {
+        const lease = await this.#takeMain(req, id, entry, i > 0); // main was just read empty
+        if (lease) return lease;
+      }
+    } catch (error) {
+      await this.#leave(id, entry, req.owner).catch(() => undefined);
+      throw error;
+    }
+    await this.#leave(id, entry, req.owner);
+    return null;
+  }
+
+  /**
+   * Write our main cell; ours if it is the only one, else take it back out. `checkFirst` reads main
+   * before writing, to skip the write while the holder is still in (the write-then-read alone is
+   * what makes it safe).
+   */
+  async #takeMain(req: AcquireRequest, id: Buffer, entry: string, checkFirst: boolean): Promise<Lease | null> {
+    const ttl = ttlSeconds(req.ttlMs);
+    if (checkFirst && (await this.#owners('acquire', 'lock_main', id)).length > 0) return NOT_YET;
+    const acquiredAt = performance.now();
+    const timestamp = this.#timestamp();
+    await Promise.all([
+      this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_main (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [id, req.owner, ttl, timestamp]),
+      this.#writeQueueCell(id, entry, req.owner, ttl, timestamp),
+    ]);
+    const owners = await this.#owners('acquire', 'lock_main', id);
+    if (owners.length !== 1 || owners[0] !== req.owner) {
+      await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_main USING TIMESTAMP ? WHERE lock_id = ? AND owner = ?`, [this.#timestamp(), id, req.owner]);
+      return NOT_YET;
+    }
+    return this.#fence({ key: req.key, owner: req.owner, id, entry, acquiredAt, token: 0n }, 'lock_main');
+  }
+
+  /** The owners of the first `n` queue cells, in arrival order. */
+  async #queueHead(id: Buffer, n = 1): Promise<(string | undefined)[]> {
+    const result = await this.#run('acquire', `SELECT owner FROM ${this.keyspace}.lock_queue WHERE lock_id = ? LIMIT ${n}`, [id]);
+    return result.rows.map((r) => r['owner'] as string);
+  }
+
+  #writeQueueCell(id: Buffer, entry: string, owner: string, ttl: number, timestamp = this.#timestamp()) {
+    return this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_queue (lock_id, entry, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, entry, owner, ttl, timestamp]);
+  }
+
+  /**
+   * Removes our queue cell and main cell (release, or a waiter giving up), with one timestamp later
+   * than all our writes, so a renewal still in flight cannot resurrect them.
+   */
+  async #leave(id: Buffer, entry: string, owner: string): Promise<void> {
+    const timestamp = this.#timestamp();
+    await Promise.all([
+      this.#run('release', `DELETE FROM ${this.keyspace}.lock_queue USING TIMESTAMP ? WHERE lock_id = ? AND entry = ?`, [timestamp, id, entry]),
+      this.#run('release', `DELETE FROM ${this.keyspace}.lock_main USING TIMESTAMP ? WHERE lock_id = ? AND owner = ?`, [timestamp, id, owner]),
+    ]);
+  }
+
+  // --- the shadow algorithm (seed 000, "old") ---------------------------------------------------
+
+  /** GetLock: TryLock in a loop with the thesis' randomized waits; TryGetLock: one TryLock. */
+  async #shadowLock(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
+    for (let attempt = 1; ; attempt++) {
+      req.signal.throwIfAborted();
+      const result = await this.#shadowAttempt(req, id);
+      if (typeof result === 'object') {
+        if (req.signal.aborted) {
+          await this.release(result);
+          req.signal.throwIfAborted();
+        }
+        return result;
+      }
+      if (!req.wait) return null;
+      const wait = result === 'owner' ? Math.random() * this.#shadow.ownerWaitMs : Math.random() * this.#shadow.concurrentStepMs * attempt;
+      let unsubscribe: (() => void) | undefined;
+      await sleep(wait, req.signal, (wake) => (unsubscribe = this.#notifier.subscribe(req.key, wake))).finally(() => unsubscribe?.());
+    }
+  }
+
+  /** TryLock: Success (a lease) / AnotherThreadIsOwner / ConcurrentAttempt. */
+  async #shadowAttempt(req: AcquireRequest, id: Buffer): Promise<Lease | 'owner' | 'concurrent'> {
+    const ttl = ttlSeconds(req.ttlMs);
+    if ((await this.#owners('acquire', 'shadow_main', id)).length > 0) return 'owner';
+    await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_row (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [id, req.owner, ttl, this.#timestamp()]);
+    let won = false;
+    let acquiredAt = 0;
+    try {
+      const shadow = await this.#owners('acquire', 'shadow_row', id);
+      const main = await this.#owners('acquire', 'shadow_main', id);
+      if (shadow.length === 1 && main.length === 0) {
+        acquiredAt = performance.now();
+        await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_main (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [id, req.owner, ttl, this.#timestamp()]);
+        won = true;
+      }
+    } finally {
+      await this.#run('acquire', `DELETE FROM ${this.keyspace}.shadow_row USING TIMESTAMP ? WHERE lock_id = ? AND owner = ?`, [this.#timestamp(), id, req.owner]);
+    }
+    if (!won) return 'concurrent';
+    return this.#fence({ key: req.key, owner: req.owner, id, acquiredAt, token: 0n }, 'shadow_main');
+  }
+
+  // --- lightweight transactions -----------------------------------------------------------------
+
+  async #lwtAttempt(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
+    const acquiredAt = performance.now();
+    let result: types.ResultSet;
+    try {
+      result = await this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_lwt (lock_id, owner) VALUES (?, ?) IF NOT EXISTS USING TTL ?`, [id, req.owner, ttlSeconds(req.ttlMs)], { lwt: true });
+    } catch (error) {
+      // A Paxos round that timed out may still have applied: take back whatever is ours.
+      await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_lwt WHERE lock_id = ? IF owner = ?`, [id, req.owner], { lwt: true }).catch(() => undefined);
+      throw error;
+    }
+    if (!result.wasApplied()) return null;
+    return this.#fence({ key: req.key, owner: req.owner, id, acquiredAt, token: 0n }, 'lock_lwt');
+  }
+
+  // --- shared -----------------------------------------------------------------------------------
+
+  /** Polls `attempt` with core's backoff, woken early by releases in this process. */
+  #pollLease(req: AcquireRequest, attempt: () => Promise<Lease | null | typeof POLL_SOON>): Promise<Lease> {
+    return pollForLease(req.key, req.signal, attempt, (lease) => this.release(lease), { ...this.#poll, notifier: this.#notifier });
+  }
+
+  /**
+   * Gives a freshly won lease its fencing token: compare-and-set the key's token row to one more
+   * than it holds (one LWT, plus a SERIAL read the first time this process sees the key), then
+   * check the lock is still ours, so a holder paused between winning and counting can never carry
+   * a token newer than its successor's.
+   */
+  async #fence(lease: Omit<CassandraLease, 'token'> & { token: bigint }, table: 'lock_main' | 'shadow_main' | 'lock_lwt'): Promise<CassandraLease> {
+    try {
+      const cacheKey = lease.id.toString('base64');
+      let current = this.#tokens.get(cacheKey);
+      if (current === undefined) {
+        const row = (await this.#run('acquire', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [lease.id], { serialRead: true })).first();
+        current = row ? toBigInt(row['fencing_token']) : undefined;
+      }
+      for (;;) {
+        const result =
+          current === undefined
+            ? await this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_token (lock_id, fencing_token) VALUES (?, ?) IF NOT EXISTS`, [lease.id, '1'], { lwt: true })
+            : await this.#run('acquire', `UPDATE ${this.keyspace}.lock_token SET fencing_token = ? WHERE lock_id = ? IF fencing_token = ?`, [String(current + 1n), lease.id, String(current)], { lwt: true });
+        if (result.wasApplied()) {
+          const token = current === undefined ? 1n : current + 1n;
+          this.#tokens.set(cacheKey, token);
+          lease = { ...lease, token };
+          break;
+        }
+        const seen = result.first()?.['fencing_token'];
+        current = seen === undefined || seen === null ? undefined : toBigInt(seen);
+      }
+      const stillOurs =
+        table === 'lock_lwt'
+          ? (await this.#run('acquire', `SELECT owner FROM ${this.keyspace}.lock_lwt WHERE lock_id = ?`, [lease.id], { serialRead: true })).first()?.['owner'] === lease.owner
+          : (await this.#owners('acquire', table, lease.id)).includes(lease.owner);
+      if (!stillOurs) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the lease expired while its fencing token was being taken') });
+      return lease;
+    } catch (error) {
+      await this.release(lease).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  async #owners(operation: string, table: string, id: Buffer): Promise<string[]> {
+    const result = await this.#run(operation, `SELECT owner FROM ${this.keyspace}.${table} WHERE lock_id = ? LIMIT 2`, [id]);
+    return result.rows.map((r) => r['owner'] as string);
+  }
+
+  /** Client timestamps (µs), strictly increasing per backend: a release is always later than the renewals before it. */
+  #timestamp(): number {
+    this.#lastTimestamp = Math.max(this.#lastTimestamp + 1, wallMicros());
+    return this.#lastTimestamp;
+  }
+
+  #connect(): Promise<void> {
+    if (this.#closed) return Promise.reject(new BackendUnavailableError(this.name, 'connect', { cause: new Error('the backend is closed') }));
+    this.#ready ??= (async () => {
+      try {
+        await this.client.connect();
+        await ensureSchema(this.client, this.#schemaScope, this.keyspace, this.#replication);
+        if (this.algorithm === 'queue') await this.timeService.start();
+      } catch (error) {
+        this.#ready = undefined;
+        throw this.#error('connect', error);
+      }
+    })();
+    return this.#ready;
+  }
+
+  async #run(operation: string, query: string, params: unknown[], how: { lwt?: boolean; serialRead?: boolean } = {}): Promise<types.ResultSet> {
+    const options: QueryOptions = {
+      prepare: true,
+      consistency: how.serialRead ? this.#serial : this.#consistency,
+      ...(how.lwt ? { serialConsistency: this.#serial } : {}),
+    };
+    try {
+      return await this.client.execute(query, params, options);
+    } catch (error) {
+      throw this.#error(operation, error);
+    }
+  }
+
+  #error(operation: string, error: unknown): Error {
+    return backendFailure(this.name, operation, error, isUnavailable);
+  }
+}
+
+/** Cell TTL for a lease of `ttlMs`: Cassandra may expire a cell up to a second early, so one more. */
+function ttlSeconds(ttlMs: number): number {
+  return ttlMs / 1000 + 1;
+}
+
+/**
+ * A Cassandra backend. @throws InvalidArgumentError for bad options; store failures surface as
+ * BackendUnavailableError / BackendError from the Locker's calls.
+ */
+export function cassandraBackend(options: CassandraBackendOptions): CassandraBackend {
+  return new CassandraBackend(options);
+}

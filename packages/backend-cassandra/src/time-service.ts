@@ -1,0 +1,85 @@
+import cassandra, { type Client } from 'cassandra-driver';
+
+export interface TimeServiceOptions {
+  /** How often the GlobalTime cell is read and, if our clock is ahead of it, advanced. Default 500 ms. */
+  intervalMs?: number;
+  /**
+   * The furthest ahead of this machine's clock a GlobalTime value is believed. A machine whose clock
+   * runs ahead drags GlobalTime with it; beyond this bound we count from our own clock plus the bound,
+   * so a runaway clock can reorder waiters by at most this much. Default 1000 ms.
+   */
+  maxAheadMs?: number;
+}
+
+const QUORUM = cassandra.types.consistencies.quorum;
+
+/** Wall-clock microseconds: used only to order queue entries and cell versions, never for lease validity. */
+export function wallMicros(): number {
+  return Math.floor((performance.timeOrigin + performance.now()) * 1000);
+}
+
+/**
+ * The seed's time service: a `GlobalTime` cell whose value equals its write timestamp. Every
+ * participant reads it in the background and, when its own clock is ahead, writes its clock there
+ * (value = write timestamp), so last-write-wins keeps the cell non-decreasing. `now()` is
+ * max(own clock, GlobalTime + time since it was read), strictly increasing within the process, so
+ * queue entries from a machine whose clock lags still sort after entries made before them
+ * elsewhere. Usable on its own: `start()`, `now()`, `stop()`.
+ */
+export class CassandraTimeService {
+  readonly #client: Client;
+  readonly #keyspace: string;
+  readonly #intervalMs: number;
+  readonly #maxAheadMicros: number;
+  #global = 0;
+  #readAt = 0;
+  #last = 0;
+  #timer: NodeJS.Timeout | undefined;
+  #ready: Promise<void> | undefined;
+
+  constructor(client: Client, keyspace: string, options: TimeServiceOptions = {}) {
+    this.#client = client;
+    this.#keyspace = keyspace;
+    this.#intervalMs = options.intervalMs ?? 500;
+    this.#maxAheadMicros = (options.maxAheadMs ?? 1000) * 1000;
+  }
+
+  /** Starts the background task; resolves after the first read. @throws the driver's error on that read. */
+  start(): Promise<void> {
+    if (!this.#ready) {
+      this.#ready = this.tick();
+      this.#timer = setInterval(() => void this.tick().catch(() => undefined), this.#intervalMs);
+      this.#timer.unref();
+    }
+    return this.#ready;
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    this.#ready = undefined;
+  }
+
+  /** One round: read GlobalTime; if our clock is ahead, write it (value = timestamp = our clock). */
+  async tick(): Promise<void> {
+    const result = await this.#client.execute(`SELECT micros FROM ${this.#keyspace}.global_time WHERE id = 'GlobalTime'`, [], { prepare: true, consistency: QUORUM });
+    const value = Number(String(result.first()?.['micros'] ?? 0));
+    const local = wallMicros();
+    this.#readAt = performance.now();
+    this.#global = Math.min(value, local + this.#maxAheadMicros);
+    if (local > value) {
+      await this.#client.execute(`UPDATE ${this.#keyspace}.global_time USING TIMESTAMP ? SET micros = ? WHERE id = 'GlobalTime'`, [String(local), String(local)], {
+        prepare: true,
+        consistency: QUORUM,
+      });
+      this.#global = Math.max(this.#global, local);
+    }
+  }
+
+  /** Microseconds, non-decreasing across participants and strictly increasing in this process. */
+  now(): number {
+    const global = this.#global + Math.floor((performance.now() - this.#readAt) * 1000);
+    this.#last = Math.max(this.#last + 1, wallMicros(), this.#readAt ? global : 0);
+    return this.#last;
+  }
+}

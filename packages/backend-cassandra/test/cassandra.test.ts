@@ -1,0 +1,113 @@
+import { cassandraBackend, CassandraTimeService } from '@deadbolt/cassandra';
+import { createLocker } from '@deadbolt/core';
+import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
+import { afterAll, describe, expect, it } from 'vitest';
+import { cassandraHarness } from './harness.js';
+
+const url = matrixUrl('cassandra');
+const harness = cassandraHarness(url);
+const { admin } = harness;
+const track = closeLockersAfterEach();
+const newLocker = (algorithm: 'queue' | 'shadow' | 'lwt' = 'queue', ttlMs = 3000) => track(createLocker(cassandraBackend({ url, algorithm }), { ttlMs }));
+const key = () => `cassandra-test/${Math.random().toString(36).slice(2)}`;
+const cql = async (query: string, params: unknown[] = []) => {
+  await harness.inspect('warm-up'); // creates the schema on first use
+  return admin.client.execute(query, params, { prepare: true });
+};
+
+afterAll(() => admin.close());
+
+describe('cassandra backend', () => {
+  it('queue: the queue cell sorts by time-service microseconds, then owner; the main cell names the holder', async () => {
+    const [a, b] = [newLocker(), newLocker()];
+    const k = key();
+    const held = await a.lock(k);
+    const waiting = b.lock(k);
+    await new Promise((r) => setTimeout(r, 300));
+    const queue = (await cql(`SELECT entry, owner FROM deadbolt.lock_queue WHERE lock_id = ?`, [admin.idFor(k)])).rows;
+    expect(queue.map((r) => r['owner'])).toEqual([held.owner, expect.any(String)]);
+    for (const row of queue) expect(row['entry']).toMatch(new RegExp(`^\\d{20}/${row['owner']}$`));
+    const main = (await cql(`SELECT owner FROM deadbolt.lock_main WHERE lock_id = ?`, [admin.idFor(k)])).rows;
+    expect(main.map((r) => r['owner'])).toEqual([held.owner]);
+    await held.release();
+    const next = await waiting;
+    expect(next.token).toBeGreaterThan(held.token);
+    await next.release();
+  });
+
+  it('queue: a renewal that lands after the release never resurrects the released cells', async () => {
+    const locker = newLocker('queue');
+    const k = key();
+    const lock = await locker.lock(k);
+    // A renewal's write, sent before the release but delivered after it, carries an older timestamp.
+    const lateTimestamp = String(Math.floor((performance.timeOrigin + performance.now()) * 1000) - 1000);
+    await lock.release();
+    await cql(`INSERT INTO deadbolt.lock_main (lock_id, owner) VALUES (?, ?) USING TTL 10 AND TIMESTAMP ?`, [admin.idFor(k), lock.owner, lateTimestamp]);
+    expect(await harness.inspect(k)).toEqual([]);
+  });
+
+  it('tokens come from the token row and continue from it, for every algorithm on the same key', async () => {
+    const k = key();
+    let last = 0n;
+    for (const algorithm of ['queue', 'lwt', 'shadow', 'queue'] as const) {
+      const lock = await newLocker(algorithm).lock(k);
+      expect(lock.token).toBeGreaterThan(last);
+      const row = (await cql(`SELECT fencing_token FROM deadbolt.lock_token WHERE lock_id = ?`, [admin.idFor(k)])).first();
+      expect(BigInt(String(row!['fencing_token']))).toBe(lock.token);
+      last = lock.token;
+      await lock.release();
+    }
+  });
+
+  it('lwt: the row is written with a TTL of ttl + 1 s and released only by its owner', async () => {
+    const [a, b] = [newLocker('lwt'), newLocker('lwt')];
+    const k = key();
+    const lock = await a.lock(k, { ttlMs: 5000 });
+    const ttl = (await cql(`SELECT TTL(owner) AS ttl FROM deadbolt.lock_lwt WHERE lock_id = ?`, [admin.idFor(k)])).first()!['ttl'] as number;
+    expect(ttl).toBeGreaterThan(4);
+    expect(ttl).toBeLessThanOrEqual(6);
+    expect(await b.tryLock(k)).toBeNull();
+    await lock.release();
+    expect(await harness.inspect(k)).toEqual([]);
+  });
+
+  it('rejects a ttl that is not whole seconds, before any I/O', async () => {
+    const locker = newLocker();
+    await expect(locker.lock(key(), { ttlMs: 2500 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(locker.lock(key(), { ttlMs: 1000 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+
+  it('time service: GlobalTime only moves forward, its value is its write timestamp, and now() is monotonic', async () => {
+    await harness.inspect('warm-up');
+    const service = new CassandraTimeService(admin.client, 'deadbolt', { intervalMs: 50 });
+    await service.start();
+    const read = async () => (await cql(`SELECT micros, WRITETIME(micros) AS written FROM deadbolt.global_time WHERE id = 'GlobalTime'`)).first()!;
+    const first = await read();
+    expect(String(first['micros'])).toBe(String(first['written']));
+    let previous = service.now();
+    for (let i = 0; i < 100; i++) {
+      const now = service.now();
+      expect(now).toBeGreaterThan(previous);
+      previous = now;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    const second = await read();
+    expect(BigInt(String(second['micros']))).toBeGreaterThanOrEqual(BigInt(String(first['micros'])));
+    service.stop();
+  });
+
+  it('time service: a GlobalTime far in the future moves our order by at most maxAheadMs', async () => {
+    await harness.inspect('warm-up');
+    const future = Math.floor((performance.timeOrigin + performance.now()) * 1000) + 3_600_000_000; // an hour ahead
+    const service = new CassandraTimeService(admin.client, 'deadbolt_ahead', { maxAheadMs: 1000 });
+    await cql(`CREATE KEYSPACE IF NOT EXISTS deadbolt_ahead WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}`);
+    await cql(`CREATE TABLE IF NOT EXISTS deadbolt_ahead.global_time (id text PRIMARY KEY, micros bigint)`);
+    await cql(`UPDATE deadbolt_ahead.global_time USING TIMESTAMP ? SET micros = ? WHERE id = 'GlobalTime'`, [String(future), String(future)]);
+    await service.tick();
+    const wall = Math.floor((performance.timeOrigin + performance.now()) * 1000);
+    const ahead = service.now() - wall;
+    expect(ahead).toBeGreaterThan(500_000);
+    expect(ahead).toBeLessThan(1_500_000);
+    await cql(`DROP KEYSPACE deadbolt_ahead`);
+  });
+});
