@@ -5,6 +5,8 @@ import { createLocker, memoryBackend } from '@deadbolt/core';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
 import { redisBackend } from '@deadbolt/redis';
+import { zookeeperBackend } from '@deadbolt/zookeeper';
+import { cassandraBackend } from '@deadbolt/cassandra';
 
 const WORKERS = 4;
 const ROUNDS = 100;
@@ -15,6 +17,8 @@ const backends = [
   { name: 'redis unordered', url: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379', make() { return redisBackend({ url: this.url, fifo: false }); } },
   { name: 'mysql', url: process.env.DEADBOLT_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test', make() { return mysqlBackend({ url: this.url }); } },
   { name: 'etcd', url: process.env.DEADBOLT_ETCD_URL ?? 'etcd://127.0.0.1:2379', make() { return etcdBackend({ url: this.url }); }, ttlMs: 2000 },
+  { name: 'zookeeper', url: process.env.DEADBOLT_ZOOKEEPER_URL ?? 'zookeeper://127.0.0.1:2181', make() { return zookeeperBackend({ url: this.url }); }, ttlMs: 1000 },
+  { name: 'cassandra', url: process.env.DEADBOLT_CASSANDRA_URL ?? 'cassandra://127.0.0.1:9042/deadbolt', make() { return cassandraBackend({ url: this.url }); }, ttlMs: 2000 },
 ];
 
 /** A store that accepts a write only with a token at least as new as the newest it has seen. */
