@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bash test-matrix/up
+# The bench's report test renders report.html in Debian's headless Chromium.
+command -v chromium >/dev/null || bash test-matrix/lib.sh apt chromium
 pnpm -s build
 pnpm -s typecheck
 files=(packages/core packages/conformance)

@@ -98,3 +98,106 @@ export async function contended(subject: Subject, clients: number, holdMs: numbe
     await Promise.all(made.map((c) => c.close()));
   }
 }
+
+export interface ThesisResult {
+  subject: string;
+  processes: number;
+  perProcess: number;
+  seconds: number;
+  wait: Summary;
+  /** Per process: [wait ms, completed ms since start] for every acquisition, in order. */
+  series: [number, number][][];
+}
+
+/**
+ * Scenario 2, the thesis experiment (seed 000): `processes` real processes take one shared key
+ * `perProcess` times each with an empty critical section, started together.
+ */
+export async function thesis(subject: Subject, processes: number, perProcess: number): Promise<ThesisResult> {
+  const { fork } = await import('node:child_process');
+  const key = `bench:thesis:${subject.name}:${processes}:${process.pid}`;
+  const worker = new URL('./thesis-worker.js', import.meta.url);
+  const children = Array.from({ length: processes }, () => fork(worker, [subject.name, key, String(perProcess)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+  const message = <T>(child: (typeof children)[number], field: string) =>
+    new Promise<T>((resolve, reject) => {
+      child.on('message', (m: Record<string, unknown>) => field in m && resolve(m[field] as T));
+      child.once('exit', (code) => reject(new Error(`thesis worker exited with ${code} before sending ${field}`)));
+    });
+  try {
+    await Promise.all(children.map((c) => message(c, 'ready')));
+    const results = children.map((c) => message<[number, number][]>(c, 'records'));
+    const go = performance.timeOrigin + performance.now();
+    for (const c of children) c.send({ go });
+    const series = await Promise.all(results);
+    const seconds = Math.max(...series.flat().map(([, done]) => done)) / 1000;
+    return { subject: subject.name, processes, perProcess, seconds, wait: summarize(series.flat().map(([w]) => w)), series };
+  } finally {
+    for (const c of children) if (c.exitCode === null) c.kill();
+  }
+}
+
+export interface ManyKeysResult {
+  subject: string;
+  workers: number;
+  keys: number;
+  seconds: number;
+  perSecond: number;
+  wait: Summary;
+  /** CPU seconds the store's server process used per 1000 acquisitions (undefined when unknown). */
+  storeCpuPer1000?: number;
+}
+
+/** Ranks 0..n-1 drawn with probability ∝ 1/(rank+1)^s. */
+export function zipf(n: number, s = 1): () => number {
+  const cdf = new Float64Array(n);
+  let total = 0;
+  for (let i = 0; i < n; i++) cdf[i] = total += 1 / (i + 1) ** s;
+  return () => {
+    const u = Math.random() * total;
+    let [lo, hi] = [0, n - 1];
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (cdf[mid]! < u) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+}
+
+/**
+ * Scenario 4: `workers` workers (sharing `connections` clients) lock keys drawn from a Zipf
+ * distribution over `keys` keys, empty critical section, for `durationMs`. `cpuSeconds` reads the
+ * store server's CPU time, when it can be found.
+ */
+export async function manyKeys(subject: Subject, workers: number, keys: number, connections: number, durationMs: number, cpuSeconds: () => number | undefined): Promise<ManyKeysResult> {
+  const made = await Promise.all(Array.from({ length: connections }, () => subject.client()));
+  const draw = zipf(keys);
+  const prefix = `bench:many:${subject.name}:${process.pid}:`;
+  const waits: number[] = [];
+  const run = async (ms: number, record: boolean) => {
+    const end = performance.now() + ms;
+    await Promise.all(
+      Array.from({ length: workers }, async (_, w) => {
+        const client = made[w % made.length]!;
+        while (performance.now() < end) {
+          const asked = performance.now();
+          const release = await client.acquire(prefix + draw());
+          if (record) waits.push(performance.now() - asked);
+          await release();
+        }
+      }),
+    );
+  };
+  try {
+    await run(Math.min(1000, durationMs / 3), false); // warm-up
+    const cpuBefore = cpuSeconds();
+    const started = performance.now();
+    await run(durationMs, true);
+    const seconds = (performance.now() - started) / 1000;
+    const cpuAfter = cpuSeconds();
+    const cpu = cpuBefore !== undefined && cpuAfter !== undefined ? ((cpuAfter - cpuBefore) * 1000) / waits.length : undefined;
+    return { subject: subject.name, workers, keys, seconds, perSecond: waits.length / seconds, wait: summarize(waits), ...(cpu === undefined ? {} : { storeCpuPer1000: cpu }) };
+  } finally {
+    await Promise.all(made.map((c) => c.close()));
+  }
+}

@@ -2,19 +2,25 @@ import { createLocker, memoryBackend, MemoryLockStore, sleep, type LockBackend }
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
 import { redisBackend } from '@deadbolt/redis';
+import { zookeeperBackend } from '@deadbolt/zookeeper';
+import { cassandraBackend, type CassandraAlgorithm } from '@deadbolt/cassandra';
+import cassandra from 'cassandra-driver';
+import { createRequire } from 'node:module';
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
 import { createPool } from 'mysql2/promise';
 import { Redlock } from '@sesamecare-oss/redlock';
 import { Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
 
-export type Store = 'memory' | 'redis' | 'mysql' | 'etcd';
+export type Store = 'memory' | 'redis' | 'mysql' | 'etcd' | 'zookeeper' | 'cassandra';
 
 /** Where each store listens (test-matrix's URLs unless DEADBOLT_<STORE>_URL says otherwise). */
 export const urls = {
   redis: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379',
   mysql: process.env.DEADBOLT_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
   etcd: process.env.DEADBOLT_ETCD_URL ?? 'etcd://127.0.0.1:2379',
+  zookeeper: process.env.DEADBOLT_ZOOKEEPER_URL ?? 'zookeeper://127.0.0.1:2181',
+  cassandra: process.env.DEADBOLT_CASSANDRA_URL ?? 'cassandra://127.0.0.1:9042/deadbolt',
 };
 
 /** Something that takes and gives back one lock, the way its library's user would write it. */
@@ -62,6 +68,10 @@ export function subjects(): Subject[] {
     deadbolt('deadbolt redis unordered', 'redis', () => redisBackend({ url: redisUrl, fifo: false })),
     deadbolt('deadbolt mysql', 'mysql', () => mysqlBackend({ url: urls.mysql })),
     deadbolt('deadbolt etcd', 'etcd', () => etcdBackend({ url: urls.etcd })),
+    deadbolt('deadbolt zookeeper', 'zookeeper', () => zookeeperBackend({ url: urls.zookeeper })),
+    ...(['queue', 'lwt', 'shadow'] as CassandraAlgorithm[]).map((algorithm) =>
+      deadbolt(`deadbolt cassandra ${algorithm}`, 'cassandra', () => cassandraBackend({ url: urls.cassandra, algorithm })),
+    ),
     ...[100, 5].map((retryMs): Subject => ({
       name: `etcd3 Lock (retry every ${retryMs} ms)`,
       store: 'etcd',
@@ -161,6 +171,8 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
       };
     },
   },
+  cassandra: { name: 'cassandra floor (QUORUM insert with TTL, read back, delete)', client: cassandraFloor },
+  zookeeper: { name: 'zookeeper floor (create ephemeral sequential, getChildren, delete)', client: zookeeperFloor },
   etcd: {
     name: 'etcd floor (lease grant, put-if-absent txn, delete, revoke)',
     async client() {
@@ -181,6 +193,55 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
     },
   },
 };
+
+interface ZkClient {
+  connect(): void;
+  close(): void;
+  once(event: 'connected', listener: () => void): void;
+  create(path: string, data: Buffer, mode: number, cb: (error: Error | null, path: string) => void): void;
+  getChildren(path: string, cb: (error: Error | null, children: string[]) => void): void;
+  remove(path: string, version: number, cb: (error: Error | null) => void): void;
+}
+const zookeeper = createRequire(import.meta.url)('node-zookeeper-client') as {
+  createClient(hosts: string, options: object): ZkClient;
+  CreateMode: { PERSISTENT: number; EPHEMERAL_SEQUENTIAL: number };
+};
+
+/** A Cassandra lock step without tokens or queue: QUORUM write of a TTL cell, read it back, delete. */
+async function cassandraFloor(): Promise<Client> {
+  const [, hosts, keyspace] = /^cassandra:\/\/([^/]+)\/(\w+)/.exec(urls.cassandra)!;
+  const client = new cassandra.Client({ contactPoints: hosts!.split(','), localDataCenter: 'datacenter1' });
+  await client.connect();
+  await client.execute(`CREATE TABLE IF NOT EXISTS ${keyspace}.bench_floor (lock_id text, owner text, PRIMARY KEY (lock_id, owner))`);
+  const options = { prepare: true, consistency: cassandra.types.consistencies.quorum };
+  return {
+    async acquire(key) {
+      await client.execute(`INSERT INTO ${keyspace}.bench_floor (lock_id, owner) VALUES (?, 'o') USING TTL 10`, [key], options);
+      const rows = (await client.execute(`SELECT owner FROM ${keyspace}.bench_floor WHERE lock_id = ? LIMIT 2`, [key], options)).rowLength;
+      if (rows !== 1) throw new Error('floor key was busy');
+      return async () => void (await client.execute(`DELETE FROM ${keyspace}.bench_floor WHERE lock_id = ? AND owner = 'o'`, [key], options));
+    },
+    close: () => client.shutdown(),
+  };
+}
+
+/** The fewest round trips a sequential-node lock can make: create, list the queue, delete. */
+async function zookeeperFloor(): Promise<Client> {
+  const zk = zookeeper.createClient(urls.zookeeper.replace(/^zookeeper:\/\//, ''), { sessionTimeout: TTL_MS });
+  await new Promise<void>((resolve) => (zk.once('connected', resolve), zk.connect()));
+  const call = <T>(start: (cb: (error: Error | null, result?: T) => void) => void) =>
+    new Promise<T>((resolve, reject) => start((error, result) => (error ? reject(error) : resolve(result as T))));
+  await call((cb) => zk.create('/bench-floor', Buffer.alloc(0), zookeeper.CreateMode.PERSISTENT, cb)).catch(() => undefined);
+  return {
+    async acquire() {
+      const path = await call<string>((cb) => zk.create('/bench-floor/lock-', Buffer.alloc(0), zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, cb));
+      const children = await call<string[]>((cb) => zk.getChildren('/bench-floor', cb));
+      if (children.length !== 1) throw new Error('floor key was busy');
+      return () => call((cb) => zk.remove(path, -1, cb));
+    },
+    close: async () => zk.close(),
+  };
+}
 
 async function redisFloor(redisUrl: string): Promise<Client> {
   const redis = new Redis(redisUrl);
