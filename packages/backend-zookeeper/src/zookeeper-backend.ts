@@ -306,6 +306,7 @@ export class ZooKeeperBackend implements LockBackend {
     }
   }
 
+  /** Creates `path` and any missing ancestors (persistent, empty); an existing node is fine. */
   async #ensurePath(session: Session, path: string): Promise<void> {
     const create = () => zk((cb) => session.client.create(path, EMPTY, CreateMode.PERSISTENT, cb), [Code.NODE_EXISTS]);
     try {
@@ -313,7 +314,9 @@ export class ZooKeeperBackend implements LockBackend {
     } catch (error) {
       if (codeOf(error) !== Code.NO_NODE) throw this.#error('acquire', error);
       await this.#ensurePath(session, path.slice(0, path.lastIndexOf('/')));
-      await this.#call(session, 'acquire', create);
+      await create().catch((again: unknown) => {
+        throw this.#error('acquire', again);
+      });
     }
   }
 

@@ -96,4 +96,18 @@ describe('zookeeper backend', () => {
     await other.close();
     expect(await stat(admin.pathFor(k3))).toBeNull();
   });
+
+  it('creates a missing root path (every level) on first use, as on a fresh server', async () => {
+    const top = `/deadbolt-test-${Math.random().toString(36).slice(2)}`;
+    const fresh = zookeeperBackend({ url, root: `${top}/nested/locks` });
+    const locker = track(createLocker(fresh, { ttlMs: 2000 }));
+    const [first, second] = [locker.lock(key(), { timeoutMs: 5000 }), locker.lock(key(), { timeoutMs: 5000 })];
+    for (const lock of await Promise.all([first, second])) await lock.release();
+    await locker.close();
+    const { client } = await admin.session(10_000);
+    for (const path of [`${top}/nested/locks`, `${top}/nested`, top]) {
+      expect(await stat(path)).not.toBeNull();
+      await new Promise<void>((resolve, reject) => client.remove(path, -1, (e) => (e ? reject(e) : resolve())));
+    }
+  });
 });
