@@ -138,6 +138,7 @@ export class CassandraBackend implements LockBackend {
         // After a restart, come back within half a second rather than the default's growing delays.
         policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
       });
+      containRefreshRace(this.client);
       this.#ownsClient = true;
       this.#schemaScope = match[1]!;
     }
@@ -456,6 +457,20 @@ export class CassandraBackend implements LockBackend {
   #error(operation: string, error: unknown): Error {
     return backendFailure(this.name, operation, error, isUnavailable);
   }
+}
+
+/**
+ * Works around cassandra-driver's NODEJS-681 (4.10.0, fix not released): after a server restart two
+ * control-connection refreshes can race, and the loser calls `_setHealthListeners(null)`; when that
+ * refresh was a scheduled retry, its rejection is unhandled and Node ends the process. The winning
+ * refresh has already reconnected, so the loser's error is dropped, as the driver itself does for
+ * refreshes it starts in the background. Applied only to clients this backend creates.
+ */
+function containRefreshRace(client: Client): void {
+  const control = (client as unknown as { controlConnection?: { _refresh?: (...args: unknown[]) => Promise<void> } }).controlConnection;
+  const refresh = control?._refresh;
+  if (!control || typeof refresh !== 'function') return;
+  control._refresh = (...args: unknown[]) => refresh.apply(control, args).catch(() => undefined);
 }
 
 /** Cell TTL for a lease of `ttlMs`: Cassandra may expire a cell up to a second early, so one more. */
