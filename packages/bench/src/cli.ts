@@ -1,17 +1,29 @@
 #!/usr/bin/env node
 /**
- * `pnpm bench [--full] [--only redis,memory] [--thesis N]`: scenario 1 (uncontended cycle vs the
- * store's floor), scenario 3 (contended handoff), scenario 4 (many keys, Zipf) and scenario 2 (the
- * thesis experiment: 1, 3 and 5 processes × N acquisitions of one key) on every available deadbolt
- * backend and on the peers,
- * same servers, one run. Writes bench-results/<time>/{results.json, summary.md, report.html}.
+ * `pnpm bench [--full] [--only redis,memory] [--thesis N]`: the five scenarios of BENCHMARKS.md on
+ * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
+ * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
+ * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort). Writes
+ * bench-results/<time>/{results.json, summary.md, report.html}.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { cpus, totalmem } from 'node:os';
-import { join } from 'node:path';
-import { storeCpuSeconds } from './cpu.js';
-import { contended, manyKeys, thesis, uncontended, type ContendedResult, type ManyKeysResult, type ThesisResult, type UncontendedResult } from './scenarios.js';
+import { dirname, join } from 'node:path';
+import {
+  contended,
+  longHolds,
+  manyKeys,
+  thesis,
+  uncontended,
+  type ContendedResult,
+  type LongHoldResult,
+  type ManyKeysResult,
+  type ThesisResult,
+  type UncontendedResult,
+} from './scenarios.js';
 import { renderReport } from './report.js';
+import { openProbe, type StoreProbe } from './stores.js';
 import { floors, subjects, type Store } from './subjects.js';
 
 const args = process.argv.slice(2);
@@ -20,24 +32,48 @@ const only = args.includes('--only') ? args[args.indexOf('--only') + 1]!.split('
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
 const clientCounts = full ? [2, 8, 32] : [2, 8];
+const holdMs = full ? 60_000 : 6000;
 // The thesis ran 5000 per process; the polling stores need minutes per 1000 at 5 processes.
 const thesisCount = args.includes('--thesis') ? Number(args[args.indexOf('--thesis') + 1]) : full ? 1000 : 100;
 
 const f = (n: number, digits = 2) => n.toFixed(digits);
+const optional = (n: number | undefined, digits = 2) => (n === undefined ? 'n/a' : f(n, digits));
+
+/** The installed version of a client library, read from its package.json. */
+function libraryVersion(name: string): string {
+  const require = createRequire(import.meta.url);
+  for (let dir = dirname(require.resolve(name)); dir !== dirname(dir); dir = dirname(dir)) {
+    try {
+      const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version?: string };
+      if (pkg.name === name) return `${name} ${pkg.version}`;
+    } catch {
+      /* keep walking up */
+    }
+  }
+  return `${name} (version unknown)`;
+}
 
 const all = subjects();
 const stores = [...new Set(all.map((s) => s.store))].filter((store) => !only || only.includes(store));
-const up = new Map<Store, boolean>();
+const probes = new Map<Store, StoreProbe>();
+const versions = new Map<Store, string>();
 for (const store of stores) {
   // A store is benchmarked when deadbolt's own backend can take a lock on it.
-  const probe = await all.find((s) => s.store === store && s.name.startsWith('deadbolt'))!.client();
-  up.set(store, await probe.acquire(`bench:probe:${process.pid}`).then(async (release) => (await release(), true), () => false));
-  await probe.close().catch(() => undefined);
+  const client = await all.find((s) => s.store === store && s.backend)!.client();
+  const answers = await client.acquire(`bench:probe:${process.pid}`).then(async (held) => (await held.release(), true), () => false);
+  await client.close().catch(() => undefined);
+  if (!answers) continue;
+  const probe = await openProbe(store);
+  probes.set(store, probe);
+  versions.set(store, await probe.version());
 }
-const available = all.filter((s) => up.get(s.store));
-const thesisSubjects = available.filter((s) => s.store !== 'memory' && s.name.startsWith('deadbolt'));
+const available = all.filter((s) => probes.has(s.store));
+const ours = available.filter((s) => s.backend);
+const thesisSubjects = ours.filter((s) => s.store !== 'memory');
 const steps =
-  stores.filter((store) => floors[store] && up.get(store)).length + available.length * (2 + clientCounts.length) + thesisSubjects.length * 3;
+  stores.filter((store) => floors[store] && probes.has(store)).length +
+  available.length * (2 + clientCounts.length) +
+  thesisSubjects.length * 4;
 let done = 0;
 const startedAt = performance.now();
 /** A progress bar on stderr (a terminal only): steps done, elapsed time, what runs now. */
@@ -55,30 +91,35 @@ const contendedResults: ContendedResult[] = [];
 
 for (const store of stores) {
   const floor = floors[store];
-  if (!floor || !up.get(store)) continue;
+  if (!floor || !probes.has(store)) continue;
   progress(`scenario 1: ${floor.name}`);
   const client = await floor.client();
-  uncontendedResults.push(await uncontended(floor.name, client, cycles));
+  uncontendedResults.push(await uncontended(floor.name, client, cycles, probes.get(store)));
   await client.close();
 }
 for (const subject of available) {
   progress(`scenario 1: ${subject.name}`);
   const client = await subject.client();
-  uncontendedResults.push(await uncontended(subject.name, client, subject.store === 'memory' ? cycles * 50 : cycles));
+  uncontendedResults.push(await uncontended(subject.name, client, subject.store === 'memory' ? cycles * 50 : cycles, probes.get(subject.store)));
   await client.close();
 }
 for (const subject of available) {
   for (const clients of clientCounts) {
     progress(`scenario 3: ${subject.name}, ${clients} clients`);
     contendedResults.push(await contended(subject, clients, 1, durationMs));
-    // In memory a 1 ms timer is the whole cost; also show the raw handoff rate.
-    if (subject.store === 'memory') contendedResults.push(await contended(subject, clients, 0, durationMs));
+    // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
+    if (subject.store === 'memory') contendedResults.push(await contended(subject, clients, 0, 500));
   }
 }
 const manyKeysResults: ManyKeysResult[] = [];
 for (const subject of available) {
   progress(`scenario 4: ${subject.name}, 200 workers over 10 000 keys`);
-  manyKeysResults.push(await manyKeys(subject, 200, 10_000, 20, durationMs, storeCpuSeconds(subject.store)));
+  manyKeysResults.push(await manyKeys(subject, 200, 10_000, 20, durationMs, probes.get(subject.store)!));
+}
+const longHoldResults: LongHoldResult[] = [];
+for (const subject of thesisSubjects) {
+  progress(`scenario 5: ${subject.name}, 5 locks held ${holdMs / 1000} s`);
+  longHoldResults.push(await longHolds(subject, 5, holdMs, probes.get(subject.store)!));
 }
 const thesisResults: ThesisResult[] = [];
 for (const subject of thesisSubjects) {
@@ -94,50 +135,94 @@ const floorOf = (subject: string) => {
   const name = store && floors[store]?.name;
   return uncontendedResults.find((r) => r.subject === name);
 };
+const libraries = ['ioredis', 'mysql2', 'etcd3', 'node-zookeeper-client', 'cassandra-driver', 'redis-semaphore', '@sesamecare-oss/redlock', 'hdr-histogram-js'].map(libraryVersion);
+const machine =
+  `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; profile ${full ? 'full' : 'quick'}. ` +
+  `Stores: ${stores.map((s) => (probes.has(s) ? versions.get(s) : `${s} not running (skipped)`)).join(', ')}. Client libraries: ${libraries.join(', ')}.`;
 const lines: string[] = [];
-lines.push('# deadbolt benchmark', '');
+lines.push('# deadbolt benchmark', '', machine, '');
 lines.push(
-  `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; ` +
-    `stores: ${stores.map((s) => `${s} ${up.get(s) ? 'up' : 'not running (skipped)'}`).join(', ')}; profile ${full ? 'full' : 'quick'}. ` +
-    'All subjects ran in this one process, one after another, on the same servers (test-matrix versions: `test-matrix/status`).',
+  'All subjects ran in this one process (scenario 2: in forked processes), one after another, on the same servers, with the same client',
+  'libraries; every timed phase follows a discarded warm-up. Locks are taken with a 10 s ttl except in scenario 5. Store requests come',
+  "from each server's own counter (Redis INFO commandstats, MySQL Questions, etcd gRPC messages received, ZooKeeper packets received,",
+  'Cassandra native-transport requests) and include background traffic (renewals, pings, the Cassandra time service).',
   '',
 );
 lines.push('## Scenario 1: uncontended acquire + release', '');
-lines.push('| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) |', '|---|---|---|---|---|---|');
+lines.push('| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) | store requests per cycle |', '|---|---|---|---|---|---|---|');
 for (const r of uncontendedResults) {
   const floor = floorOf(r.subject);
   const ratio = floor ? `${f(r.cycle.p50 / floor.cycle.p50)}×` : '';
-  lines.push(`| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} |`);
+  lines.push(`| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${optional(r.storeRequestsPerCycle, 1)} |`);
 }
-lines.push('', `## Scenario 3: contended handoff (1 ms critical section unless the hold column says 0, ${durationMs / 1000} s per row)`, '');
-lines.push('| subject | clients | hold ms | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain |');
-lines.push('|---|---|---|---|---|---|---|---|---|---|---|');
+lines.push('', `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row; memory also with hold 0 for 0.5 s)`, '');
+lines.push('| subject | clients | hold ms | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain | token order violations |');
+lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
 for (const r of contendedResults) {
   const total = r.acquisitions.length;
   lines.push(
     `| ${r.subject} | ${r.clients} | ${r.holdMs} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ` +
-      `${r.handoffsToOther}/${total} (${Math.round((100 * r.handoffsToOther) / Math.max(1, total))} %) | ${f(r.handoff.p50)} | ${f(r.handoff.p99)} | ${f(r.jain, 3)} |`,
+      `${r.handoffsToOther}/${total} (${Math.round((100 * r.handoffsToOther) / Math.max(1, total))} %) | ${f(r.handoff.p50)} | ${f(r.handoff.p99)} | ${f(r.jain, 3)} | ${r.tokenOrderViolations ?? 'no tokens'} |`,
   );
 }
 lines.push('', 'Times in ms. Wait = ask → granted. Handoff = previous holder starts releasing → next holder (a different client) granted.', '');
-lines.push(`## Scenario 4: many keys (200 workers on 20 connections, 10 000 keys drawn Zipf(1), empty critical section, ${durationMs / 1000} s)`, '');
-lines.push('| subject | acquisitions/s | wait p50 | wait p99 | wait max | store CPU s per 1000 |', '|---|---|---|---|---|---|');
-for (const r of manyKeysResults) {
-  lines.push(`| ${r.subject} | ${Math.round(r.perSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${r.storeCpuPer1000 === undefined ? 'n/a' : f(r.storeCpuPer1000, 3)} |`);
+// Ours vs each peer on the same store and client count: holds/s and max wait as ratios.
+const peerRows: string[] = [];
+for (const r of contendedResults) {
+  if (all.find((s) => s.name === r.subject)?.backend) continue;
+  const store = all.find((s) => s.name === r.subject)!.store;
+  for (const mine of contendedResults.filter((m) => m.clients === r.clients && m.holdMs === r.holdMs && all.find((s) => s.name === m.subject && s.store === store && s.backend))) {
+    peerRows.push(
+      `| ${mine.subject} vs ${r.subject} | ${r.clients} | ${f(mine.holdsPerSecond / r.holdsPerSecond)}× | ${f(mine.handoff.p50)} / ${f(r.handoff.p50)} | ` +
+        `${f(mine.handoff.p99)} / ${f(r.handoff.p99)} | ${f(mine.wait.max)} / ${f(r.wait.max)} | ${f(mine.jain, 3)} / ${f(r.jain, 3)} |`,
+    );
+  }
 }
-lines.push('', 'Store CPU: user + system time of the server process listening on the store\'s port (this process for memory), from /proc.', '');
-lines.push(`## Scenario 2: the thesis experiment (${thesisCount} acquisitions per process, one key, empty critical section)`, '');
-lines.push('| subject | processes | mean wait | p99 wait | max wait | total s | share of the slowest process |', '|---|---|---|---|---|---|---|');
-for (const r of thesisResults) {
-  // How evenly the processes progressed: when the slowest finished vs the whole run (1 = together).
-  const finish = r.series.map((s) => s[s.length - 1]![1]);
-  lines.push(`| ${r.subject} | ${r.processes} | ${f(r.wait.mean)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${f(r.seconds, 1)} | ${f(Math.min(...finish) / Math.max(...finish), 2)} |`);
+if (peerRows.length) {
+  lines.push('### Ours vs the peers (same server, same client count)', '');
+  lines.push('| pair | clients | holds/s ours / peer | handoff p50 ms ours / peer | handoff p99 ms | wait max ms | Jain |', '|---|---|---|---|---|---|---|', ...peerRows, '');
+}
+lines.push(`## Scenario 4: many keys (200 workers on 20 connections, 10 000 keys drawn Zipf(1), empty critical section, ${durationMs / 1000} s)`, '');
+lines.push('| subject | acquisitions/s | wait p50 | wait p99 | wait max | store CPU s per 1000 | store requests per acquisition |', '|---|---|---|---|---|---|---|');
+for (const r of manyKeysResults) {
+  lines.push(`| ${r.subject} | ${Math.round(r.perSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${optional(r.storeCpuPer1000, 3)} | ${optional(r.storeRequestsPerAcquisition, 1)} |`);
+}
+lines.push('', "Store CPU: user + system time of the server process listening on the store's port (this process for memory), from /proc.", '');
+lines.push(`## Scenario 5: long holds (5 locks held ${holdMs / 1000} s each by one Locker with a short ttl, then the store forgets each one)`, '');
+const noStore = '_No store was up: these scenarios need a real store (start them with `bash test-matrix/up`)._';
+if (!longHoldResults.length) lines.push(noStore, '');
+else lines.push('| subject | ttl ms | renew calls per lock-minute | store requests per lock-minute | lost while held | loss → signal abort p50 / max ms | losses unnoticed after 2 × ttl |', '|---|---|---|---|---|---|---|');
+for (const r of longHoldResults) {
+  const abort = r.lossToAbort ? `${f(r.lossToAbort.p50)} / ${f(r.lossToAbort.max)}` : 'n/a';
+  lines.push(`| ${r.subject} | ${r.ttlMs} | ${f(r.renewalsPerMinute, 1)} | ${optional(r.storeRequestsPerMinute, 1)} | ${r.lostWhileHeld} | ${abort} | ${r.unnoticed} |`);
 }
 lines.push(
   '',
-  'The thesis (seed 000; Cassandra, 5000 per process) measured: mean wait old (shadow) / new (queue) 25 / 15 ms at 1 process,',
-  '53 / 56 ms at 3, 107 / 106 ms at 5; max wait 146 / 39 ms, 155 817 / 537 ms, 502 441 / 605 ms. "Share of the slowest process"',
-  'is the first finishing time over the last: near 1 when processes interleave evenly (queue), low when one process runs in bursts.',
+  "Loss is injected by deleting the lock's record in the store through the backend's own connection, at a random point of the renewal",
+  'cycle; the time runs from sending that deletion. A backend that renews by polling notices at its next renewal (ttl / 3 at most); one',
+  'with a push notice (a ZooKeeper node watch, an etcd lease) at once.',
+  '',
+);
+// The thesis' own numbers (seed 000, Cassandra, 5000 acquisitions per process): [mean, max] ms.
+const thesisOriginal: Record<string, Record<number, [number, number]>> = {
+  'deadbolt cassandra shadow': { 1: [25, 146], 3: [53, 155_817], 5: [107, 502_441] },
+  'deadbolt cassandra queue': { 1: [15, 39], 3: [56, 537], 5: [106, 605] },
+};
+lines.push(`## Scenario 2: the thesis experiment (${thesisCount} acquisitions per process, one key, empty critical section)`, '');
+if (!thesisResults.length) lines.push(noStore, '');
+else lines.push('| subject | processes | mean wait | p99 wait | max wait | thesis mean / max | total s | share of the slowest process |', '|---|---|---|---|---|---|---|---|');
+for (const r of thesisResults) {
+  // How evenly the processes progressed: when the first finished vs the last (1 = together).
+  const finish = r.series.map((s) => s[s.length - 1]![1]);
+  const original = thesisOriginal[r.subject]?.[r.processes];
+  lines.push(
+    `| ${r.subject} | ${r.processes} | ${f(r.wait.mean)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${original ? `${original[0]} / ${original[1]}` : ''} | ${f(r.seconds, 1)} | ${f(Math.min(...finish) / Math.max(...finish), 2)} |`,
+  );
+}
+lines.push(
+  '',
+  'Thesis column: seed 000 on Cassandra with 5000 per process, old algorithm = shadow, new = queue. "Share of the slowest process" is the',
+  'first finishing time over the last: near 1 when processes interleave evenly (queue), low when one process runs in bursts.',
   '',
 );
 const summary = lines.join('\n');
@@ -148,10 +233,28 @@ mkdirSync(dir, { recursive: true });
 writeFileSync(join(dir, 'summary.md'), summary);
 writeFileSync(
   join(dir, 'report.html'),
-  renderReport({ title: `deadbolt benchmark, ${new Date().toISOString()}`, machine: lines[2] ?? '', summaryMarkdown: summary, contended: contendedResults, thesis: thesisResults }),
+  renderReport({ title: `deadbolt benchmark, ${new Date().toISOString()}`, machine, summaryMarkdown: summary, contended: contendedResults, thesis: thesisResults }),
 );
 writeFileSync(
   join(dir, 'results.json'),
-  JSON.stringify({ full, stores: Object.fromEntries(up), node: process.version, uncontended: uncontendedResults, contended: contendedResults, manyKeys: manyKeysResults, thesis: thesisResults }, null, 1),
+  JSON.stringify(
+    {
+      full,
+      machine,
+      stores: Object.fromEntries(stores.map((s) => [s, versions.get(s) ?? 'not running'])),
+      uncontended: uncontendedResults,
+      // Each acquisition as [client, asked, granted, released, token?] (ms on this process's clock, to the µs).
+      contended: contendedResults.map(({ acquisitions, ...rest }) => ({
+        ...rest,
+        acquisitions: acquisitions.map((a) => [a.client, ...[a.asked, a.granted, a.released].map((t) => Math.round(t * 1000) / 1000), ...(a.token ? [a.token] : [])]),
+      })),
+      manyKeys: manyKeysResults,
+      longHolds: longHoldResults,
+      thesis: thesisResults,
+    },
+    null,
+    1,
+  ),
 );
+await Promise.all([...probes.values()].map((p) => p.close()));
 console.log(`\nwritten to ${dir}`);

@@ -20,10 +20,14 @@ interface Series {
 
 /** A line chart with linear x and linear or log10 y axes. */
 function lineChart(title: string, xLabel: string, yLabel: string, series: Series[], logY = false): string {
-  const all = series.flatMap((s) => s.points);
-  if (all.length === 0) return '';
+  if (series.every((s) => s.points.length === 0)) return '';
   const ty = (v: number) => (logY ? Math.log10(Math.max(v, 0.01)) : v);
-  const [xMax, yMin, yMax] = [Math.max(...all.map((p) => p[0])) || 1, Math.min(...all.map((p) => ty(p[1]))), Math.max(...all.map((p) => ty(p[1])))];
+  // Loops, not Math.max(...points): a memory run records millions of points.
+  let [xMax, yMin, yMax] = [0, Infinity, -Infinity];
+  for (const s of series) {
+    for (const [x, y] of s.points) [xMax, yMin, yMax] = [Math.max(xMax, x), Math.min(yMin, ty(y)), Math.max(yMax, ty(y))];
+  }
+  xMax ||= 1;
   const y0 = logY ? Math.floor(yMin) : 0;
   const y1 = logY ? Math.ceil(yMax) || 1 : yMax * 1.05 || 1;
   const sx = (x: number) => PAD.left + (x / xMax) * (W - PAD.left - PAD.right);

@@ -1,14 +1,19 @@
-import { sleep } from '@deadbolt/core';
+import { createLocker, sleep, type Lock, type LockBackend } from '@deadbolt/core';
+import { breakClaim } from './loss.js';
 import { jain, summarize, type Summary } from './stats.js';
+import type { StoreProbe } from './stores.js';
 import type { Client, Subject } from './subjects.js';
 
-
-/** One acquisition as recorded: who, when it asked, when it was granted, when it let go (ms). */
+/**
+ * One acquisition as recorded: which client (of this process), when it asked, when it was granted,
+ * when it let go (ms, this process's monotonic clock), and its fencing token (decimal) if it has one.
+ */
 export interface Acquisition {
   client: number;
   asked: number;
   granted: number;
   released: number;
+  token?: string;
 }
 
 export interface UncontendedResult {
@@ -16,21 +21,29 @@ export interface UncontendedResult {
   cycles: number;
   perSecond: number;
   cycle: Summary;
+  /** Requests the store's own counter saw per cycle (background traffic included); absent when it keeps none. */
+  storeRequestsPerCycle?: number;
 }
 
+/** Store requests between two counter readings, per `n` operations; undefined when either reading is. */
+const perOperation = (before: number | undefined, after: number | undefined, n: number) =>
+  before === undefined || after === undefined || n === 0 ? undefined : (after - before) / n;
+
 /** Scenario 1: one client, one key, acquire → release `cycles` times after a warm-up. */
-export async function uncontended(name: string, client: Client, cycles: number): Promise<UncontendedResult> {
+export async function uncontended(name: string, client: Client, cycles: number, probe?: StoreProbe): Promise<UncontendedResult> {
   const key = `bench:uncontended:${name}:${process.pid}`;
-  for (let i = 0; i < Math.min(500, cycles / 10); i++) await (await client.acquire(key))();
+  for (let i = 0; i < Math.min(500, cycles / 10); i++) await (await client.acquire(key)).release();
   const times: number[] = [];
+  const requestsBefore = await probe?.requests();
   const started = performance.now();
   for (let i = 0; i < cycles; i++) {
     const t = performance.now();
-    await (await client.acquire(key))();
+    await (await client.acquire(key)).release();
     times.push(performance.now() - t);
   }
   const seconds = (performance.now() - started) / 1000;
-  return { subject: name, cycles, perSecond: cycles / seconds, cycle: summarize(times) };
+  const requests = perOperation(requestsBefore, await probe?.requests(), cycles);
+  return { subject: name, cycles, perSecond: cycles / seconds, cycle: summarize(times), ...(requests === undefined ? {} : { storeRequestsPerCycle: requests }) };
 }
 
 export interface ContendedResult {
@@ -44,6 +57,8 @@ export interface ContendedResult {
   handoff: Summary;
   handoffsToOther: number;
   jain: number;
+  /** Fencing tokens in grant order that did not increase (must be 0; undefined for lock libraries without tokens). */
+  tokenOrderViolations?: number;
   acquisitions: Acquisition[];
 }
 
@@ -58,13 +73,13 @@ export async function contended(subject: Subject, clients: number, holdMs: numbe
       made.map(async (client, index) => {
         while (performance.now() < end) {
           const asked = performance.now();
-          const release = await client.acquire(key);
+          const held = await client.acquire(key);
           const granted = performance.now();
           if (holdMs > 0) await sleep(holdMs);
           else await Promise.resolve(); // an empty critical section: hand over at once
           const released = performance.now();
-          await release();
-          records.push({ client: index, asked, granted, released });
+          await held.release();
+          records.push({ client: index, asked, granted, released, ...(held.token === undefined ? {} : { token: String(held.token) }) });
         }
       }),
     );
@@ -82,6 +97,8 @@ export async function contended(subject: Subject, clients: number, holdMs: numbe
       if (prev.client !== next.client) handoffs.push(Math.max(0, next.granted - prev.released));
     }
     const counts = Array.from({ length: clients }, (_, c) => acquisitions.filter((a) => a.client === c).length);
+    const tokens = acquisitions.map((a) => a.token).filter((t) => t !== undefined).map(BigInt);
+    const violations = tokens.filter((t, i) => i > 0 && t <= tokens[i - 1]!).length;
     return {
       subject: subject.name,
       clients,
@@ -92,6 +109,7 @@ export async function contended(subject: Subject, clients: number, holdMs: numbe
       handoff: summarize(handoffs.length ? handoffs : [0]),
       handoffsToOther: handoffs.length,
       jain: jain(counts),
+      ...(tokens.length ? { tokenOrderViolations: violations } : {}),
       acquisitions,
     };
   } finally {
@@ -105,8 +123,8 @@ export interface ThesisResult {
   perProcess: number;
   seconds: number;
   wait: Summary;
-  /** Per process: [wait ms, completed ms since start] for every acquisition, in order. */
-  series: [number, number][][];
+  /** Per process: [wait ms, completed ms since start, token] for every acquisition, in order. */
+  series: [number, number, string?][][];
 }
 
 /**
@@ -125,7 +143,7 @@ export async function thesis(subject: Subject, processes: number, perProcess: nu
     });
   try {
     await Promise.all(children.map((c) => message(c, 'ready')));
-    const results = children.map((c) => message<[number, number][]>(c, 'records'));
+    const results = children.map((c) => message<[number, number, string?][]>(c, 'records'));
     const go = performance.timeOrigin + performance.now();
     for (const c of children) c.send({ go });
     const series = await Promise.all(results);
@@ -145,6 +163,8 @@ export interface ManyKeysResult {
   wait: Summary;
   /** CPU seconds the store's server process used per 1000 acquisitions (undefined when unknown). */
   storeCpuPer1000?: number;
+  /** Requests the store's own counter saw per acquisition (undefined when it keeps none). */
+  storeRequestsPerAcquisition?: number;
 }
 
 /** Ranks 0..n-1 drawn with probability ∝ 1/(rank+1)^s. */
@@ -166,10 +186,10 @@ export function zipf(n: number, s = 1): () => number {
 
 /**
  * Scenario 4: `workers` workers (sharing `connections` clients) lock keys drawn from a Zipf
- * distribution over `keys` keys, empty critical section, for `durationMs`. `cpuSeconds` reads the
- * store server's CPU time, when it can be found.
+ * distribution over `keys` keys, empty critical section, for `durationMs`. `probe` reads the store
+ * server's CPU time and request counter.
  */
-export async function manyKeys(subject: Subject, workers: number, keys: number, connections: number, durationMs: number, cpuSeconds: () => number | undefined): Promise<ManyKeysResult> {
+export async function manyKeys(subject: Subject, workers: number, keys: number, connections: number, durationMs: number, probe: StoreProbe): Promise<ManyKeysResult> {
   const made = await Promise.all(Array.from({ length: connections }, () => subject.client()));
   const draw = zipf(keys);
   const prefix = `bench:many:${subject.name}:${process.pid}:`;
@@ -181,23 +201,116 @@ export async function manyKeys(subject: Subject, workers: number, keys: number, 
         const client = made[w % made.length]!;
         while (performance.now() < end) {
           const asked = performance.now();
-          const release = await client.acquire(prefix + draw());
+          const held = await client.acquire(prefix + draw());
           if (record) waits.push(performance.now() - asked);
-          await release();
+          await held.release();
         }
       }),
     );
   };
   try {
     await run(Math.min(1000, durationMs / 3), false); // warm-up
-    const cpuBefore = cpuSeconds();
+    const [cpuBefore, requestsBefore] = [probe.cpuSeconds(), await probe.requests()];
     const started = performance.now();
     await run(durationMs, true);
     const seconds = (performance.now() - started) / 1000;
-    const cpuAfter = cpuSeconds();
-    const cpu = cpuBefore !== undefined && cpuAfter !== undefined ? ((cpuAfter - cpuBefore) * 1000) / waits.length : undefined;
-    return { subject: subject.name, workers, keys, seconds, perSecond: waits.length / seconds, wait: summarize(waits), ...(cpu === undefined ? {} : { storeCpuPer1000: cpu }) };
+    const cpu = perOperation(cpuBefore, probe.cpuSeconds(), waits.length / 1000);
+    const requests = perOperation(requestsBefore, await probe.requests(), waits.length);
+    return {
+      subject: subject.name,
+      workers,
+      keys,
+      seconds,
+      perSecond: waits.length / seconds,
+      wait: summarize(waits),
+      ...(cpu === undefined ? {} : { storeCpuPer1000: cpu }),
+      ...(requests === undefined ? {} : { storeRequestsPerAcquisition: requests }),
+    };
   } finally {
     await Promise.all(made.map((c) => c.close()));
+  }
+}
+
+export interface LongHoldResult {
+  subject: string;
+  locks: number;
+  ttlMs: number;
+  holdSeconds: number;
+  /** renew() calls the Locker made, per lock per minute of holding. */
+  renewalsPerMinute: number;
+  /** Requests the store's counter saw per lock per minute of holding (background traffic included). */
+  storeRequestsPerMinute?: number;
+  /** Locks whose signal aborted while nobody interfered (must be 0). */
+  lostWhileHeld: number;
+  /** ms from sending the injected deletion to `lock.signal` aborting, one sample per lock. */
+  lossToAbort?: Summary;
+  /** Injected losses the holder had not noticed within 2 × ttl (must be 0). */
+  unnoticed: number;
+}
+
+/** Resolves with the `performance.now()` at which `signal` aborted, or undefined after `limitMs`. */
+function abortTime(signal: AbortSignal, limitMs: number): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve(performance.now());
+    const timer = setTimeout(() => resolve(undefined), limitMs);
+    signal.addEventListener('abort', () => (clearTimeout(timer), resolve(performance.now())), { once: true });
+  });
+}
+
+/**
+ * Scenario 5, long holds: one Locker holds `locks` keys for `holdMs` with a short ttl (2 s, or the
+ * backend's minimum), counting its renewals and the store's requests; then the store forgets each
+ * lock in turn (at a random point of its renewal cycle) and the time until `lock.signal` aborts is
+ * measured.
+ */
+export async function longHolds(subject: Subject, locks: number, holdMs: number, probe: StoreProbe): Promise<LongHoldResult> {
+  const backend = subject.backend!();
+  const { minTtlMs, ttlGranularityMs } = backend.capabilities;
+  const ttlMs = Math.ceil(Math.max(2000, minTtlMs) / ttlGranularityMs) * ttlGranularityMs;
+  let renewals = 0;
+  const counted: LockBackend = {
+    name: backend.name,
+    capabilities: backend.capabilities,
+    acquire: (req) => backend.acquire(req),
+    renew: (lease, ms) => (renewals++, backend.renew(lease, ms)),
+    release: (lease) => backend.release(lease),
+    close: () => backend.close(),
+  };
+  const locker = createLocker(counted, { ttlMs });
+  const prefix = `bench:long:${subject.name}:${process.pid}:`;
+  try {
+    const held: Lock[] = await Promise.all(Array.from({ length: locks }, (_, i) => locker.lock(prefix + i)));
+    const [requestsBefore, renewalsBefore, started] = [await probe.requests(), renewals, performance.now()];
+    await sleep(holdMs);
+    const lockMinutes = (locks * (performance.now() - started)) / 60_000;
+    const requests = perOperation(requestsBefore, await probe.requests(), lockMinutes);
+    const lostWhileHeld = held.filter((lock) => lock.signal.aborted).length;
+    const inject = breakClaim[subject.store];
+    const delays: number[] = [];
+    let unnoticed = 0;
+    for (const lock of inject ? held : []) {
+      if (lock.signal.aborted) continue;
+      await sleep(Math.random() * (ttlMs / 3)); // anywhere in the renewal cycle
+      const aborted = abortTime(lock.signal, 2 * ttlMs);
+      const sent = performance.now();
+      await inject!(backend, lock.key);
+      const at = await aborted;
+      if (at === undefined) unnoticed++;
+      else delays.push(at - sent);
+    }
+    await Promise.all(held.map((lock) => lock.release()));
+    return {
+      subject: subject.name,
+      locks,
+      ttlMs,
+      holdSeconds: holdMs / 1000,
+      renewalsPerMinute: (renewals - renewalsBefore) / lockMinutes,
+      ...(requests === undefined ? {} : { storeRequestsPerMinute: requests }),
+      lostWhileHeld,
+      ...(delays.length ? { lossToAbort: summarize(delays) } : {}),
+      unnoticed,
+    };
+  } finally {
+    await locker.close();
   }
 }

@@ -23,9 +23,15 @@ export const urls = {
   cassandra: process.env.DEADBOLT_CASSANDRA_URL ?? 'cassandra://127.0.0.1:9042/deadbolt',
 };
 
+/** A lock as the benchmark holds it: how to give it back, and its fencing token where it has one. */
+export interface Held {
+  release(): Promise<void>;
+  token?: bigint;
+}
+
 /** Something that takes and gives back one lock, the way its library's user would write it. */
 export interface Client {
-  acquire(key: string): Promise<() => Promise<void>>;
+  acquire(key: string): Promise<Held>;
   close(): Promise<void>;
 }
 
@@ -34,6 +40,8 @@ export interface Subject {
   name: string;
   store: Store;
   client(): Promise<Client>;
+  /** deadbolt subjects only: a new backend with its own connection (scenario 5 drives a Locker on it). */
+  backend?: () => LockBackend;
 }
 
 const TTL_MS = 10_000;
@@ -42,12 +50,13 @@ function deadbolt(name: string, store: Subject['store'], make: () => LockBackend
   return {
     name,
     store,
+    backend: make,
     async client() {
       const locker = createLocker(make(), { ttlMs: TTL_MS });
       return {
         async acquire(key) {
           const lock = await locker.lock(key);
-          return () => lock.release();
+          return { release: () => lock.release(), token: lock.token };
         },
         close: () => locker.close(),
       };
@@ -84,7 +93,7 @@ export function subjects(): Subject[] {
               const lock = etcd.lock(key).ttl(TTL_MS / 1000);
               try {
                 await lock.acquire();
-                return async () => void (await lock.release());
+                return { release: async () => void (await lock.release()) };
               } catch (error) {
                 if (!(error instanceof EtcdLockFailedError)) throw error;
                 await sleep(retryMs);
@@ -102,7 +111,7 @@ export function subjects(): Subject[] {
         redisClient((redis) => async (key) => {
           const mutex = new Mutex(redis, key, { lockTimeout: TTL_MS });
           await mutex.acquire();
-          return () => mutex.release();
+          return { release: () => mutex.release() };
         }),
     },
     {
@@ -112,7 +121,7 @@ export function subjects(): Subject[] {
         redisClient((redis) => async (key) => {
           const mutex = new Mutex(redis, key, { lockTimeout: TTL_MS, retryInterval: 1, acquireTimeout: 60_000 });
           await mutex.acquire();
-          return () => mutex.release();
+          return { release: () => mutex.release() };
         }),
     },
     {
@@ -126,7 +135,7 @@ export function subjects(): Subject[] {
             for (;;) {
               try {
                 const lock = await redlock.acquire([key], TTL_MS);
-                return async () => void (await lock.release());
+                return { release: async () => void (await lock.release()) };
               } catch {
                 /* retry */
               }
@@ -142,7 +151,7 @@ export function subjects(): Subject[] {
           const redlock = new Redlock([redis], { retryCount: -1, retryDelay: 1, retryJitter: 1 });
           return async (key) => {
             const lock = await redlock.acquire([key], TTL_MS);
-            return async () => void (await lock.release());
+            return { release: async () => void (await lock.release()) };
           };
         }),
     },
@@ -165,7 +174,7 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
           seen.add(k);
           const [r] = await pool.execute<any>('UPDATE bench_floor SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NOW(6) + INTERVAL 10 SECOND WHERE k = ? AND (owner IS NULL OR expires_at <= NOW(6))', ['o', k]);
           if (r.affectedRows !== 1) throw new Error('floor key was busy');
-          return async () => void (await pool.execute('UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = ? AND owner = ?', [k, 'o']));
+          return { release: async () => void (await pool.execute('UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = ? AND owner = ?', [k, 'o'])) };
         },
         close: () => pool.end(),
       };
@@ -183,9 +192,11 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
           const id = await lease.grant();
           const r = await etcd.if(key, 'Create', '==', 0).then(etcd.put(key).value('o').lease(id)).commit();
           if (!r.succeeded) throw new Error('floor key was busy');
-          return async () => {
-            await etcd.delete().key(key).exec();
-            await lease.revoke();
+          return {
+            async release() {
+              await etcd.delete().key(key).exec();
+              await lease.revoke();
+            },
           };
         },
         close: async () => etcd.close(),
@@ -219,7 +230,7 @@ async function cassandraFloor(): Promise<Client> {
       await client.execute(`INSERT INTO ${keyspace}.bench_floor (lock_id, owner) VALUES (?, 'o') USING TTL 10`, [key], options);
       const rows = (await client.execute(`SELECT owner FROM ${keyspace}.bench_floor WHERE lock_id = ? LIMIT 2`, [key], options)).rowLength;
       if (rows !== 1) throw new Error('floor key was busy');
-      return async () => void (await client.execute(`DELETE FROM ${keyspace}.bench_floor WHERE lock_id = ? AND owner = 'o'`, [key], options));
+      return { release: async () => void (await client.execute(`DELETE FROM ${keyspace}.bench_floor WHERE lock_id = ? AND owner = 'o'`, [key], options)) };
     },
     close: () => client.shutdown(),
   };
@@ -237,7 +248,7 @@ async function zookeeperFloor(): Promise<Client> {
       const path = await call<string>((cb) => zk.create('/bench-floor/lock-', Buffer.alloc(0), zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, cb));
       const children = await call<string[]>((cb) => zk.getChildren('/bench-floor', cb));
       if (children.length !== 1) throw new Error('floor key was busy');
-      return () => call((cb) => zk.remove(path, -1, cb));
+      return { release: () => call((cb) => zk.remove(path, -1, cb)) };
     },
     close: async () => zk.close(),
   };
@@ -251,7 +262,7 @@ async function redisFloor(redisUrl: string): Promise<Client> {
       const owner = `floor-${n++}`;
       const ok = await redis.set(key, owner, 'PX', TTL_MS, 'NX');
       if (ok !== 'OK') throw new Error('floor key was busy');
-      return async () => void (await redis.del(key));
+      return { release: async () => void (await redis.del(key)) };
     },
     close: async () => void redis.disconnect(),
   };

@@ -1,7 +1,7 @@
 /**
  * One process of the thesis experiment (scenario 2): builds the named subject's client, waits for
  * the parent's "go", takes the shared key `count` times with an empty critical section, and reports
- * every acquisition as [wait ms, completed ms since the common start].
+ * every acquisition as [wait ms, completed ms since the common start, fencing token].
  */
 import { subjects } from './subjects.js';
 
@@ -12,12 +12,13 @@ const client = await subject.client();
 process.send({ ready: true });
 const startWall: number = await new Promise((resolve) => process.once('message', (m: { go: number }) => resolve(m.go)));
 const sinceStart = () => performance.timeOrigin + performance.now() - startWall;
-const records: [wait: number, done: number][] = [];
+const records: [wait: number, done: number, token?: string][] = [];
 for (let i = 0; i < count; i++) {
   const asked = performance.now();
-  const release = await client.acquire(key);
-  records.push([performance.now() - asked, sinceStart()]);
-  await release();
+  const held = await client.acquire(key);
+  const [wait, done] = [performance.now() - asked, sinceStart()];
+  records.push(held.token === undefined ? [wait, done] : [wait, done, String(held.token)]);
+  await held.release();
 }
 await client.close();
 process.send({ records }, () => process.exit(0));

@@ -1,0 +1,42 @@
+/**
+ * Loss injection for scenario 5: make the store forget a held lock, as an operator deleting the
+ * record, a failover losing it or an expired session would, through the backend's own connection.
+ * The same faults the conformance harnesses inject (behaviour 11a), done here with each backend's
+ * public helpers.
+ */
+import type { LockBackend } from '@deadbolt/core';
+import type { CassandraBackend } from '@deadbolt/cassandra';
+import type { EtcdBackend } from '@deadbolt/etcd';
+import { MysqlBackend } from '@deadbolt/mysql';
+import type { RedisBackend } from '@deadbolt/redis';
+import type { ZooKeeperBackend } from '@deadbolt/zookeeper';
+import type { Store } from './subjects.js';
+
+const CASSANDRA_TABLES = ['lock_queue', 'lock_main', 'shadow_main', 'shadow_row', 'lock_lwt'];
+
+/** Deletes every claim on `key` in the store behind `backend` (undefined: no injection for `store`). */
+export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: string) => Promise<void>>> = {
+  async redis(backend, key) {
+    const redis = backend as RedisBackend;
+    await redis.client.del(redis.keysFor(key).lock);
+  },
+  async mysql(backend, key) {
+    await (backend as MysqlBackend).pool.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [MysqlBackend.hash(key)]);
+  },
+  async etcd(backend, key) {
+    const etcd = backend as EtcdBackend;
+    await etcd.client.delete().prefix(etcd.prefixFor(key)).exec();
+  },
+  async zookeeper(backend, key) {
+    const zk = backend as ZooKeeperBackend;
+    const { client } = await zk.session(10_000);
+    const call = <T>(start: (cb: (error: Error | null, result?: T) => void) => void) =>
+      new Promise<T | undefined>((resolve, reject) => start((error, result) => (error ? reject(error) : resolve(result))));
+    const parent = zk.pathFor(key);
+    for (const node of (await call<string[]>((cb) => client.getChildren(parent, undefined, cb))) ?? []) await call((cb) => client.remove(`${parent}/${node}`, -1, cb));
+  },
+  async cassandra(backend, key) {
+    const c = backend as CassandraBackend;
+    for (const table of CASSANDRA_TABLES) await c.client.execute(`DELETE FROM ${c.keyspace}.${table} WHERE lock_id = ?`, [c.idFor(key)], { prepare: true });
+  },
+};

@@ -1,0 +1,140 @@
+/**
+ * What each store says about itself: its version, how many client requests it has served so far
+ * (its own counter, so "store operations per acquisition" is what the server saw, not what a client
+ * believes it sent), and the CPU time of its server process. Used to label the report and to divide
+ * request and CPU deltas by the acquisitions of a scenario.
+ */
+import cassandra from 'cassandra-driver';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { Redis } from 'ioredis';
+import { createPool } from 'mysql2/promise';
+import { urls, type Store } from './subjects.js';
+
+export interface StoreProbe {
+  /** e.g. `Redis 7.0.15`. */
+  version(): Promise<string>;
+  /**
+   * Client requests the server has handled since it started, by its own counter (undefined where
+   * it keeps none). The probe's own reads are not counted.
+   */
+  requests(): Promise<number | undefined>;
+  /** CPU seconds used by the server process so far (this process for memory); undefined when unknown. */
+  cpuSeconds(): number | undefined;
+  close(): Promise<void>;
+}
+
+/** Linux reports process CPU time in clock ticks of 1/100 s (USER_HZ). */
+const TICKS_PER_SECOND = 100;
+
+/** CPU seconds of the process listening on `port` on this machine, read from /proc; undefined if unknown. */
+function listenerCpu(port: string): () => number | undefined {
+  let pid: string | undefined;
+  try {
+    pid = /pid=(\d+)/.exec(execFileSync('ss', ['-Hltnp', `sport = :${port}`], { encoding: 'utf8' }))?.[1];
+  } catch {
+    pid = undefined;
+  }
+  return () => {
+    if (!pid) return undefined;
+    try {
+      // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+      return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND;
+    } catch {
+      return undefined;
+    }
+  };
+}
+
+/** ZooKeeper's four-letter-word `srvr`: version, and `Received:`, the packets it has taken in. */
+function zookeeperSrvr(): Promise<string> {
+  const { hostname, port } = new URL(urls.zookeeper.replace(/^zookeeper:/, 'http:').replace(/,.*$/, ''));
+  return new Promise((resolve, reject) => {
+    let text = '';
+    const socket = connect(Number(port), hostname, () => socket.end('srvr'));
+    socket.setEncoding('utf8').on('data', (chunk: string) => (text += chunk)).on('end', () => resolve(text)).on('error', reject);
+  });
+}
+
+/**
+ * A probe for `store`. @throws when the store cannot be reached (callers probe only stores that
+ * answered).
+ */
+export async function openProbe(store: Store): Promise<StoreProbe> {
+  const cpuSeconds = store === 'memory' ? () => (process.cpuUsage().user + process.cpuUsage().system) / 1e6 : listenerCpu(new URL(urls[store]).port);
+  switch (store) {
+    case 'memory':
+      return { version: async () => `in-process (Node ${process.version})`, requests: async () => undefined, cpuSeconds, close: async () => undefined };
+    case 'redis': {
+      const redis = new Redis(urls.redis);
+      return {
+        version: async () => `Redis ${/redis_version:(\S+)/.exec(await redis.info('server'))?.[1]}`,
+        async requests() {
+          // Every command's call count, except the INFO this probe sends.
+          const stats = await redis.info('commandstats');
+          return [...stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)].filter(([, name]) => name !== 'info').reduce((sum, [, , calls]) => sum + Number(calls), 0);
+        },
+        cpuSeconds,
+        close: async () => void redis.disconnect(),
+      };
+    }
+    case 'mysql': {
+      const pool = createPool({ uri: urls.mysql, connectionLimit: 1 });
+      let reads = 0;
+      return {
+        async version() {
+          reads++;
+          return `MySQL-protocol server ${((await pool.query<any[]>('SELECT VERSION() AS v'))[0][0] as { v: string }).v}`;
+        },
+        async requests() {
+          // Questions counts client statements; this SHOW is one of them, and so were this probe's earlier ones.
+          const [rows] = await pool.query<any[]>("SHOW GLOBAL STATUS LIKE 'Questions'");
+          return Number(rows[0].Value) - ++reads;
+        },
+        cpuSeconds,
+        close: () => pool.end(),
+      };
+    }
+    case 'etcd': {
+      const base = urls.etcd.replace(/^etcd:/, 'http:').replace(/,.*$/, '');
+      return {
+        version: async () => `etcd ${((await (await fetch(`${base}/version`)).json()) as { etcdserver: string }).etcdserver}`,
+        async requests() {
+          // gRPC messages received, unary calls and stream messages (lease keep-alives, watches) alike.
+          const metrics = await (await fetch(`${base}/metrics`)).text();
+          return [...metrics.matchAll(/^grpc_server_msg_received_total\{[^}]*\} (\S+)$/gm)].reduce((sum, [, n]) => sum + Number(n), 0);
+        },
+        cpuSeconds,
+        close: async () => undefined,
+      };
+    }
+    case 'zookeeper':
+      return {
+        version: async () => `ZooKeeper ${/Zookeeper version: ([^-,]+)/.exec(await zookeeperSrvr())?.[1]}`,
+        requests: async () => Number(/Received: (\d+)/.exec(await zookeeperSrvr())?.[1]), // pings included
+        cpuSeconds,
+        close: async () => undefined,
+      };
+    case 'cassandra': {
+      const [, hosts] = /^cassandra:\/\/([^/]+)/.exec(urls.cassandra)!;
+      const client = new cassandra.Client({ contactPoints: hosts!.split(','), localDataCenter: 'datacenter1' });
+      await client.connect();
+      let reads = 0;
+      return {
+        async version() {
+          reads++;
+          return `Apache Cassandra ${(await client.execute('SELECT release_version FROM system.local')).rows[0]!['release_version']}`;
+        },
+        async requests() {
+          // Requests the native protocol served (one per CQL statement), this probe's own excluded.
+          const rows = (await client.execute("SELECT completed_tasks FROM system_views.thread_pools WHERE name = 'Native-Transport-Requests'")).rows;
+          return Number(rows[0]!['completed_tasks']) - ++reads;
+        },
+        cpuSeconds,
+        close: () => client.shutdown(),
+      };
+    }
+  }
+}

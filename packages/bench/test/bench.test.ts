@@ -1,0 +1,58 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { longHolds, uncontended } from '../dist/scenarios.js';
+import { openProbe } from '../dist/stores.js';
+import { floors, subjects } from '../dist/subjects.js';
+
+describe('bench', () => {
+  it("counts store requests from the server's own counter: the Redis floor is exactly SET + DEL per cycle", async () => {
+    const probe = await openProbe('redis');
+    try {
+      expect(await probe.version()).toMatch(/^Redis \d+\.\d+/);
+      const client = await floors.redis!.client();
+      const result = await uncontended('redis floor', client, 300, probe);
+      await client.close();
+      expect(result.storeRequestsPerCycle).toBe(2);
+    } finally {
+      await probe.close();
+    }
+  });
+
+  it('scenario 5 on Redis: no lock lost while held; every injected loss aborts lock.signal within a renewal period', async () => {
+    const redis = subjects().find((s) => s.name === 'deadbolt redis')!;
+    const probe = await openProbe('redis');
+    try {
+      const result = await longHolds(redis, 3, 1500, probe);
+      expect(result).toMatchObject({ locks: 3, ttlMs: 2000, lostWhileHeld: 0, unnoticed: 0 });
+      expect(result.lossToAbort!.count).toBe(3);
+      expect(result.lossToAbort!.max).toBeLessThan(2000 / 3 + 250);
+      // Renewal every ttl/3 is 90 per minute; the measured window is short, so allow slack.
+      expect(result.renewalsPerMinute).toBeGreaterThan(45);
+      expect(result.renewalsPerMinute).toBeLessThan(180);
+      expect(result.storeRequestsPerMinute).toBeGreaterThanOrEqual(result.renewalsPerMinute);
+    } finally {
+      await probe.close();
+    }
+  }, 60_000);
+
+  it('`pnpm bench` runs on the memory backend alone when no store answers, and writes its three files', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'deadbolt-bench-'));
+    const cli = new URL('../dist/cli.js', import.meta.url).pathname;
+    const { stdout } = await promisify(execFile)(process.execPath, [cli, '--only', 'memory,redis'], {
+      env: { ...process.env, INIT_CWD: out, DEADBOLT_REDIS_URL: 'redis://127.0.0.1:1' },
+      timeout: 120_000,
+    });
+    expect(stdout).toContain('redis not running (skipped)');
+    expect(stdout).toMatch(/\| deadbolt memory \| \d+ \|/);
+    expect(stdout).not.toMatch(/\| deadbolt redis/);
+    const [run] = readdirSync(join(out, 'bench-results'));
+    expect(readdirSync(join(out, 'bench-results', run!)).sort()).toEqual(['report.html', 'results.json', 'summary.md']);
+    const results = JSON.parse(readFileSync(join(out, 'bench-results', run!, 'results.json'), 'utf8'));
+    expect(results.contended.length).toBeGreaterThan(0);
+    expect(results.contended.every((r: { tokenOrderViolations: number }) => r.tokenOrderViolations === 0)).toBe(true);
+  }, 150_000);
+});
