@@ -1,6 +1,7 @@
 // The main job, for now: several workers increment one counter under one lock key, each write
 // fenced by the lock's token, on the memory backend and on every real backend test-matrix has
 // started. Then a paused holder shows why tokens matter. `pnpm demo`
+import { matrixUrl } from '@deadbolt/conformance/test-matrix';
 import { createLocker, memoryBackend } from '@deadbolt/core';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
@@ -13,12 +14,12 @@ const ROUNDS = 100;
 
 const backends = [
   { name: 'memory', make: () => memoryBackend() },
-  { name: 'redis', url: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379', make() { return redisBackend({ url: this.url }); } },
-  { name: 'redis unordered', url: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379', make() { return redisBackend({ url: this.url, fifo: false }); } },
-  { name: 'mysql', url: process.env.DEADBOLT_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test', make() { return mysqlBackend({ url: this.url }); } },
-  { name: 'etcd', url: process.env.DEADBOLT_ETCD_URL ?? 'etcd://127.0.0.1:2379', make() { return etcdBackend({ url: this.url }); }, ttlMs: 2000 },
-  { name: 'zookeeper', url: process.env.DEADBOLT_ZOOKEEPER_URL ?? 'zookeeper://127.0.0.1:2181', make() { return zookeeperBackend({ url: this.url }); }, ttlMs: 1000 },
-  { name: 'cassandra', url: process.env.DEADBOLT_CASSANDRA_URL ?? 'cassandra://127.0.0.1:9042/deadbolt', make() { return cassandraBackend({ url: this.url }); }, ttlMs: 2000 },
+  { name: 'redis', url: matrixUrl('redis'), make() { return redisBackend({ url: this.url }); } },
+  { name: 'redis unordered', url: matrixUrl('redis'), make() { return redisBackend({ url: this.url, fifo: false }); } },
+  { name: 'mysql', url: matrixUrl('mysql'), make() { return mysqlBackend({ url: this.url }); } },
+  { name: 'etcd', url: matrixUrl('etcd'), make() { return etcdBackend({ url: this.url }); }, ttlMs: 2000 },
+  { name: 'zookeeper', url: matrixUrl('zookeeper'), make() { return zookeeperBackend({ url: this.url }); }, ttlMs: 1000 },
+  { name: 'cassandra', url: matrixUrl('cassandra'), make() { return cassandraBackend({ url: this.url }); }, ttlMs: 2000 },
 ];
 
 /** A store that accepts a write only with a token at least as new as the newest it has seen. */

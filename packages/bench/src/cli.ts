@@ -24,7 +24,7 @@ import {
 } from './scenarios.js';
 import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
-import { floors, subjects, type Store } from './subjects.js';
+import { floors, subjects, type Client, type Store } from './subjects.js';
 
 const args = process.argv.slice(2);
 const full = args.includes('--full');
@@ -73,6 +73,7 @@ const thesisSubjects = ours.filter((s) => s.store !== 'memory');
 const steps =
   stores.filter((store) => floors[store] && probes.has(store)).length +
   available.length * (2 + clientCounts.length) +
+  (probes.has('memory') ? clientCounts.length : 0) +
   thesisSubjects.length * 4;
 let done = 0;
 const startedAt = performance.now();
@@ -86,46 +87,55 @@ const progress = (text: string) => {
   process.stderr.write(`\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done + 1}/${steps} ${elapsed}s ${text.slice(0, 70)}`);
   done++;
 };
-const uncontendedResults: UncontendedResult[] = [];
-const contendedResults: ContendedResult[] = [];
+const failures: string[] = [];
+/** Runs one step of the run; a step that fails is reported in the summary and the run goes on. */
+async function step<T>(label: string, run: () => Promise<T>, into: T[]): Promise<void> {
+  progress(label);
+  try {
+    into.push(await run());
+  } catch (error) {
+    failures.push(`${label}: ${error instanceof Error ? `${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ''}` : String(error)}`);
+  }
+}
+/** Scenario 1 for one client factory; the client is closed whatever happens. */
+const cycle = (name: string, make: () => Promise<Client>, n: number, probe?: StoreProbe) => async () => {
+  const client = await make();
+  try {
+    return await uncontended(name, client, n, probe);
+  } finally {
+    await client.close();
+  }
+};
 
+const uncontendedResults: UncontendedResult[] = [];
 for (const store of stores) {
   const floor = floors[store];
-  if (!floor || !probes.has(store)) continue;
-  progress(`scenario 1: ${floor.name}`);
-  const client = await floor.client();
-  uncontendedResults.push(await uncontended(floor.name, client, cycles, probes.get(store)));
-  await client.close();
+  if (floor && probes.has(store)) await step(`scenario 1: ${floor.name}`, cycle(floor.name, floor.client, cycles, probes.get(store)), uncontendedResults);
 }
 for (const subject of available) {
-  progress(`scenario 1: ${subject.name}`);
-  const client = await subject.client();
-  uncontendedResults.push(await uncontended(subject.name, client, subject.store === 'memory' ? cycles * 50 : cycles, probes.get(subject.store)));
-  await client.close();
+  const n = subject.store === 'memory' ? cycles * 50 : cycles;
+  await step(`scenario 1: ${subject.name}`, cycle(subject.name, subject.client, n, probes.get(subject.store)), uncontendedResults);
 }
+const contendedResults: ContendedResult[] = [];
 for (const subject of available) {
   for (const clients of clientCounts) {
-    progress(`scenario 3: ${subject.name}, ${clients} clients`);
-    contendedResults.push(await contended(subject, clients, 1, durationMs));
+    await step(`scenario 3: ${subject.name}, ${clients} clients`, () => contended(subject, clients, 1, durationMs), contendedResults);
     // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
-    if (subject.store === 'memory') contendedResults.push(await contended(subject, clients, 0, 500));
+    if (subject.store === 'memory') await step(`scenario 3: ${subject.name}, ${clients} clients, hold 0`, () => contended(subject, clients, 0, 500), contendedResults);
   }
 }
 const manyKeysResults: ManyKeysResult[] = [];
 for (const subject of available) {
-  progress(`scenario 4: ${subject.name}, 200 workers over 10 000 keys`);
-  manyKeysResults.push(await manyKeys(subject, 200, 10_000, 20, durationMs, probes.get(subject.store)!));
+  await step(`scenario 4: ${subject.name}, 200 workers over 10 000 keys`, () => manyKeys(subject, 200, 10_000, 20, durationMs, probes.get(subject.store)!), manyKeysResults);
 }
 const longHoldResults: LongHoldResult[] = [];
 for (const subject of thesisSubjects) {
-  progress(`scenario 5: ${subject.name}, 5 locks held ${holdMs / 1000} s`);
-  longHoldResults.push(await longHolds(subject, 5, holdMs, probes.get(subject.store)!));
+  await step(`scenario 5: ${subject.name}, 5 locks held ${holdMs / 1000} s`, () => longHolds(subject, 5, holdMs, probes.get(subject.store)!), longHoldResults);
 }
 const thesisResults: ThesisResult[] = [];
 for (const subject of thesisSubjects) {
   for (const processes of [1, 3, 5]) {
-    progress(`scenario 2: ${subject.name}, ${processes} processes × ${thesisCount}`);
-    thesisResults.push(await thesis(subject, processes, thesisCount));
+    await step(`scenario 2: ${subject.name}, ${processes} processes × ${thesisCount}`, () => thesis(subject, processes, thesisCount), thesisResults);
   }
 }
 progress('');
@@ -225,6 +235,7 @@ lines.push(
   'first finishing time over the last: near 1 when processes interleave evenly (queue), low when one process runs in bursts.',
   '',
 );
+if (failures.length) lines.push('## Steps that failed', '', ...failures.map((f) => `- ${f}`), '');
 const summary = lines.join('\n');
 console.log(summary);
 
@@ -251,6 +262,7 @@ writeFileSync(
       manyKeys: manyKeysResults,
       longHolds: longHoldResults,
       thesis: thesisResults,
+      failures,
     },
     null,
     1,
@@ -258,3 +270,7 @@ writeFileSync(
 );
 await Promise.all([...probes.values()].map((p) => p.close()));
 console.log(`\nwritten to ${dir}`);
+if (failures.length) {
+  console.error(`${failures.length} step(s) failed; see the end of summary.md`);
+  process.exitCode = 1;
+}

@@ -1,3 +1,4 @@
+import { matrixUrl } from '@deadbolt/conformance/test-matrix';
 import { createLocker, memoryBackend, MemoryLockStore, sleep, type LockBackend } from '@deadbolt/core';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
@@ -16,11 +17,11 @@ export type Store = 'memory' | 'redis' | 'mysql' | 'etcd' | 'zookeeper' | 'cassa
 
 /** Where each store listens (test-matrix's URLs unless DEADBOLT_<STORE>_URL says otherwise). */
 export const urls = {
-  redis: process.env.DEADBOLT_REDIS_URL ?? 'redis://127.0.0.1:6379',
-  mysql: process.env.DEADBOLT_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
-  etcd: process.env.DEADBOLT_ETCD_URL ?? 'etcd://127.0.0.1:2379',
-  zookeeper: process.env.DEADBOLT_ZOOKEEPER_URL ?? 'zookeeper://127.0.0.1:2181',
-  cassandra: process.env.DEADBOLT_CASSANDRA_URL ?? 'cassandra://127.0.0.1:9042/deadbolt',
+  redis: matrixUrl('redis'),
+  mysql: matrixUrl('mysql'),
+  etcd: matrixUrl('etcd'),
+  zookeeper: matrixUrl('zookeeper'),
+  cassandra: matrixUrl('cassandra'),
 };
 
 /** A lock as the benchmark holds it: how to give it back, and its fencing token where it has one. */
@@ -75,7 +76,7 @@ export function subjects(): Subject[] {
     deadbolt('deadbolt memory', 'memory', () => memoryBackend({ store: memoryStore })),
     deadbolt('deadbolt redis', 'redis', () => redisBackend({ url: redisUrl })),
     deadbolt('deadbolt redis unordered', 'redis', () => redisBackend({ url: redisUrl, fifo: false })),
-    deadbolt('deadbolt mysql', 'mysql', () => mysqlBackend({ url: urls.mysql })),
+    deadbolt('deadbolt mysql', 'mysql', () => mysqlBackend({ url: urls.mysql, connectionLimit: 1 })), // one connection per client, like every other store
     deadbolt('deadbolt etcd', 'etcd', () => etcdBackend({ url: urls.etcd })),
     deadbolt('deadbolt zookeeper', 'zookeeper', () => zookeeperBackend({ url: urls.zookeeper })),
     ...(['queue', 'lwt', 'shadow'] as CassandraAlgorithm[]).map((algorithm) =>
