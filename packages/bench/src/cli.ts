@@ -154,8 +154,9 @@ lines.push('# deadbolt benchmark', '', machine, '');
 lines.push(
   'All subjects ran in this one process (scenario 2: in forked processes), one after another, on the same servers, with the same client',
   'libraries; every timed phase follows a discarded warm-up. Locks are taken with a 10 s ttl except in scenario 5. Store requests come',
-  "from each server's own counter (Redis INFO commandstats, MySQL Questions, etcd gRPC messages received, ZooKeeper packets received,",
-  'Cassandra native-transport requests) and include background traffic (renewals, pings, the Cassandra time service).',
+  "from each server's own counter (Redis INFO commandstats: every command, including those a Lua script runs; MySQL Questions; etcd",
+  'gRPC messages received; ZooKeeper packets received; Cassandra native-transport requests) and include background traffic (renewals,',
+  'pings, the Cassandra time service).',
   '',
 );
 lines.push('## Scenario 1: uncontended acquire + release', '');

@@ -282,6 +282,7 @@ export async function longHolds(subject: Subject, locks: number, holdMs: number,
     const held: Lock[] = await Promise.all(Array.from({ length: locks }, (_, i) => locker.lock(prefix + i)));
     const [requestsBefore, renewalsBefore, started] = [await probe.requests(), renewals, performance.now()];
     await sleep(holdMs);
+    const renewed = renewals - renewalsBefore;
     const lockMinutes = (locks * (performance.now() - started)) / 60_000;
     const requests = perOperation(requestsBefore, await probe.requests(), lockMinutes);
     const lostWhileHeld = held.filter((lock) => lock.signal.aborted).length;
@@ -304,7 +305,7 @@ export async function longHolds(subject: Subject, locks: number, holdMs: number,
       locks,
       ttlMs,
       holdSeconds: holdMs / 1000,
-      renewalsPerMinute: (renewals - renewalsBefore) / lockMinutes,
+      renewalsPerMinute: renewed / lockMinutes,
       ...(requests === undefined ? {} : { storeRequestsPerMinute: requests }),
       lostWhileHeld,
       ...(delays.length ? { lossToAbort: summarize(delays) } : {}),
