@@ -16,6 +16,7 @@ import {
   manyKeys,
   thesis,
   uncontended,
+  type Acquisition,
   type ContendedResult,
   type LongHoldResult,
   type ManyKeysResult,
@@ -247,6 +248,9 @@ writeFileSync(
   join(dir, 'report.html'),
   renderReport({ title: `deadbolt benchmark, ${new Date().toISOString()}`, machine, summaryMarkdown: summary, contended: contendedResults, thesis: thesisResults }),
 );
+const micros = (ms: number) => Math.round(ms * 1000) / 1000;
+/** An acquisition as [client, asked, granted, released, token?]: ms on this process's clock, to the µs. */
+const compact = (a: Acquisition) => [a.client, micros(a.asked), micros(a.granted), micros(a.released), ...(a.token ? [a.token] : [])];
 writeFileSync(
   join(dir, 'results.json'),
   JSON.stringify(
@@ -254,13 +258,9 @@ writeFileSync(
       full,
       machine,
       stores: Object.fromEntries(stores.map((s) => [s, versions.get(s) ?? 'not running'])),
-      uncontended: uncontendedResults,
-      // Each acquisition as [client, asked, granted, released, token?] (ms on this process's clock, to the µs).
-      contended: contendedResults.map(({ acquisitions, ...rest }) => ({
-        ...rest,
-        acquisitions: acquisitions.map((a) => [a.client, ...[a.asked, a.granted, a.released].map((t) => Math.round(t * 1000) / 1000), ...(a.token ? [a.token] : [])]),
-      })),
-      manyKeys: manyKeysResults,
+      uncontended: uncontendedResults.map(({ cycleMs, ...rest }) => ({ ...rest, cycleMs: cycleMs.map(micros) })),
+      contended: contendedResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
+      manyKeys: manyKeysResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
       longHolds: longHoldResults,
       thesis: thesisResults,
       failures,

@@ -10,6 +10,9 @@ const W = 560;
 const H = 300;
 const PAD = { left: 58, right: 12, top: 24, bottom: 40 };
 
+const LEGEND_ROW = 14;
+/** Colours repeat after COLORS.length series; the repeats are dashed so no two lines look alike. */
+const dash = (i: number) => (i >= COLORS.length ? ` stroke-dasharray="${i >= 2 * COLORS.length ? '2 2' : '6 3'}"` : '');
 const escape = (text: string) => text.replace(/[&<>"]/g, (c) => `&#${c.charCodeAt(0)};`);
 const fmt = (n: number) => (n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n.toFixed(2));
 
@@ -40,13 +43,18 @@ function lineChart(title: string, xLabel: string, yLabel: string, series: Series
     .map((s, i) => {
       const step = Math.max(1, Math.floor(s.points.length / 800)); // keep the file small
       const d = s.points.filter((_, j) => j % step === 0 || j === s.points.length - 1).map(([x, y], j) => `${j ? 'L' : 'M'}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join('');
-      return `<path d="${d}" fill="none" stroke="${COLORS[i % COLORS.length]}" stroke-width="1.5"/>`;
+      return `<path d="${d}" fill="none" stroke="${COLORS[i % COLORS.length]}"${dash(i)} stroke-width="1.5"/>`;
     })
     .join('');
+  // The legend sits below the plot, two columns, each entry with a sample of its line.
   const legend = series
-    .map((s, i) => `<text x="${PAD.left + 8}" y="${PAD.top + 14 + i * 14}" fill="${COLORS[i % COLORS.length]}">${escape(s.label)}</text>`)
+    .map((s, i) => {
+      const [x, y] = [PAD.left + (i % 2) * ((W - PAD.left) / 2), H + 4 + Math.floor(i / 2) * LEGEND_ROW];
+      return `<line x1="${x}" x2="${x + 18}" y1="${y - 4}" y2="${y - 4}" stroke="${COLORS[i % COLORS.length]}"${dash(i)} stroke-width="2"/><text x="${x + 22}" y="${y}">${escape(s.label)}</text>`;
+    })
     .join('');
-  return `<figure><svg viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${escape(title)}">
+  const height = H + Math.ceil(series.length / 2) * LEGEND_ROW + 6;
+  return `<figure><svg viewBox="0 0 ${W} ${height}" width="${W}" height="${height}" role="img" aria-label="${escape(title)}">
 <text x="${W / 2}" y="15" text-anchor="middle" font-weight="bold">${escape(title)}</text>${grid}
 <line x1="${PAD.left}" x2="${W - PAD.right}" y1="${H - PAD.bottom}" y2="${H - PAD.bottom}" stroke="#333"/>
 <text x="${W - PAD.right}" y="${H - PAD.bottom + 16}" text-anchor="end">${fmt(xMax)}</text><text x="${PAD.left}" y="${H - PAD.bottom + 16}">0</text>

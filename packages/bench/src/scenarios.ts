@@ -21,6 +21,8 @@ export interface UncontendedResult {
   cycles: number;
   perSecond: number;
   cycle: Summary;
+  /** Every timed cycle's acquire + release time, ms, in order. */
+  cycleMs: number[];
   /** Requests the store's own counter saw per cycle (background traffic included); absent when it keeps none. */
   storeRequestsPerCycle?: number;
 }
@@ -43,7 +45,7 @@ export async function uncontended(name: string, client: Client, cycles: number, 
   }
   const seconds = (performance.now() - started) / 1000;
   const requests = perOperation(requestsBefore, await probe?.requests(), cycles);
-  return { subject: name, cycles, perSecond: cycles / seconds, cycle: summarize(times), ...(requests === undefined ? {} : { storeRequestsPerCycle: requests }) };
+  return { subject: name, cycles, perSecond: cycles / seconds, cycle: summarize(times), cycleMs: times, ...(requests === undefined ? {} : { storeRequestsPerCycle: requests }) };
 }
 
 export interface ContendedResult {
@@ -165,6 +167,8 @@ export interface ManyKeysResult {
   storeCpuPer1000?: number;
   /** Requests the store's own counter saw per acquisition (undefined when it keeps none). */
   storeRequestsPerAcquisition?: number;
+  /** Every timed acquisition; `client` is the worker. */
+  acquisitions: Acquisition[];
 }
 
 /** Ranks 0..n-1 drawn with probability ∝ 1/(rank+1)^s. */
@@ -193,7 +197,7 @@ export async function manyKeys(subject: Subject, workers: number, keys: number, 
   const made = await Promise.all(Array.from({ length: connections }, () => subject.client()));
   const draw = zipf(keys);
   const prefix = `bench:many:${subject.name}:${process.pid}:`;
-  const waits: number[] = [];
+  const acquisitions: Acquisition[] = [];
   const run = async (ms: number, record: boolean) => {
     const end = performance.now() + ms;
     await Promise.all(
@@ -202,8 +206,9 @@ export async function manyKeys(subject: Subject, workers: number, keys: number, 
         while (performance.now() < end) {
           const asked = performance.now();
           const held = await client.acquire(prefix + draw());
-          if (record) waits.push(performance.now() - asked);
+          const granted = performance.now();
           await held.release();
+          if (record) acquisitions.push({ client: w, asked, granted, released: granted, ...(held.token === undefined ? {} : { token: String(held.token) }) });
         }
       }),
     );
@@ -214,17 +219,18 @@ export async function manyKeys(subject: Subject, workers: number, keys: number, 
     const started = performance.now();
     await run(durationMs, true);
     const seconds = (performance.now() - started) / 1000;
-    const cpu = perOperation(cpuBefore, probe.cpuSeconds(), waits.length / 1000);
-    const requests = perOperation(requestsBefore, await probe.requests(), waits.length);
+    const cpu = perOperation(cpuBefore, probe.cpuSeconds(), acquisitions.length / 1000);
+    const requests = perOperation(requestsBefore, await probe.requests(), acquisitions.length);
     return {
       subject: subject.name,
       workers,
       keys,
       seconds,
-      perSecond: waits.length / seconds,
-      wait: summarize(waits),
+      perSecond: acquisitions.length / seconds,
+      wait: summarize(acquisitions.map((a) => a.granted - a.asked)),
       ...(cpu === undefined ? {} : { storeCpuPer1000: cpu }),
       ...(requests === undefined ? {} : { storeRequestsPerAcquisition: requests }),
+      acquisitions,
     };
   } finally {
     await Promise.all(made.map((c) => c.close()));
