@@ -373,7 +373,12 @@ class LockHandle implements Lock {
 
   #armExpiry(): void {
     clearTimeout(this.#expiryTimer);
-    this.#expiryTimer = setTimeout(() => this.#checkExpiry(), Math.max(0, this.#validUntil - performance.now()) + 1);
+    this.#expiryTimer = setTimeout(() => {
+      this.#checkExpiry();
+      // Timers count whole event-loop milliseconds and can fire a fraction of one before
+      // performance.now() reaches the deadline; a lock must not be forgotten then, so look again.
+      if (this.#state === 'held' && performance.now() < this.#validUntil) this.#armExpiry();
+    }, Math.max(0, this.#validUntil - performance.now()) + 1);
     this.#expiryTimer.unref();
   }
 
