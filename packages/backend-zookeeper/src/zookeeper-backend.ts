@@ -325,26 +325,15 @@ export class ZooKeeperBackend implements LockBackend {
     return (children ?? []).filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence);
   }
 
-  /**
-   * Resolves when `path` no longer exists; rejects with `signal.reason`, or when the session is lost.
-   * The watch wakes the waiter; a plain re-check once per session timeout is the safety net should a
-   * notification ever be missed (one read per ttl per waiter).
-   */
+  /** Resolves when `path` no longer exists; rejects with `signal.reason`, or when the session is lost. */
   #gone(session: Session, path: string, signal: AbortSignal): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      let settled = false;
       const settle = (error?: unknown) => {
-        if (settled) return;
-        settled = true;
-        clearInterval(recheck);
         signal.removeEventListener('abort', onAbort);
         session.lost.removeEventListener('abort', onLost);
         if (error === undefined) resolve();
         else reject(error);
       };
-      const recheck = setInterval(() => {
-        if (!session.lost.aborted) session.client.exists(path, undefined, (error, stat) => !error && !stat && settle());
-      }, session.ttlMs);
       const onAbort = () => settle(signal.reason);
       const onLost = () => settle(new BackendUnavailableError(this.name, 'acquire', { cause: session.lost.reason }));
       if (signal.aborted) return onAbort();
