@@ -31,21 +31,66 @@ export interface UncontendedResult {
 const perOperation = (before: number | undefined, after: number | undefined, n: number) =>
   before === undefined || after === undefined || n === 0 ? undefined : (after - before) / n;
 
-/** Scenario 1: one client, one key, acquire → release `cycles` times after a warm-up. */
-export async function uncontended(name: string, client: Client, cycles: number, probe?: StoreProbe): Promise<UncontendedResult> {
-  const key = `bench:uncontended:${name}:${process.pid}`;
-  for (let i = 0; i < Math.min(500, cycles / 10); i++) await (await client.acquire(key)).release();
-  const times: number[] = [];
-  const requestsBefore = await probe?.requests();
-  const started = performance.now();
-  for (let i = 0; i < cycles; i++) {
-    const t = performance.now();
-    await (await client.acquire(key)).release();
-    times.push(performance.now() - t);
+/** One subject of scenario 1: a client already open, and how many cycles it is timed for. */
+export interface UncontendedEntry {
+  name: string;
+  client: Client;
+  cycles: number;
+}
+
+/**
+ * Scenario 1 for the subjects of one store (its floor, our backends, the peers): each client takes
+ * its own key, acquire → release, `cycles` times after a warm-up. The timed cycles run in `rounds`
+ * blocks, round-robin over the subjects, so that a machine whose speed drifts (shared, noisy, cores
+ * waking from idle) slows every subject alike and the ratios to the floor hold. A subject that
+ * fails is dropped from later rounds and reported in `failures`; the others go on.
+ */
+export async function uncontended(entries: UncontendedEntry[], probe?: StoreProbe, rounds = 10): Promise<{ results: UncontendedResult[]; failures: { name: string; error: unknown }[] }> {
+  const failures: { name: string; error: unknown }[] = [];
+  const runs = entries.map((entry) => ({ ...entry, key: `bench:uncontended:${entry.name}:${process.pid}`, times: [] as number[], busyMs: 0, requests: 0 as number | undefined }));
+  let live = runs;
+  const attempt = async (run: (typeof runs)[number], body: () => Promise<void>) => {
+    try {
+      await body();
+    } catch (error) {
+      failures.push({ name: run.name, error });
+      live = live.filter((r) => r !== run);
+    }
+  };
+  for (const run of runs) {
+    await attempt(run, async () => {
+      for (let i = 0; i < Math.min(500, run.cycles / 10); i++) await (await run.client.acquire(run.key)).release();
+    });
   }
-  const seconds = (performance.now() - started) / 1000;
-  const requests = perOperation(requestsBefore, await probe?.requests(), cycles);
-  return { subject: name, cycles, perSecond: cycles / seconds, cycle: summarize(times), cycleMs: times, ...(requests === undefined ? {} : { storeRequestsPerCycle: requests }) };
+  for (let round = 0; round < rounds; round++) {
+    for (const run of live) {
+      const n = Math.floor(run.cycles / rounds) + (round < run.cycles % rounds ? 1 : 0);
+      await attempt(run, async () => {
+        const before = await probe?.requests();
+        const started = performance.now();
+        for (let i = 0; i < n; i++) {
+          const t = performance.now();
+          await (await run.client.acquire(run.key)).release();
+          run.times.push(performance.now() - t);
+        }
+        run.busyMs += performance.now() - started;
+        const after = await probe?.requests();
+        run.requests = before === undefined || after === undefined || run.requests === undefined ? undefined : run.requests + (after - before);
+      });
+    }
+  }
+  const results = live.map((run): UncontendedResult => {
+    const requests = perOperation(0, run.requests, run.times.length);
+    return {
+      subject: run.name,
+      cycles: run.times.length,
+      perSecond: run.times.length / (run.busyMs / 1000),
+      cycle: summarize(run.times),
+      cycleMs: run.times,
+      ...(requests === undefined ? {} : { storeRequestsPerCycle: requests }),
+    };
+  });
+  return { results, failures };
 }
 
 export interface ContendedResult {

@@ -14,12 +14,37 @@ describe('bench', () => {
     try {
       expect(await probe.version()).toMatch(/^Redis \d+\.\d+/);
       const client = await floors.redis!.client();
-      const result = await uncontended('redis floor', client, 300, probe);
+      const { results, failures } = await uncontended([{ name: 'redis floor', client, cycles: 300 }], probe);
       await client.close();
-      expect(result.storeRequestsPerCycle).toBe(2);
+      expect(failures).toEqual([]);
+      expect(results).toHaveLength(1);
+      expect(results[0]!.cycles).toBe(300);
+      expect(results[0]!.storeRequestsPerCycle).toBe(2);
     } finally {
       await probe.close();
     }
+  });
+
+  it('scenario 1 interleaves the subjects of a store; one that fails is reported and the others finish', async () => {
+    const memory = await subjects().find((s) => s.name === 'deadbolt memory')!.client();
+    let attempts = 0;
+    const broken = {
+      acquire: async () => {
+        if (++attempts > 150) throw new Error('store went away');
+        return { release: async () => undefined };
+      },
+      close: async () => undefined,
+    };
+    const { results, failures } = await uncontended([
+      { name: 'memory', client: memory, cycles: 1000 },
+      { name: 'broken', client: broken, cycles: 1000 },
+    ]);
+    await memory.close();
+    expect(results.map((r) => [r.subject, r.cycles])).toEqual([['memory', 1000]]);
+    expect(failures).toMatchObject([{ name: 'broken', error: { message: 'store went away' } }]);
+    // The broken client ran its warm-up (100 cycles) and failed halfway through its first timed block
+    // of 100; no later round called it again.
+    expect(attempts).toBe(151);
   });
 
   it('scenario 5 on Redis: no lock lost while held; every injected loss aborts lock.signal within a renewal period', async () => {
