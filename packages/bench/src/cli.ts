@@ -26,7 +26,7 @@ import {
 } from './scenarios.js';
 import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
-import { floors, subjects, type Client, type Store } from './subjects.js';
+import { floors, subjects, type Store } from './subjects.js';
 
 const args = process.argv.slice(2);
 const full = args.includes('--full');
