@@ -6,6 +6,11 @@
  * Failure rules for every method: a store that cannot be reached rejects with
  * `BackendUnavailableError`; any other store error rejects with `BackendError` (driver error as
  * `cause`). A backend never turns an error into "busy" (`null`) or "lost" (`false`).
+ *
+ * Deadlines: core races every call against the caller's deadline (and its own operation timeout),
+ * and sends at most one `renew`/`release` per lease at a time. A backend still bounds its own
+ * calls (command timeouts, keep-alives), so a store that stops answering without closing the
+ * socket cannot pin its connections forever.
  */
 export interface LockBackend {
   /** Short name used in errors and reports, e.g. `redis`. */
@@ -48,9 +53,14 @@ export interface Capabilities {
   readonly minTtlMs: number;
   /** `ttlMs` must be a whole multiple of this (1 for milliseconds, 1000 for seconds). */
   readonly ttlGranularityMs: number;
+  /** Largest accepted `ttlMs`. Optional: default `DEFAULT_MAX_TTL_MS`. */
+  readonly maxTtlMs?: number;
   /** Holders in other processes are excluded (false only for the in-process memory backend). */
   readonly crossProcess: boolean;
 }
+
+/** The default of every optional capability, in one place. */
+export const DEFAULT_MAX_TTL_MS = 365 * 24 * 60 * 60 * 1000;
 
 /** One acquisition attempt, already validated by core. */
 export interface AcquireRequest {
@@ -59,7 +69,11 @@ export interface AcquireRequest {
   readonly owner: string;
   readonly ttlMs: number;
   readonly wait: boolean;
-  /** Aborts on timeout, on the caller's signal, or when the locker closes. */
+  /**
+   * Aborts on timeout, on the caller's signal, or when the locker closes. Core stops waiting for
+   * `acquire` the moment it aborts (and releases a lease that still arrives later), but the backend
+   * should stop too and remove what it wrote, so an abandoned wait costs nothing in the store.
+   */
   readonly signal: AbortSignal;
 }
 

@@ -1,4 +1,4 @@
-export type { AcquireRequest, Capabilities, Lease, LockBackend } from './backend.js';
+export { DEFAULT_MAX_TTL_MS, type AcquireRequest, type Capabilities, type Lease, type LockBackend } from './backend.js';
 export {
   BackendError,
   BackendUnavailableError,
@@ -14,4 +14,5 @@ export {
 export { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions, type TryLockOptions } from './locker.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MAX_KEY_BYTES, validateKey, validateTimeout, validateTtl } from './validate.js';
+export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
 export { POLL_SOON, pollForLease, ReleaseNotifier, sleep, type PollOptions } from './wait.js';

@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import type { Lease, LockBackend } from './backend.js';
 import {
   BackendError,
+  BackendUnavailableError,
   DeadboltError,
   InvalidArgumentError,
   LockerClosedError,
@@ -9,18 +11,29 @@ import {
   LockTimeoutError,
   NotOwnerError,
 } from './errors.js';
+import { after, raceSignal, withTimeout, type Timer } from './time.js';
 import { validateKey, validateSignal, validateTimeout, validateTtl } from './validate.js';
 
 /** Defaults for every lock a locker takes. */
 export interface LockerOptions {
   /** Lease length. Default 15 000 ms. */
   ttlMs?: number;
-  /** How often a held lease is renewed. Default ttl / 3 (of the lock's current ttl). */
+  /**
+   * The longest gap between renewals of a held lease. A lock is renewed every
+   * min(renewIntervalMs, its ttl / 3), so a lock with a short ttl of its own is never left to
+   * expire between renewals. Default: ttl / 3.
+   */
   renewIntervalMs?: number;
   /** Renew held leases in the background. Default true; false gives fixed leases that just expire. */
   autoRenew?: boolean;
-  /** Default wait limit for `lock()`. Default Infinity. */
+  /** Default wait limit for `lock()`. Default Infinity (any length works; see time.ts). */
   timeoutMs?: number;
+  /**
+   * The longest one store call may take when the caller gave no deadline: `tryLock()`, `extend()`,
+   * `release()`, and each step of `close()`. A store that does not answer in time (a silent
+   * partition) fails the call with `BackendUnavailableError`. Default 4 000 ms.
+   */
+  operationTimeoutMs?: number;
 }
 
 export interface LockOptions {
@@ -52,7 +65,8 @@ export interface Lock extends AsyncDisposable {
   /** True while the lease is held and has not outlived its local estimate. */
   readonly held: boolean;
   /**
-   * Extend the lease to `ttlMs` (default: the current ttl) from now; later renewals use it.
+   * Extend the lease to `ttlMs` (default: the current ttl) from now; later renewals use it. Runs
+   * after any renewal in flight, never beside it, so the store ends with the ttl the client counts on.
    * @throws LockLostError if the lease is lost; NotOwnerError after release; InvalidArgumentError
    * for a bad ttl; BackendError / BackendUnavailableError when the store fails (lease kept until its
    * estimate runs out).
@@ -69,30 +83,36 @@ export interface Lock extends AsyncDisposable {
 export interface Locker extends AsyncDisposable {
   readonly backend: LockBackend;
   /**
-   * Wait until `key` is granted.
+   * Wait until `key` is granted. Settles by `timeoutMs` however the store behaves; a grant that
+   * arrives later is handed back.
    * @throws InvalidArgumentError (before any I/O), LockTimeoutError, the signal's reason on abort,
    * LockerClosedError, BackendUnavailableError, BackendError.
    */
   lock(key: string, options?: LockOptions): Promise<Lock>;
   /**
-   * One attempt, never waits: a Lock, or null when someone else holds `key`.
-   * @throws InvalidArgumentError, LockerClosedError, BackendUnavailableError, BackendError — never
-   * null for a store failure.
+   * One attempt, never waits: a Lock, or null when someone else holds `key`. Settles within the
+   * operation timeout (default 4 s).
+   * @throws InvalidArgumentError, LockerClosedError, BackendUnavailableError (also when the store
+   * does not answer in time), BackendError — never null for a store failure.
    */
   tryLock(key: string, options?: TryLockOptions): Promise<Lock | null>;
   /**
    * `lock()`, run `fn`, release in `finally`. If `fn` throws, that error wins over a release error.
-   * @throws whatever `lock()` or `fn` throws.
+   * If the lock was lost while `fn` ran (its signal aborted, or its lease estimate ran out), the
+   * result is not returned: work done without the lock must not look done.
+   * @throws whatever `lock()` or `fn` throws; LockLostError when the lock was lost before `fn` settled.
    */
   withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
   /**
-   * Reject pending waits with LockerClosedError, release held locks, close the backend.
+   * Reject pending waits with LockerClosedError, release held locks, close the backend. Finishes
+   * within two operation timeouts even when the store has gone silent.
    * Idempotent. @throws the first release or close error, after everything was attempted.
    */
   close(): Promise<void>;
 }
 
 const DEFAULT_TTL_MS = 15_000;
+const DEFAULT_OPERATION_TIMEOUT_MS = 4_000;
 
 /**
  * A Locker over `backend`. The locker owns the backend: `close()` closes it.
@@ -102,12 +122,18 @@ export function createLocker(backend: LockBackend, options: LockerOptions = {}):
   return new DefaultLocker(backend, options);
 }
 
+/** What every handle of one locker shares. */
+interface HandleSettings {
+  readonly renewIntervalMs: number | undefined;
+  readonly autoRenew: boolean;
+  readonly operationTimeoutMs: number;
+}
+
 class DefaultLocker implements Locker {
   readonly backend: LockBackend;
   readonly #ttlMs: number;
-  readonly #renewIntervalMs: number | undefined;
-  readonly #autoRenew: boolean;
   readonly #timeoutMs: number;
+  readonly #settings: HandleSettings;
   readonly #closing = new AbortController();
   readonly #held = new Set<LockHandle>();
   readonly #pending = new Set<Promise<unknown>>();
@@ -127,9 +153,15 @@ class DefaultLocker implements Locker {
         throw new InvalidArgumentError(`renewIntervalMs must be a positive number below ttlMs, got ${String(r)}`);
       }
     }
-    this.#renewIntervalMs = options.renewIntervalMs;
-    this.#autoRenew = options.autoRenew ?? true;
+    const operationTimeoutMs = validateTimeout(orDefault(options.operationTimeoutMs, DEFAULT_OPERATION_TIMEOUT_MS), 'operationTimeoutMs');
+    if (operationTimeoutMs === 0 || operationTimeoutMs === Infinity) {
+      throw new InvalidArgumentError(`operationTimeoutMs must be a finite number above 0, got ${operationTimeoutMs}`);
+    }
+    this.#settings = { renewIntervalMs: options.renewIntervalMs, autoRenew: options.autoRenew ?? true, operationTimeoutMs };
     this.#timeoutMs = validateTimeout(orDefault(options.timeoutMs, Infinity));
+    // Every waiter without a deadline of its own listens to this one signal; that is not a leak
+    // (each listener goes when its wait ends), so lift Node's warning threshold of 10.
+    setMaxListeners(0, this.#closing.signal);
   }
 
   async lock(key: string, options: LockOptions = {}): Promise<Lock> {
@@ -163,6 +195,12 @@ class DefaultLocker implements Locker {
       await lock.release().catch(() => undefined);
       throw error;
     }
+    // Work finished after the lease was lost was done without the lock: never report it as done.
+    // (Reading the signal also checks the local lease estimate.)
+    if (lock.signal.aborted) {
+      await lock.release().catch(() => undefined);
+      throw lock.signal.reason;
+    }
     await lock.release();
     return result;
   }
@@ -176,18 +214,31 @@ class DefaultLocker implements Locker {
     await this.close();
   }
 
-  /** Called by a handle when it stops being held. */
+  /** Called by a handle when it stops being held (released or lost). */
   forget(handle: LockHandle): void {
     this.#held.delete(handle);
   }
 
+  /**
+   * Waits end at once (every acquisition races the closing signal); releases and the backend's own
+   * close each get one operation timeout, so close() finishes within two of them even when the
+   * store has gone silent.
+   */
   async #close(): Promise<void> {
     const closed = new LockerClosedError('the locker was closed while waiting');
     this.#closing.abort(closed);
     for (const controller of this.#waits) controller.abort(closed);
     await Promise.allSettled([...this.#pending]);
-    const results = await Promise.allSettled([...this.#held].map((h) => h.release()));
-    results.push(...(await Promise.allSettled([this.backend.close()])));
+    const { operationTimeoutMs } = this.#settings;
+    const timeout = (operation: string) => () => unanswered(this.backend.name, operation, operationTimeoutMs);
+    const releases = Promise.allSettled([...this.#held].map((h) => h.release()));
+    const results = [
+      await withTimeout(releases, operationTimeoutMs, timeout('close (release)')).then(
+        (settled) => settled,
+        (error: unknown): PromiseSettledResult<void>[] => [{ status: 'rejected', reason: error }],
+      ),
+      await Promise.allSettled([withTimeout(this.backend.close(), operationTimeoutMs, timeout('close'))]),
+    ].flat();
     const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failure) throw failure.reason;
   }
@@ -199,21 +250,28 @@ class DefaultLocker implements Locker {
     return promise;
   }
 
-  /** One acquisition; `timeoutMs` 0 means a single attempt that resolves null when busy. */
+  /**
+   * One acquisition; `timeoutMs` 0 means a single attempt that resolves null when busy and is
+   * bounded by the operation timeout. The backend call is raced against the deadline, the caller's
+   * signal and close(), so a silent store can delay none of them; a grant that arrives after the
+   * race was lost is handed back.
+   */
   async #acquire(key: string, ttlMs: number, timeoutMs: number, userSignal?: AbortSignal): Promise<LockHandle | null> {
     if (this.#closed) throw new LockerClosedError();
     const wait = timeoutMs > 0;
-    const timed = wait && Number.isFinite(timeoutMs);
-    // The common case (no deadline, no caller signal) shares the locker's close signal; otherwise one
-    // controller that the deadline, the caller's signal and close() abort. (AbortSignal.any is far
-    // slower and, on a long-lived signal, accumulates dependents.)
+    const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
+    // The common case (a wait with no deadline, no caller signal) shares the locker's close signal;
+    // otherwise one controller that the deadline, the caller's signal and close() abort.
+    // (AbortSignal.any is far slower and, on a long-lived signal, accumulates dependents.)
     let controller: AbortController | undefined;
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     let onCallerAbort: (() => void) | undefined;
-    if (timed || userSignal) {
+    if (limitMs !== Infinity || userSignal) {
       const own = (controller = new AbortController());
+      setMaxListeners(0, own.signal);
       this.#waits.add(own);
-      if (timed) timer = setTimeout(() => own.abort(new LockTimeoutError(key, timeoutMs)), timeoutMs);
+      const expired = wait ? () => new LockTimeoutError(key, timeoutMs) : () => unanswered(this.backend.name, 'acquire', limitMs);
+      timer = after(limitMs, () => own.abort(expired()));
       if (userSignal) {
         onCallerAbort = () => own.abort(userSignal.reason);
         userSignal.addEventListener('abort', onCallerAbort, { once: true });
@@ -223,7 +281,11 @@ class DefaultLocker implements Locker {
     try {
       let lease: Lease | null;
       try {
-        lease = await this.backend.acquire({ key, owner: randomUUID(), ttlMs, wait, signal });
+        const attempt = this.backend.acquire({ key, owner: randomUUID(), ttlMs, wait, signal });
+        lease = await raceSignal(attempt, signal, (late) => {
+          // Granted after we stopped waiting: give it back. If that fails the lease expires on its own.
+          if (late) this.backend.release(late).catch(() => undefined);
+        });
       } catch (error) {
         if (signal.aborted) throw signal.reason;
         throw asDeadboltError(error, this.backend.name, 'acquire');
@@ -232,18 +294,12 @@ class DefaultLocker implements Locker {
         if (wait) throw new BackendError(this.backend.name, 'acquire', { cause: 'a waiting acquire returned no lease' });
         return null;
       }
-      if (signal.aborted) {
-        // Granted just as the wait ended: hand it back. If that fails the lease expires on its own;
-        // the caller asked for the abort reason.
-        await this.backend.release(lease).catch(() => undefined);
-        throw signal.reason;
-      }
-      const handle = new LockHandle(this, lease, ttlMs, this.#renewIntervalMs, this.#autoRenew);
+      const handle = new LockHandle(this, lease, ttlMs, this.#settings);
       this.#held.add(handle);
       return handle;
     } finally {
       if (controller) this.#waits.delete(controller);
-      clearTimeout(timer);
+      timer?.cancel();
       if (onCallerAbort) userSignal?.removeEventListener('abort', onCallerAbort);
     }
   }
@@ -254,6 +310,11 @@ function safeLifetime(ttlMs: number): number {
   return ttlMs - Math.max(2, ttlMs * 0.01);
 }
 
+/** The error for a store call that got no answer within the operation timeout. */
+function unanswered(backend: string, operation: string, ms: number): BackendUnavailableError {
+  return new BackendUnavailableError(backend, operation, { cause: new Error(`no answer within ${ms} ms`) });
+}
+
 class LockHandle implements Lock {
   readonly key: string;
   readonly owner: string;
@@ -261,33 +322,32 @@ class LockHandle implements Lock {
   readonly #locker: DefaultLocker;
   readonly #lease: Lease;
   readonly #controller = new AbortController();
-  readonly #fixedRenewIntervalMs: number | undefined;
-  readonly #autoRenew: boolean;
+  readonly #settings: HandleSettings;
   #ttlMs: number;
+  /**
+   * The shortest ttl of any store call that failed or was abandoned: it may still land after a
+   * later call, so no estimate may count on more than this from that later call's send.
+   */
+  #uncertainTtlMs = Infinity;
   #validUntil: number;
   #state: 'held' | 'lost' | 'released' = 'held';
-  #renewTimer: NodeJS.Timeout | undefined;
-  #expiryTimer: NodeJS.Timeout | undefined;
+  #renewTimer: Timer | undefined;
+  #expiryTimer: Timer | undefined;
   #lastRenewError: unknown;
   #released: Promise<void> | undefined;
+  /** The tail of this lease's store calls: one at a time, so a renewal and an extend or release never cross. */
+  #busy: Promise<unknown> = Promise.resolve();
   /** Our listener on `lease.lost` (a backend may share that signal between many leases). */
   #onStoreLoss: (() => void) | undefined;
 
-  constructor(
-    locker: DefaultLocker,
-    lease: Lease,
-    ttlMs: number,
-    renewIntervalMs: number | undefined,
-    autoRenew: boolean,
-  ) {
+  constructor(locker: DefaultLocker, lease: Lease, ttlMs: number, settings: HandleSettings) {
     this.#locker = locker;
     this.#lease = lease;
     this.key = lease.key;
     this.owner = lease.owner;
     this.token = lease.token;
     this.#ttlMs = ttlMs;
-    this.#fixedRenewIntervalMs = renewIntervalMs;
-    this.#autoRenew = autoRenew;
+    this.#settings = settings;
     this.#validUntil = lease.acquiredAt + safeLifetime(ttlMs);
     if (lease.lost?.aborted) {
       this.#lose(new LockLostError(this.key, 'the store reported the lease lost', { cause: lease.lost.reason }));
@@ -313,28 +373,16 @@ class LockHandle implements Lock {
   }
 
   async extend(ttlMs: number = this.#ttlMs): Promise<void> {
-    const backend = this.#locker.backend;
-    validateTtl(ttlMs, backend.capabilities);
+    validateTtl(ttlMs, this.#locker.backend.capabilities);
     this.#checkExpiry();
-    if (this.#state === 'released') throw new NotOwnerError(`lock ${JSON.stringify(this.key)} was already released`);
-    if (this.#state === 'lost') throw this.#controller.signal.reason as LockLostError;
-    const startedAt = performance.now();
-    let ok: boolean;
-    try {
-      ok = await backend.renew(this.#lease, ttlMs);
-    } catch (error) {
-      throw asDeadboltError(error, backend.name, 'renew');
-    }
-    if (this.#state !== 'held') {
-      if (this.#state === 'lost') throw this.#controller.signal.reason as LockLostError;
-      throw new NotOwnerError(`lock ${JSON.stringify(this.key)} was released during extend`);
-    }
+    this.#throwUnlessHeld('');
+    const ok = await this.#refresh(ttlMs, 'renew');
+    this.#throwUnlessHeld(' during extend');
     if (!ok) {
       this.#lose(new LockLostError(this.key, `lock ${JSON.stringify(this.key)} is no longer held by this owner`));
       throw this.#controller.signal.reason as LockLostError;
     }
     this.#ttlMs = ttlMs;
-    this.#validUntil = startedAt + safeLifetime(ttlMs);
     this.#schedule();
   }
 
@@ -347,16 +395,54 @@ class LockHandle implements Lock {
     await this.release();
   }
 
+  #throwUnlessHeld(when: string): void {
+    if (this.#state === 'lost') throw this.#controller.signal.reason as LockLostError;
+    if (this.#state === 'released') throw new NotOwnerError(`lock ${JSON.stringify(this.key)} was released${when || ' already'}`);
+  }
+
   async #release(): Promise<void> {
     if (this.#state === 'held') this.#state = 'released';
     this.#stopTimers();
     this.#locker.forget(this);
+    // Also after a loss: the release is owner-checked and clears anything we may still own. It
+    // waits for a renewal in flight, so that renewal cannot land after it and revive the claim.
+    await this.#storeCall('release', () => this.#locker.backend.release(this.#lease));
+  }
+
+  /**
+   * Runs one store call for this lease after the previous one settled, bounded by the operation
+   * timeout; failures come back as typed errors.
+   */
+  #storeCall<T>(operation: string, call: () => Promise<T>): Promise<T> {
     const backend = this.#locker.backend;
+    const ms = this.#settings.operationTimeoutMs;
+    const run = this.#busy.then(() =>
+      withTimeout(call(), ms, () => unanswered(backend.name, operation, ms)).catch((error: unknown) => {
+        throw asDeadboltError(error, backend.name, operation);
+      }),
+    );
+    this.#busy = run.then(noop, noop);
+    return run;
+  }
+
+  /**
+   * Renews the lease to `ttlMs` (after any call in flight) and, when the store confirms, counts the
+   * estimate from this call's send time with the ttl that reached the store. A failed call may
+   * still have landed with its ttl: remember it.
+   */
+  async #refresh(ttlMs: number, operation: string): Promise<boolean> {
+    let sentAt = 0;
     try {
-      // Also after a loss: the release is owner-checked and clears anything we may still own.
-      await backend.release(this.#lease);
+      const ok = await this.#storeCall(operation, () => {
+        sentAt = performance.now();
+        return this.#locker.backend.renew(this.#lease, ttlMs);
+      });
+      if (ok) this.#validUntil = sentAt + safeLifetime(Math.min(ttlMs, this.#uncertainTtlMs));
+      return ok;
     } catch (error) {
-      throw asDeadboltError(error, backend.name, 'release');
+      this.#uncertainTtlMs = Math.min(this.#uncertainTtlMs, ttlMs);
+      if (sentAt) this.#validUntil = Math.min(this.#validUntil, sentAt + safeLifetime(ttlMs));
+      throw error;
     }
   }
 
@@ -366,36 +452,33 @@ class LockHandle implements Lock {
    */
   #schedule(): void {
     this.#stopTimers();
-    if (!this.#autoRenew) return this.#armExpiry();
-    const interval = this.#fixedRenewIntervalMs ?? this.#ttlMs / 3;
+    if (!this.#settings.autoRenew) return this.#armExpiry();
+    const interval = Math.min(this.#settings.renewIntervalMs ?? Infinity, this.#ttlMs / 3);
     this.#scheduleRenew(Math.min(interval, Math.max(0, this.#validUntil - performance.now() - 1)));
   }
 
   #armExpiry(): void {
-    clearTimeout(this.#expiryTimer);
-    this.#expiryTimer = setTimeout(() => {
+    this.#expiryTimer?.cancel();
+    this.#expiryTimer = after(Math.max(0, this.#validUntil - performance.now()) + 1, () => {
       this.#checkExpiry();
       // Timers count whole event-loop milliseconds and can fire a fraction of one before
       // performance.now() reaches the deadline; a lock must not be forgotten then, so look again.
       if (this.#state === 'held' && performance.now() < this.#validUntil) this.#armExpiry();
-    }, Math.max(0, this.#validUntil - performance.now()) + 1);
-    this.#expiryTimer.unref();
+    }, true);
   }
 
   #scheduleRenew(delayMs: number): void {
-    clearTimeout(this.#renewTimer);
-    this.#renewTimer = setTimeout(() => void this.#renew(), delayMs);
-    this.#renewTimer.unref();
+    this.#renewTimer?.cancel();
+    this.#renewTimer = after(delayMs, () => void this.#renew(), true);
   }
 
   async #renew(): Promise<void> {
     this.#checkExpiry();
     if (this.#state !== 'held') return;
     this.#armExpiry();
-    const startedAt = performance.now();
     let ok: boolean;
     try {
-      ok = await this.#locker.backend.renew(this.#lease, this.#ttlMs);
+      ok = await this.#refresh(this.#ttlMs, 'renew');
     } catch (error) {
       if (this.#state !== 'held') return;
       // Keep trying while the lease may still be ours; the armed expiry timer declares it lost.
@@ -410,7 +493,6 @@ class LockHandle implements Lock {
       return;
     }
     this.#lastRenewError = undefined;
-    this.#validUntil = startedAt + safeLifetime(this.#ttlMs);
     this.#schedule();
   }
 
@@ -427,13 +509,14 @@ class LockHandle implements Lock {
     // A store whose lease is a session (ZooKeeper) keeps the claim as long as the client lives, so
     // hand it back now that we no longer count on it. Owner-checked, so harmless on ttl stores; a
     // failure changes nothing for the caller, who has already been told the lock is lost.
-    this.#locker.backend.release(this.#lease).catch(() => undefined);
+    this.#storeCall('release', () => this.#locker.backend.release(this.#lease)).catch(noop);
   }
 
   #lose(error: LockLostError): void {
     if (this.#state !== 'held') return;
     this.#state = 'lost';
     this.#stopTimers();
+    this.#locker.forget(this);
     this.#controller.abort(error);
   }
 
@@ -442,11 +525,13 @@ class LockHandle implements Lock {
       this.#lease.lost?.removeEventListener('abort', this.#onStoreLoss);
       this.#onStoreLoss = undefined;
     }
-    clearTimeout(this.#renewTimer);
-    clearTimeout(this.#expiryTimer);
+    this.#renewTimer?.cancel();
+    this.#expiryTimer?.cancel();
     this.#renewTimer = this.#expiryTimer = undefined;
   }
 }
+
+const noop = () => undefined;
 
 /** Only `undefined` means "not given": an explicit null is bad input, not a request for the default. */
 function orDefault<T>(value: T | undefined, fallback: T): T {

@@ -1,4 +1,4 @@
-import type { Capabilities } from './backend.js';
+import { DEFAULT_MAX_TTL_MS, type Capabilities } from './backend.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** Longest key every backend must accept, in UTF-8 bytes. */
@@ -15,8 +15,8 @@ export function validateKey(key: unknown): asserts key is string {
 }
 
 /**
- * @throws InvalidArgumentError unless `ttlMs` is a safe integer ≥ the backend's minimum and a whole
- * multiple of its granularity.
+ * @throws InvalidArgumentError unless `ttlMs` is a safe integer between the backend's minimum and
+ * maximum and a whole multiple of its granularity.
  */
 export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'): number {
   if (typeof ttlMs !== 'number' || !Number.isSafeInteger(ttlMs) || ttlMs <= 0) {
@@ -25,6 +25,8 @@ export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'):
   if (ttlMs < caps.minTtlMs) {
     throw new InvalidArgumentError(`${name} must be at least ${caps.minTtlMs} ms on this backend, got ${ttlMs}`);
   }
+  const max = caps.maxTtlMs ?? DEFAULT_MAX_TTL_MS;
+  if (ttlMs > max) throw new InvalidArgumentError(`${name} must be at most ${max} ms on this backend, got ${ttlMs}`);
   if (ttlMs % caps.ttlGranularityMs !== 0) {
     throw new InvalidArgumentError(
       `${name} must be a multiple of ${caps.ttlGranularityMs} ms on this backend, got ${ttlMs}`,
@@ -33,7 +35,10 @@ export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'):
   return ttlMs;
 }
 
-/** @throws InvalidArgumentError unless `value` is a number ≥ 0 (Infinity allowed: wait forever). */
+/**
+ * @throws InvalidArgumentError unless `value` is a number ≥ 0. Any length works, Infinity meaning
+ * "wait forever" (long timers are chained, see time.ts).
+ */
 export function validateTimeout(value: unknown, name = 'timeoutMs'): number {
   if (typeof value !== 'number' || Number.isNaN(value) || value < 0) {
     throw new InvalidArgumentError(`${name} must be a number ≥ 0 or Infinity, got ${show(value)}`);

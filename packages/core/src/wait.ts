@@ -1,4 +1,5 @@
 import type { Lease } from './backend.js';
+import { BackendUnavailableError } from './errors.js';
 
 /**
  * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
@@ -40,6 +41,12 @@ export interface PollOptions {
   notifier?: ReleaseNotifier;
   /** This waiter's owner id: a notification addressed to another owner does not wake it. */
   owner?: string;
+  /**
+   * How long attempts may keep failing with `BackendUnavailableError` before the wait gives up.
+   * A connection reset in the middle of a wait costs one failed attempt and the wait carries on;
+   * a store that stays unreachable fails the wait after this long. Default 1 000 ms.
+   */
+  unavailableGraceMs?: number;
 }
 
 /**
@@ -53,7 +60,8 @@ export const POLL_SOON: unique symbol = Symbol('deadbolt.pollSoon');
  * sleeping a jittered, growing delay in between (restarting from the minimum when it returns `POLL_SOON`),
  * cut short by a release notification for `key`. Rejects with `signal.reason` when `signal` aborts
  * (after the attempt in flight settles, so a lease won by that attempt is released through
- * `onAbandon` rather than leaked). Attempt errors propagate.
+ * `onAbandon` rather than leaked). An attempt that fails as unavailable is retried until such
+ * failures have lasted `unavailableGraceMs` in a row; other attempt errors propagate.
  */
 export async function pollForLease<L extends Lease>(
   key: string,
@@ -64,7 +72,9 @@ export async function pollForLease<L extends Lease>(
 ): Promise<L> {
   const min = options.minDelayMs ?? 5;
   const max = options.maxDelayMs ?? 250;
+  const graceMs = options.unavailableGraceMs ?? 1000;
   let delay = min;
+  let unavailableSince: number | undefined;
   let woken = false;
   let wake: (() => void) | undefined;
   const unsubscribe = options.notifier?.subscribe(key, (target) => {
@@ -76,7 +86,16 @@ export async function pollForLease<L extends Lease>(
     for (;;) {
       signal.throwIfAborted();
       woken = false;
-      const lease = await attempt();
+      let lease: L | null | typeof POLL_SOON;
+      try {
+        lease = await attempt();
+        unavailableSince = undefined;
+      } catch (error) {
+        if (!(error instanceof BackendUnavailableError) || signal.aborted) throw error;
+        unavailableSince ??= performance.now();
+        if (performance.now() - unavailableSince >= graceMs) throw error;
+        lease = null;
+      }
       if (lease === POLL_SOON) delay = min;
       else if (lease) {
         if (signal.aborted) {

@@ -32,7 +32,7 @@ describe('Locker renewal', () => {
     const elapsed = performance.now() - started;
     expect(elapsed).toBeLessThan(300 + 100);
     expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
-    expect((lock.signal.reason as Error).cause).toMatchObject({ message: 'connection refused' });
+    expect((lock.signal.reason as Error).cause).toMatchObject({ code: 'BACKEND_ERROR', cause: { message: 'connection refused' } });
     expect(state.renewCalls).toBeGreaterThan(1); // it kept retrying, not giving up on the first error
     await expect(lock.extend()).rejects.toMatchObject({ code: 'LOCK_LOST' });
     await locker.close();

@@ -1,0 +1,89 @@
+/**
+ * Timers and deadlines that hold for any length of time. Node's `setTimeout` fires after 1 ms for
+ * any delay above 2^31 − 1 ms (about 24.8 days), which turned "wait forever" timeouts into instant
+ * ones and 100-day leases into a renewal loop; everything in core that waits goes through here.
+ */
+
+/** The longest delay one Node timer can wait. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A pending `after()` call. */
+export interface Timer {
+  cancel(): void;
+}
+
+/**
+ * Calls `fn` once, `ms` from now on the monotonic clock: any non-negative length, Infinity meaning
+ * never. Long delays chain Node timers. `unref`: the timer alone does not keep the process alive.
+ */
+export function after(ms: number, fn: () => void, unref = false): Timer {
+  let handle: NodeJS.Timeout | undefined;
+  const deadline = performance.now() + ms;
+  const arm = () => {
+    const left = deadline - performance.now();
+    handle = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(fn, Math.max(0, left));
+    if (unref) handle.unref();
+  };
+  if (ms !== Infinity) arm();
+  return { cancel: () => clearTimeout(handle) };
+}
+
+/**
+ * Settles as `promise` does, or rejects with `signal.reason` as soon as `signal` aborts, whichever
+ * comes first. A value that arrives after the abort goes to `onLate` (e.g. to hand back a late
+ * grant), so nothing the store gave is dropped unseen.
+ */
+export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?: (value: T) => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const onAbort = () => {
+      if (settled) return;
+      settled = true;
+      reject(signal.reason);
+    };
+    promise.then(
+      (value) => {
+        if (settled) return onLate?.(value);
+        settled = true;
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        if (settled) return;
+        settled = true;
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * Settles as `promise` does, or rejects with `timeoutError()` after `ms`. A value that arrives
+ * later goes to `onLate`.
+ */
+export function withTimeout<T>(promise: Promise<T>, ms: number, timeoutError: () => Error, onLate?: (value: T) => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const timer = after(ms, () => {
+      settled = true;
+      reject(timeoutError());
+    });
+    promise.then(
+      (value) => {
+        if (settled) return onLate?.(value);
+        settled = true;
+        timer.cancel();
+        resolve(value);
+      },
+      (error: unknown) => {
+        if (settled) return;
+        settled = true;
+        timer.cancel();
+        reject(error);
+      },
+    );
+  });
+}
