@@ -1,5 +1,5 @@
 import { cassandraBackend, type CassandraAlgorithm } from '@deadbolt/cassandra';
-import { defineConformanceSuite, matrixUrl } from '@deadbolt/conformance';
+import { defineConformanceSuite, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { cassandraHarness } from './harness.js';
 
 const url = matrixUrl('cassandra');
@@ -12,6 +12,7 @@ for (const algorithm of algorithms) {
     name: `cassandra ${algorithm}`,
     createBackend: () => cassandraBackend(options),
     createUnreachableBackend: () => cassandraBackend({ ...options, url: 'cassandra://127.0.0.1:1/deadbolt' }),
+    network: { store: storeAddress(url), createBackend: (via) => cassandraBackend({ ...options, url: viaUrl(url, via) }) },
     child: { module: import.meta.resolve('@deadbolt/cassandra'), export: 'cassandraBackend', options },
     harness: cassandraHarness(url),
     // Whole seconds, polled over QUORUM reads on a two-core machine: 3 s keeps the tests about leases.

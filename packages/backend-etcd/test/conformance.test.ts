@@ -1,4 +1,4 @@
-import { defineConformanceSuite, matrixUrl } from '@deadbolt/conformance';
+import { defineConformanceSuite, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { etcdBackend } from '@deadbolt/etcd';
 import { etcdHarness } from './harness.js';
 
@@ -8,6 +8,7 @@ defineConformanceSuite({
   name: 'etcd',
   createBackend: () => etcdBackend({ url }),
   createUnreachableBackend: () => etcdBackend({ url: 'etcd://127.0.0.1:1' }),
+  network: { store: storeAddress(url), createBackend: (via) => etcdBackend({ url: viaUrl(url, via) }) },
   child: { module: import.meta.resolve('@deadbolt/etcd'), export: 'etcdBackend', options: { url } },
   harness: etcdHarness(url),
 });

@@ -1,4 +1,4 @@
-import { defineConformanceSuite, matrixUrl } from '@deadbolt/conformance';
+import { defineConformanceSuite, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { redisBackend } from '@deadbolt/redis';
 import { redisHarness } from './harness.js';
 
@@ -9,6 +9,7 @@ for (const fifo of [false, true]) {
     name: fifo ? 'redis' : 'redis (unordered)',
     createBackend: () => redisBackend({ url, fifo }),
     createUnreachableBackend: () => redisBackend({ url: 'redis://127.0.0.1:1', fifo }),
+    network: { store: storeAddress(url), createBackend: (via) => redisBackend({ url: viaUrl(url, via), fifo }) },
     child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, fifo } },
     harness: redisHarness(url),
   });

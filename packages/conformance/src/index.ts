@@ -1,4 +1,6 @@
 export { abortedWithin, closeLockersAfterEach, defineConformanceSuite, type ConformanceHarness, type ConformanceOptions } from './suite.js';
 export { FencedRegister } from './register.js';
+export { FaultProxy, type Address } from './fault-proxy.js';
+export type { SuiteContext } from './faults.js';
 export { ChildHolder, type ChildBackendConfig } from './children.js';
-export { matrixUrl, restartMatrixServer, type MatrixServer } from './test-matrix.js';
+export { matrixUrl, restartMatrixServer, storeAddress, viaUrl, type MatrixServer } from './test-matrix.js';

@@ -9,6 +9,8 @@ import {
 } from '@deadbolt/core';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder, type ChildBackendConfig } from './children.js';
+import type { Address } from './fault-proxy.js';
+import { defineFaultBehaviours } from './faults.js';
 import { FencedRegister } from './register.js';
 
 /** Fault injection and inspection a backend offers the suite. */
@@ -26,6 +28,17 @@ export interface ConformanceHarness {
   restartServer?(): Promise<void>;
   /** Remove everything the backend stored, between tests. */
   clearAll?(): Promise<void>;
+  /**
+   * What `backend` keeps for keys and ttls it no longer uses (open sessions, cache entries), once
+   * idle: behaviour 24 checks that it does not grow. Optional: absent means it keeps nothing.
+   */
+  retained?(backend: LockBackend): number | Promise<number>;
+  /**
+   * How many cells, rows or tombstones the store scans to read `key`'s lock state: behaviour 24
+   * checks that many cycles on one key do not make it grow. Optional: absent where the store's
+   * read cost cannot grow with use.
+   */
+  scanCost?(key: string): Promise<number>;
 }
 
 export interface ConformanceOptions {
@@ -38,6 +51,17 @@ export interface ConformanceOptions {
   child?: ChildBackendConfig;
   /** A backend pointed at a closed port (behaviour 15). Required for every backend that does I/O. */
   createUnreachableBackend?: () => LockBackend | Promise<LockBackend>;
+  /**
+   * The real store's address and a factory for a backend that connects to another address: the
+   * fault behaviours (18–20) put the suite's `FaultProxy` there. Required for every backend that
+   * does I/O.
+   */
+  network?: { store: Address; createBackend: (via: Address) => LockBackend | Promise<LockBackend> };
+  /**
+   * A backend whose store sessions run in time zone `zone` (e.g. `'+05:00'`), for stores whose time
+   * functions depend on the session (MySQL/MariaDB, PostgreSQL). Behaviour 21.
+   */
+  createBackendInTimeZone?: (zone: string) => LockBackend | Promise<LockBackend>;
   /** Lease length for the lease, crash and pause tests. Default: 1 s, raised to the backend's minimum. */
   ttlMs?: number;
   /** Acquire+release cycles for the no-garbage check (behaviour 17). Default 10 000. */
@@ -68,7 +92,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     return locker;
   }
 
-  async function spawnChild(lockerOptions: LockerOptions = {}): Promise<ChildHolder> {
+  async function spawnChild(lockerOptions: LockerOptions = {}, env?: Record<string, string>): Promise<ChildHolder> {
     if (!options.child) throw new Error('no child config');
     const register = currentRegister;
     const child = await ChildHolder.spawn(options.child, { ttlMs: ttl(), ...lockerOptions }, {
@@ -77,7 +101,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         counter.value = value;
       },
       fencedWrite: (token: bigint) => register.write(token, 'child', `child:${child.process.pid}`),
-    });
+    }, env);
     children.push(child);
     return child;
   }
@@ -630,6 +654,8 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         for (const key of keys) expect(await harness.inspect(key), key).toEqual([]);
       }, 300_000);
     });
+
+    defineFaultBehaviours({ options, harness, freshKey, makeLocker, spawnChild, lockers, T, renewMs, capabilities, itWhen, crossProcessIt, hookIt });
   });
 }
 

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import type { Address } from './fault-proxy.js';
 
 /** The servers test-matrix runs. */
 export type MatrixServer = 'redis' | 'mysql' | 'zookeeper' | 'etcd' | 'cassandra';
@@ -18,6 +19,18 @@ const matrixDir = fileURLToPath(new URL('../../../test-matrix/', import.meta.url
 /** The connection URL of a test-matrix server; `DEADBOLT_<NAME>_URL` overrides it. */
 export function matrixUrl(server: MatrixServer): string {
   return process.env[`DEADBOLT_${server.toUpperCase()}_URL`] ?? DEFAULT_URLS[server];
+}
+
+/** The `host:port` a store URL points at (its first host). */
+export function storeAddress(url: string): Address {
+  const [host, port] = new URL(url).host.split(',')[0]!.split(':');
+  return { host: host!, port: Number(port) };
+}
+
+/** `url` with its host and port replaced by `via` (a fault proxy's address). */
+export function viaUrl(url: string, via: Address): string {
+  const parsed = new URL(url);
+  return url.replace(parsed.host, `${via.host}:${via.port}`);
 }
 
 /** Restart a test-matrix server and resolve once it answers again. @throws if the restart fails. */

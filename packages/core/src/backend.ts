@@ -35,7 +35,11 @@ export interface LockBackend {
   /** Give the lease up. Owner-checked (never frees another holder) and idempotent. */
   release(lease: Lease): Promise<void>;
 
-  /** Close connections the backend opened itself (not clients the user passed in). Idempotent. */
+  /**
+   * Close connections the backend opened itself (not clients the user passed in). Idempotent.
+   * Core aborts every acquisition before calling it; a backend lets those finish removing what
+   * they wrote first (`InFlight` in wait.ts).
+   */
   close(): Promise<void>;
 }
 

@@ -113,6 +113,8 @@ export interface Locker extends AsyncDisposable {
 
 const DEFAULT_TTL_MS = 15_000;
 const DEFAULT_OPERATION_TIMEOUT_MS = 4_000;
+/** How long an aborted acquisition waits for the backend's cleanup before rejecting. */
+const ABORT_CLEANUP_MS = 50;
 
 /**
  * A Locker over `backend`. The locker owns the backend: `close()` closes it.
@@ -278,16 +280,22 @@ class DefaultLocker implements Locker {
       }
     }
     const signal = controller?.signal ?? this.#closing.signal;
+    let attempt: Promise<Lease | null> | undefined;
     try {
       let lease: Lease | null;
       try {
-        const attempt = this.backend.acquire({ key, owner: randomUUID(), ttlMs, wait, signal });
+        attempt = this.backend.acquire({ key, owner: randomUUID(), ttlMs, wait, signal });
         lease = await raceSignal(attempt, signal, (late) => {
           // Granted after we stopped waiting: give it back. If that fails the lease expires on its own.
           if (late) this.backend.release(late).catch(() => undefined);
         });
       } catch (error) {
-        if (signal.aborted) throw signal.reason;
+        if (signal.aborted) {
+          // Let the backend finish removing this waiter from the store (it usually takes a round
+          // trip), so the caller who hears "aborted" finds nothing left; a silent store gets no more.
+          await withTimeout((attempt ?? Promise.resolve()).then(noop, noop), ABORT_CLEANUP_MS, () => new Error('cleanup')).catch(noop);
+          throw signal.reason;
+        }
         throw asDeadboltError(error, this.backend.name, 'acquire');
       }
       if (!lease) {

@@ -134,3 +134,25 @@ export function sleep(ms: number, signal?: AbortSignal, onWakeable?: (wake: () =
     onWakeable?.(done);
   });
 }
+
+/**
+ * The calls a backend has in flight, so that `close()` can let aborted acquisitions finish
+ * removing what they wrote before it closes the connections they need for that. (Core stops
+ * waiting for an aborted acquire at once; the backend's cleanup goes on behind it.)
+ */
+export class InFlight {
+  readonly #calls = new Set<Promise<unknown>>();
+
+  /** Tracks `call` until it settles; returns it unchanged. */
+  track<T>(call: Promise<T>): Promise<T> {
+    this.#calls.add(call);
+    const done = () => this.#calls.delete(call);
+    call.then(done, done);
+    return call;
+  }
+
+  /** Resolves once every call tracked so far has settled. */
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.#calls]);
+  }
+}

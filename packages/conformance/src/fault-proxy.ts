@@ -1,0 +1,151 @@
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+
+/** Where a store listens. */
+export interface Address {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** One client connection and the proxy's own connection to the store behind it. */
+interface Pipe {
+  readonly client: Socket;
+  readonly upstream: Socket;
+}
+
+/**
+ * A loopback TCP proxy between a client and a real store that stages the network faults
+ * production has: `delay` (every chunk arrives late, in order), `blackhole` (a silent partition:
+ * nothing is forwarded and no socket is closed, so both ends see a peer that stopped answering;
+ * held data is delivered on `heal`, as TCP would after a partition ends), and `reset` (every
+ * connection is cut with a TCP RST). It listens on 127.0.0.1 only and forwards only to `target`.
+ */
+export class FaultProxy {
+  readonly #server: Server;
+  readonly #target: Address;
+  readonly #pipes = new Set<Pipe>();
+  #delayMs = 0;
+  #silent = false;
+  /** Connections accepted during a blackhole, connected upstream on heal. */
+  #parked: Socket[] = [];
+
+  private constructor(server: Server, target: Address) {
+    this.#server = server;
+    this.#target = target;
+  }
+
+  /** Starts a proxy to `target` on a free loopback port. */
+  static async start(target: Address): Promise<FaultProxy> {
+    const server = createServer({ noDelay: true });
+    const proxy = new FaultProxy(server, target);
+    server.on('connection', (client) => proxy.#accept(client));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => resolve());
+    });
+    return proxy;
+  }
+
+  /** Where clients connect. */
+  get address(): Address {
+    const { port } = this.#server.address() as { port: number };
+    return { host: '127.0.0.1', port };
+  }
+
+  /** `host:port` of the proxy, for building a store URL. */
+  get hostPort(): string {
+    return `${this.address.host}:${this.address.port}`;
+  }
+
+  /** Open client connections. */
+  get connections(): number {
+    return this.#pipes.size + this.#parked.length;
+  }
+
+  /** Every chunk, both ways, is forwarded `ms` after it arrives (order kept). 0 forwards at once. */
+  delay(ms: number): void {
+    this.#delayMs = ms;
+  }
+
+  /** Stop forwarding in both directions without closing anything, until `heal()`. */
+  blackhole(): void {
+    this.#silent = true;
+    for (const { client, upstream } of this.#pipes) {
+      client.pause();
+      upstream.pause();
+    }
+  }
+
+  /** Forward again (held data first) and connect the connections accepted meanwhile. */
+  heal(): void {
+    this.#silent = false;
+    this.#delayMs = 0;
+    for (const { client, upstream } of this.#pipes) {
+      client.resume();
+      upstream.resume();
+    }
+    const parked = this.#parked;
+    this.#parked = [];
+    for (const client of parked) if (!client.destroyed) this.#connect(client);
+  }
+
+  /** Cut every open connection with a TCP reset, as a restarted middlebox or peer does. */
+  reset(): void {
+    for (const { client, upstream } of this.#pipes) {
+      client.resetAndDestroy();
+      upstream.destroy();
+    }
+    this.#pipes.clear();
+    for (const client of this.#parked.splice(0)) client.resetAndDestroy();
+  }
+
+  async close(): Promise<void> {
+    this.reset();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+
+  #accept(client: Socket): void {
+    client.on('error', () => undefined);
+    if (this.#silent) {
+      client.pause();
+      this.#parked.push(client);
+      return;
+    }
+    this.#connect(client);
+  }
+
+  #connect(client: Socket): void {
+    const upstream = createConnection({ host: this.#target.host, port: this.#target.port, noDelay: true });
+    const pipe: Pipe = { client, upstream };
+    this.#pipes.add(pipe);
+    upstream.on('error', () => undefined);
+    const end = () => {
+      if (!this.#pipes.delete(pipe)) return;
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('close', end);
+    upstream.on('close', end);
+    this.#forward(client, upstream);
+    this.#forward(upstream, client);
+    if (this.#silent) {
+      client.pause();
+      upstream.pause();
+    }
+  }
+
+  /** Copies `from` to `to`, each chunk after the current delay, never overtaking an earlier one. */
+  #forward(from: Socket, to: Socket): void {
+    let last = 0;
+    from.on('data', (chunk: Buffer) => {
+      if (this.#delayMs <= 0 && last <= performance.now()) {
+        to.write(chunk);
+        return;
+      }
+      const at = Math.max(last, performance.now() + this.#delayMs);
+      last = at;
+      setTimeout(() => {
+        if (!to.destroyed) to.write(chunk);
+      }, at - performance.now());
+    });
+  }
+}

@@ -1,0 +1,417 @@
+/**
+ * Behaviours 18–24 (CONFORMANCE.md, "Faults production has"): a store that goes silent, answers
+ * late, resets connections or lives on another clock, timeouts and ttls at the limits of time,
+ * the helpers' promises, and leaks. Network faults go through a `FaultProxy` between the backend
+ * and its real store.
+ */
+import { DEFAULT_MAX_TTL_MS, createLocker, sleep, type Capabilities, type Lease, type Lock, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { ChildHolder } from './children.js';
+import { FaultProxy } from './fault-proxy.js';
+import { abortedWithin, type ConformanceHarness, type ConformanceOptions } from './suite.js';
+
+type TestFn = (name: string, fn: () => Promise<void>, timeout?: number) => void;
+
+/** What the suite shares with each group of behaviours. */
+export interface SuiteContext {
+  readonly options: ConformanceOptions;
+  readonly harness: ConformanceHarness;
+  readonly capabilities: Capabilities;
+  /** The suite's lease length, and its default renewal period (T / 3). */
+  readonly T: number;
+  readonly renewMs: number;
+  readonly lockers: Locker[];
+  freshKey(label?: string): string;
+  makeLocker(options?: LockerOptions): Promise<Locker>;
+  spawnChild(options?: LockerOptions, env?: Record<string, string>): Promise<ChildHolder>;
+  itWhen(skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number): void;
+  crossProcessIt: TestFn;
+  hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;
+}
+
+/** How a promise settled, and when (performance.now()). */
+interface Settled<T> {
+  readonly value?: T;
+  readonly error?: { code?: string } & Error;
+  readonly at: number;
+}
+
+const settle = <T>(promise: Promise<T>): Promise<Settled<T>> =>
+  promise.then(
+    (value) => ({ value, at: performance.now() }),
+    (error: unknown) => ({ error: error as Settled<T>['error'], at: performance.now() }),
+  );
+
+/**
+ * A backend whose renewals can be watched and held back before they reach the store, so a test
+ * can make an `extend()` or `release()` cross a background renewal on purpose rather than by luck.
+ */
+function instrument(inner: LockBackend) {
+  let next: { started: () => void; opened: Promise<void> } | undefined;
+  let renewCalls = 0;
+  const backend: LockBackend = {
+    name: inner.name,
+    capabilities: inner.capabilities,
+    acquire: (req) => inner.acquire(req),
+    async renew(lease: Lease, ttlMs: number) {
+      renewCalls++;
+      const gate = next;
+      next = undefined;
+      if (gate) {
+        gate.started();
+        await gate.opened;
+      }
+      return inner.renew(lease, ttlMs);
+    },
+    release: (lease) => inner.release(lease),
+    close: () => inner.close(),
+  };
+  return {
+    backend,
+    get renewCalls() {
+      return renewCalls;
+    },
+    /** The next renewal resolves `started` when it begins and waits for `open()` (at once when `hold` is false). */
+    nextRenewal(hold: boolean) {
+      let started!: () => void;
+      let open!: () => void;
+      const startedP = new Promise<void>((r) => (started = r));
+      const opened = hold ? new Promise<void>((r) => (open = r)) : Promise.resolve();
+      next = { started, opened };
+      return { started: startedP, open: () => open?.() };
+    },
+  };
+}
+
+export function defineFaultBehaviours(ctx: SuiteContext): void {
+  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, itWhen } = ctx;
+  const granularity = capabilities.ttlGranularityMs;
+  const roundTtl = (ms: number) => Math.ceil(ms / granularity) * granularity;
+  const proxies: FaultProxy[] = [];
+
+  const netIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
+    itWhen(() => (options.network ? undefined : 'no network between client and store'), name, fn, timeout);
+
+  const startProxy = async () => {
+    const proxy = await FaultProxy.start(options.network!.store);
+    proxies.push(proxy);
+    return proxy;
+  };
+
+  const track = (locker: Locker) => (ctx.lockers.push(locker), locker);
+
+  async function makeLockerVia(proxy: FaultProxy, lockerOptions: LockerOptions = {}): Promise<Locker> {
+    return track(createLocker(await options.network!.createBackend(proxy.address), { ttlMs: T, ...lockerOptions }));
+  }
+
+  /** Expects `lock` to stay exclusive for `ms`: while it says it is held, `other` cannot take the key. */
+  async function expectExclusive(lock: Lock, other: Locker, ms: number): Promise<void> {
+    const until = performance.now() + ms;
+    while (performance.now() < until) {
+      if (lock.held) expect(await other.tryLock(lock.key), 'another client took a key the holder still reports held').toBeNull();
+      await sleep(Math.min(T / 8, 250));
+    }
+  }
+
+  describe('faults production has', () => {
+    afterEach(async () => {
+      await Promise.all(proxies.splice(0).map((p) => p.close()));
+    });
+
+    netIt('18. silent partition: signal, timeout, tryLock and close all keep their bounds; after healing the key moves on with a larger token', async () => {
+      const key = freshKey();
+      const [toHolder, toWaiters] = [await startProxy(), await startProxy()];
+      const holder = await makeLockerVia(toHolder);
+      const waiter = await makeLockerVia(toWaiters);
+      const trier = await makeLockerVia(toWaiters);
+      const lock = await holder.lock(key);
+      // Connect the trier first, so its tryLock meets a silent store rather than a refused connect.
+      await trier.tryLock(freshKey('warm-up')).then((l) => l?.release());
+      const waitStarted = performance.now();
+      const waiting = settle(waiter.lock(key, { timeoutMs: 1500 }));
+      await sleep(300);
+      toHolder.blackhole();
+      toWaiters.blackhole();
+      const cutAt = performance.now();
+      const lost = abortedWithin(lock, T + 1000).then(() => performance.now());
+      const tried = settle(trier.tryLock(key));
+      const [waited, tryResult, lostAt] = await Promise.all([waiting, tried, lost]);
+
+      expect(waited.error?.code, 'lock({ timeoutMs }) during a partition').toMatch(/^(LOCK_TIMEOUT|BACKEND_UNAVAILABLE)$/);
+      expect(waited.at - waitStarted).toBeLessThanOrEqual(1500 + 250);
+      expect(tryResult.error?.code, 'tryLock during a partition is a typed error').toMatch(/^BACKEND_(UNAVAILABLE|ERROR)$/);
+      expect(tryResult.at - cutAt).toBeLessThanOrEqual(10_000);
+      expect(lostAt - cutAt).toBeLessThanOrEqual(T + 1000);
+      expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+
+      const closeStarted = performance.now();
+      const closed = await Promise.all([holder, waiter, trier].map((l) => settle(l.close())));
+      expect(performance.now() - closeStarted).toBeLessThanOrEqual(10_000);
+      for (const c of closed) if (c.error) expect(c.error.code).toMatch(/^BACKEND_/);
+
+      toHolder.heal();
+      toWaiters.heal();
+      const next = await (await makeLocker()).lock(key, { timeoutMs: 3 * T + 5000 });
+      expect(next.token).toBeGreaterThan(lock.token);
+      await next.release();
+    }, 60_000);
+
+    netIt('19. resets while waiting: the wait carries on and is granted promptly after the release', async () => {
+      const key = freshKey();
+      const holder = await makeLocker();
+      const proxy = await startProxy();
+      const waiter = await makeLockerVia(proxy);
+      const held = await holder.lock(key);
+      const waiting = settle(waiter.lock(key, { timeoutMs: 30_000 }));
+      for (let i = 0; i < 3; i++) {
+        await sleep(300);
+        proxy.reset();
+      }
+      await sleep(300);
+      const releasedAt = performance.now();
+      await held.release();
+      const { value: lock, error, at } = await waiting;
+      expect(error, 'the wait failed after connection resets').toBeUndefined();
+      // A session lease cut by a reset may outlive the cut by up to its ttl on the server.
+      const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
+      expect(at - releasedAt).toBeLessThanOrEqual(bound);
+      expect(lock!.held).toBe(true);
+      expect(await (await makeLocker()).tryLock(key)).toBeNull();
+      await lock!.release();
+    }, 60_000);
+
+    netIt('20a. operations cross: extend() issued while a renewal is in flight leaves the store with the ttl the client counts on', async () => {
+      const key = freshKey();
+      const proxy = await startProxy();
+      const delay = Math.max(5, Math.round(T / 50));
+      proxy.delay(delay);
+      const probe = instrument(await options.network!.createBackend(proxy.address));
+      const a = track(createLocker(probe.backend, { ttlMs: T }));
+      const b = await makeLocker();
+      const lock = await a.lock(key);
+      const renewal = probe.nextRenewal(true);
+      await renewal.started; // a background renewal with the old ttl has begun and is held back
+      const extended = settle(lock.extend(roundTtl(4 * T)));
+      await sleep(4 * delay + 20); // an extend that did not wait would have reached the store by now
+      renewal.open();
+      const { error } = await extended;
+      // A lease that is a session of fixed length may refuse a new length; the lock stays held.
+      if (error) expect(error.code).toBe('INVALID_ARGUMENT');
+      await expectExclusive(lock, b, 1.5 * T);
+      expect(lock.held).toBe(true);
+      await lock.release();
+    }, 60_000);
+
+    netIt('20b. operations cross: a release issued while a renewal is in flight is not undone by it', async () => {
+      const key = freshKey();
+      const proxy = await startProxy();
+      const delay = Math.max(5, Math.round(T / 50));
+      proxy.delay(delay);
+      const probe = instrument(await options.network!.createBackend(proxy.address));
+      const a = track(createLocker(probe.backend, { ttlMs: T }));
+      const b = await makeLocker();
+      const lock = await a.lock(key);
+      const renewal = probe.nextRenewal(false);
+      await renewal.started; // the renewal is on its way to the store
+      await lock.release();
+      await sleep(8 * delay + 100); // let anything still in flight land
+      expect(await harness.inspect(key), 'the store still holds a claim the client released').toEqual([]);
+      const next = await b.tryLock(key);
+      expect(next).not.toBeNull();
+      await sleep(renewMs + 8 * delay);
+      expect(await harness.inspect(key)).toEqual([next!.owner]);
+      await next!.release();
+    }, 60_000);
+
+    itWhen(() => (options.createBackendInTimeZone ? undefined : 'the store has no session time zones'), '21a. other clocks: sessions in different time zones exclude each other; expiry is the store\'s', async () => {
+      const key = freshKey();
+      const inZone = async (zone: string, lockerOptions: LockerOptions = {}) =>
+        track(createLocker(await options.createBackendInTimeZone!(zone), { ttlMs: T, ...lockerOptions }));
+      // 25 hours apart: the widest pair MySQL, MariaDB and PostgreSQL all accept.
+      const ahead = await inZone('+13:00');
+      const behind = await inZone('-12:00');
+      const held = await behind.lock(key);
+      expect(await ahead.tryLock(key), 'a session 25 hours ahead took a held key').toBeNull();
+      await sleep(renewMs * 1.5); // across a renewal made from the other zone
+      expect(await ahead.tryLock(key)).toBeNull();
+      await held.release();
+      const fixed = await (await inZone('+13:00', { autoRenew: false })).lock(key);
+      const started = performance.now();
+      const next = await behind.lock(key, { timeoutMs: 3 * T + 5000 });
+      const elapsed = performance.now() - started;
+      if (capabilities.lease === 'ttl') expect(elapsed).toBeGreaterThanOrEqual(T - renewMs - 50);
+      expect(elapsed, 'a lease from another zone expired late').toBeLessThanOrEqual(T + renewMs + 1000);
+      expect(next.token).toBeGreaterThan(fixed.token);
+      await next.release();
+    }, 60_000);
+
+    ctx.crossProcessIt('21b. other clocks: a holder process in another time zone (TZ) excludes and is excluded', async () => {
+      const key = freshKey();
+      const child = await ctx.spawnChild({}, { TZ: 'Pacific/Kiritimati' });
+      const { id, token } = await child.lock(key);
+      const a = await makeLocker();
+      expect(await a.tryLock(key)).toBeNull();
+      await sleep(renewMs * 1.5);
+      expect(await a.tryLock(key)).toBeNull();
+      await child.release(id);
+      const mine = await a.lock(key, { timeoutMs: 5000 });
+      expect(mine.token).toBeGreaterThan(token);
+      const waiting = child.lock(key, { timeoutMs: 300 }).catch((e: unknown) => e);
+      expect(await waiting).toMatchObject({ code: 'LOCK_TIMEOUT' });
+      await mine.release();
+    }, 60_000);
+
+    it('22a. limits of time: timeouts past the timer range (MAX_SAFE_INTEGER, 2^31 ms) wait instead of firing at once', async () => {
+      const key = freshKey();
+      const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
+      const held = await a.lock(key);
+      const first = settle(b.lock(key, { timeoutMs: Number.MAX_SAFE_INTEGER }));
+      await sleep(50);
+      const second = settle(c.lock(key, { timeoutMs: 2 ** 31 }));
+      let early: string | undefined;
+      void first.then((s) => (early ??= s.error?.code ?? 'granted'));
+      void second.then((s) => (early ??= s.error?.code ?? 'granted'));
+      await sleep(500);
+      expect(early, 'a huge timeout settled while the key was held').toBeUndefined();
+      await held.release();
+      // Each releases as soon as it is granted (in either order: not every backend is FIFO).
+      const outcomes = await Promise.all([first, second].map((p) => p.then(async (s) => (await s.value?.release(), s))));
+      expect(outcomes.map((s) => s.error)).toEqual([undefined, undefined]);
+    });
+
+    it('22b. limits of time: the longest ttl works without a renewal storm; a longer one is bad input before any I/O', async () => {
+      const key = freshKey();
+      const max = capabilities.maxTtlMs ?? DEFAULT_MAX_TTL_MS;
+      const hundredDays = 100 * 24 * 60 * 60 * 1000;
+      const probe = instrument(await options.createBackend());
+      const locker = track(createLocker(probe.backend, { ttlMs: T }));
+      const b = await makeLocker();
+      const longest = Math.floor(Math.min(max, hundredDays) / granularity) * granularity;
+      const lock = await locker.lock(key, { ttlMs: longest });
+      await sleep(500);
+      expect(probe.renewCalls, `renewals in 500 ms of a ${longest} ms lease`).toBeLessThanOrEqual(1);
+      expect(lock.held).toBe(true);
+      expect(await b.tryLock(key)).toBeNull();
+      await lock.release();
+      const tooLong = roundTtl(max + 1);
+      if (Number.isSafeInteger(tooLong)) {
+        await expect(locker.lock(key, { ttlMs: tooLong })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.tryLock(key, { ttlMs: tooLong })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      }
+      expect(await b.tryLock(key)).not.toBeNull();
+    }, 60_000);
+
+    it('22c. limits of time: a lock whose ttl is shorter than the locker\'s renew interval is still renewed in time', async () => {
+      const key = freshKey();
+      const locker = await makeLocker({ ttlMs: roundTtl(4 * T), renewIntervalMs: 3 * T });
+      const b = await makeLocker();
+      const lock = await locker.lock(key, { ttlMs: T });
+      await expectExclusive(lock, b, 3 * T);
+      expect(lock.held, 'a short-ttl lock under a long renew interval was lost').toBe(true);
+      await lock.release();
+    }, 60_000);
+
+    it('23a. helpers keep the promise: withLock rejects with LockLostError when the lock was lost while fn ran', async () => {
+      const key = freshKey();
+      const a = await makeLocker();
+      const outcome = a.withLock(key, async (lock) => {
+        await harness.loseClaim(key);
+        await abortedWithin(lock, renewMs + 1000);
+        return 'work done without the lock';
+      });
+      await expect(outcome).rejects.toMatchObject({ code: 'LOCK_LOST' });
+    });
+
+    it('23b. helpers keep the promise: an abort at any point of a wait (also while connecting) is honoured and leaves nothing behind', async () => {
+      const key = freshKey();
+      const a = await makeLocker();
+      const held = await a.lock(key);
+      const reason = new Error('caller gave up');
+      const points: ((abort: () => void) => void)[] = [
+        (abort) => abort(),
+        (abort) => queueMicrotask(abort),
+        (abort) => setImmediate(abort),
+        ...[1, 5, 20, 50, 150].map((ms) => (abort: () => void) => void setTimeout(abort, ms)),
+      ];
+      for (const point of points) {
+        // A fresh locker each time, so the abort can land while its first connection is set up.
+        const b = await makeLocker();
+        const controller = new AbortController();
+        let abortedAt = 0;
+        const waiting = settle(b.lock(key, { signal: controller.signal }));
+        point(() => {
+          abortedAt = performance.now();
+          controller.abort(reason);
+        });
+        const { error, at } = await waiting;
+        expect(error).toBe(reason);
+        expect(at - abortedAt).toBeLessThan(100);
+      }
+      await sleep(300); // anything an aborted waiter left would be in the store by now
+      expect(await harness.inspect(key)).toEqual([held.owner]);
+      await held.release();
+      const next = await (await makeLocker()).lock(key, { timeoutMs: 2000 });
+      await sleep(300);
+      expect(await harness.inspect(key)).toEqual([next.owner]);
+      await next.release();
+    }, 60_000);
+
+    it('24a. no leaks: many concurrent waits on one locker raise no listener warning and all get their turn', async () => {
+      const key = freshKey();
+      const warnings: Error[] = [];
+      const onWarning = (w: Error) => warnings.push(w);
+      process.on('warning', onWarning);
+      try {
+        const [a, b] = [await makeLocker(), await makeLocker()];
+        const held = await a.lock(key);
+        const waits = Array.from({ length: 24 }, (_, i) => b.lock(key, i % 2 ? { timeoutMs: 60_000 } : {}));
+        await sleep(300);
+        await held.release();
+        // Each releases as soon as it is granted (in any order: not every backend is FIFO).
+        await Promise.all(waits.map(async (wait) => (await wait).release()));
+        expect(warnings.filter((w) => w.name === 'MaxListenersExceededWarning').map(String)).toEqual([]);
+      } finally {
+        process.off('warning', onWarning);
+      }
+    }, 60_000);
+
+    it('24b. no leaks: many distinct keys and ttls leave nothing growing once idle', async () => {
+      const backend = await options.createBackend();
+      const locker = track(createLocker(backend, { ttlMs: T }));
+      for (let i = 0; i < 8; i++) {
+        const lock = await locker.lock(freshKey(`ttl-${i}`), { ttlMs: T + i * granularity });
+        await lock.release();
+      }
+      if (!harness.retained) return;
+      // Idle resources may be given back on a timer: allow a few seconds.
+      const until = performance.now() + 5000;
+      let retained = await harness.retained(backend);
+      while (retained > 0 && performance.now() < until) {
+        await sleep(100);
+        retained = await harness.retained(backend);
+      }
+      expect(retained, 'resources kept for keys and ttls no longer in use').toBe(0);
+    }, 60_000);
+
+    it('24c. flat cost: many cycles on one key do not make a cycle (or the store\'s read of the key) more expensive', async () => {
+      const key = freshKey();
+      const locker = await makeLocker();
+      const cycles = 600;
+      const times: number[] = [];
+      for (let i = 0; i < cycles; i++) {
+        const started = performance.now();
+        const lock = await locker.lock(key, { timeoutMs: 30_000 });
+        await lock.release();
+        times.push(performance.now() - started);
+      }
+      const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[xs.length >> 1]!;
+      const first = median(times.slice(0, 150));
+      const last = median(times.slice(-150));
+      expect(last, `median cycle ${first.toFixed(2)} ms at first, ${last.toFixed(2)} ms after ${cycles} cycles`).toBeLessThanOrEqual(2 * first + 2);
+      if (harness.scanCost) {
+        const cost = await harness.scanCost(key);
+        expect(cost, `cells and tombstones read for the key after ${cycles} cycles`).toBeLessThanOrEqual(50);
+      }
+    }, 300_000);
+  });
+}
