@@ -3,9 +3,13 @@ import {
   BackendError,
   BackendUnavailableError,
   DeadboltError,
+  InFlight,
   InvalidArgumentError,
   pollForLease,
+  raceSignal,
   ReleaseNotifier,
+  sleep,
+  withTimeout,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -33,6 +37,12 @@ export interface MysqlBackendOptions {
   mode?: 'lease' | 'session';
   /** Connections of a pool created from `url`. Session mode holds one per held lock and per waiter. Default 10 (lease), 200 (session). */
   connectionLimit?: number;
+  /**
+   * The longest one statement may wait for its answer (a `GET_LOCK` wait excepted). A statement
+   * that gets none (a silent server or partition) fails with `BackendUnavailableError` and its
+   * connection is destroyed, never reused. Default 5000 ms.
+   */
+  commandTimeoutMs?: number;
 }
 
 const STATEMENTS = ['createTable', 'takeOver', 'insertFirst', 'renew', 'release', 'sessionToken', 'sessionTokenFirst'] as const;
@@ -44,6 +54,9 @@ interface MysqlLease extends Lease {
   readonly connection?: PoolConnection;
   readonly lockName?: string;
 }
+
+/** What a session-mode wait returns when its connection was cut: wait again on a new one. */
+const RESET = Symbol('reset');
 
 /** Server error numbers that mean the connection, not the statement, failed. */
 const UNAVAILABLE_ERRNOS = new Set([1040, 1053, 2002, 2003, 2006, 2013, 1927]);
@@ -63,7 +76,11 @@ export class MysqlBackend implements LockBackend {
   readonly threadIds = new Set<number>();
   readonly #ownsPool: boolean;
   readonly #maxPollDelayMs: number;
+  readonly #commandTimeoutMs: number;
+  /** Connections destroyed after a timeout or a connection error: never handed back to the pool. */
+  readonly #broken = new WeakSet<PoolConnection>();
   readonly #notifier = new ReleaseNotifier();
+  readonly #acquiring = new InFlight();
   readonly #sql: Statements;
   #ready: Promise<void> | undefined;
   #closed = false;
@@ -84,6 +101,8 @@ export class MysqlBackend implements LockBackend {
           { fencing: 'strict', fairness: 'none', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true };
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
     if (!Number.isFinite(this.#maxPollDelayMs) || this.#maxPollDelayMs < 1) throw new InvalidArgumentError('maxPollDelayMs must be a number ≥ 1');
+    this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+    if (!Number.isFinite(this.#commandTimeoutMs) || this.#commandTimeoutMs < 1) throw new InvalidArgumentError('commandTimeoutMs must be a number ≥ 1');
     if (options.pool) {
       this.pool = options.pool;
       this.#ownsPool = false;
@@ -121,7 +140,11 @@ export class MysqlBackend implements LockBackend {
     return `deadbolt:${MysqlBackend.hash(key).toString('base64url')}`;
   }
 
-  async acquire(req: AcquireRequest): Promise<Lease | null> {
+  acquire(req: AcquireRequest): Promise<Lease | null> {
+    return this.#acquiring.track(this.#acquire(req));
+  }
+
+  async #acquire(req: AcquireRequest): Promise<Lease | null> {
     await this.#ensureTable();
     const hash = MysqlBackend.hash(req.key);
     if (this.mode === 'session') return this.#acquireSession(req, hash);
@@ -137,8 +160,8 @@ export class MysqlBackend implements LockBackend {
     if (connection && lockName) {
       // Any statement resets the server's idle clock; this one also proves we still hold the lock.
       try {
-        await connection.query(sql.sessionIdleLimit, [ttlMs / 1000]);
-        const [rows] = await connection.execute<RowDataPacket[]>(sql.holdsLock, [lockName]);
+        await this.#on(connection, sql.sessionIdleLimit, [ttlMs / 1000]);
+        const rows = await this.#on<RowDataPacket[]>(connection, sql.holdsLock, [lockName]);
         return rows[0]?.mine === 1;
       } catch (error) {
         if (this.#classify(error) === 'unavailable') return false; // the connection is gone, and the lock with it
@@ -159,6 +182,7 @@ export class MysqlBackend implements LockBackend {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await this.#acquiring.settled();
     if (this.#ownsPool) await this.pool.end().catch(() => undefined);
   }
 
@@ -178,17 +202,35 @@ export class MysqlBackend implements LockBackend {
     return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash };
   }
 
+  /**
+   * Session mode: `GET_LOCK` on a connection of its own. A wait whose connection is reset (the
+   * server or a middlebox cut it) kills what may be left of it on the server and waits again on a
+   * new connection, for as long as the caller's deadline allows; it fails only when no new
+   * connection can be had. An abort at any point, also while a connection is being set up, ends
+   * the wait without starting a `GET_LOCK`.
+   */
   async #acquireSession(req: AcquireRequest, hash: Buffer): Promise<MysqlLease | null> {
+    for (;;) {
+      const outcome = await this.#sessionAttempt(req, hash);
+      if (outcome !== RESET) return outcome;
+      await sleep(20, req.signal); // a cut connection: wait again on a new one
+    }
+  }
+
+  async #sessionAttempt(req: AcquireRequest, hash: Buffer): Promise<MysqlLease | null | typeof RESET> {
     const lockName = MysqlBackend.lockName(req.key);
     let connection: PoolConnection;
     try {
-      connection = await this.pool.getConnection();
+      connection = await raceSignal(this.pool.getConnection(), req.signal, (late) => late.release());
     } catch (error) {
+      if (req.signal.aborted) throw req.signal.reason;
       throw this.#wrap('acquire', error);
     }
     let held = false;
     try {
-      await connection.query(sql.sessionIdleLimit, [req.ttlMs / 1000]);
+      await this.#on(connection, sql.sessionIdleLimit, [req.ttlMs / 1000]);
+      // Checked before every listener: one added to an already-aborted signal never runs.
+      req.signal.throwIfAborted();
       // A waiter blocks inside the server; aborting it is a KILL QUERY from another connection.
       const kill = () => void this.pool.query('KILL QUERY ?', [connection.threadId]).catch(() => undefined);
       if (req.wait) req.signal.addEventListener('abort', kill, { once: true });
@@ -197,7 +239,14 @@ export class MysqlBackend implements LockBackend {
         const [rows] = await connection.execute<RowDataPacket[]>(sql.getLock, [lockName, req.wait ? 365 * 24 * 3600 : 0]);
         got = rows[0]?.got;
       } catch (error) {
-        if (!req.signal.aborted) throw error;
+        if (!req.signal.aborted) {
+          if (!req.wait || this.#classify(error) !== 'unavailable') throw error;
+          // The server may not notice the cut until it writes the answer: end that thread now so
+          // it cannot take the lock for a client that is gone.
+          void this.pool.query('KILL ?', [connection.threadId]).catch(() => undefined);
+          connection.destroy();
+          return RESET;
+        }
       } finally {
         req.signal.removeEventListener('abort', kill);
       }
@@ -205,16 +254,17 @@ export class MysqlBackend implements LockBackend {
       req.signal.throwIfAborted();
       if (!held) {
         if (req.wait) throw new BackendError(this.name, 'acquire', { cause: new Error(`GET_LOCK returned ${String(got)}`) });
+        await this.#releaseSession(connection, lockName, req.key, false);
         return null;
       }
       // The server's idle clock restarts with each statement: count the lease from this one.
       const acquiredAt = performance.now();
       const keyBytes = Buffer.from(req.key, 'utf8');
-      let [result] = await connection.execute<ResultSetHeader>(this.#sql.sessionToken, [req.owner, hash, keyBytes]);
-      if (result.affectedRows !== 1) [result] = await connection.execute<ResultSetHeader>(this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner]);
+      let result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionToken, [req.owner, hash, keyBytes]);
+      if (result.affectedRows !== 1) result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner]);
       return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash, connection, lockName };
     } catch (error) {
-      await this.#releaseSession(connection, lockName, req.key, held).catch(() => undefined);
+      if (!this.#broken.has(connection)) await this.#releaseSession(connection, lockName, req.key, held).catch(() => undefined);
       if (req.signal.aborted) throw req.signal.reason;
       throw this.#wrap('acquire', error);
     }
@@ -223,8 +273,8 @@ export class MysqlBackend implements LockBackend {
   /** Give the named lock back and return the connection to the pool as it was (or drop it if it broke). */
   async #releaseSession(connection: PoolConnection, lockName: string, key: string, held = true): Promise<void> {
     try {
-      if (held) await connection.execute(sql.releaseLock, [lockName]);
-      await connection.execute(sql.sessionIdleReset);
+      if (held) await this.#on(connection, sql.releaseLock, [lockName]);
+      await this.#on(connection, sql.sessionIdleReset, []);
       connection.release();
       this.#notifier.notify(key);
     } catch (error) {
@@ -244,13 +294,46 @@ export class MysqlBackend implements LockBackend {
     return this.#ready;
   }
 
+  /** One statement on a pooled connection, bounded by the command timeout. */
   async #run(operation: string, statement: string, params: unknown[]): Promise<ResultSetHeader> {
+    let connection: PoolConnection;
     try {
-      const [result] = await this.pool.execute<ResultSetHeader>(statement, params as never[]);
-      return result;
+      // A pool whose connections all hang waits here; they are destroyed within a command timeout.
+      connection = await withTimeout(this.pool.getConnection(), 2 * this.#commandTimeoutMs, () => this.#unanswered('connect'), (late) => late.release());
     } catch (error) {
       throw this.#wrap(operation, error);
     }
+    try {
+      const result = await this.#on<ResultSetHeader>(connection, statement, params);
+      connection.release();
+      return result;
+    } catch (error) {
+      if (!this.#broken.has(connection)) connection.release();
+      throw this.#wrap(operation, error);
+    }
+  }
+
+  /**
+   * One statement on `connection`, bounded by the command timeout. A connection that times out or
+   * fails as a connection is destroyed: its late answer must never be read as another statement's.
+   */
+  async #on<T extends ResultSetHeader | RowDataPacket[]>(connection: PoolConnection, statement: string, params: unknown[]): Promise<T> {
+    // `SET` cannot be prepared: it goes as text.
+    const sent = /^SET /.test(statement) ? connection.query<T>(statement, params) : connection.execute<T>(statement, params as never[]);
+    try {
+      const [result] = await withTimeout(sent, this.#commandTimeoutMs, () => this.#unanswered('statement'));
+      return result;
+    } catch (error) {
+      if (this.#classify(error) === 'unavailable') {
+        this.#broken.add(connection);
+        connection.destroy();
+      }
+      throw error;
+    }
+  }
+
+  #unanswered(operation: string): BackendUnavailableError {
+    return new BackendUnavailableError(this.name, operation, { cause: new Error(`no answer within ${this.#commandTimeoutMs} ms`) });
   }
 
   /** A server's answer to a statement, or the connection failing. */

@@ -1,6 +1,9 @@
 /**
  * The SQL, kept to what MySQL 8 and MariaDB 10.11+ both accept. Every expiry is computed by the
- * server's clock (`NOW(6)`), never the client's. `??` stands for the escaped table name.
+ * server's clock in UTC (`UTC_TIMESTAMP(6)`), never the client's. Not `NOW(6)`: that is local to
+ * each session's `time_zone`, so a client whose connections set another zone (or a daylight-saving
+ * change) would read other clients' leases as expired hours early and take held keys.
+ * `??` stands for the escaped table name.
  *
  * One row per key, never deleted: `token` is the key's fencing counter and must survive releases
  * and restarts. A row is free when `owner` is NULL or `expires_at` has passed.
@@ -9,7 +12,7 @@ export const createTable = `CREATE TABLE IF NOT EXISTS ?? (
   key_hash BINARY(32) NOT NULL PRIMARY KEY COMMENT 'SHA-256 of the UTF-8 key',
   lock_key VARBINARY(1024) NOT NULL COMMENT 'the key itself, compared byte for byte',
   owner CHAR(36) CHARACTER SET ascii NULL COMMENT 'holder (crypto.randomUUID), NULL when free',
-  expires_at DATETIME(6) NULL COMMENT 'server time the lease ends',
+  expires_at DATETIME(6) NULL COMMENT 'server time (UTC) the lease ends',
   token BIGINT UNSIGNED NOT NULL COMMENT 'fencing counter: only grows'
 ) ENGINE=InnoDB`;
 
@@ -17,14 +20,14 @@ export const createTable = `CREATE TABLE IF NOT EXISTS ?? (
  * Take a free or expired row. `LAST_INSERT_ID(expr)` hands the new token back with the reply, so
  * acquire is one statement when the row exists. Params: owner, ttl µs, hash, key.
  */
-export const takeOver = `UPDATE ?? SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NOW(6) + INTERVAL ? MICROSECOND
-  WHERE key_hash = ? AND lock_key = ? AND (owner IS NULL OR expires_at <= NOW(6))`;
+export const takeOver = `UPDATE ?? SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+  WHERE key_hash = ? AND lock_key = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))`;
 
 /** First use of a key: the row does not exist yet. A duplicate-key error means someone else got there. Params: hash, key, owner, ttl µs. */
-export const insertFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(1))`;
+export const insertFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(1))`;
 
 /** Params: ttl µs, hash, owner. One row changed = still ours. */
-export const renew = `UPDATE ?? SET expires_at = NOW(6) + INTERVAL ? MICROSECOND WHERE key_hash = ? AND owner = ? AND expires_at > NOW(6)`;
+export const renew = `UPDATE ?? SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE key_hash = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`;
 
 /** Params: hash, owner. Owner-checked and idempotent. */
 export const release = `UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_hash = ? AND owner = ?`;

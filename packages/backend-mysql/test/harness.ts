@@ -12,7 +12,7 @@ export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', t
     ...common(admin, table),
     async inspect(key) {
       const [rows] = await admin.query<any[]>(
-        'SELECT owner FROM ?? WHERE key_hash = ? AND owner IS NOT NULL AND expires_at > NOW(6)',
+        'SELECT owner FROM ?? WHERE key_hash = ? AND owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)',
         [table, MysqlBackend.hash(key)],
       );
       return rows.map((r) => String(r.owner));
@@ -54,4 +54,15 @@ function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' 
       });
     },
   };
+}
+
+/**
+ * A pool whose every connection runs in session time zone `zone`, as an application that sets
+ * `time_zone` on its connections would (the query is queued before anything else on the connection).
+ */
+export function poolInTimeZone(url: string, zone: string): Pool {
+  const pool = createPool({ uri: url, connectionLimit: 10, supportBigNumbers: true });
+  const core = (pool as unknown as { pool: { on(e: 'connection', f: (c: { query(sql: string, params: unknown[]): void }) => void): void } }).pool;
+  core.on('connection', (connection) => connection.query('SET time_zone = ?', [zone]));
+  return pool;
 }

@@ -46,6 +46,24 @@ describe('mysql backend', () => {
     await lock.release();
   });
 
+  it('session mode: an abort while the pool is full ends the wait; the connection it later gets is not spent on GET_LOCK', async () => {
+    // One connection: while K2 is held, an acquisition of K queues for the connection itself.
+    const x = track(createLocker(mysqlBackend({ url, mode: 'session', connectionLimit: 1 }), { ttlMs: 30_000 }));
+    const y = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const [k, k2, k3] = [key(), key(), key()];
+    const other = await y.lock(k); // K stays held elsewhere: a GET_LOCK on it would block
+    const mine = await x.lock(k2);
+    const controller = new AbortController();
+    const waiting = x.lock(k, { signal: controller.signal }).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 100));
+    controller.abort(new Error('gave up'));
+    expect(await waiting).toMatchObject({ message: 'gave up' });
+    await mine.release(); // the connection goes to the aborted acquisition first
+    const next = await x.lock(k3, { timeoutMs: 3000 }); // fails if that connection sits in GET_LOCK
+    await next.release();
+    await other.release();
+  });
+
   it('stores a 1024-byte key with any characters, binary-exact', async () => {
     const locker = track(createLocker(mysqlBackend({ url }), { ttlMs: 5000 }));
     const long = 'é'.repeat(512);
