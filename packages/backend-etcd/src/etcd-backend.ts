@@ -16,8 +16,15 @@ export interface EtcdBackendOptions {
   client?: Etcd3;
   /** Prefix of every lock key. Default `deadbolt/`. */
   prefix?: string;
-  /** Connect and call timeout for a client made from `url`. Default 2000 ms. */
+  /** Connect timeout for a client made from `url`. Default 2000 ms. */
   dialTimeoutMs?: number;
+  /**
+   * Deadline of each unary call (grant, transaction, keep-alive, revoke) of a client made from
+   * `url`; a call without an answer by then fails with `BackendUnavailableError`. Watch streams
+   * have none (they are meant to stay open); HTTP/2 keep-alive pings find a dead connection under
+   * them instead. Default 5000 ms.
+   */
+  callTimeoutMs?: number;
 }
 
 interface EtcdLockLease extends Lease {
@@ -73,8 +80,19 @@ export class EtcdBackend implements LockBackend {
       }
       const scheme = options.url.startsWith('https') ? 'https' : 'http';
       const hosts = options.url.replace(/^[a-z0-9]+:\/\//, '').replace(/\/.*$/, '').split(',').map((h) => `${scheme}://${h}`);
-      const timeout = options.dialTimeoutMs ?? 2000;
-      this.client = new Etcd3({ hosts, dialTimeout: timeout, defaultCallOptions: () => ({ deadline: Date.now() + 10 * timeout }) });
+      const dialTimeout = options.dialTimeoutMs ?? 2000;
+      const callTimeout = options.callTimeoutMs ?? 5000;
+      if (!(callTimeout > 0) || !Number.isFinite(callTimeout)) throw new InvalidArgumentError('callTimeoutMs must be a positive number');
+      this.client = new Etcd3({
+        hosts,
+        dialTimeout,
+        // A deadline on a watch stream would tear down every watch of the client each time it
+        // passed. (gRPC takes deadlines as wall-clock dates; only the difference matters here.)
+        defaultCallOptions: (call) => (call.isStream ? {} : { deadline: Date.now() + callTimeout }),
+        // Ping a quiet connection so a silent peer is found within ~15 s, not the OS's minutes.
+        // Only while calls are open: etcd refuses pings on an idle connection more often than 5 s.
+        grpcOptions: { 'grpc.keepalive_time_ms': 10_000, 'grpc.keepalive_timeout_ms': 5_000 },
+      });
       this.#ownsClient = true;
     }
   }

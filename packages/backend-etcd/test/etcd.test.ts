@@ -40,6 +40,21 @@ describe('etcd backend', () => {
     await lock.release();
   }, 30_000);
 
+  it('watch streams carry no call deadline: the loss watch stays connected past it', async () => {
+    const backend = etcdBackend({ url, callTimeoutMs: 300 });
+    try {
+      const lease = (await backend.acquire({ key: key(), owner: crypto.randomUUID(), ttlMs: 10_000, wait: false, signal: new AbortController().signal }))!;
+      const watcher = (await (lease as unknown as { watcher: Promise<import('etcd3').Watcher> }).watcher)!;
+      let drops = 0;
+      watcher.on('disconnected', () => drops++);
+      await new Promise((r) => setTimeout(r, 1500)); // five call deadlines
+      expect(drops, 'times the watch stream was torn down').toBe(0);
+      await backend.release(lease);
+    } finally {
+      await backend.close();
+    }
+  });
+
   it('rejects ttls etcd cannot honour, before any I/O', async () => {
     const locker = newLocker();
     await expect(locker.lock(key(), { ttlMs: 1000 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
