@@ -4,6 +4,7 @@ import {
   backendFailure,
   BackendUnavailableError,
   InvalidArgumentError,
+  sleep,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -29,6 +30,11 @@ export interface ZooKeeperBackendOptions {
   root?: string;
   /** How long to wait for a session to connect before `BackendUnavailableError`. Default 3000 ms. */
   connectTimeoutMs?: number;
+  /**
+   * The server's `maxSessionTimeout`: the longest ttl this backend accepts (checked before any
+   * I/O). Default 40 000 ms, ZooKeeper's default (20 × a tickTime of 2 s).
+   */
+  maxSessionTimeoutMs?: number;
 }
 
 /** One ZooKeeper session; its timeout is the ttl of every lease taken through it. */
@@ -42,12 +48,16 @@ export interface ZooKeeperSession {
 interface Session extends ZooKeeperSession {
   readonly ready: Promise<void>;
   readonly end: (reason: Error) => void;
+  /** Acquisitions and leases using the session; at 0 it closes after SESSION_IDLE_MS. */
+  users: number;
+  idle: NodeJS.Timeout | undefined;
 }
 
 interface ZooKeeperLease extends Lease {
   readonly path: string;
   readonly session: Session;
   readonly lost: AbortSignal;
+  /** Stops listening and gives the lease's use of its session back (once). */
   readonly stopWatching: () => void;
 }
 
@@ -57,6 +67,11 @@ const sequenceOf = (name: string) => name.slice(name.lastIndexOf('-') + 1);
 const bySequence = (a: string, b: string) => sequenceOf(a).localeCompare(sequenceOf(b));
 const EMPTY = Buffer.alloc(0);
 const REAP_DELAY_MS = 1000;
+/**
+ * An idle session (no lock held or awaited through it) closes after this long, so a process that
+ * used many ttls does not keep a session, and its server-side state and heartbeats, for each.
+ */
+const SESSION_IDLE_MS = 2000;
 
 /**
  * ZooKeeper backend: Curator's InterProcessMutex recipe. Each acquirer creates an
@@ -68,7 +83,9 @@ const REAP_DELAY_MS = 1000;
  * Connection policy (Curator's "standard" policy): the moment a session loses its connection,
  * ownership is uncertain, so every lock held through it is reported lost (`lock.signal` aborts)
  * and the session is closed rather than resumed; the next acquisition opens a new session.
- * Session expiry always aborts.
+ * Session expiry always aborts. A waiter whose session is lost that way queues again on a new
+ * session (at the back: its old place went with the old session) while its deadline allows; it
+ * fails only when no new session can be had.
  */
 export class ZooKeeperBackend implements LockBackend {
   readonly name = 'zookeeper';
@@ -103,6 +120,9 @@ export class ZooKeeperBackend implements LockBackend {
     const timeout = options.connectTimeoutMs ?? 3000;
     if (typeof timeout !== 'number' || !(timeout > 0) || !Number.isFinite(timeout)) throw new InvalidArgumentError('connectTimeoutMs must be a positive number');
     this.#connectTimeoutMs = timeout;
+    const maxTtl = options.maxSessionTimeoutMs ?? 40_000;
+    if (!Number.isSafeInteger(maxTtl) || maxTtl < this.capabilities.minTtlMs) throw new InvalidArgumentError('maxSessionTimeoutMs must be a whole number of ms ≥ 1000');
+    this.capabilities = { ...this.capabilities, maxTtlMs: maxTtl };
   }
 
   /** The node of `key`: base64url of its UTF-8 bytes, so every key is a legal name and no two collide. */
@@ -132,7 +152,31 @@ export class ZooKeeperBackend implements LockBackend {
   }
 
   async acquire(req: AcquireRequest): Promise<Lease | null> {
-    const session = (await this.session(req.ttlMs)) as Session;
+    for (;;) {
+      const session = (await this.session(req.ttlMs)) as Session;
+      try {
+        return await this.#acquireOn(session, req);
+      } catch (error) {
+        // The session was lost under a waiter (a reset, a failover): queue again on a new one.
+        if (!req.wait || req.signal.aborted || !session.lost.aborted || !(error instanceof BackendUnavailableError)) throw error;
+        await sleep(20, req.signal);
+      }
+    }
+  }
+
+  async #acquireOn(session: Session, req: AcquireRequest): Promise<Lease | null> {
+    this.#use(session);
+    let granted = false;
+    try {
+      const lease = await this.#queueOn(session, req);
+      granted = lease !== null;
+      return lease;
+    } finally {
+      if (!granted) this.#unuse(session);
+    }
+  }
+
+  async #queueOn(session: Session, req: AcquireRequest): Promise<ZooKeeperLease | null> {
     const parent = this.pathFor(req.key);
     this.#cancelReap(parent);
     let path: string | undefined;
@@ -206,6 +250,19 @@ export class ZooKeeperBackend implements LockBackend {
     for (const session of [...this.#sessions.values()]) session.end(new Error('the backend was closed'));
   }
 
+  #use(session: Session): void {
+    session.users++;
+    clearTimeout(session.idle);
+    session.idle = undefined;
+  }
+
+  #unuse(session: Session): void {
+    if (--session.users > 0 || session.lost.aborted) return;
+    clearTimeout(session.idle);
+    session.idle = setTimeout(() => session.users === 0 && session.end(new Error('the session was idle')), SESSION_IDLE_MS);
+    session.idle.unref();
+  }
+
   #connect(ttlMs: number): Session {
     const client = createClient(this.#hosts, { sessionTimeout: ttlMs, spinDelay: 100, retries: 0 });
     const controller = new AbortController();
@@ -219,6 +276,7 @@ export class ZooKeeperBackend implements LockBackend {
     };
     /** Stops using the session; closes it now if connected, else once it reconnects (see below). */
     const end = (reason: Error) => {
+      clearTimeout(session.idle);
       controller.abort(reason);
       if (this.#sessions.get(ttlMs) === session) this.#sessions.delete(ttlMs);
       if (connected || this.#closed) close();
@@ -271,7 +329,7 @@ export class ZooKeeperBackend implements LockBackend {
       end(new Error('ZooKeeper authentication failed'));
       close();
     });
-    const session: Session = { client, ttlMs, lost: controller.signal, ready, end };
+    const session: Session = { client, ttlMs, lost: controller.signal, ready, end, users: 0, idle: undefined };
     client.connect();
     return session;
   }
@@ -283,11 +341,17 @@ export class ZooKeeperBackend implements LockBackend {
     const onDeleted = onLost(deleted);
     session.lost.addEventListener('abort', onSessionLost, { once: true });
     deleted.addEventListener('abort', onDeleted, { once: true });
-    if (deleted.aborted) onDeleted();
+    let watching = true;
     const stopWatching = () => {
+      if (!watching) return;
+      watching = false;
       session.lost.removeEventListener('abort', onSessionLost);
       deleted.removeEventListener('abort', onDeleted);
+      this.#unuse(session);
     };
+    // A lease lost without a release (its node deleted by someone) stops using the session too.
+    lost.signal.addEventListener('abort', stopWatching, { once: true });
+    if (deleted.aborted) onDeleted();
     return { key: req.key, owner: req.owner, token, acquiredAt, path, session, lost: lost.signal, stopWatching };
   }
 

@@ -74,8 +74,11 @@ describe('zookeeper backend', () => {
 
   it('refuses a ttl the server will not grant as a session timeout, and extend() to another ttl', async () => {
     const locker = newLocker();
-    // test-matrix's server allows sessions of 1 s to 60 s.
-    await expect(locker.lock(key(), { ttlMs: 120_000 })).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    // Above the claimed maximum (ZooKeeper's default 40 s): bad input before any I/O.
+    await expect(locker.lock(key(), { ttlMs: 45_000 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    // Claimed by a misconfigured backend but above test-matrix's maxSessionTimeout (60 s): the server says no.
+    const generous = track(createLocker(zookeeperBackend({ url, maxSessionTimeoutMs: 120_000 }), { ttlMs: 2000 }));
+    await expect(generous.lock(key(), { ttlMs: 90_000 })).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     const lock = await locker.lock(key());
     await expect(lock.extend(5000)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     await lock.extend(2000);
