@@ -30,6 +30,17 @@ export interface RedisBackendOptions {
   maxPollDelayMs?: number;
   /** Connect timeout for connections created from `url`. Default 2000 ms. */
   connectTimeoutMs?: number;
+  /**
+   * The longest a command may wait for its reply on connections created from `url`; one that gets
+   * none (a silent server or partition) fails with `BackendUnavailableError`. Default 5000 ms.
+   */
+  commandTimeoutMs?: number;
+  /**
+   * Accept a server that may evict keys (`maxmemory` set with a `maxmemory-policy` other than
+   * `noeviction`). An evicted lock key is a lost lock that nobody is told about, so by default
+   * every acquisition on such a server fails with `BackendError` saying why. Default false.
+   */
+  allowEviction?: boolean;
 }
 
 interface RedisLease extends Lease {
@@ -71,6 +82,9 @@ export class RedisBackend implements LockBackend {
   readonly #maxPollDelayMs: number;
   readonly #channel: string;
   readonly #notifier = new ReleaseNotifier();
+  readonly #allowEviction: boolean;
+  /** The eviction check, once per backend (a failed check is retried). */
+  #evictionChecked: Promise<void> | undefined;
   #subscriber: Redis | undefined;
   #subscribed: Promise<void> | undefined;
   #closed = false;
@@ -85,6 +99,9 @@ export class RedisBackend implements LockBackend {
     if (!Number.isFinite(maxPoll) || maxPoll < 1) throw new InvalidArgumentError('maxPollDelayMs must be a number ≥ 1');
     const connectTimeout = options.connectTimeoutMs ?? 2000;
     if (!Number.isFinite(connectTimeout) || connectTimeout < 1) throw new InvalidArgumentError('connectTimeoutMs must be a number ≥ 1');
+    const commandTimeout = options.commandTimeoutMs ?? 5000;
+    if (!Number.isFinite(commandTimeout) || commandTimeout < 1) throw new InvalidArgumentError('commandTimeoutMs must be a number ≥ 1');
+    this.#allowEviction = options.allowEviction ?? false;
     if (options.client) {
       this.client = options.client;
       this.#ownsClient = false;
@@ -94,6 +111,10 @@ export class RedisBackend implements LockBackend {
       }
       this.client = new Redis(options.url, {
         connectTimeout,
+        // A reply that never comes (the connection silently dead) fails the command instead of
+        // waiting for the OS to notice; TCP keep-alive probes find a peer that vanished.
+        commandTimeout: commandTimeout,
+        keepAlive: 10_000,
         // Fail a command after one reconnect attempt instead of queueing it while Redis is down:
         // the caller gets BackendUnavailableError, never an endless wait.
         maxRetriesPerRequest: 1,
@@ -129,6 +150,7 @@ export class RedisBackend implements LockBackend {
   }
 
   async acquire(req: AcquireRequest): Promise<Lease | null> {
+    await this.#checkEviction();
     const keys = this.keysFor(req.key);
     if (!req.wait) return this.#attempt(req, keys, false);
     await this.#subscribe();
@@ -195,6 +217,35 @@ export class RedisBackend implements LockBackend {
       if (error instanceof ReplyError) throw new BackendError(this.name, operation, { cause: error });
       throw new BackendUnavailableError(this.name, operation, { cause: error });
     }
+  }
+
+  /**
+   * Refuses a server that may evict lock keys, unless the user accepted it. A server that does not
+   * let us read its configuration (managed services often rename CONFIG) cannot be checked: that
+   * is documented, not refused.
+   */
+  #checkEviction(): Promise<void> {
+    this.#evictionChecked ??= (async () => {
+      if (this.#allowEviction) return;
+      let config: string[];
+      try {
+        config = [...((await this.client.config('GET', 'maxmemory')) as string[]), ...((await this.client.config('GET', 'maxmemory-policy')) as string[])];
+      } catch (error) {
+        if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
+        this.#evictionChecked = undefined;
+        throw new BackendUnavailableError(this.name, 'acquire', { cause: error });
+      }
+      const settings = Object.fromEntries([[config[0], config[1]], [config[2], config[3]]]) as Record<string, string>;
+      const policy = settings['maxmemory-policy'];
+      if (settings['maxmemory'] !== '0' && policy !== 'noeviction') {
+        const cause = new Error(
+          `the server may evict keys (maxmemory ${settings['maxmemory']}, maxmemory-policy ${policy}), and an evicted lock key is a lost lock nobody is told about: set maxmemory-policy noeviction, or pass allowEviction: true to accept it`,
+        );
+        this.#evictionChecked = undefined;
+        throw new BackendError(this.name, 'acquire', { cause });
+      }
+    })();
+    return this.#evictionChecked;
   }
 
   /** One subscriber connection per backend, opened by the first waiter. */

@@ -13,6 +13,24 @@ const key = () => `redis-test/${Math.random().toString(36).slice(2)}`;
 afterAll(() => admin.disconnect());
 
 describe('redis backend', () => {
+  it('refuses a server that may evict lock keys, unless the caller accepts it', async () => {
+    const [, before] = (await admin.config('GET', 'maxmemory-policy')) as string[];
+    const [, limit] = (await admin.config('GET', 'maxmemory')) as string[];
+    try {
+      await admin.config('SET', 'maxmemory', '1gb');
+      await admin.config('SET', 'maxmemory-policy', 'allkeys-lru');
+      const error = await newLocker().tryLock(key()).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'BACKEND_ERROR', cause: { message: expect.stringMatching(/maxmemory-policy allkeys-lru.*noeviction/) } });
+      const accepting = track(createLocker(redisBackend({ url, allowEviction: true }), { ttlMs: 1000 }));
+      await (await accepting.lock(key())).release();
+      await admin.config('SET', 'maxmemory-policy', 'noeviction');
+      await (await newLocker().lock(key())).release();
+    } finally {
+      await admin.config('SET', 'maxmemory-policy', before!);
+      await admin.config('SET', 'maxmemory', limit!);
+    }
+  });
+
   it('reloads its scripts after SCRIPT FLUSH (NOSCRIPT falls back to EVAL)', async () => {
     const locker = newLocker();
     const k = key();

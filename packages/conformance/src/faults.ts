@@ -127,6 +127,10 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       const lock = await holder.lock(key);
       // Connect the trier first, so its tryLock meets a silent store rather than a refused connect.
       await trier.tryLock(freshKey('warm-up')).then((l) => l?.release());
+      // A backend used directly: its own calls must end too (command timeouts, keep-alives), not
+      // only core's wait for them, or every abandoned call would pin a connection for good.
+      const raw = await options.network!.createBackend(toWaiters.address);
+      const rawLease = (await raw.acquire({ key: freshKey('raw'), owner: crypto.randomUUID(), ttlMs: T, wait: false, signal: new AbortController().signal }))!;
       const waitStarted = performance.now();
       const waiting = settle(waiter.lock(key, { timeoutMs: 1500 }));
       await sleep(300);
@@ -135,6 +139,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       const cutAt = performance.now();
       const lost = abortedWithin(lock, T + 1000).then(() => performance.now());
       const tried = settle(trier.tryLock(key));
+      const rawRenewal = settle(raw.renew(rawLease, T));
       const [waited, tryResult, lostAt] = await Promise.all([waiting, tried, lost]);
 
       expect(waited.error?.code, 'lock({ timeoutMs }) during a partition').toMatch(/^(LOCK_TIMEOUT|BACKEND_UNAVAILABLE)$/);
@@ -148,9 +153,13 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       const closed = await Promise.all([holder, waiter, trier].map((l) => settle(l.close())));
       expect(performance.now() - closeStarted).toBeLessThanOrEqual(10_000);
       for (const c of closed) if (c.error) expect(c.error.code).toMatch(/^BACKEND_/);
+      const rawBound = sleep(Math.max(0, cutAt + 15_000 - performance.now())).then(() => Infinity);
+      const rawSettled = await Promise.race([rawRenewal.then((r) => r.at), rawBound]);
+      expect(rawSettled - cutAt, "the backend's own renew call during a partition never settled").toBeLessThanOrEqual(15_000);
 
       toHolder.heal();
       toWaiters.heal();
+      await raw.close();
       const next = await (await makeLocker()).lock(key, { timeoutMs: 3 * T + 5000 });
       expect(next.token).toBeGreaterThan(lock.token);
       await next.release();
