@@ -7,6 +7,7 @@ import {
   pollForLease,
   ReleaseNotifier,
   sleep,
+  UnavailableGrace,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -46,6 +47,12 @@ export interface CassandraBackendOptions {
   serialConsistency?: types.consistencies;
   /** Connect timeout for a client made from `url`. Default 2000 ms. */
   connectTimeoutMs?: number;
+  /**
+   * The longest a request of a client made from `url` waits for its answer; a silent node fails it
+   * with `BackendUnavailableError`. Above the server's own timeouts (2 s for writes, 5 s for reads
+   * by default), so a slow but working cluster answers first. Default 8000 ms.
+   */
+  requestTimeoutMs?: number;
   /** The queue algorithm's time service. */
   timeService?: TimeServiceOptions;
   /** Waiters poll: delays grow ×2 from `minDelayMs` (default 2) to `maxDelayMs` (default 50). */
@@ -64,6 +71,7 @@ interface CassandraLease extends Lease {
 }
 
 const { consistencies } = cassandra.types;
+const TOKEN_CACHE_KEYS = 1000;
 const NOT_YET = null;
 
 /** Driver errors that mean the cluster could not be reached or could not answer in time. */
@@ -98,7 +106,10 @@ export class CassandraBackend implements LockBackend {
   readonly #poll: { minDelayMs: number; maxDelayMs: number };
   readonly #shadow: { ownerWaitMs: number; concurrentStepMs: number };
   readonly #notifier = new ReleaseNotifier();
-  /** The last token this process saw per key: the first compare-and-set guess. */
+  /**
+   * The last token this process saw per key: the first compare-and-set guess. Only a guess (a
+   * wrong one costs one more round), so it keeps the most recent TOKEN_CACHE_KEYS keys and no more.
+   */
   readonly #tokens = new Map<string, bigint>();
   /** Whose schema check this backend shares: the contact points of a client it made, or your client. */
   readonly #schemaScope: object | string;
@@ -131,10 +142,12 @@ export class CassandraBackend implements LockBackend {
       keyspace = match[2] ?? keyspace;
       const timeout = options.connectTimeoutMs ?? 2000;
       if (!(timeout > 0)) throw new InvalidArgumentError('connectTimeoutMs must be a positive number');
+      const requestTimeout = options.requestTimeoutMs ?? 8000;
+      if (!(requestTimeout > 0)) throw new InvalidArgumentError('requestTimeoutMs must be a positive number');
       this.client = new cassandra.Client({
         contactPoints: match[1]!.split(','),
         localDataCenter: options.localDataCenter ?? 'datacenter1',
-        socketOptions: { connectTimeout: timeout, readTimeout: 10 * timeout },
+        socketOptions: { connectTimeout: timeout, readTimeout: requestTimeout },
         // After a restart, come back within half a second rather than the default's growing delays.
         policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
       });
@@ -178,8 +191,11 @@ export class CassandraBackend implements LockBackend {
       return result.wasApplied();
     }
     const main = this.algorithm === 'queue' ? 'lock_main' : 'shadow_main';
-    if (!(await this.#owners('renew', main, l.id)).includes(l.owner)) return false;
+    // The write's timestamp is taken before the read: a release issued meanwhile (always later,
+    // timestamps only grow) then wins over this write, so a renewal that read "still ours" just
+    // before the release can never put the released cell back.
     const timestamp = this.#timestamp();
+    if (!(await this.#owners('renew', main, l.id)).includes(l.owner)) return false;
     await Promise.all([
       this.#run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [l.id, l.owner, ttl, timestamp]),
       l.entry && this.#writeQueueCell(l.id, l.entry, l.owner, ttl, timestamp),
@@ -313,9 +329,18 @@ export class CassandraBackend implements LockBackend {
 
   /** GetLock: TryLock in a loop with the thesis' randomized waits; TryGetLock: one TryLock. */
   async #shadowLock(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
+    const grace = new UnavailableGrace();
     for (let attempt = 1; ; attempt++) {
       req.signal.throwIfAborted();
-      const result = await this.#shadowAttempt(req, id);
+      let result: Lease | 'owner' | 'concurrent';
+      try {
+        result = await this.#shadowAttempt(req, id);
+        grace.succeeded();
+      } catch (error) {
+        if (!req.wait || req.signal.aborted) throw error;
+        grace.failed(error); // a reset while waiting: try again
+        result = 'concurrent';
+      }
       if (typeof result === 'object') {
         if (req.signal.aborted) {
           await this.release(result);
@@ -396,7 +421,10 @@ export class CassandraBackend implements LockBackend {
             : await this.#run('acquire', `UPDATE ${this.keyspace}.lock_token SET fencing_token = ? WHERE lock_id = ? IF fencing_token = ?`, [String(current + 1n), lease.id, String(current)], { lwt: true });
         if (result.wasApplied()) {
           const token = current === undefined ? 1n : current + 1n;
+          // Map order is insertion order: re-insert to keep the newest last, drop the oldest.
+          this.#tokens.delete(cacheKey);
           this.#tokens.set(cacheKey, token);
+          if (this.#tokens.size > TOKEN_CACHE_KEYS) this.#tokens.delete(this.#tokens.keys().next().value!);
           lease = { ...lease, token };
           break;
         }

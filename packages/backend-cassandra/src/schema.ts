@@ -27,8 +27,12 @@ export function schemaStatements(keyspace: string, replication: string): string[
   ];
 }
 
-/** Per scope (a cluster's contact points, or a user's client), per keyspace: the one check in flight or done. */
-const created = new Map<object | string, Map<string, Promise<void>>>();
+/**
+ * Per scope, per keyspace: the one check in flight or done. A user's client is held weakly (its
+ * entry goes with it); contact points are strings, one per cluster the process talks to.
+ */
+const createdByClient = new WeakMap<object, Map<string, Promise<void>>>();
+const createdByCluster = new Map<string, Map<string, Promise<void>>>();
 
 /**
  * Creates the keyspace and tables that are missing, once per process, scope and keyspace. Schema
@@ -36,8 +40,12 @@ const created = new Map<object | string, Map<string, Promise<void>>>();
  * together do not race each other's DDL. @throws the driver's error.
  */
 export function ensureSchema(client: Client, scope: object | string, keyspace: string, replication: string): Promise<void> {
-  if (!created.has(scope)) created.set(scope, new Map());
-  const cache = created.get(scope)!;
+  let cache = typeof scope === 'string' ? createdByCluster.get(scope) : createdByClient.get(scope);
+  if (!cache) {
+    cache = new Map();
+    if (typeof scope === 'string') createdByCluster.set(scope, cache);
+    else createdByClient.set(scope, cache);
+  }
   let done = cache.get(keyspace);
   if (!done) {
     done = (async () => {

@@ -15,4 +15,4 @@ export { createLocker, type Lock, type Locker, type LockerOptions, type LockOpti
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MAX_KEY_BYTES, validateKey, validateTimeout, validateTtl } from './validate.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
-export { InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, type PollOptions } from './wait.js';
+export { InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, type PollOptions } from './wait.js';

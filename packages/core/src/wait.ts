@@ -72,9 +72,8 @@ export async function pollForLease<L extends Lease>(
 ): Promise<L> {
   const min = options.minDelayMs ?? 5;
   const max = options.maxDelayMs ?? 250;
-  const graceMs = options.unavailableGraceMs ?? 1000;
+  const grace = new UnavailableGrace(options.unavailableGraceMs);
   let delay = min;
-  let unavailableSince: number | undefined;
   let woken = false;
   let wake: (() => void) | undefined;
   const unsubscribe = options.notifier?.subscribe(key, (target) => {
@@ -89,11 +88,10 @@ export async function pollForLease<L extends Lease>(
       let lease: L | null | typeof POLL_SOON;
       try {
         lease = await attempt();
-        unavailableSince = undefined;
+        grace.succeeded();
       } catch (error) {
-        if (!(error instanceof BackendUnavailableError) || signal.aborted) throw error;
-        unavailableSince ??= performance.now();
-        if (performance.now() - unavailableSince >= graceMs) throw error;
+        if (signal.aborted) throw error;
+        grace.failed(error);
         lease = null;
       }
       if (lease === POLL_SOON) delay = min;
@@ -110,6 +108,32 @@ export async function pollForLease<L extends Lease>(
     }
   } finally {
     unsubscribe?.();
+  }
+}
+
+/**
+ * How a waiting loop rides out connection resets: an attempt that fails with
+ * `BackendUnavailableError` is forgiven until such failures have lasted `graceMs` in a row (a
+ * reset costs one failed attempt; a store that stays unreachable fails the wait). Call
+ * `succeeded()` after every attempt that reached the store.
+ */
+export class UnavailableGrace {
+  readonly #graceMs: number;
+  #since: number | undefined;
+
+  constructor(graceMs = 1000) {
+    this.#graceMs = graceMs;
+  }
+
+  succeeded(): void {
+    this.#since = undefined;
+  }
+
+  /** Returns when `error` is forgiven; rethrows it otherwise. */
+  failed(error: unknown): void {
+    if (!(error instanceof BackendUnavailableError)) throw error;
+    this.#since ??= performance.now();
+    if (performance.now() - this.#since >= this.#graceMs) throw error;
   }
 }
 
