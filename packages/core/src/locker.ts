@@ -390,7 +390,6 @@ class LockHandle implements Lock {
       this.#lose(new LockLostError(this.key, `lock ${JSON.stringify(this.key)} is no longer held by this owner`));
       throw this.#controller.signal.reason as LockLostError;
     }
-    this.#ttlMs = ttlMs;
     this.#schedule();
   }
 
@@ -434,22 +433,30 @@ class LockHandle implements Lock {
   }
 
   /**
-   * Renews the lease to `ttlMs` (after any call in flight) and, when the store confirms, counts the
-   * estimate from this call's send time with the ttl that reached the store. A failed call may
-   * still have landed with its ttl: remember it.
+   * Renews the lease (after any call in flight) to `ttlMs`, or to the lease's ttl as it is when the
+   * call is sent. When the store confirms, and before the next call may start, the estimate counts
+   * from this call's send time with the ttl that reached the store, which later renewals then use.
+   * A failed call may still have landed with its ttl: remember it.
    */
-  async #refresh(ttlMs: number, operation: string): Promise<boolean> {
+  async #refresh(ttlMs: number | undefined, operation: string): Promise<boolean> {
     let sentAt = 0;
+    let sent = 0;
     try {
-      const ok = await this.#storeCall(operation, () => {
+      return await this.#storeCall(operation, async () => {
         sentAt = performance.now();
-        return this.#locker.backend.renew(this.#lease, ttlMs);
+        sent = ttlMs ?? this.#ttlMs;
+        const ok = await this.#locker.backend.renew(this.#lease, sent);
+        if (ok && this.#state === 'held') {
+          this.#validUntil = sentAt + safeLifetime(Math.min(sent, this.#uncertainTtlMs));
+          this.#ttlMs = sent;
+        }
+        return ok;
       });
-      if (ok) this.#validUntil = sentAt + safeLifetime(Math.min(ttlMs, this.#uncertainTtlMs));
-      return ok;
     } catch (error) {
-      this.#uncertainTtlMs = Math.min(this.#uncertainTtlMs, ttlMs);
-      if (sentAt) this.#validUntil = Math.min(this.#validUntil, sentAt + safeLifetime(ttlMs));
+      if (sent) {
+        this.#uncertainTtlMs = Math.min(this.#uncertainTtlMs, sent);
+        this.#validUntil = Math.min(this.#validUntil, sentAt + safeLifetime(sent));
+      }
       throw error;
     }
   }
@@ -486,7 +493,7 @@ class LockHandle implements Lock {
     this.#armExpiry();
     let ok: boolean;
     try {
-      ok = await this.#refresh(this.#ttlMs, 'renew');
+      ok = await this.#refresh(undefined, 'renew');
     } catch (error) {
       if (this.#state !== 'held') return;
       // Keep trying while the lease may still be ours; the armed expiry timer declares it lost.

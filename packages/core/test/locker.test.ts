@@ -38,6 +38,38 @@ describe('Locker renewal', () => {
     await locker.close();
   });
 
+  it('a renewal queued behind an extend() sends the extended ttl, never the old one', async () => {
+    const inner = memoryBackend({ store: new MemoryLockStore() });
+    const sentTtls: number[] = [];
+    let hold: Promise<void> | undefined;
+    const backend: LockBackend = {
+      ...inner,
+      name: 'slow',
+      capabilities: inner.capabilities,
+      acquire: (req) => inner.acquire(req),
+      release: (lease) => inner.release(lease),
+      close: () => inner.close(),
+      renew: async (lease: Lease, ttl: number) => {
+        sentTtls.push(ttl);
+        await hold;
+        return inner.renew(lease, ttl);
+      },
+    };
+    const locker = createLocker(backend, { ttlMs: 300 });
+    const lock = await locker.lock('k');
+    let open!: () => void;
+    hold = new Promise((r) => (open = r));
+    const extended = lock.extend(3000); // held back in the store call...
+    await new Promise((r) => setTimeout(r, 150)); // ...while the 100 ms renewal comes due behind it
+    hold = undefined;
+    open();
+    await extended;
+    await new Promise((r) => setTimeout(r, 50));
+    expect(sentTtls.slice(0, 2)).toEqual([3000, 3000]);
+    expect(lock.held).toBe(true);
+    await locker.close();
+  });
+
   it('keeps the lock through a transient renewal failure', async () => {
     const { backend, state } = flakyBackend();
     const locker = createLocker(backend, { ttlMs: 600 });
