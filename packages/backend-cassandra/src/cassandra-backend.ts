@@ -13,6 +13,7 @@ import {
   type Lease,
   type LockBackend,
 } from '@deadbolt/core';
+import { randomUUID } from 'node:crypto';
 import cassandra, { type Client, type QueryOptions, type types } from 'cassandra-driver';
 import { ensureSchema } from './schema.js';
 import { CassandraTimeService, wallMicros, type TimeServiceOptions } from './time-service.js';
@@ -66,8 +67,19 @@ export interface CassandraBackendOptions {
 
 interface CassandraLease extends Lease {
   readonly id: Buffer;
-  /** The queue algorithm's queue cell (`<20-digit µs>/<owner>`). */
+  /** The queue and shadow algorithms' row in each partition (see schema.ts). */
+  readonly slot?: Slot;
+  /** The queue algorithm's arrival stamp (`<20-digit µs>/<owner>`), which orders the queue. */
   readonly entry?: string;
+}
+
+/** One of this backend's rows on a key, held by one acquisition from its start to its release. */
+interface Slot {
+  /** `<backend instance id>/<index>`: the clustering key. */
+  readonly name: string;
+  readonly index: number;
+  /** Set by the first release: the slot may be reused after that, so no later call may delete in it. */
+  released: boolean;
 }
 
 const { consistencies } = cassandra.types;
@@ -111,6 +123,10 @@ export class CassandraBackend implements LockBackend {
    * wrong one costs one more round), so it keeps the most recent TOKEN_CACHE_KEYS keys and no more.
    */
   readonly #tokens = new Map<string, bigint>();
+  /** This backend's rows are named after it (see schema.ts). */
+  readonly #instance = randomUUID();
+  /** Per key (base64), the slot indices its acquisitions are using now. */
+  readonly #slots = new Map<string, Set<number>>();
   /** Whose schema check this backend shares: the contact points of a client it made, or your client. */
   readonly #schemaScope: object | string;
   #lastTimestamp = 0;
@@ -190,20 +206,24 @@ export class CassandraBackend implements LockBackend {
       const result = await this.#run('renew', `UPDATE ${this.keyspace}.lock_lwt USING TTL ? SET owner = ? WHERE lock_id = ? IF owner = ?`, [ttl, l.owner, l.id, l.owner], { lwt: true });
       return result.wasApplied();
     }
-    const main = this.algorithm === 'queue' ? 'lock_main' : 'shadow_main';
+    const slot = l.slot!;
+    if (slot.released) return false;
+    const main = this.algorithm === 'queue' ? 'lock_holders' : 'shadow_holders';
     // The write's timestamp is taken before the read: a release issued meanwhile (always later,
     // timestamps only grow) then wins over this write, so a renewal that read "still ours" just
     // before the release can never put the released cell back.
     const timestamp = this.#timestamp();
-    if (!(await this.#owners('renew', main, l.id)).includes(l.owner)) return false;
-    await Promise.all([
-      this.#run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [l.id, l.owner, ttl, timestamp]),
-      l.entry && this.#writeQueueCell(l.id, l.entry, l.owner, ttl, timestamp),
-    ]);
-    // Check again: had our cell expired between the read and the write (a pause), someone else
-    // may hold the lock now; take ours back out rather than stand beside them.
-    const owners = await this.#owners('renew', main, l.id);
-    if (owners.length === 1 && owners[0] === l.owner) return true;
+    if ((await this.#owners('renew', main, l.id)).includes(l.owner)) {
+      await Promise.all([
+        this.#run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [l.id, slot.name, l.owner, ttl, timestamp]),
+        l.entry && this.#writeQueueCell(l.id, slot, l.entry, l.owner, ttl, timestamp),
+      ]);
+      // Check again: had our cell expired between the read and the write (a pause), someone else
+      // may hold the lock now; take ours back out rather than stand beside them.
+      const owners = await this.#owners('renew', main, l.id);
+      if (owners.length === 1 && owners[0] === l.owner) return true;
+    }
+    // Lost: clear our rows now (they are ours alone) and give the slot back.
     await this.release(lease);
     return false;
   }
@@ -213,9 +233,9 @@ export class CassandraBackend implements LockBackend {
     if (this.algorithm === 'lwt') {
       await this.#run('release', `DELETE FROM ${this.keyspace}.lock_lwt WHERE lock_id = ? IF owner = ?`, [l.id, l.owner], { lwt: true });
     } else if (l.entry) {
-      await this.#leave(l.id, l.entry, l.owner);
+      await this.#leave(l.id, l.slot!);
     } else {
-      await this.#run('release', `DELETE FROM ${this.keyspace}.shadow_main USING TIMESTAMP ? WHERE lock_id = ? AND owner = ?`, [this.#timestamp(), l.id, l.owner]);
+      await this.#leaveShadow(l.id, l.slot!);
     }
     this.#notifier.notify(l.key);
   }
@@ -227,21 +247,49 @@ export class CassandraBackend implements LockBackend {
     if (this.#ownsClient) await this.client.shutdown();
   }
 
+  // --- slots (see schema.ts) --------------------------------------------------------------------
+
+  /** The smallest slot index no acquisition of this backend is using on the key. */
+  #takeSlot(id: Buffer): Slot {
+    const key = id.toString('base64');
+    let used = this.#slots.get(key);
+    if (!used) this.#slots.set(key, (used = new Set()));
+    let index = 0;
+    while (used.has(index)) index++;
+    used.add(index);
+    return { name: `${this.#instance}/${index}`, index, released: false };
+  }
+
+  /**
+   * Marks `slot` released and frees its index, once; true the first time. Only the first release
+   * may delete in the slot: after it, the slot may already hold another acquisition's rows.
+   */
+  #freeSlot(id: Buffer, slot: Slot): boolean {
+    if (slot.released) return false;
+    slot.released = true;
+    const key = id.toString('base64');
+    const used = this.#slots.get(key);
+    used?.delete(slot.index);
+    if (used?.size === 0) this.#slots.delete(key);
+    return true;
+  }
+
   // --- the queue algorithm (seed 000, "new") ----------------------------------------------------
 
   /** GetLock: enqueue, then poll until first in the queue and alone in the main partition. */
   async #queueLock(req: AcquireRequest, id: Buffer): Promise<Lease> {
     const ttl = ttlSeconds(req.ttlMs);
+    const slot = this.#takeSlot(id);
     const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
     let queueWrittenAt = performance.now();
     let position = Infinity;
-    await this.#writeQueueCell(id, entry, req.owner, ttl);
     try {
+      await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
       return await this.#pollLease(req, async () => {
         // A long wait must not let our place in the queue expire: rewrite it like a renewal would.
         if (performance.now() - queueWrittenAt > req.ttlMs / 3) {
           queueWrittenAt = performance.now();
-          await this.#writeQueueCell(id, entry, req.owner, ttl);
+          await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
         }
         // Poll often right after moving up (first or second in line), then back off: the queue
         // reacts quickly to a handoff while a long hold costs only a few reads per second.
@@ -252,32 +300,33 @@ export class CassandraBackend implements LockBackend {
         if (now > 0) return moved ? POLL_SOON : NOT_YET;
         // Just became first: the one ahead has left, so main is most likely free; write at once.
         // Still first since the last look: main was taken then, so read it before writing.
-        return (await this.#takeMain(req, id, entry, !moved)) ?? (moved ? POLL_SOON : NOT_YET);
+        return (await this.#takeMain(req, id, slot, entry, !moved)) ?? (moved ? POLL_SOON : NOT_YET);
       });
     } catch (error) {
       // Cancelled, timed out or failed: leave nothing behind.
-      await this.#leave(id, entry, req.owner).catch(() => undefined);
+      await this.#leave(id, slot).catch(() => undefined);
       throw error;
     }
   }
 
   /** TryGetLock: never waits; on failure removes what it wrote. */
   async #queueTryLock(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
-    if ((await this.#owners('acquire', 'lock_main', id)).length > 0) return null;
+    if ((await this.#owners('acquire', 'lock_holders', id)).length > 0) return null;
     const ttl = ttlSeconds(req.ttlMs);
+    const slot = this.#takeSlot(id);
     const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
-    await this.#writeQueueCell(id, entry, req.owner, ttl);
     try {
+      await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
       // First in the queue but not alone in main: another TryGetLock raced us; look a few times.
       for (let i = 0; i < 3 && (await this.#queueHead(id))[0] === req.owner; i++) {
-        const lease = await this.#takeMain(req, id, entry, i > 0); // main was just read empty
+        const lease = await this.#takeMain(req, id, slot, entry, i > 0); // main was just read empty
         if (lease) return lease;
       }
     } catch (error) {
-      await this.#leave(id, entry, req.owner).catch(() => undefined);
+      await this.#leave(id, slot).catch(() => undefined);
       throw error;
     }
-    await this.#leave(id, entry, req.owner);
+    await this.#leave(id, slot);
     return null;
   }
 
@@ -286,42 +335,45 @@ export class CassandraBackend implements LockBackend {
    * before writing, to skip the write while the holder is still in (the write-then-read alone is
    * what makes it safe).
    */
-  async #takeMain(req: AcquireRequest, id: Buffer, entry: string, checkFirst: boolean): Promise<Lease | null> {
+  async #takeMain(req: AcquireRequest, id: Buffer, slot: Slot, entry: string, checkFirst: boolean): Promise<Lease | null> {
     const ttl = ttlSeconds(req.ttlMs);
-    if (checkFirst && (await this.#owners('acquire', 'lock_main', id)).length > 0) return NOT_YET;
+    if (checkFirst && (await this.#owners('acquire', 'lock_holders', id)).length > 0) return NOT_YET;
     const acquiredAt = performance.now();
     const timestamp = this.#timestamp();
     await Promise.all([
-      this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_main (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [id, req.owner, ttl, timestamp]),
-      this.#writeQueueCell(id, entry, req.owner, ttl, timestamp),
+      this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, req.owner, ttl, timestamp]),
+      this.#writeQueueCell(id, slot, entry, req.owner, ttl, timestamp),
     ]);
-    const owners = await this.#owners('acquire', 'lock_main', id);
+    const owners = await this.#owners('acquire', 'lock_holders', id);
     if (owners.length !== 1 || owners[0] !== req.owner) {
-      await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_main USING TIMESTAMP ? WHERE lock_id = ? AND owner = ?`, [this.#timestamp(), id, req.owner]);
+      await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
       return NOT_YET;
     }
-    return this.#fence({ key: req.key, owner: req.owner, id, entry, acquiredAt, token: 0n }, 'lock_main');
+    return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders');
   }
 
-  /** The owners of the first `n` queue cells, in arrival order. */
+  /** The owners of the first `n` queue cells, in arrival order (the partition holds few rows: see schema.ts). */
   async #queueHead(id: Buffer, n = 1): Promise<(string | undefined)[]> {
-    const result = await this.#run('acquire', `SELECT owner FROM ${this.keyspace}.lock_queue WHERE lock_id = ? LIMIT ${n}`, [id]);
-    return result.rows.map((r) => r['owner'] as string);
+    const result = await this.#run('acquire', `SELECT entry, owner FROM ${this.keyspace}.lock_waiters WHERE lock_id = ?`, [id]);
+    const rows = result.rows.map((r) => ({ entry: r['entry'] as string, owner: r['owner'] as string }));
+    return rows.sort((a, b) => (a.entry < b.entry ? -1 : a.entry > b.entry ? 1 : 0)).slice(0, n).map((r) => r.owner);
   }
 
-  #writeQueueCell(id: Buffer, entry: string, owner: string, ttl: number, timestamp = this.#timestamp()) {
-    return this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_queue (lock_id, entry, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, entry, owner, ttl, timestamp]);
+  #writeQueueCell(id: Buffer, slot: Slot, entry: string, owner: string, ttl: number, timestamp = this.#timestamp()) {
+    return this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, entry, owner, ttl, timestamp]);
   }
 
   /**
    * Removes our queue cell and main cell (release, or a waiter giving up), with one timestamp later
-   * than all our writes, so a renewal still in flight cannot resurrect them.
+   * than all our writes, so a renewal still in flight cannot resurrect them. Once per slot.
    */
-  async #leave(id: Buffer, entry: string, owner: string): Promise<void> {
+  async #leave(id: Buffer, slot: Slot): Promise<void> {
+    if (slot.released) return;
     const timestamp = this.#timestamp();
+    this.#freeSlot(id, slot); // any later write to the slot has a later timestamp than this delete
     await Promise.all([
-      this.#run('release', `DELETE FROM ${this.keyspace}.lock_queue USING TIMESTAMP ? WHERE lock_id = ? AND entry = ?`, [timestamp, id, entry]),
-      this.#run('release', `DELETE FROM ${this.keyspace}.lock_main USING TIMESTAMP ? WHERE lock_id = ? AND owner = ?`, [timestamp, id, owner]),
+      this.#run('release', `DELETE FROM ${this.keyspace}.lock_waiters USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [timestamp, id, slot.name]),
+      this.#run('release', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [timestamp, id, slot.name]),
     ]);
   }
 
@@ -330,51 +382,68 @@ export class CassandraBackend implements LockBackend {
   /** GetLock: TryLock in a loop with the thesis' randomized waits; TryGetLock: one TryLock. */
   async #shadowLock(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
     const grace = new UnavailableGrace();
-    for (let attempt = 1; ; attempt++) {
-      req.signal.throwIfAborted();
-      let result: Lease | 'owner' | 'concurrent';
-      try {
-        result = await this.#shadowAttempt(req, id);
-        grace.succeeded();
-      } catch (error) {
-        if (!req.wait || req.signal.aborted) throw error;
-        grace.failed(error); // a reset while waiting: try again
-        result = 'concurrent';
-      }
-      if (typeof result === 'object') {
-        if (req.signal.aborted) {
-          await this.release(result);
-          req.signal.throwIfAborted();
+    const slot = this.#takeSlot(id);
+    try {
+      for (let attempt = 1; ; attempt++) {
+        req.signal.throwIfAborted();
+        let result: Lease | 'owner' | 'concurrent';
+        try {
+          result = await this.#shadowAttempt(req, id, slot);
+          grace.succeeded();
+        } catch (error) {
+          if (!req.wait || req.signal.aborted) throw error;
+          grace.failed(error); // a reset while waiting: try again
+          result = 'concurrent';
         }
-        return result;
+        if (typeof result === 'object') {
+          if (req.signal.aborted) {
+            await this.release(result);
+            req.signal.throwIfAborted();
+          }
+          return result;
+        }
+        if (!req.wait) {
+          this.#freeSlot(id, slot);
+          return null;
+        }
+        const wait = result === 'owner' ? Math.random() * this.#shadow.ownerWaitMs : Math.random() * this.#shadow.concurrentStepMs * attempt;
+        let unsubscribe: (() => void) | undefined;
+        await sleep(wait, req.signal, (wake) => (unsubscribe = this.#notifier.subscribe(req.key, wake))).finally(() => unsubscribe?.());
       }
-      if (!req.wait) return null;
-      const wait = result === 'owner' ? Math.random() * this.#shadow.ownerWaitMs : Math.random() * this.#shadow.concurrentStepMs * attempt;
-      let unsubscribe: (() => void) | undefined;
-      await sleep(wait, req.signal, (wake) => (unsubscribe = this.#notifier.subscribe(req.key, wake))).finally(() => unsubscribe?.());
+    } catch (error) {
+      await this.#leaveShadow(id, slot).catch(() => undefined);
+      throw error;
     }
   }
 
   /** TryLock: Success (a lease) / AnotherThreadIsOwner / ConcurrentAttempt. */
-  async #shadowAttempt(req: AcquireRequest, id: Buffer): Promise<Lease | 'owner' | 'concurrent'> {
+  async #shadowAttempt(req: AcquireRequest, id: Buffer, slot: Slot): Promise<Lease | 'owner' | 'concurrent'> {
     const ttl = ttlSeconds(req.ttlMs);
-    if ((await this.#owners('acquire', 'shadow_main', id)).length > 0) return 'owner';
-    await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_row (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [id, req.owner, ttl, this.#timestamp()]);
+    if ((await this.#owners('acquire', 'shadow_holders', id)).length > 0) return 'owner';
+    await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_claims (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, req.owner, ttl, this.#timestamp()]);
     let won = false;
     let acquiredAt = 0;
     try {
-      const shadow = await this.#owners('acquire', 'shadow_row', id);
-      const main = await this.#owners('acquire', 'shadow_main', id);
+      const shadow = await this.#owners('acquire', 'shadow_claims', id);
+      const main = await this.#owners('acquire', 'shadow_holders', id);
       if (shadow.length === 1 && main.length === 0) {
         acquiredAt = performance.now();
-        await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_main (lock_id, owner) VALUES (?, ?) USING TTL ? AND TIMESTAMP ?`, [id, req.owner, ttl, this.#timestamp()]);
+        await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, req.owner, ttl, this.#timestamp()]);
         won = true;
       }
     } finally {
-      await this.#run('acquire', `DELETE FROM ${this.keyspace}.shadow_row USING TIMESTAMP ? WHERE lock_id = ? AND owner = ?`, [this.#timestamp(), id, req.owner]);
+      await this.#run('acquire', `DELETE FROM ${this.keyspace}.shadow_claims USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
     }
     if (!won) return 'concurrent';
-    return this.#fence({ key: req.key, owner: req.owner, id, acquiredAt, token: 0n }, 'shadow_main');
+    return this.#fence({ key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n }, 'shadow_holders');
+  }
+
+  /** Removes our shadow main cell, once per slot (as `#leave` does for the queue). */
+  async #leaveShadow(id: Buffer, slot: Slot): Promise<void> {
+    if (slot.released) return;
+    const timestamp = this.#timestamp();
+    this.#freeSlot(id, slot);
+    await this.#run('release', `DELETE FROM ${this.keyspace}.shadow_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [timestamp, id, slot.name]);
   }
 
   // --- lightweight transactions -----------------------------------------------------------------
@@ -406,7 +475,7 @@ export class CassandraBackend implements LockBackend {
    * check the lock is still ours, so a holder paused between winning and counting can never carry
    * a token newer than its successor's.
    */
-  async #fence(lease: Omit<CassandraLease, 'token'> & { token: bigint }, table: 'lock_main' | 'shadow_main' | 'lock_lwt'): Promise<CassandraLease> {
+  async #fence(lease: Omit<CassandraLease, 'token'> & { token: bigint }, table: 'lock_holders' | 'shadow_holders' | 'lock_lwt'): Promise<CassandraLease> {
     try {
       const cacheKey = lease.id.toString('base64');
       let current = this.#tokens.get(cacheKey);

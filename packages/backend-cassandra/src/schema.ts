@@ -4,21 +4,26 @@ import type { Client } from 'cassandra-driver';
  * The tables, in CQL. Every lock table is keyed by the lock's UTF-8 bytes (`blob`), so any key of
  * up to 1024 bytes is its own partition and no two keys collide.
  *
- * Queue and shadow partitions collect a tombstone per acquisition; `gc_grace_seconds` is set to
- * three hours (the default hint window) so a hot key's tombstones are purged by compaction within
- * hours rather than the default ten days. Lower it only with regular repairs in place.
+ * Within a partition, the queue and shadow tables key their rows by `slot`, not by the owner or
+ * the arrival time: a slot is `<backend instance id>/<n>`, n the smallest index that backend is
+ * not using on the key at the moment. Concurrent writers still write distinct rows (the "ours if
+ * alone" checks need that), but a backend reuses its rows from one acquisition to the next, so a
+ * partition holds at most (clients × their concurrency) rows, live or deleted, however often the
+ * key is taken. Keyed by owner or arrival time, every acquisition left a tombstone behind that
+ * every later read of the key scanned: a hot key slowed down with use and would reach the
+ * tombstone failure threshold.
  */
 export function schemaStatements(keyspace: string, replication: string): string[] {
   const t = (name: string, columns: string, options = ' WITH gc_grace_seconds = 10800') =>
     `CREATE TABLE IF NOT EXISTS ${keyspace}.${name} (${columns})${options}`;
   return [
     `CREATE KEYSPACE IF NOT EXISTS ${keyspace} WITH replication = ${replication}`,
-    // queue algorithm: arrival-ordered queue partition and the main (owner) partition
-    t('lock_queue', 'lock_id blob, entry text, owner text, PRIMARY KEY (lock_id, entry)'),
-    t('lock_main', 'lock_id blob, owner text, PRIMARY KEY (lock_id, owner)'),
+    // queue algorithm: the queue partition (arrival order in `entry`) and the main (holder) partition
+    t('lock_waiters', 'lock_id blob, slot text, entry text, owner text, PRIMARY KEY (lock_id, slot)'),
+    t('lock_holders', 'lock_id blob, slot text, owner text, PRIMARY KEY (lock_id, slot)'),
     // shadow algorithm: its own main partition and the shadow partition
-    t('shadow_main', 'lock_id blob, owner text, PRIMARY KEY (lock_id, owner)'),
-    t('shadow_row', 'lock_id blob, owner text, PRIMARY KEY (lock_id, owner)'),
+    t('shadow_holders', 'lock_id blob, slot text, owner text, PRIMARY KEY (lock_id, slot)'),
+    t('shadow_claims', 'lock_id blob, slot text, owner text, PRIMARY KEY (lock_id, slot)'),
     // lightweight-transaction algorithm: one row per lock
     t('lock_lwt', 'lock_id blob PRIMARY KEY, owner text'),
     // fencing tokens (never expire) and the time service's GlobalTime cell

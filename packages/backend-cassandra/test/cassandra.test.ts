@@ -24,10 +24,11 @@ describe('cassandra backend', () => {
     const held = await a.lock(k);
     const waiting = b.lock(k);
     await new Promise((r) => setTimeout(r, 300));
-    const queue = (await cql(`SELECT entry, owner FROM deadbolt.lock_queue WHERE lock_id = ?`, [admin.idFor(k)])).rows;
+    const queue = (await cql(`SELECT entry, owner FROM deadbolt.lock_waiters WHERE lock_id = ?`, [admin.idFor(k)])).rows;
+    queue.sort((x, y) => String(x['entry']).localeCompare(String(y['entry'])));
     expect(queue.map((r) => r['owner'])).toEqual([held.owner, expect.any(String)]);
     for (const row of queue) expect(row['entry']).toMatch(new RegExp(`^\\d{20}/${row['owner']}$`));
-    const main = (await cql(`SELECT owner FROM deadbolt.lock_main WHERE lock_id = ?`, [admin.idFor(k)])).rows;
+    const main = (await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [admin.idFor(k)])).rows;
     expect(main.map((r) => r['owner'])).toEqual([held.owner]);
     await held.release();
     const next = await waiting;
@@ -39,12 +40,33 @@ describe('cassandra backend', () => {
     const locker = newLocker('queue');
     const k = key();
     const lock = await locker.lock(k);
+    const slot = (await cql(`SELECT slot FROM deadbolt.lock_holders WHERE lock_id = ?`, [admin.idFor(k)])).first()['slot'] as string;
     // A renewal's write, sent before the release but delivered after it, carries an older timestamp.
     const lateTimestamp = String(Math.floor((performance.timeOrigin + performance.now()) * 1000) - 1000);
     await lock.release();
-    await cql(`INSERT INTO deadbolt.lock_main (lock_id, owner) VALUES (?, ?) USING TTL 10 AND TIMESTAMP ?`, [admin.idFor(k), lock.owner, lateTimestamp]);
+    await cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 10 AND TIMESTAMP ?`, [admin.idFor(k), slot, lock.owner, lateTimestamp]);
     expect(await harness.inspect(k)).toEqual([]);
   });
+
+  for (const algorithm of ['queue', 'shadow'] as const) {
+    it(`${algorithm}: a lease released twice never deletes the rows of the next acquisition in its slot`, async () => {
+      const backend = cassandraBackend({ url, algorithm });
+      try {
+        const k = key();
+        const ask = () => backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait: false, signal: new AbortController().signal });
+        const first = (await ask())!;
+        await backend.release(first);
+        const second = (await ask())!; // this backend's first free slot again: the same row
+        await backend.release(first); // a late or repeated release of the old lease
+        expect(await harness.inspect(k)).toEqual([second.owner]);
+        expect(await backend.renew(second, 3000)).toBe(true);
+        await backend.release(second);
+        expect(await harness.inspect(k)).toEqual([]);
+      } finally {
+        await backend.close();
+      }
+    });
+  }
 
   it('tokens come from the token row and continue from it, for every algorithm on the same key', async () => {
     const k = key();

@@ -2,7 +2,7 @@ import { cassandraBackend, type CassandraBackend } from '@deadbolt/cassandra';
 import type { ConformanceHarness } from '@deadbolt/conformance';
 import { restartMatrixServer } from '@deadbolt/conformance';
 
-const TABLES = ['lock_queue', 'lock_main', 'shadow_main', 'shadow_row', 'lock_lwt'];
+const TABLES = ['lock_waiters', 'lock_holders', 'shadow_holders', 'shadow_claims', 'lock_lwt'];
 
 /** Reads and breaks the lock cells directly (every algorithm's tables). */
 export function cassandraHarness(url: string): ConformanceHarness & { admin: CassandraBackend } {
@@ -35,6 +35,20 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
       }
     },
     restartServer: () => restartMatrixServer('cassandra'),
+    async scanCost(key) {
+      // Cassandra's own account of a read, from its query trace: "Read N live rows and M tombstone cells".
+      const client = await ready();
+      let scanned = 0;
+      for (const table of TABLES) {
+        const result = await client.execute(`SELECT * FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true, traceQuery: true });
+        const trace = await client.metadata.getTrace(result.info.traceId);
+        for (const event of trace.events as { activity: string }[]) {
+          const read = /Read (\d+) live rows? and (\d+) tombstone/.exec(event.activity);
+          if (read) scanned += Number(read[1]) + Number(read[2]);
+        }
+      }
+      return scanned;
+    },
     async clearAll() {
       const client = await ready();
       for (const table of TABLES) await client.execute(`TRUNCATE ${admin.keyspace}.${table}`);
