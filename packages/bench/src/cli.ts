@@ -24,6 +24,7 @@ import {
   type UncontendedEntry,
   type UncontendedResult,
 } from './scenarios.js';
+import { summarize } from './stats.js';
 import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
 import { floors, subjects, type Store } from './subjects.js';
@@ -172,6 +173,12 @@ lines.push(
   'pings, the Cassandra time service).',
   '',
 );
+/** p50 of the last tenth of `cycleMs` over the first tenth's. */
+function drift(cycleMs: number[]): number {
+  const tenth = Math.max(1, Math.floor(cycleMs.length / 10));
+  return summarize(cycleMs.slice(-tenth)).p50 / summarize(cycleMs.slice(0, tenth)).p50;
+}
+
 lines.push(
   '## Scenario 1: uncontended acquire + release',
   '',
@@ -179,13 +186,15 @@ lines.push(
   "own open client, so a drift in the machine's speed (loopback round trips here vary several-fold between an idle and a busy machine)",
   "slows them all alike. Idle background traffic of the store's other open clients (ZooKeeper pings, the Cassandra time service) falls",
   'into whichever block runs: a few requests per thousand cycles.',
+  "Drift is the p50 of the last tenth of a subject's cycles over its first tenth, all on one key: a store whose cost grows with use",
+  "(tombstones, for one) shows it there; the floor's drift is the machine's.",
   '',
 );
-lines.push('| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) | store requests per cycle |', '|---|---|---|---|---|---|---|');
+lines.push('| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) | drift (last/first tenth, p50) | store requests per cycle |', '|---|---|---|---|---|---|---|---|');
 for (const r of uncontendedResults) {
   const floor = floorOf(r.subject);
   const ratio = floor ? `${f(r.cycle.p50 / floor.cycle.p50)}×` : '';
-  lines.push(`| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${optional(r.storeRequestsPerCycle, 1)} |`);
+  lines.push(`| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${f(drift(r.cycleMs))}× | ${optional(r.storeRequestsPerCycle, 1)} |`);
 }
 lines.push('', `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row; memory also with hold 0 for 0.5 s)`, '');
 lines.push('| subject | clients | hold ms | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain | token order violations |');
