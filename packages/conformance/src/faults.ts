@@ -113,6 +113,22 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
     }
   }
 
+  /**
+   * A holder whose store is 2 % of a ttl away (each way) and whose renewals the test can hold
+   * back, and a second client that connects directly.
+   */
+  async function slowHolder() {
+    const key = freshKey();
+    const proxy = await startProxy();
+    const delay = Math.max(5, Math.round(T / 50));
+    proxy.delay(delay);
+    const probe = instrument(await options.network!.createBackend(proxy.address));
+    const a = track(createLocker(probe.backend, { ttlMs: T }));
+    const b = await makeLocker();
+    const lock = await a.lock(key);
+    return { key, lock, b, delay, probe };
+  }
+
   describe('faults production has', () => {
     afterEach(async () => {
       await Promise.all(proxies.splice(0).map((p) => p.close()));
@@ -190,14 +206,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
     }, 60_000);
 
     netIt('20a. operations cross: extend() issued while a renewal is in flight leaves the store with the ttl the client counts on', async () => {
-      const key = freshKey();
-      const proxy = await startProxy();
-      const delay = Math.max(5, Math.round(T / 50));
-      proxy.delay(delay);
-      const probe = instrument(await options.network!.createBackend(proxy.address));
-      const a = track(createLocker(probe.backend, { ttlMs: T }));
-      const b = await makeLocker();
-      const lock = await a.lock(key);
+      const { lock, b, delay, probe } = await slowHolder();
       const renewal = probe.nextRenewal(true);
       await renewal.started; // a background renewal with the old ttl has begun and is held back
       const extended = settle(lock.extend(roundTtl(4 * T)));
@@ -212,14 +221,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
     }, 60_000);
 
     netIt('20b. operations cross: a release issued while a renewal is in flight is not undone by it', async () => {
-      const key = freshKey();
-      const proxy = await startProxy();
-      const delay = Math.max(5, Math.round(T / 50));
-      proxy.delay(delay);
-      const probe = instrument(await options.network!.createBackend(proxy.address));
-      const a = track(createLocker(probe.backend, { ttlMs: T }));
-      const b = await makeLocker();
-      const lock = await a.lock(key);
+      const { key, lock, b, delay, probe } = await slowHolder();
       const renewal = probe.nextRenewal(false);
       await renewal.started; // the renewal is on its way to the store
       await lock.release();
