@@ -453,9 +453,14 @@ class LockHandle implements Lock {
         return ok;
       });
     } catch (error) {
-      if (sent) {
+      if (sent && this.#state === 'held') {
         this.#uncertainTtlMs = Math.min(this.#uncertainTtlMs, sent);
-        this.#validUntil = Math.min(this.#validUntil, sentAt + safeLifetime(sent));
+        const validUntil = sentAt + safeLifetime(sent);
+        // The estimate may only shrink here; the timer that declares it run out must follow.
+        if (validUntil < this.#validUntil) {
+          this.#validUntil = validUntil;
+          this.#armExpiry();
+        }
       }
       throw error;
     }
@@ -474,12 +479,8 @@ class LockHandle implements Lock {
 
   #armExpiry(): void {
     this.#expiryTimer?.cancel();
-    this.#expiryTimer = after(Math.max(0, this.#validUntil - performance.now()) + 1, () => {
-      this.#checkExpiry();
-      // Timers count whole event-loop milliseconds and can fire a fraction of one before
-      // performance.now() reaches the deadline; a lock must not be forgotten then, so look again.
-      if (this.#state === 'held' && performance.now() < this.#validUntil) this.#armExpiry();
-    }, true);
+    // after() never fires before its deadline on the monotonic clock, so the estimate has run out.
+    this.#expiryTimer = after(Math.max(0, this.#validUntil - performance.now()), () => this.#checkExpiry(), true);
   }
 
   #scheduleRenew(delayMs: number): void {

@@ -13,18 +13,22 @@ export interface Timer {
 }
 
 /**
- * Calls `fn` once, `ms` from now on the monotonic clock: any non-negative length, Infinity meaning
- * never. Long delays chain Node timers. `unref`: the timer alone does not keep the process alive.
+ * Calls `fn` once, `ms` from now on the monotonic clock, never earlier: any non-negative length,
+ * Infinity meaning never. Long delays chain Node timers; a Node timer counts whole milliseconds
+ * from the event loop's cached time and can fire a fraction early, so an early one re-arms for the
+ * rest. `unref`: the timer alone does not keep the process alive.
  */
 export function after(ms: number, fn: () => void, unref = false): Timer {
   let handle: NodeJS.Timeout | undefined;
   const deadline = performance.now() + ms;
   const arm = () => {
     const left = deadline - performance.now();
-    handle = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(fn, Math.max(0, left));
+    if (left <= 0) return fn();
+    handle = setTimeout(arm, Math.min(Math.ceil(left), MAX_TIMER_MS));
     if (unref) handle.unref();
   };
-  if (ms !== Infinity) arm();
+  if (ms !== Infinity) handle = setTimeout(arm, Math.min(Math.ceil(ms), MAX_TIMER_MS));
+  if (unref) handle?.unref();
   return { cancel: () => clearTimeout(handle) };
 }
 
