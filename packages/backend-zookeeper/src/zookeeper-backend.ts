@@ -5,6 +5,7 @@ import {
   BackendUnavailableError,
   InvalidArgumentError,
   sleep,
+  withTimeout,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -361,7 +362,7 @@ export class ZooKeeperBackend implements LockBackend {
     const data = Buffer.from(owner);
     for (let attempt = 0; ; attempt++) {
       try {
-        return (await zk<string>((cb) => session.client.create(`${parent}/${NODE_PREFIX}${owner}-`, data, CreateMode.EPHEMERAL_SEQUENTIAL, cb)))!;
+        return (await this.#request<string>(session, (cb) => session.client.create(`${parent}/${NODE_PREFIX}${owner}-`, data, CreateMode.EPHEMERAL_SEQUENTIAL, cb)))!;
       } catch (error) {
         if (codeOf(error) !== Code.NO_NODE || attempt > 20) throw this.#error('acquire', error);
       }
@@ -372,7 +373,7 @@ export class ZooKeeperBackend implements LockBackend {
 
   /** Creates `path` and any missing ancestors (persistent, empty); an existing node is fine. */
   async #ensurePath(session: Session, path: string): Promise<void> {
-    const create = () => zk((cb) => session.client.create(path, EMPTY, CreateMode.PERSISTENT, cb), [Code.NODE_EXISTS]);
+    const create = () => this.#request(session, (cb) => session.client.create(path, EMPTY, CreateMode.PERSISTENT, cb), [Code.NODE_EXISTS]);
     try {
       await create();
     } catch (error) {
@@ -433,7 +434,7 @@ export class ZooKeeperBackend implements LockBackend {
     const run = async () => {
       if (this.#reaps.get(parent)?.run === run) this.#reaps.delete(parent);
       if (session.lost.aborted) return;
-      await zk((cb) => session.client.remove(parent, -1, cb), [Code.NO_NODE, Code.NOT_EMPTY]).catch(() => undefined);
+      await this.#request(session, (cb) => session.client.remove(parent, -1, cb), [Code.NO_NODE, Code.NOT_EMPTY]).catch(() => undefined);
     };
     const timer = setTimeout(() => void run(), REAP_DELAY_MS);
     timer.unref();
@@ -450,10 +451,25 @@ export class ZooKeeperBackend implements LockBackend {
   async #call<T>(session: Session, operation: string, start: (cb: (error: Error | null, result?: T) => void) => void, accept: readonly number[] = []): Promise<T | undefined> {
     if (session.lost.aborted) throw new BackendUnavailableError(this.name, operation, { cause: session.lost.reason });
     try {
-      return await zk(start as Parameters<typeof zk<T>>[0], accept);
+      return await this.#request(session, start as Parameters<typeof zk<T>>[0], accept);
     } catch (error) {
       throw this.#error(operation, error);
     }
+  }
+
+  /**
+   * One request on the session, bounded. node-zookeeper-client never declares a silent connection
+   * dead (it only sends another ping), so a request would wait as long as the partition lasts. A
+   * request without an answer within a ttl (at least 2 s) means the session can no longer be
+   * counted on: it is ended (the standard policy), which fails everything waiting on it.
+   */
+  #request<T>(session: Session, start: Parameters<typeof zk<T>>[0], accept: readonly number[] = []): Promise<T | undefined> {
+    const ms = Math.max(2000, session.ttlMs);
+    return withTimeout(zk(start, accept), ms, () => {
+      const error = new BackendUnavailableError(this.name, 'request', { cause: new Error(`no answer from ZooKeeper within ${ms} ms`) });
+      session.end(error);
+      return error;
+    });
   }
 
   #error(operation: string, error: unknown): Error {
