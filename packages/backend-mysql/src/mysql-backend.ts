@@ -5,6 +5,7 @@ import {
   DeadboltError,
   InFlight,
   InvalidArgumentError,
+  noAnswer,
   pollForLease,
   raceSignal,
   ReleaseNotifier,
@@ -299,7 +300,7 @@ export class MysqlBackend implements LockBackend {
     let connection: PoolConnection;
     try {
       // A pool whose connections all hang waits here; they are destroyed within a command timeout.
-      connection = await withTimeout(this.pool.getConnection(), 2 * this.#commandTimeoutMs, () => this.#unanswered('connect'), (late) => late.release());
+      connection = await withTimeout(this.pool.getConnection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
     } catch (error) {
       throw this.#wrap(operation, error);
     }
@@ -321,7 +322,7 @@ export class MysqlBackend implements LockBackend {
     // `SET` cannot be prepared: it goes as text.
     const sent = /^SET /.test(statement) ? connection.query<T>(statement, params) : connection.execute<T>(statement, params as never[]);
     try {
-      const [result] = await withTimeout(sent, this.#commandTimeoutMs, () => this.#unanswered('statement'));
+      const [result] = await withTimeout(sent, this.#commandTimeoutMs, () => noAnswer(this.name, 'statement', this.#commandTimeoutMs));
       return result;
     } catch (error) {
       if (this.#classify(error) === 'unavailable') {
@@ -330,10 +331,6 @@ export class MysqlBackend implements LockBackend {
       }
       throw error;
     }
-  }
-
-  #unanswered(operation: string): BackendUnavailableError {
-    return new BackendUnavailableError(this.name, operation, { cause: new Error(`no answer within ${this.#commandTimeoutMs} ms`) });
   }
 
   /** A server's answer to a statement, or the connection failing. */

@@ -229,13 +229,14 @@ export class RedisBackend implements LockBackend {
       if (this.#allowEviction) return;
       let config: string[];
       try {
-        config = [...((await this.client.config('GET', 'maxmemory')) as string[]), ...((await this.client.config('GET', 'maxmemory-policy')) as string[])];
+        config = (await this.client.config('GET', 'maxmemory*')) as string[]; // name, value, name, value, ...
       } catch (error) {
         if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
         this.#evictionChecked = undefined;
         throw new BackendUnavailableError(this.name, 'acquire', { cause: error });
       }
-      const settings = Object.fromEntries([[config[0], config[1]], [config[2], config[3]]]) as Record<string, string>;
+      const settings: Record<string, string> = {};
+      for (let i = 0; i + 1 < config.length; i += 2) settings[config[i]!] = config[i + 1]!;
       const policy = settings['maxmemory-policy'];
       if (settings['maxmemory'] !== '0' && policy !== 'noeviction') {
         const cause = new Error(

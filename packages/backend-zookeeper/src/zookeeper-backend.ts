@@ -4,6 +4,7 @@ import {
   backendFailure,
   BackendUnavailableError,
   InvalidArgumentError,
+  noAnswer,
   sleep,
   withTimeout,
   type AcquireRequest,
@@ -466,7 +467,7 @@ export class ZooKeeperBackend implements LockBackend {
   #request<T>(session: Session, start: Parameters<typeof zk<T>>[0], accept: readonly number[] = []): Promise<T | undefined> {
     const ms = Math.max(2000, session.ttlMs);
     return withTimeout(zk(start, accept), ms, () => {
-      const error = new BackendUnavailableError(this.name, 'request', { cause: new Error(`no answer from ZooKeeper within ${ms} ms`) });
+      const error = noAnswer(this.name, 'request', ms);
       session.end(error);
       return error;
     });

@@ -93,6 +93,11 @@ function describeCause(cause: unknown): string {
   return String(cause);
 }
 
+/** The error for a store call that got no answer within `ms`: the store is unavailable to us. */
+export function noAnswer(backend: string, operation: string, ms: number): BackendUnavailableError {
+  return new BackendUnavailableError(backend, operation, { cause: new Error(`no answer within ${ms} ms`) });
+}
+
 /**
  * The typed error for a failed store call: a DeadboltError passes through unchanged; otherwise
  * `BackendUnavailableError` when `unavailable(error)` says the store could not be reached or answer

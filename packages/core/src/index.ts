@@ -3,6 +3,7 @@ export {
   BackendError,
   BackendUnavailableError,
   backendFailure,
+  noAnswer,
   DeadboltError,
   InvalidArgumentError,
   LockerClosedError,

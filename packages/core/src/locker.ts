@@ -3,12 +3,12 @@ import { setMaxListeners } from 'node:events';
 import type { Lease, LockBackend } from './backend.js';
 import {
   BackendError,
-  BackendUnavailableError,
   DeadboltError,
   InvalidArgumentError,
   LockerClosedError,
   LockLostError,
   LockTimeoutError,
+  noAnswer,
   NotOwnerError,
 } from './errors.js';
 import { after, raceSignal, withTimeout, type Timer } from './time.js';
@@ -232,7 +232,7 @@ class DefaultLocker implements Locker {
     for (const controller of this.#waits) controller.abort(closed);
     await Promise.allSettled([...this.#pending]);
     const { operationTimeoutMs } = this.#settings;
-    const timeout = (operation: string) => () => unanswered(this.backend.name, operation, operationTimeoutMs);
+    const timeout = (operation: string) => () => noAnswer(this.backend.name, operation, operationTimeoutMs);
     const releases = Promise.allSettled([...this.#held].map((h) => h.release()));
     const results = [
       await withTimeout(releases, operationTimeoutMs, timeout('close (release)')).then(
@@ -272,7 +272,7 @@ class DefaultLocker implements Locker {
       const own = (controller = new AbortController());
       setMaxListeners(0, own.signal);
       this.#waits.add(own);
-      const expired = wait ? () => new LockTimeoutError(key, timeoutMs) : () => unanswered(this.backend.name, 'acquire', limitMs);
+      const expired = wait ? () => new LockTimeoutError(key, timeoutMs) : () => noAnswer(this.backend.name, 'acquire', limitMs);
       timer = after(limitMs, () => own.abort(expired()));
       if (userSignal) {
         onCallerAbort = () => own.abort(userSignal.reason);
@@ -316,11 +316,6 @@ class DefaultLocker implements Locker {
 /** Drift allowance subtracted from every local lease estimate (as Redlock does: 1 % + 2 ms). */
 function safeLifetime(ttlMs: number): number {
   return ttlMs - Math.max(2, ttlMs * 0.01);
-}
-
-/** The error for a store call that got no answer within the operation timeout. */
-function unanswered(backend: string, operation: string, ms: number): BackendUnavailableError {
-  return new BackendUnavailableError(backend, operation, { cause: new Error(`no answer within ${ms} ms`) });
 }
 
 class LockHandle implements Lock {
@@ -424,7 +419,7 @@ class LockHandle implements Lock {
     const backend = this.#locker.backend;
     const ms = this.#settings.operationTimeoutMs;
     const run = this.#busy.then(() =>
-      withTimeout(call(), ms, () => unanswered(backend.name, operation, ms)).catch((error: unknown) => {
+      withTimeout(call(), ms, () => noAnswer(backend.name, operation, ms)).catch((error: unknown) => {
         throw asDeadboltError(error, backend.name, operation);
       }),
     );

@@ -33,35 +33,49 @@ export function after(ms: number, fn: () => void, unref = false): Timer {
 }
 
 /**
- * Settles as `promise` does, or rejects with `signal.reason` as soon as `signal` aborts, whichever
- * comes first. A value that arrives after the abort goes to `onLate` (e.g. to hand back a late
- * grant), so nothing the store gave is dropped unseen.
+ * Settles as `promise` does, unless `arm`'s `fail` is called first; `arm` returns how to disarm
+ * once the promise settles. A value that arrives after a failure goes to `onLate`.
  */
-export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?: (value: T) => void): Promise<T> {
+function race<T>(promise: Promise<T>, arm: (fail: (error: unknown) => void) => () => void, onLate?: (value: T) => void): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let settled = false;
-    const onAbort = () => {
+    const disarm = arm((error) => {
       if (settled) return;
       settled = true;
-      reject(signal.reason);
-    };
+      reject(error);
+    });
     promise.then(
       (value) => {
         if (settled) return onLate?.(value);
         settled = true;
-        signal.removeEventListener('abort', onAbort);
+        disarm();
         resolve(value);
       },
       (error: unknown) => {
         if (settled) return;
         settled = true;
-        signal.removeEventListener('abort', onAbort);
+        disarm();
         reject(error);
       },
     );
-    if (signal.aborted) onAbort();
-    else signal.addEventListener('abort', onAbort, { once: true });
   });
+}
+
+/**
+ * Settles as `promise` does, or rejects with `signal.reason` as soon as `signal` aborts, whichever
+ * comes first. A value that arrives after the abort goes to `onLate` (e.g. to hand back a late
+ * grant), so nothing the store gave is dropped unseen.
+ */
+export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?: (value: T) => void): Promise<T> {
+  return race(promise, (fail) => {
+    const onAbort = () => fail(signal.reason);
+    if (signal.aborted) {
+      onAbort();
+      return () => undefined;
+    }
+    signal.addEventListener('abort', onAbort, { once: true });
+    return () => signal.removeEventListener('abort', onAbort);
+  }, onLate);
 }
 
 /**
@@ -69,25 +83,8 @@ export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?:
  * later goes to `onLate`.
  */
 export function withTimeout<T>(promise: Promise<T>, ms: number, timeoutError: () => Error, onLate?: (value: T) => void): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    const timer = after(ms, () => {
-      settled = true;
-      reject(timeoutError());
-    });
-    promise.then(
-      (value) => {
-        if (settled) return onLate?.(value);
-        settled = true;
-        timer.cancel();
-        resolve(value);
-      },
-      (error: unknown) => {
-        if (settled) return;
-        settled = true;
-        timer.cancel();
-        reject(error);
-      },
-    );
-  });
+  return race(promise, (fail) => {
+    const timer = after(ms, () => fail(timeoutError()));
+    return () => timer.cancel();
+  }, onLate);
 }
