@@ -36,6 +36,16 @@ export interface LockBackend {
   release(lease: Lease): Promise<void>;
 
   /**
+   * Optional; `migratingBackend` needs it (see migrating-backend.ts). Make every later grant of
+   * `lease.key` in this store carry a token above `floor` (which is above `lease.token`), checked
+   * against the store having granted the key to anybody since `lease` (or `lease` being released).
+   * Resolves false when it has (the floor may or may not have moved: a higher floor is always
+   * safe). Floors only ever go up, and survive whatever the store's tokens survive (restarts, the
+   * key being idle).
+   */
+  raiseTokenFloor?(lease: Lease, floor: bigint): Promise<boolean>;
+
+  /**
    * Close connections the backend opened itself (not clients the user passed in). Idempotent.
    * Core aborts every acquisition before calling it; a backend lets those finish removing what
    * they wrote first (`InFlight` in wait.ts).
@@ -61,6 +71,11 @@ export interface Capabilities {
   readonly maxTtlMs?: number;
   /** Holders in other processes are excluded (false only for the in-process memory backend). */
   readonly crossProcess: boolean;
+  /**
+   * Grants honour `AcquireRequest.minToken` (counter and clock stores can, in the same step;
+   * revision stores cannot). Optional: default false.
+   */
+  readonly minToken?: boolean;
 }
 
 /** The default of every optional capability, in one place. */
@@ -79,6 +94,11 @@ export interface AcquireRequest {
    * should stop too and remove what it wrote, so an abandoned wait costs nothing in the store.
    */
   readonly signal: AbortSignal;
+  /**
+   * Optional hint (a migration's `dual` phase): grant a token of at least this, if the store can in
+   * the same step (`capabilities.minToken`). Correctness never depends on it; it saves a write.
+   */
+  readonly minToken?: bigint;
 }
 
 /** A granted lease. Backends may extend it with their own fields (e.g. a queue entry id). */

@@ -16,4 +16,5 @@ export { createLocker, type Lock, type Locker, type LockerOptions, type LockOpti
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MAX_KEY_BYTES, validateKey, validateTimeout, validateTtl } from './validate.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
-export { InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, type PollOptions } from './wait.js';
+export { cancelOnAbort, InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, type PollOptions } from './wait.js';
+export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './migrating-backend.js';

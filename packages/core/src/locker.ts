@@ -333,11 +333,15 @@ class LockHandle implements Lock {
    */
   #uncertainTtlMs = Infinity;
   #validUntil: number;
+  /** Where the confirmed lease counts from (the grant's or the last confirmed renewal's send time). */
+  #since: number;
   #state: 'held' | 'lost' | 'released' = 'held';
   #renewTimer: Timer | undefined;
   #expiryTimer: Timer | undefined;
   #lastRenewError: unknown;
   #released: Promise<void> | undefined;
+  /** The store release under way or done (see `#releaseInStore`). */
+  #storeReleased: Promise<void> | undefined;
   /** The tail of this lease's store calls: one at a time, so a renewal and an extend or release never cross. */
   #busy: Promise<unknown> = Promise.resolve();
   /** Our listener on `lease.lost` (a backend may share that signal between many leases). */
@@ -352,6 +356,7 @@ class LockHandle implements Lock {
     this.#ttlMs = ttlMs;
     this.#settings = settings;
     this.#validUntil = lease.acquiredAt + safeLifetime(ttlMs);
+    this.#since = lease.acquiredAt;
     if (lease.lost?.aborted) {
       this.#lose(new LockLostError(this.key, 'the store reported the lease lost', { cause: lease.lost.reason }));
       return;
@@ -408,7 +413,16 @@ class LockHandle implements Lock {
     this.#locker.forget(this);
     // Also after a loss: the release is owner-checked and clears anything we may still own. It
     // waits for a renewal in flight, so that renewal cannot land after it and revive the claim.
-    await this.#storeCall('release', () => this.#locker.backend.release(this.#lease));
+    await this.#releaseInStore();
+  }
+
+  /** Gives the lease back in the store once; only a failed attempt is tried again by a later call. */
+  #releaseInStore(): Promise<void> {
+    this.#storeReleased ??= this.#storeCall('release', () => this.#locker.backend.release(this.#lease)).catch((error: unknown) => {
+      this.#storeReleased = undefined;
+      throw error;
+    });
+    return this.#storeReleased;
   }
 
   /**
@@ -443,6 +457,7 @@ class LockHandle implements Lock {
         const ok = await this.#locker.backend.renew(this.#lease, sent);
         if (ok && this.#state === 'held') {
           this.#validUntil = sentAt + safeLifetime(Math.min(sent, this.#uncertainTtlMs));
+          this.#since = sentAt;
           this.#ttlMs = sent;
         }
         return ok;
@@ -469,7 +484,10 @@ class LockHandle implements Lock {
     this.#stopTimers();
     if (!this.#settings.autoRenew) return this.#armExpiry();
     const interval = Math.min(this.#settings.renewIntervalMs ?? Infinity, this.#ttlMs / 3);
-    this.#scheduleRenew(Math.min(interval, Math.max(0, this.#validUntil - performance.now() - 1)));
+    // An interval after the lease's start, not after now: a grant that arrives late (a slow store,
+    // a second store in a migration) may already be a third through its ttl, and is renewed at once.
+    const now = performance.now();
+    this.#scheduleRenew(Math.max(0, Math.min(this.#since + interval, this.#validUntil - 1) - now));
   }
 
   #armExpiry(): void {
@@ -520,7 +538,7 @@ class LockHandle implements Lock {
     // A store whose lease is a session (ZooKeeper) keeps the claim as long as the client lives, so
     // hand it back now that we no longer count on it. Owner-checked, so harmless on ttl stores; a
     // failure changes nothing for the caller, who has already been told the lock is lost.
-    this.#storeCall('release', () => this.#locker.backend.release(this.#lease)).catch(noop);
+    this.#releaseInStore().catch(noop);
   }
 
   #lose(error: LockLostError): void {

@@ -78,6 +78,15 @@ export class MemoryLockStore {
     this.#vacate(lease.key, state);
   }
 
+  /** See `LockBackend.raiseTokenFloor`; the table's one counter serves every key. */
+  raiseTokenFloor(lease: Lease, floor: bigint): boolean {
+    this.#expireIfDue(lease.key);
+    const holder = this.#keys.get(lease.key)?.holder;
+    if (holder?.owner !== lease.owner) return false;
+    if (floor > this.#lastToken) this.#lastToken = floor;
+    return true;
+  }
+
   /** Forget every holder at once, as a store that lost its data would. Waiters are then granted. */
   evictAll(): void {
     for (const [key, state] of [...this.#keys]) if (state.holder) this.#vacate(key, state);
@@ -108,6 +117,7 @@ export class MemoryLockStore {
   }
 
   #grant(key: string, state: KeyState, req: AcquireRequest): Lease {
+    if (req.minToken !== undefined && req.minToken > this.#lastToken + 1n) this.#lastToken = req.minToken - 1n;
     const token = ++this.#lastToken;
     const acquiredAt = performance.now();
     const holder: Holder = { owner: req.owner, token, expiresAt: acquiredAt + req.ttlMs, timer: undefined };
@@ -161,6 +171,7 @@ export class MemoryBackend implements LockBackend {
     minTtlMs: 1,
     ttlGranularityMs: 1,
     crossProcess: false,
+    minToken: true,
   };
   readonly store: MemoryLockStore;
   #closed = false;
@@ -180,6 +191,10 @@ export class MemoryBackend implements LockBackend {
 
   async release(lease: Lease): Promise<void> {
     this.store.release(lease);
+  }
+
+  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+    return this.store.raiseTokenFloor(lease, floor);
   }
 
   async close(): Promise<void> {

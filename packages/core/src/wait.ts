@@ -160,6 +160,33 @@ export function sleep(ms: number, signal?: AbortSignal, onWakeable?: (wake: () =
 }
 
 /**
+ * For a wait that blocks inside the server (a named or advisory lock): once `signal` aborts, calls
+ * `cancel` (which asks the server, from another connection, to end the waiting statement), and
+ * again `everyMs` after each attempt settles, until the returned function is called when the
+ * statement has ended. Once is not enough: an abort that lands just before the statement reaches
+ * the server cancels nothing, and the wait would go on with nobody waiting for it. A failed attempt
+ * is only tried again.
+ */
+export function cancelOnAbort(signal: AbortSignal, cancel: () => Promise<unknown>, everyMs = 100): () => void {
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const repeat = () => {
+    void cancel()
+      .catch(() => undefined)
+      .then(() => {
+        if (!stopped) timer = setTimeout(repeat, everyMs);
+      });
+  };
+  signal.addEventListener('abort', repeat, { once: true });
+  if (signal.aborted) repeat();
+  return () => {
+    stopped = true;
+    signal.removeEventListener('abort', repeat);
+    clearTimeout(timer);
+  };
+}
+
+/**
  * The calls a backend has in flight, so that `close()` can let aborted acquisitions finish
  * removing what they wrote before it closes the connections they need for that. (Core stops
  * waiting for an aborted acquire at once; the backend's cleanup goes on behind it.)

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createLocker, memoryBackend, MemoryLockStore, type Lease, type LockBackend } from '../src/index.js';
-import { pollForLease, ReleaseNotifier } from '../src/wait.js';
+import { cancelOnAbort, pollForLease, ReleaseNotifier } from '../src/wait.js';
 
 /** The memory backend with a switch that makes renewals fail as an unreachable store would. */
 function flakyBackend() {
@@ -66,6 +66,31 @@ describe('Locker renewal', () => {
     await extended;
     await new Promise((r) => setTimeout(r, 50));
     expect(sentTtls.slice(0, 2)).toEqual([3000, 3000]);
+    expect(lock.held).toBe(true);
+    await locker.close();
+  });
+
+  it('renews a lease granted late (already a third through its ttl) at once, not a third of a ttl later', async () => {
+    const inner = memoryBackend({ store: new MemoryLockStore() });
+    const renewedAt: number[] = [];
+    const backend: LockBackend = {
+      name: 'late',
+      capabilities: inner.capabilities,
+      // As a slow store (or a migration's second store) does: the lease started 200 ms before the grant arrived.
+      acquire: async (req) => {
+        const lease = await inner.acquire(req);
+        return lease && { ...lease, acquiredAt: lease.acquiredAt - 200 };
+      },
+      renew: (lease: Lease, ttl: number) => (renewedAt.push(performance.now()), inner.renew(lease, ttl)),
+      release: (lease) => inner.release(lease),
+      close: () => inner.close(),
+    };
+    const locker = createLocker(backend, { ttlMs: 300 });
+    const granted = performance.now();
+    const lock = await locker.lock('late');
+    await new Promise((r) => setTimeout(r, 150));
+    expect(renewedAt.length).toBeGreaterThan(0);
+    expect(renewedAt[0]! - granted).toBeLessThan(50);
     expect(lock.held).toBe(true);
     await locker.close();
   });
@@ -143,5 +168,31 @@ describe('pollForLease', () => {
     const reason = new Error('stop');
     controller.abort(reason);
     expect(await waiting).toBe(reason);
+  });
+});
+
+describe('cancelOnAbort', () => {
+  it('cancels once the signal aborts, then again after each attempt settles, never two at once, until stopped', async () => {
+    const controller = new AbortController();
+    let calls = 0;
+    let inFlight = 0;
+    let overlapped = false;
+    const stop = cancelOnAbort(controller.signal, async () => {
+      calls++;
+      overlapped ||= inFlight > 0;
+      inFlight++;
+      await new Promise((r) => setTimeout(r, 20));
+      inFlight--;
+    }, 10);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(calls).toBe(0); // nothing before the abort
+    controller.abort();
+    await new Promise((r) => setTimeout(r, 120));
+    stop();
+    const atStop = calls;
+    expect(atStop).toBeGreaterThanOrEqual(3);
+    expect(overlapped).toBe(false);
+    await new Promise((r) => setTimeout(r, 80));
+    expect(calls).toBeLessThanOrEqual(atStop + 1); // at most the attempt already running when stopped
   });
 });

@@ -1,0 +1,400 @@
+import { randomUUID } from 'node:crypto';
+import { DEFAULT_MAX_TTL_MS, type AcquireRequest, type Capabilities, type Lease, type LockBackend } from './backend.js';
+import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
+import { after, raceSignal, type Timer } from './time.js';
+
+/**
+ * Where a process stands in a migration from one store to another:
+ * - `from`: locks live in the old store only (as before the migration);
+ * - `dual`: a lock is held only while held in both stores, taken in `from` first, then in `to`;
+ * - `to`: locks live in the new store only (as after it).
+ * A rollout moves every process one phase at a time, so at most two adjacent phases run at once.
+ */
+export type MigrationPhase = 'from' | 'dual' | 'to';
+
+export interface MigratingBackendOptions {
+  /** The store the deployment is leaving. */
+  from: LockBackend;
+  /** The store it is moving to. */
+  to: LockBackend;
+  phase: MigrationPhase;
+}
+
+const PHASES: readonly MigrationPhase[] = ['from', 'dual', 'to'];
+
+/**
+ * How far above the other store's token a raise may lift a floor, to spare later raises (see
+ * `#fence`): 2^40, about 12.7 days of Redis's microsecond clock. Tokens may jump by this much.
+ */
+const HEADROOM = 2n ** 40n;
+
+/** A lease held in both stores. Its token is the larger of the two, which both stores' floors now exceed. */
+interface DualLease extends Lease {
+  readonly first: Lease;
+  readonly second: Lease;
+  /** The release of both parts under way or done: only a failed one is tried again. */
+  released?: Promise<void>;
+  /** Stops listening to the parts' loss signals (once, on release). */
+  readonly unlisten: () => void;
+}
+
+/** The leases a `dual` acquisition made (a store's own lease type may have fields of any name). */
+const dualLeases = new WeakSet<Lease>();
+
+/**
+ * A backend that moves a live deployment from one store to another with no window of two holders
+ * and fencing tokens that never go backwards (see the README's runbook).
+ *
+ * Exclusion: processes in adjacent phases share a store: `from` and `dual` processes both lock in
+ * `from`; `dual` and `to` processes both lock in `to`.
+ *
+ * Tokens: every holder's token must be above every earlier holder's, whichever of the two adjacent
+ * phases either runs. A `dual` holder is granted token `a` by `from` and `b` by `to`; it reports
+ * T = max(a, b) and, before reporting, raises the token floor of the store that gave the smaller
+ * one to T (`raiseTokenFloor`, checked against any grant since its own). So, by induction over the
+ * holders of a key in the order they held it:
+ * - T is above every earlier `from` holder's token (below a), every earlier `to` holder's (below b)
+ *   and every earlier `dual` holder's (each raised both floors to its own token);
+ * - every later holder is granted by a store whose floor is already at least T, so it gets more.
+ *
+ * Cost: `to` is asked for a token of at least `a` (`minToken`); a store that can grant it in the
+ * same step (counters, Redis) then usually gives exactly `a`, and nothing needs raising. A store
+ * whose tokens are revisions (etcd, ZooKeeper) cannot, so each `dual` grant with it costs one raise,
+ * which the headroom (see `#fence`) puts on the store that is not the revision store.
+ *
+ * Capabilities are those both stores offer in every phase, so options valid in one phase are valid
+ * in the next. @throws InvalidArgumentError (from the constructor) for a bad phase, `from === to`,
+ * something that is not a LockBackend, a backend without `raiseTokenFloor`, or stores whose ttl
+ * limits leave no ttl both accept. Store failures reject as each store's own typed errors.
+ */
+export class MigratingBackend implements LockBackend {
+  readonly name: string;
+  readonly capabilities: Capabilities;
+  readonly from: LockBackend;
+  readonly to: LockBackend;
+  readonly phase: MigrationPhase;
+
+  constructor(options: MigratingBackendOptions) {
+    const { from, to, phase } = options ?? ({} as MigratingBackendOptions);
+    if (!PHASES.includes(phase)) throw new InvalidArgumentError(`phase must be 'from', 'dual' or 'to', got ${JSON.stringify(phase)}`);
+    for (const [side, backend] of [['from', from], ['to', to]] as const) {
+      if (!isBackend(backend)) throw new InvalidArgumentError(`${side} must be a LockBackend`);
+      if (typeof backend.raiseTokenFloor !== 'function') {
+        throw new InvalidArgumentError(`${side} (${backend.name}) cannot raise its token floor, so tokens could go backwards across the migration`);
+      }
+    }
+    if (from === to) throw new InvalidArgumentError('from and to must be different backends');
+    this.from = from;
+    this.to = to;
+    this.phase = phase;
+    this.name = `${from.name}->${to.name}`;
+    this.capabilities = combine(from.capabilities, to.capabilities);
+  }
+
+  /** Which phase this process is in, for a health or status endpoint during a rollout. */
+  status(): { phase: MigrationPhase; from: string; to: string } {
+    return { phase: this.phase, from: this.from.name, to: this.to.name };
+  }
+
+  acquire(req: AcquireRequest): Promise<Lease | null> {
+    if (this.phase === 'from') return this.from.acquire(req);
+    if (this.phase === 'to') return this.to.acquire(req);
+    return this.#acquireBoth(req);
+  }
+
+  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
+    if (!isDual(lease)) return this.#single.renew(lease, ttlMs);
+    const [first, second] = await Promise.allSettled([this.from.renew(lease.first, ttlMs), this.to.renew(lease.second, ttlMs)]);
+    if (isFalse(first) || isFalse(second)) {
+      // Lost in one store: give the other part back now (a session lease would otherwise live on).
+      await this.#releaseDual(lease).catch(() => undefined);
+      return false;
+    }
+    if (first.status === 'rejected') throw first.reason;
+    if (second.status === 'rejected') throw second.reason;
+    return true;
+  }
+
+  async release(lease: Lease): Promise<void> {
+    if (!isDual(lease)) return this.#single.release(lease);
+    await this.#releaseDual(lease);
+  }
+
+  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+    if (!isDual(lease)) return this.#single.raiseTokenFloor!(lease, floor);
+    const [first, second] = await Promise.all([this.from.raiseTokenFloor!(lease.first, floor), this.to.raiseTokenFloor!(lease.second, floor)]);
+    return first && second;
+  }
+
+  async close(): Promise<void> {
+    const results = await Promise.allSettled([this.from.close(), this.to.close()]);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+  }
+
+  get #single(): LockBackend {
+    return this.phase === 'to' ? this.to : this.from;
+  }
+
+  /**
+   * `from`, then `to`; then the token floors. Anything that stops it half-way (a timeout, an
+   * abort, a busy `to` for a one-shot attempt, an error) gives back what it took before it
+   * settles. If the first lease is lost while `to` keeps us waiting, the wait starts over (at the
+   * back of `from`'s queue).
+   */
+  async #acquireBoth(req: AcquireRequest): Promise<Lease | null> {
+    for (let attempt = 0; ; attempt++) {
+      // Every acquisition has an owner id of its own, also a second try after a loss.
+      if (attempt > 0) req = { ...req, owner: randomUUID() };
+      const first = await this.from.acquire(req);
+      if (!first) return null;
+      const taken = await this.#takeSecond(req, first);
+      if (taken === 'lost') continue;
+      if (!taken) return null;
+      const lease = await this.#fence(req, first, taken.second, taken.firstSince);
+      if (lease) return lease;
+      if (!req.wait) {
+        throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the lease was lost while its token floor was raised') });
+      }
+    }
+  }
+
+  /**
+   * Takes `to` for the holder of `first`: resolves the second lease and when the first lease's ttl
+   * now counts from; null (first given back) when `to` is busy for a one-shot attempt; 'lost' (first
+   * given back) when the first lease was lost meanwhile and the caller should queue again.
+   * Rejects (first given back) on abort, timeout or error. Every `to` call is raced against the
+   * signal, so a `to` that stops answering cannot pin the first lease: a late grant goes back.
+   */
+  async #takeSecond(req: AcquireRequest, first: Lease): Promise<{ second: Lease; firstSince: number } | null | 'lost'> {
+    const ask = (wait: boolean, signal: AbortSignal) =>
+      raceSignal(this.to.acquire({ ...req, wait, signal, ...(this.to.capabilities.minToken ? { minToken: first.token } : {}) }), signal, (late) => {
+        if (late) this.to.release(late).catch(() => undefined);
+      });
+    let second: Lease | null;
+    try {
+      // `to` is mostly free (only holders of `from` and, late in a rollout, `to` processes take
+      // it): one attempt first, which needs no keep-alive of the first lease.
+      second = await ask(false, req.signal);
+    } catch (error) {
+      // The error (or the abort) is what the caller must hear; a failed clean-up expires on its own.
+      await this.from.release(first).catch(() => undefined);
+      throw error;
+    }
+    if (second) return { second, firstSince: first.acquiredAt };
+    if (!req.wait) {
+      await this.from.release(first);
+      return null;
+    }
+    const guard = new FirstLeaseGuard(this.from, first, req);
+    try {
+      second = await ask(true, guard.signal);
+    } catch (error) {
+      await guard.stop();
+      await this.from.release(first).catch(() => undefined);
+      if (guard.lost && !req.signal.aborted) return 'lost';
+      throw error;
+    }
+    await guard.stop();
+    if (!second) {
+      await this.#releaseParts({ first, second: undefined });
+      throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`${this.to.name} returned no lease from a waiting acquire`) });
+    }
+    if (guard.lost) {
+      // `to` answered just as the first lease was found lost: never report half a lock.
+      await this.#releaseParts({ first, second }).catch(() => undefined);
+      if (!req.signal.aborted) return 'lost';
+      throw req.signal.reason;
+    }
+    return { second, firstSince: guard.acquiredAt };
+  }
+
+  /**
+   * Raises the lower store's floor to the larger token; null (both parts given back) if a part was
+   * lost meanwhile. A raise leaves headroom where that saves later writes: when `to` honours
+   * `minToken`, `from` is lifted HEADROOM above `to`'s token, so the next grants of `from` stay
+   * ahead of `to`'s own count (a clock, for Redis) and `to` simply matches them, with no raise;
+   * when `to` cannot (a revision store) and counted lower, `to` is lifted HEADROOM above, so the
+   * raise each later grant needs falls on `from` (a counter write) rather than on `to` again.
+   */
+  async #fence(req: AcquireRequest, first: Lease, second: Lease, firstSince: number): Promise<DualLease | null> {
+    const [a, b] = [first.token, second.token];
+    let kept = true;
+    try {
+      if (a < b) kept = await this.from.raiseTokenFloor!(first, this.to.capabilities.minToken ? b + HEADROOM : b);
+      else if (b < a) kept = await this.to.raiseTokenFloor!(second, a + HEADROOM);
+    } catch (error) {
+      await this.#releaseParts({ first, second }).catch(() => undefined);
+      throw error;
+    }
+    if (!kept) {
+      await this.#releaseParts({ first, second });
+      return null;
+    }
+    const lease: DualLease = {
+      key: req.key,
+      owner: req.owner,
+      token: a > b ? a : b,
+      acquiredAt: Math.min(firstSince, second.acquiredAt),
+      first,
+      second,
+      ...eitherLost(first.lost, second.lost),
+    };
+    dualLeases.add(lease);
+    return lease;
+  }
+
+  /** `to`'s part first, then `from`'s, even when the first release fails; rejects with the first error. */
+  /** A held dual lease's parts, given back once (a part lost on renewal gives the other back before core's release). */
+  #releaseDual(lease: DualLease): Promise<void> {
+    lease.released ??= this.#releaseParts(lease).catch((error: unknown) => {
+      lease.released = undefined;
+      throw error;
+    });
+    return lease.released;
+  }
+
+  async #releaseParts(lease: { first: Lease; second: Lease | undefined; unlisten?: () => void }): Promise<void> {
+    lease.unlisten?.();
+    let failure: { error: unknown } | undefined;
+    try {
+      if (lease.second) await this.to.release(lease.second);
+    } catch (error) {
+      failure = { error };
+    }
+    try {
+      await this.from.release(lease.first);
+    } catch (error) {
+      failure ??= { error };
+    }
+    if (failure) throw failure.error;
+  }
+}
+
+/**
+ * Keeps the `from` lease alive while a `dual` acquisition waits for `to` (core renews only what it
+ * was handed). Its signal aborts the wait for `to` when the caller's does, or when the first lease
+ * is lost (reported lost, or not confirmed in time), so the acquisition can start over.
+ */
+class FirstLeaseGuard {
+  readonly signal: AbortSignal;
+  /** The send time of the last confirmed renewal: where the first lease's ttl now counts from. */
+  acquiredAt: number;
+  lost = false;
+  readonly #controller = new AbortController();
+  readonly #backend: LockBackend;
+  readonly #lease: Lease;
+  readonly #req: AcquireRequest;
+  readonly #onAbort: () => void;
+  readonly #onLost: () => void;
+  #timer: Timer | undefined;
+  #renewal: Promise<void> = Promise.resolve();
+  #stopped = false;
+
+  constructor(backend: LockBackend, lease: Lease, req: AcquireRequest) {
+    this.#backend = backend;
+    this.#lease = lease;
+    this.#req = req;
+    this.acquiredAt = lease.acquiredAt;
+    this.signal = this.#controller.signal;
+    this.#onAbort = () => this.#controller.abort(req.signal.reason);
+    this.#onLost = () => this.#lose(lease.lost?.reason);
+    if (req.signal.aborted) this.#onAbort();
+    req.signal.addEventListener('abort', this.#onAbort, { once: true });
+    if (lease.lost?.aborted) this.#onLost();
+    lease.lost?.addEventListener('abort', this.#onLost, { once: true });
+    if (req.wait) this.#schedule(req.ttlMs / 3);
+  }
+
+  /** Stops renewing; resolves once a renewal in flight has settled (one store call per lease at a time). */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#timer?.cancel();
+    this.#req.signal.removeEventListener('abort', this.#onAbort);
+    this.#lease.lost?.removeEventListener('abort', this.#onLost);
+    await this.#renewal;
+  }
+
+  #schedule(delayMs: number): void {
+    this.#timer = after(delayMs, () => {
+      this.#renewal = this.#renew();
+    }, true);
+  }
+
+  async #renew(): Promise<void> {
+    if (this.#stopped) return;
+    const sentAt = performance.now();
+    try {
+      if (!(await this.#backend.renew(this.#lease, this.#req.ttlMs))) return this.#lose(new Error('the first lease was lost while waiting for the second store'));
+      this.acquiredAt = sentAt;
+    } catch (error) {
+      // Keep trying while the lease may still be alive, as core does for a held lock.
+      if (performance.now() - this.acquiredAt > this.#req.ttlMs * 0.9) return this.#lose(error);
+      if (!this.#stopped) this.#schedule(Math.min(this.#req.ttlMs / 6, 1000));
+      return;
+    }
+    if (!this.#stopped) this.#schedule(this.#req.ttlMs / 3);
+  }
+
+  #lose(reason: unknown): void {
+    if (this.#stopped) return;
+    this.lost = true;
+    this.#controller.abort(reason ?? new Error('the first lease was lost'));
+  }
+}
+
+/**
+ * A backend that moves locks from one store to another; see `MigratingBackend`.
+ * @throws InvalidArgumentError for a bad phase, `from === to`, or a non-backend (before any I/O).
+ */
+export function migratingBackend(options: MigratingBackendOptions): MigratingBackend {
+  return new MigratingBackend(options);
+}
+
+/** What two stores both offer; the one place a migrating backend's capabilities come from. */
+function combine(a: Capabilities, b: Capabilities): Capabilities {
+  const granularity = lcm(a.ttlGranularityMs, b.ttlGranularityMs);
+  const minTtlMs = Math.ceil(Math.max(a.minTtlMs, b.minTtlMs) / granularity) * granularity;
+  const maxTtlMs = Math.min(a.maxTtlMs ?? DEFAULT_MAX_TTL_MS, b.maxTtlMs ?? DEFAULT_MAX_TTL_MS);
+  if (minTtlMs > maxTtlMs) throw new InvalidArgumentError(`the two stores accept no common ttl (at least ${minTtlMs} ms, at most ${maxTtlMs} ms)`);
+  return {
+    fencing: 'strict',
+    fairness: a.fairness === 'fifo' && b.fairness === 'fifo' ? 'fifo' : 'none',
+    lease: a.lease === 'ttl' && b.lease === 'ttl' ? 'ttl' : 'session',
+    wake: a.wake === 'push' && b.wake === 'push' ? 'push' : 'poll',
+    minTtlMs,
+    ttlGranularityMs: granularity,
+    maxTtlMs,
+    crossProcess: a.crossProcess && b.crossProcess,
+  };
+}
+
+function lcm(x: number, y: number): number {
+  const gcd = (p: number, q: number): number => (q === 0 ? p : gcd(q, p % q));
+  return (x / gcd(x, y)) * y;
+}
+
+function isBackend(value: unknown): value is LockBackend {
+  const b = value as LockBackend | undefined;
+  return !!b && typeof b === 'object' && typeof b.acquire === 'function' && typeof b.renew === 'function' &&
+    typeof b.release === 'function' && typeof b.close === 'function' && !!b.capabilities && typeof b.name === 'string';
+}
+
+/** One loss signal for a lease of two parts (none when neither part has one), and how to stop listening. */
+function eitherLost(...signals: (AbortSignal | undefined)[]): { lost?: AbortSignal; unlisten: () => void } {
+  const sources = signals.filter((s): s is AbortSignal => s !== undefined);
+  if (sources.length === 0) return { unlisten: () => undefined };
+  const lost = new AbortController();
+  const listeners = sources.map((source) => [source, () => lost.abort(source.reason)] as const);
+  for (const [source, listener] of listeners) {
+    if (source.aborted) listener();
+    else source.addEventListener('abort', listener, { once: true });
+  }
+  return { lost: lost.signal, unlisten: () => listeners.forEach(([source, listener]) => source.removeEventListener('abort', listener)) };
+}
+
+function isDual(lease: Lease): lease is DualLease {
+  return dualLeases.has(lease);
+}
+
+const isFalse = (r: PromiseSettledResult<boolean>) => r.status === 'fulfilled' && !r.value;
