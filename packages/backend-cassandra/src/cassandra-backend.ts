@@ -95,6 +95,11 @@ function isUnavailable(error: unknown): boolean {
   return e instanceof cassandra.errors.ResponseError && [codes.unavailableException, codes.overloaded, codes.isBootstrapping, codes.writeTimeout, codes.readTimeout].includes(e.code!);
 }
 
+/** Where each algorithm records the holder. */
+type HolderTable = 'lock_holders' | 'shadow_holders' | 'lock_lwt';
+const HOLDER_TABLES: Record<CassandraAlgorithm, HolderTable> = { queue: 'lock_holders', shadow: 'shadow_holders', lwt: 'lock_lwt' };
+
+const maxOf = (a: bigint, b: bigint) => (a > b ? a : b);
 const toBigInt = (value: unknown): bigint => (typeof value === 'bigint' ? value : BigInt(String(value)));
 
 /**
@@ -146,6 +151,7 @@ export class CassandraBackend implements LockBackend {
       minTtlMs: 2000,
       ttlGranularityMs: 1000, // TTLs are whole seconds
       crossProcess: true,
+      minToken: true,
     };
     let keyspace = options.keyspace ?? 'deadbolt';
     if (options.client) {
@@ -349,7 +355,7 @@ export class CassandraBackend implements LockBackend {
       await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
       return NOT_YET;
     }
-    return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders');
+    return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders', req.minToken);
   }
 
   /** The owners of the first `n` queue cells, in arrival order (the partition holds few rows: see schema.ts). */
@@ -435,7 +441,7 @@ export class CassandraBackend implements LockBackend {
       await this.#run('acquire', `DELETE FROM ${this.keyspace}.shadow_claims USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
     }
     if (!won) return 'concurrent';
-    return this.#fence({ key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n }, 'shadow_holders');
+    return this.#fence({ key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n }, 'shadow_holders', req.minToken);
   }
 
   /** Removes our shadow main cell, once per slot (as `#leave` does for the queue). */
@@ -459,7 +465,7 @@ export class CassandraBackend implements LockBackend {
       throw error;
     }
     if (!result.wasApplied()) return null;
-    return this.#fence({ key: req.key, owner: req.owner, id, acquiredAt, token: 0n }, 'lock_lwt');
+    return this.#fence({ key: req.key, owner: req.owner, id, acquiredAt, token: 0n }, 'lock_lwt', req.minToken);
   }
 
   // --- shared -----------------------------------------------------------------------------------
@@ -471,45 +477,71 @@ export class CassandraBackend implements LockBackend {
 
   /**
    * Gives a freshly won lease its fencing token: compare-and-set the key's token row to one more
-   * than it holds (one LWT, plus a SERIAL read the first time this process sees the key), then
-   * check the lock is still ours, so a holder paused between winning and counting can never carry
-   * a token newer than its successor's.
+   * than it holds, or to `least` (a migration's hint) if that is higher (one LWT, plus a SERIAL read
+   * the first time this process sees the key), then check the lock is still ours, so a holder
+   * paused between winning and counting can never carry a token newer than its successor's.
    */
-  async #fence(lease: Omit<CassandraLease, 'token'> & { token: bigint }, table: 'lock_holders' | 'shadow_holders' | 'lock_lwt'): Promise<CassandraLease> {
+  async #fence(lease: Omit<CassandraLease, 'token'> & { token: bigint }, table: HolderTable, least = 0n): Promise<CassandraLease> {
     try {
-      const cacheKey = lease.id.toString('base64');
-      let current = this.#tokens.get(cacheKey);
-      if (current === undefined) {
-        const row = (await this.#run('acquire', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [lease.id], { serialRead: true })).first();
-        current = row ? toBigInt(row['fencing_token']) : undefined;
+      const token = await this.#setToken(lease.id, (current) => maxOf((current ?? 0n) + 1n, least));
+      if (!(await this.#stillOurs(lease, table))) {
+        throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the lease expired while its fencing token was being taken') });
       }
-      for (;;) {
-        const result =
-          current === undefined
-            ? await this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_token (lock_id, fencing_token) VALUES (?, ?) IF NOT EXISTS`, [lease.id, '1'], { lwt: true })
-            : await this.#run('acquire', `UPDATE ${this.keyspace}.lock_token SET fencing_token = ? WHERE lock_id = ? IF fencing_token = ?`, [String(current + 1n), lease.id, String(current)], { lwt: true });
-        if (result.wasApplied()) {
-          const token = current === undefined ? 1n : current + 1n;
-          // Map order is insertion order: re-insert to keep the newest last, drop the oldest.
-          this.#tokens.delete(cacheKey);
-          this.#tokens.set(cacheKey, token);
-          if (this.#tokens.size > TOKEN_CACHE_KEYS) this.#tokens.delete(this.#tokens.keys().next().value!);
-          lease = { ...lease, token };
-          break;
-        }
-        const seen = result.first()?.['fencing_token'];
-        current = seen === undefined || seen === null ? undefined : toBigInt(seen);
-      }
-      const stillOurs =
-        table === 'lock_lwt'
-          ? (await this.#run('acquire', `SELECT owner FROM ${this.keyspace}.lock_lwt WHERE lock_id = ?`, [lease.id], { serialRead: true })).first()?.['owner'] === lease.owner
-          : (await this.#owners('acquire', table, lease.id)).includes(lease.owner);
-      if (!stillOurs) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the lease expired while its fencing token was being taken') });
-      return lease;
+      return { ...lease, token };
     } catch (error) {
       await this.release(lease).catch(() => undefined);
       throw error;
     }
+  }
+
+  /**
+   * See `LockBackend.raiseTokenFloor`: the token row is lifted by compare-and-set, then the lock
+   * must still be ours. A successor that won in between either counted before the lift (and the
+   * check finds it) or counts from the lifted value.
+   */
+  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+    const l = lease as CassandraLease;
+    await this.#setToken(l.id, (current) => (current === undefined || current < floor ? floor : undefined));
+    return this.#stillOurs(l, HOLDER_TABLES[this.algorithm]);
+  }
+
+  /**
+   * Moves the key's token row to `next(current)` by compare-and-set, retrying on a lost race with
+   * the value the race returned; `next` returning undefined leaves it as it is. Resolves the value
+   * the row then holds. Starts from this process's last sighting (a guess: a wrong one costs one
+   * more round), else a SERIAL read.
+   */
+  async #setToken(id: Buffer, next: (current: bigint | undefined) => bigint | undefined): Promise<bigint> {
+    const cacheKey = id.toString('base64');
+    let current = this.#tokens.get(cacheKey);
+    if (current === undefined) {
+      const row = (await this.#run('acquire', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [id], { serialRead: true })).first();
+      current = row ? toBigInt(row['fencing_token']) : undefined;
+    }
+    for (;;) {
+      const value = next(current);
+      if (value === undefined) return current!;
+      const result =
+        current === undefined
+          ? await this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_token (lock_id, fencing_token) VALUES (?, ?) IF NOT EXISTS`, [id, String(value)], { lwt: true })
+          : await this.#run('acquire', `UPDATE ${this.keyspace}.lock_token SET fencing_token = ? WHERE lock_id = ? IF fencing_token = ?`, [String(value), id, String(current)], { lwt: true });
+      if (result.wasApplied()) {
+        // Map order is insertion order: re-insert to keep the newest last, drop the oldest.
+        this.#tokens.delete(cacheKey);
+        this.#tokens.set(cacheKey, value);
+        if (this.#tokens.size > TOKEN_CACHE_KEYS) this.#tokens.delete(this.#tokens.keys().next().value!);
+        return value;
+      }
+      const seen = result.first()?.['fencing_token'];
+      current = seen === undefined || seen === null ? undefined : toBigInt(seen);
+    }
+  }
+
+  async #stillOurs(lease: Pick<CassandraLease, 'id' | 'owner'>, table: HolderTable): Promise<boolean> {
+    if (table === 'lock_lwt') {
+      return (await this.#run('acquire', `SELECT owner FROM ${this.keyspace}.lock_lwt WHERE lock_id = ?`, [lease.id], { serialRead: true })).first()?.['owner'] === lease.owner;
+    }
+    return (await this.#owners('acquire', table, lease.id)).includes(lease.owner);
   }
 
   async #owners(operation: string, table: string, id: Buffer): Promise<string[]> {

@@ -1,5 +1,8 @@
 import type { Client } from 'cassandra-driver';
 
+/** The tables that hold claims (holders and waiters of every algorithm); `lock_token` and `global_time` are metadata. */
+export const CLAIM_TABLES = ['lock_waiters', 'lock_holders', 'shadow_holders', 'shadow_claims', 'lock_lwt'] as const;
+
 /**
  * The tables, in CQL. Every lock table is keyed by the lock's UTF-8 bytes (`blob`), so any key of
  * up to 1024 bytes is its own partition and no two keys collide.

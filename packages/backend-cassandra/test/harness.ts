@@ -1,8 +1,7 @@
-import { cassandraBackend, type CassandraBackend } from '@deadbolt/cassandra';
-import type { ConformanceHarness } from '@deadbolt/conformance';
-import { restartMatrixServer } from '@deadbolt/conformance';
+import { cassandraBackend, CLAIM_TABLES as TABLES, type CassandraAlgorithm, type CassandraBackend } from '@deadbolt/cassandra';
+import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
 
-const TABLES = ['lock_waiters', 'lock_holders', 'shadow_holders', 'shadow_claims', 'lock_lwt'];
 
 /** Reads and breaks the lock cells directly (every algorithm's tables). */
 export function cassandraHarness(url: string): ConformanceHarness & { admin: CassandraBackend } {
@@ -53,5 +52,22 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
       const client = await ready();
       for (const table of TABLES) await client.execute(`TRUNCATE ${admin.keyspace}.${table}`);
     },
+  };
+}
+
+/** The shared suite's options for the test-matrix Cassandra (also one side of the migration suites). */
+export function cassandraSuiteOptions(algorithm: CassandraAlgorithm = 'queue'): ConformanceOptions {
+  const url = matrixUrl('cassandra');
+  // The shadow algorithm's thesis waits (up to 1 s) scaled down, so its suite runs in minutes.
+  const options = { url, algorithm, ...(algorithm === 'shadow' ? { shadowBackoff: { ownerWaitMs: 100, concurrentStepMs: 10 } } : {}) };
+  return {
+    name: `cassandra ${algorithm}`,
+    createBackend: () => cassandraBackend(options),
+    createUnreachableBackend: () => cassandraBackend({ ...options, url: 'cassandra://127.0.0.1:1/deadbolt' }),
+    network: { store: storeAddress(url), createBackend: (via) => cassandraBackend({ ...options, url: viaUrl(url, via) }) },
+    child: { module: import.meta.resolve('@deadbolt/cassandra'), export: 'cassandraBackend', options },
+    harness: cassandraHarness(url),
+    // Whole seconds, polled over QUORUM reads on a two-core machine: 3 s keeps the tests about leases.
+    ttlMs: 3000,
   };
 }

@@ -30,6 +30,8 @@ export interface EtcdBackendOptions {
 interface EtcdLockLease extends Lease {
   /** `<prefix><base64url key>/<owner>`, the waiter's own key. */
   readonly path: string;
+  /** Our key's create revision; the token is this plus the key's offset at the grant. */
+  readonly revision: bigint;
   acquiredAt: number;
   etcdLease: EtcdLease;
   ttlSeconds: number;
@@ -37,6 +39,9 @@ interface EtcdLockLease extends Lease {
   /** Watches our own key; its deletion (release, revocation, expiry, anyone) means the lock is gone. */
   watcher: Promise<Watcher | undefined>;
 }
+
+/** A stored offset (decimal text), or 0 when the key has none. */
+const offsetOf = (value: Buffer | string | undefined) => (value === undefined ? 0n : BigInt(value.toString()));
 
 /** etcd3 rejects keep-alives of a revoked or expired lease with a plain Error saying so. */
 const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.test(String((error as Error)?.message));
@@ -46,8 +51,9 @@ const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.te
  * under the lock's prefix, bound to a lease of its own, in one transaction that also reads the
  * current holder (the key with the lowest create revision). A waiter watches only the nearest
  * earlier key and re-checks when it goes: FIFO by create revision, no thundering herd. The fencing
- * token is the holder key's create revision. Renewal is a lease keep-alive plus a check that the
- * key still exists.
+ * token is the holder key's create revision plus the lock's offset (0 unless a migration raised its
+ * token floor; see `raiseTokenFloor`). Renewal is a lease keep-alive plus a check that the key
+ * still exists.
  */
 export class EtcdBackend implements LockBackend {
   readonly name = 'etcd';
@@ -102,8 +108,17 @@ export class EtcdBackend implements LockBackend {
     return `${this.#prefix}${Buffer.from(key, 'utf8').toString('base64url')}/`;
   }
 
+  /**
+   * Where a lock's token offset lives: beside its prefix, never under any lock's prefix (base64url
+   * has no `#`). Written only by a holder, so a holder reads the final value at any time.
+   */
+  offsetKeyFor(key: string): string {
+    return `${this.#prefix}${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
+  }
+
   async acquire(req: AcquireRequest): Promise<Lease | null> {
     const lockPrefix = this.prefixFor(req.key);
+    const offsetKey = this.offsetKeyFor(req.key);
     const path = lockPrefix + req.owner;
     const ttlSeconds = req.ttlMs / 1000;
     let acquiredAt = performance.now();
@@ -115,14 +130,15 @@ export class EtcdBackend implements LockBackend {
       const result = await this.#call('acquire', () =>
         this.client
           .if(path, 'Create', '==', 0)
-          .then(this.client.put(path).value(req.owner).lease(leaseId), this.#holderQuery(lockPrefix))
-          .else(this.client.get(path), this.#holderQuery(lockPrefix))
+          .then(this.client.put(path).value(req.owner).lease(leaseId), this.#holderQuery(lockPrefix), this.client.get(offsetKey))
+          .else(this.client.get(path), this.#holderQuery(lockPrefix), this.client.get(offsetKey))
           .commit(),
       );
       created = true;
       const revision = BigInt(result.header.revision);
       const mine = result.succeeded ? revision : BigInt(result.responses[0]!.response_range.kvs[0]!.create_revision);
       const holder = BigInt(result.responses[1]!.response_range.kvs[0]?.create_revision ?? -1);
+      let offset = offsetOf(result.responses[2]!.response_range.kvs[0]?.value);
       if (holder !== mine) {
         if (!req.wait) {
           await this.#call('acquire', () => this.client.delete().key(path).exec());
@@ -138,12 +154,17 @@ export class EtcdBackend implements LockBackend {
           clearInterval(keepAlive);
         }
         acquiredAt = performance.now();
-        const alive = await this.#call('acquire', () => etcdLease.keepaliveOnce()).then((r) => Number(r.TTL) > 0, (e: unknown) => (isLeaseGone(e) ? false : Promise.reject(e)));
+        const [alive, stored] = await Promise.all([
+          this.#call('acquire', () => etcdLease.keepaliveOnce()).then((r) => Number(r.TTL) > 0, (e: unknown) => (isLeaseGone(e) ? false : Promise.reject(e))),
+          // We hold the lock now, so the offset is as the last holder left it.
+          this.#call('acquire', () => this.client.get(offsetKey).exec()),
+        ]);
+        offset = offsetOf(stored.kvs[0]?.value);
         if (!alive) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the waiter\'s lease expired while it waited') });
       }
       const lost = new AbortController();
       const lease: EtcdLockLease = {
-        key: req.key, owner: req.owner, token: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal,
+        key: req.key, owner: req.owner, token: mine + offset, revision: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal,
         watcher: this.#watchLoss(path, revision, lost),
       };
       return lease;
@@ -182,6 +203,19 @@ export class EtcdBackend implements LockBackend {
     }
   }
 
+  /**
+   * See `LockBackend.raiseTokenFloor`. Later holders' keys are newer than ours, so an offset of
+   * `floor - our revision` puts every later token above `floor`; written only if our key (so our
+   * hold: nobody is granted before it goes) still exists.
+   */
+  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+    const l = lease as EtcdLockLease;
+    const result = await this.#call('raise token floor', () =>
+      this.client.if(l.path, 'Create', '==', l.revision.toString()).then(this.client.put(this.offsetKeyFor(l.key)).value((floor - l.revision).toString())).commit(),
+    );
+    return result.succeeded;
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -208,7 +242,7 @@ export class EtcdBackend implements LockBackend {
   async #ownsKey(l: EtcdLockLease): Promise<boolean> {
     const found = await this.#call('renew', () => this.client.get(l.path).exec());
     const kv = found.kvs[0];
-    return kv !== undefined && BigInt(kv.create_revision) === l.token;
+    return kv !== undefined && BigInt(kv.create_revision) === l.revision;
   }
 
   /** A new ttl needs a new lease: move our key to it (only if the key is still ours), then drop the old one. */
@@ -217,7 +251,7 @@ export class EtcdBackend implements LockBackend {
     next.on('lost', () => undefined);
     const id = await this.#call('renew', () => next.grant());
     const result = await this.#call('renew', () =>
-      this.client.if(l.path, 'Create', '==', l.token.toString()).then(this.client.put(l.path).value(l.owner).lease(id)).commit(),
+      this.client.if(l.path, 'Create', '==', l.revision.toString()).then(this.client.put(l.path).value(l.owner).lease(id)).commit(),
     );
     if (!result.succeeded) {
       await next.revoke().catch(() => undefined);

@@ -1,5 +1,5 @@
-import type { ConformanceHarness } from '@deadbolt/conformance';
-import { restartMatrixServer } from '@deadbolt/conformance';
+import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { etcdBackend } from '@deadbolt/etcd';
 
 /** Reads and breaks the lock keys directly. */
@@ -23,5 +23,18 @@ export function etcdHarness(url: string): ConformanceHarness {
     async clearAll() {
       await admin.client.delete().prefix('deadbolt/').exec();
     },
+  };
+}
+
+/** The shared suite's options for the test-matrix etcd (also one side of the migration suites). */
+export function etcdSuiteOptions(): ConformanceOptions {
+  const url = matrixUrl('etcd');
+  return {
+    name: 'etcd',
+    createBackend: () => etcdBackend({ url }),
+    createUnreachableBackend: () => etcdBackend({ url: 'etcd://127.0.0.1:1' }),
+    network: { store: storeAddress(url), createBackend: (via) => etcdBackend({ url: viaUrl(url, via) }) },
+    child: { module: import.meta.resolve('@deadbolt/etcd'), export: 'etcdBackend', options: { url } },
+    harness: etcdHarness(url),
   };
 }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   BackendError,
   BackendUnavailableError,
+  cancelOnAbort,
   DeadboltError,
   InFlight,
   InvalidArgumentError,
@@ -46,7 +47,7 @@ export interface MysqlBackendOptions {
   commandTimeoutMs?: number;
 }
 
-const STATEMENTS = ['createTable', 'takeOver', 'insertFirst', 'renew', 'release', 'sessionToken', 'sessionTokenFirst'] as const;
+const STATEMENTS = ['createTable', 'takeOver', 'insertFirst', 'renew', 'release', 'sessionToken', 'sessionTokenFirst', 'raiseFloor'] as const;
 type Statements = Record<(typeof STATEMENTS)[number], string>;
 
 interface MysqlLease extends Lease {
@@ -80,6 +81,8 @@ export class MysqlBackend implements LockBackend {
   readonly #commandTimeoutMs: number;
   /** Connections destroyed after a timeout or a connection error: never handed back to the pool. */
   readonly #broken = new WeakSet<PoolConnection>();
+  /** Session leases already released: their connection is back in the pool. */
+  readonly #releasedSessions = new WeakSet<Lease>();
   readonly #notifier = new ReleaseNotifier();
   readonly #acquiring = new InFlight();
   readonly #sql: Statements;
@@ -97,9 +100,9 @@ export class MysqlBackend implements LockBackend {
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
-        ? { fencing: 'strict', fairness: 'none', lease: 'ttl', wake: 'poll', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true }
+        ? { fencing: 'strict', fairness: 'none', lease: 'ttl', wake: 'poll', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true }
         : // wait_timeout is in whole seconds; a waiter blocks inside GET_LOCK and wakes when the lock frees.
-          { fencing: 'strict', fairness: 'none', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true };
+          { fencing: 'strict', fairness: 'none', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true, minToken: true };
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
     if (!Number.isFinite(this.#maxPollDelayMs) || this.#maxPollDelayMs < 1) throw new InvalidArgumentError('maxPollDelayMs must be a number ≥ 1');
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
@@ -160,14 +163,11 @@ export class MysqlBackend implements LockBackend {
     const { connection, lockName } = lease as MysqlLease;
     if (connection && lockName) {
       // Any statement resets the server's idle clock; this one also proves we still hold the lock.
-      try {
-        await this.#on(connection, sql.sessionIdleLimit, [ttlMs / 1000]);
-        const rows = await this.#on<RowDataPacket[]>(connection, sql.holdsLock, [lockName]);
-        return rows[0]?.mine === 1;
-      } catch (error) {
-        if (this.#classify(error) === 'unavailable') return false; // the connection is gone, and the lock with it
-        throw new BackendError(this.name, 'renew', { cause: error });
-      }
+      const mine = await this.#onSession(lease, 'renew', async (held) => {
+        await this.#on(held, sql.sessionIdleLimit, [ttlMs / 1000]);
+        return (await this.#on<RowDataPacket[]>(held, sql.holdsLock, [lockName]))[0]?.mine === 1;
+      });
+      return mine === true;
     }
     const result = await this.#run('renew', this.#sql.renew, [ttlMs * 1000, (lease as MysqlLease).hash, lease.owner]);
     return result.affectedRows === 1;
@@ -175,9 +175,38 @@ export class MysqlBackend implements LockBackend {
 
   async release(lease: Lease): Promise<void> {
     const { connection, lockName } = lease as MysqlLease;
-    if (connection && lockName) return this.#releaseSession(connection, lockName, lease.key);
+    if (connection && lockName) {
+      // Once only: the connection goes back to the pool, where it may soon hold another lease's
+      // named lock (of the same key, even), which a second RELEASE_LOCK on it would free.
+      if (this.#releasedSessions.has(lease)) return;
+      this.#releasedSessions.add(lease);
+      return this.#releaseSession(connection, lockName, lease.key);
+    }
     const result = await this.#run('release', this.#sql.release, [(lease as MysqlLease).hash, lease.owner]);
     if (result.affectedRows === 1) this.#notifier.notify(lease.key);
+  }
+
+  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+    const { connection, hash } = lease as MysqlLease;
+    const params = [floor.toString(), hash, lease.owner];
+    if (!connection) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).affectedRows === 1;
+    const raised = await this.#onSession(lease, 'raise token floor', async (held) => (await this.#on<ResultSetHeader>(held, this.#sql.raiseFloor, params)).affectedRows === 1);
+    return raised === true;
+  }
+
+  /**
+   * Statements on a held session lease's own connection; undefined when the lease is gone: it was
+   * released (the pool has its connection back, maybe holding another lease's named lock), or the
+   * connection died, taking the named lock with it.
+   */
+  async #onSession<T>(lease: Lease, operation: string, statements: (connection: PoolConnection) => Promise<T>): Promise<T | undefined> {
+    if (this.#releasedSessions.has(lease)) return undefined;
+    try {
+      return await statements((lease as MysqlLease).connection!);
+    } catch (error) {
+      if (this.#classify(error) === 'unavailable') return undefined;
+      throw this.#wrap(operation, error);
+    }
   }
 
   async close(): Promise<void> {
@@ -191,10 +220,11 @@ export class MysqlBackend implements LockBackend {
     const acquiredAt = performance.now();
     const micros = req.ttlMs * 1000;
     const keyBytes = Buffer.from(req.key, 'utf8');
-    let result = await this.#run('acquire', this.#sql.takeOver, [req.owner, micros, hash, keyBytes]);
+    const least = (req.minToken ?? 0n).toString();
+    let result = await this.#run('acquire', this.#sql.takeOver, [least, req.owner, micros, hash, keyBytes]);
     if (result.affectedRows !== 1) {
       try {
-        result = await this.#run('acquire', this.#sql.insertFirst, [hash, keyBytes, req.owner, micros]);
+        result = await this.#run('acquire', this.#sql.insertFirst, [hash, keyBytes, req.owner, micros, least]);
       } catch (error) {
         if ((error as { cause?: { errno?: number } }).cause?.errno === 1062) return null; // the row exists: held
         throw error;
@@ -233,8 +263,7 @@ export class MysqlBackend implements LockBackend {
       // Checked before every listener: one added to an already-aborted signal never runs.
       req.signal.throwIfAborted();
       // A waiter blocks inside the server; aborting it is a KILL QUERY from another connection.
-      const kill = () => void this.pool.query('KILL QUERY ?', [connection.threadId]).catch(() => undefined);
-      if (req.wait) req.signal.addEventListener('abort', kill, { once: true });
+      const stopKilling = req.wait ? cancelOnAbort(req.signal, () => this.pool.query('KILL QUERY ?', [connection.threadId])) : () => undefined;
       let got: unknown;
       try {
         const [rows] = await connection.execute<RowDataPacket[]>(sql.getLock, [lockName, req.wait ? 365 * 24 * 3600 : 0]);
@@ -249,7 +278,7 @@ export class MysqlBackend implements LockBackend {
           return RESET;
         }
       } finally {
-        req.signal.removeEventListener('abort', kill);
+        stopKilling();
       }
       held = got === 1;
       req.signal.throwIfAborted();
@@ -261,8 +290,9 @@ export class MysqlBackend implements LockBackend {
       // The server's idle clock restarts with each statement: count the lease from this one.
       const acquiredAt = performance.now();
       const keyBytes = Buffer.from(req.key, 'utf8');
-      let result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionToken, [req.owner, hash, keyBytes]);
-      if (result.affectedRows !== 1) result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner]);
+      const least = (req.minToken ?? 0n).toString();
+      let result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionToken, [least, req.owner, hash, keyBytes]);
+      if (result.affectedRows !== 1) result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner, least]);
       return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash, connection, lockName };
     } catch (error) {
       if (!this.#broken.has(connection)) await this.#releaseSession(connection, lockName, req.key, held).catch(() => undefined);

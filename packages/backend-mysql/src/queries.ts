@@ -18,19 +18,27 @@ export const createTable = `CREATE TABLE IF NOT EXISTS ?? (
 
 /**
  * Take a free or expired row. `LAST_INSERT_ID(expr)` hands the new token back with the reply, so
- * acquire is one statement when the row exists. Params: owner, ttl µs, hash, key.
+ * acquire is one statement when the row exists. The token is one more than the last, or the
+ * caller's least token if that is higher (a migration's hint; 0 for none).
+ * Params: least token, owner, ttl µs, hash, key.
  */
-export const takeOver = `UPDATE ?? SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+export const takeOver = `UPDATE ?? SET token = LAST_INSERT_ID(GREATEST(token + 1, ?)), owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
   WHERE key_hash = ? AND lock_key = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))`;
 
-/** First use of a key: the row does not exist yet. A duplicate-key error means someone else got there. Params: hash, key, owner, ttl µs. */
-export const insertFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(1))`;
+/** First use of a key: the row does not exist yet. A duplicate-key error means someone else got there. Params: hash, key, owner, ttl µs, least token. */
+export const insertFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(GREATEST(1, ?)))`;
 
 /** Params: ttl µs, hash, owner. One row changed = still ours. */
 export const renew = `UPDATE ?? SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE key_hash = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`;
 
 /** Params: hash, owner. Owner-checked and idempotent. */
 export const release = `UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_hash = ? AND owner = ?`;
+
+/**
+ * Params: floor, hash, owner. Lifts the counter to `floor` unless the key was granted to someone
+ * else since (which would have replaced our owner). One row changed = raised.
+ */
+export const raiseFloor = `UPDATE ?? SET token = GREATEST(token, ?) WHERE key_hash = ? AND owner = ?`;
 
 // Session mode: the lock is a named lock (`GET_LOCK`) held by one dedicated connection; the row
 // only supplies the fencing counter.
@@ -43,7 +51,7 @@ export const getLock = `SELECT GET_LOCK(?, ?) AS got`;
 /** Params: name. 1 while this connection holds it. */
 export const holdsLock = `SELECT IS_USED_LOCK(?) = CONNECTION_ID() AS mine`;
 export const releaseLock = `SELECT RELEASE_LOCK(?) AS released`;
-/** Params: owner, hash, key. Bumps the counter for a named-lock holder. */
-export const sessionToken = `UPDATE ?? SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NULL WHERE key_hash = ? AND lock_key = ?`;
-/** Params: hash, key, owner. */
-export const sessionTokenFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, NULL, LAST_INSERT_ID(1))`;
+/** Params: least token, owner, hash, key. Bumps the counter for a named-lock holder. */
+export const sessionToken = `UPDATE ?? SET token = LAST_INSERT_ID(GREATEST(token + 1, ?)), owner = ?, expires_at = NULL WHERE key_hash = ? AND lock_key = ?`;
+/** Params: hash, key, owner, least token. */
+export const sessionTokenFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, NULL, LAST_INSERT_ID(GREATEST(1, ?)))`;

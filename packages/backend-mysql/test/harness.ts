@@ -1,7 +1,7 @@
-import type { ConformanceHarness } from '@deadbolt/conformance';
-import { restartMatrixServer } from '@deadbolt/conformance';
+import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
-import { MysqlBackend } from '@deadbolt/mysql';
+import { MysqlBackend, mysqlBackend } from '@deadbolt/mysql';
 import { createPool, type Pool } from 'mysql2/promise';
 
 /** Reads and breaks the lock table directly. */
@@ -65,4 +65,18 @@ export function poolInTimeZone(url: string, zone: string): Pool {
   const core = (pool as unknown as { pool: { on(e: 'connection', f: (c: { query(sql: string, params: unknown[]): void }) => void): void } }).pool;
   core.on('connection', (connection) => connection.query('SET time_zone = ?', [zone]));
   return pool;
+}
+
+/** The shared suite's options for the test-matrix MariaDB (also one side of the migration suites). */
+export function mysqlSuiteOptions(mode: 'lease' | 'session' = 'lease'): ConformanceOptions {
+  const url = matrixUrl('mysql');
+  return {
+    name: mode === 'lease' ? 'mysql' : 'mysql (session)',
+    createBackend: () => mysqlBackend({ url, mode }),
+    createUnreachableBackend: () => mysqlBackend({ url: 'mysql://root@127.0.0.1:1/test', mode }),
+    network: { store: storeAddress(url), createBackend: (via) => mysqlBackend({ url: viaUrl(url, via), mode }) },
+    createBackendInTimeZone: (zone) => mysqlBackend({ pool: poolInTimeZone(url, zone), mode }),
+    child: { module: import.meta.resolve('@deadbolt/mysql'), export: 'mysqlBackend', options: { url, mode } },
+    harness: mysqlHarness(url, mode),
+  };
 }

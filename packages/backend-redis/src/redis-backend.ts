@@ -11,7 +11,7 @@ import {
   type LockBackend,
 } from '@deadbolt/core';
 import { Redis, ReplyError } from 'ioredis';
-import { ACQUIRE, RELEASE, RENEW } from './scripts.js';
+import { ACQUIRE, RAISE_FLOOR, RELEASE, RENEW } from './scripts.js';
 
 export interface RedisBackendOptions {
   /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
@@ -56,6 +56,8 @@ interface RedisKeys {
 
 /** The token counter outlives a lease by this much; after that tokens fall back to the server clock. */
 const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
+/** The largest token a Lua number (a double) holds exactly. */
+const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
 
 class Script {
   readonly sha: string;
@@ -64,7 +66,7 @@ class Script {
   }
 }
 
-const scripts = { acquire: new Script(ACQUIRE), renew: new Script(RENEW), release: new Script(RELEASE) };
+const scripts = { acquire: new Script(ACQUIRE), renew: new Script(RENEW), release: new Script(RELEASE), raiseFloor: new Script(RAISE_FLOOR) };
 
 /**
  * Redis backend. Acquire is one EVALSHA (`SET NX PX` plus the fencing token, or the FIFO queue
@@ -136,6 +138,7 @@ export class RedisBackend implements LockBackend {
       minTtlMs: 1,
       ttlGranularityMs: 1,
       crossProcess: true,
+      minToken: true,
     };
   }
 
@@ -180,6 +183,15 @@ export class RedisBackend implements LockBackend {
     await this.#run('release', scripts.release, keys, [lease.owner, this.#channel, keys.lock, this.#fifo ? '1' : '0']);
   }
 
+  /** See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */
+  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+    const { keys } = lease as RedisLease;
+    if (floor > MAX_EXACT_TOKEN) {
+      throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`) });
+    }
+    return (await this.#run('raise token floor', scripts.raiseFloor, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) === 1;
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -198,6 +210,8 @@ export class RedisBackend implements LockBackend {
       this.#fifo ? '1' : '0',
       String(Math.max(COUNTER_TTL_MS, req.ttlMs * 2)),
       String(waiterTtl),
+      // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
+      req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
     ]);
     if (token === null) return null;
     return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };

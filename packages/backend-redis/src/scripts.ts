@@ -23,16 +23,26 @@ for i = 1, #dead, 1000 do
 end
 `;
 
+/**
+ * Sets the token counter to `text` (the number `value`) with a ttl of `ttl` ms, or, for a value
+ * ahead of the clock (lifted by a migration), until the clock has passed it plus that ttl: tokens
+ * that fall back to the clock after the counter expires still exceed it.
+ */
+const setCounter = (value: string, text: string, ttl: string) => `
+redis.call('SET', KEYS[2], ${text}, 'PX', string.format('%.0f', math.max(tonumber(${ttl}), math.floor((${value} - now_us) / 1000) + tonumber(${ttl}))))
+`;
+
+/** ARGV[7]: the least token the caller wants (a migration's hint), '0' for none. */
 const grant = `
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-local token = math.max(last + 1, now_us)
+local token = math.max(last + 1, now_us, tonumber(ARGV[7]))
 local text = string.format('%.0f', token)
-redis.call('SET', KEYS[2], text, 'PX', ARGV[5])
+${setCounter('token', 'text', 'ARGV[5]')}
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 `;
 
 /**
- * ARGV: owner, ttlMs, wait (0|1), fifo (0|1), counter ttl ms, waiter ttl ms.
+ * ARGV: owner, ttlMs, wait (0|1), fifo (0|1), counter ttl ms, waiter ttl ms, least token ('0': any).
  * Returns the token as a decimal string, or false when busy (a FIFO waiter is then queued).
  */
 export const ACQUIRE = `${clock}
@@ -92,4 +102,18 @@ if freed == 1 or (left == 1 and redis.call('EXISTS', KEYS[1]) == 0) then
   redis.call('PUBLISH', ARGV[2], ARGV[3] .. '\\n' .. head)
 end
 return freed
+`;
+
+/**
+ * ARGV: owner, floor (decimal), counter ttl ms. Raises the token
+ * counter to `floor` if the lock is still ours (any later grant would have replaced our owner).
+ * Returns 1 when raised (or already higher), 0 when not ours.
+ */
+export const RAISE_FLOOR = `${clock}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local floor = tonumber(ARGV[2])
+if floor > tonumber(redis.call('GET', KEYS[2]) or '0') then
+${setCounter('floor', 'ARGV[2]', 'ARGV[3]')}
+end
+return 1
 `;

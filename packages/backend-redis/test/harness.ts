@@ -1,7 +1,20 @@
-import type { ConformanceHarness } from '@deadbolt/conformance';
-import { restartMatrixServer } from '@deadbolt/conformance';
+import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { RedisBackend, redisBackend } from '@deadbolt/redis';
 import type { LockBackend } from '@deadbolt/core';
+
+/** The shared suite's options for the test-matrix Redis (also one side of the migration suites). */
+export function redisSuiteOptions(fifo = true): ConformanceOptions {
+  const url = matrixUrl('redis');
+  return {
+    name: fifo ? 'redis' : 'redis (unordered)',
+    createBackend: () => redisBackend({ url, fifo }),
+    createUnreachableBackend: () => redisBackend({ url: 'redis://127.0.0.1:1', fifo }),
+    network: { store: storeAddress(url), createBackend: (via) => redisBackend({ url: viaUrl(url, via), fifo }) },
+    child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, fifo } },
+    harness: redisHarness(url),
+  };
+}
 
 /** Reads and breaks the store directly, through a backend of its own (for `keysFor`). */
 export function redisHarness(url: string): ConformanceHarness {

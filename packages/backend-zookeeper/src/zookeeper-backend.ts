@@ -57,6 +57,9 @@ interface Session extends ZooKeeperSession {
 
 interface ZooKeeperLease extends Lease {
   readonly path: string;
+  /** Our node's creation zxid; the token is this plus the key's offset at the grant. */
+  readonly zxid: bigint;
+  readonly offset: bigint;
   readonly session: Session;
   readonly lost: AbortSignal;
   /** Stops listening and gives the lease's use of its session back (once). */
@@ -64,6 +67,12 @@ interface ZooKeeperLease extends Lease {
 }
 
 const NODE_PREFIX = 'lock-';
+/**
+ * A key's token offset is the name of a persistent child `floor-<offset>` (absent = 0), set only by
+ * a holder (`raiseTokenFloor`). Being a child, it comes with the same listing that finds the holder,
+ * so it is read in one step with the grant at no extra request.
+ */
+const FLOOR_PREFIX = 'floor-';
 /** Sequential node names are `lock-<owner>-<10-digit sequence>`; the queue is ordered by the sequence alone. */
 const sequenceOf = (name: string) => name.slice(name.lastIndexOf('-') + 1);
 const bySequence = (a: string, b: string) => sequenceOf(a).localeCompare(sequenceOf(b));
@@ -80,7 +89,7 @@ const SESSION_IDLE_MS = 2000;
  * EPHEMERAL_SEQUENTIAL node `lock-<owner>-<seq>` under the key's node; the lowest sequence holds
  * the lock and every other waiter watches only its predecessor (FIFO, no herd). The lease is the
  * ZooKeeper session (timeout = ttl, one session per distinct ttl); the fencing token is the holder
- * node's creation zxid.
+ * node's creation zxid plus the key's offset (0 unless a migration raised the key's token floor).
  *
  * Connection policy (Curator's "standard" policy): the moment a session loses its connection,
  * ownership is uncertain, so every lock held through it is reported lost (`lock.signal` aborts)
@@ -189,7 +198,7 @@ export class ZooKeeperBackend implements LockBackend {
       let acquiredAt = performance.now();
       const deleted = new AbortController();
       const ownPath = path;
-      const [stat, children] = await Promise.all([
+      const [stat, listing] = await Promise.all([
         this.#call<Stat | null>(session, 'acquire', (cb) =>
           session.client.exists(ownPath, (event) => event.getType() === NODE_DELETED && deleted.abort(new Error(`lock node ${ownPath} was deleted`)), cb),
         ),
@@ -197,7 +206,7 @@ export class ZooKeeperBackend implements LockBackend {
       ]);
       if (!stat) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`our node ${path} is gone (session lost)`) });
       const mine = path.slice(parent.length + 1);
-      let queue = children;
+      let { queue, offset } = listing;
       for (;;) {
         const index = queue.indexOf(mine);
         if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`our node ${path} was deleted while waiting`) });
@@ -209,9 +218,9 @@ export class ZooKeeperBackend implements LockBackend {
         }
         await this.#gone(session, `${parent}/${queue[index - 1]}`, req.signal);
         acquiredAt = performance.now();
-        queue = await this.#children(session, parent);
+        ({ queue, offset } = await this.#children(session, parent));
       }
-      return this.#lease(req, session, path, zxidOf(stat), acquiredAt, deleted.signal);
+      return this.#lease(req, session, path, zxidOf(stat), offset, acquiredAt, deleted.signal);
     } catch (error) {
       // A cancelled, timed-out or failed waiter takes its node away before reporting; when the
       // session is gone, the server deletes the node with it.
@@ -230,7 +239,23 @@ export class ZooKeeperBackend implements LockBackend {
     }
     if (l.lost.aborted) return false;
     const stat = await this.#call<Stat | null>(l.session, 'renew', (cb) => l.session.client.exists(l.path, undefined, cb));
-    return !!stat && zxidOf(stat) === l.token && !l.lost.aborted;
+    return !!stat && zxidOf(stat) === l.zxid && !l.lost.aborted;
+  }
+
+  /**
+   * See `LockBackend.raiseTokenFloor`. Later holders' nodes are newer than ours (higher zxid), so an
+   * offset of `floor - our zxid` puts every later token above `floor`; set in one multi-op with a
+   * check that our node (so our hold: nobody is granted before it goes) still exists.
+   */
+  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+    const l = lease as ZooKeeperLease;
+    const parent = this.pathFor(l.key);
+    const result = await this.#call<unknown[]>(l.session, 'raise token floor', (cb) => {
+      const multi = l.session.client.transaction().check(l.path).create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT);
+      if (l.offset > 0n) multi.remove(`${parent}/${FLOOR_PREFIX}${l.offset}`);
+      multi.commit(cb);
+    }, [Code.NO_NODE]);
+    return result !== undefined && !l.lost.aborted;
   }
 
   async release(lease: Lease): Promise<void> {
@@ -336,7 +361,7 @@ export class ZooKeeperBackend implements LockBackend {
     return session;
   }
 
-  #lease(req: AcquireRequest, session: Session, path: string, token: bigint, acquiredAt: number, deleted: AbortSignal): ZooKeeperLease {
+  #lease(req: AcquireRequest, session: Session, path: string, zxid: bigint, offset: bigint, acquiredAt: number, deleted: AbortSignal): ZooKeeperLease {
     const lost = new AbortController();
     const onLost = (source: AbortSignal) => () => lost.abort(source.reason);
     const onSessionLost = onLost(session.lost);
@@ -354,7 +379,7 @@ export class ZooKeeperBackend implements LockBackend {
     // A lease lost without a release (its node deleted by someone) stops using the session too.
     lost.signal.addEventListener('abort', stopWatching, { once: true });
     if (deleted.aborted) onDeleted();
-    return { key: req.key, owner: req.owner, token, acquiredAt, path, session, lost: lost.signal, stopWatching };
+    return { key: req.key, owner: req.owner, token: zxid + offset, zxid, offset, acquiredAt, path, session, lost: lost.signal, stopWatching };
   }
 
 
@@ -386,9 +411,16 @@ export class ZooKeeperBackend implements LockBackend {
     }
   }
 
-  async #children(session: Session, parent: string): Promise<string[]> {
-    const children = await this.#call<string[]>(session, 'acquire', (cb) => session.client.getChildren(parent, undefined, cb), [Code.NO_NODE]);
-    return (children ?? []).filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence);
+  /** The key's queue in order, and its token offset (the largest `floor-` child, normally the only one). */
+  async #children(session: Session, parent: string): Promise<{ queue: string[]; offset: bigint }> {
+    const children = (await this.#call<string[]>(session, 'acquire', (cb) => session.client.getChildren(parent, undefined, cb), [Code.NO_NODE])) ?? [];
+    let offset = 0n;
+    for (const name of children) {
+      if (!name.startsWith(FLOOR_PREFIX)) continue;
+      const value = BigInt(name.slice(FLOOR_PREFIX.length));
+      if (value > offset) offset = value;
+    }
+    return { queue: children.filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence), offset };
   }
 
   /** Resolves when `path` no longer exists; rejects with `signal.reason`, or when the session is lost. */
@@ -420,7 +452,7 @@ export class ZooKeeperBackend implements LockBackend {
 
   /** A create whose reply never came may still have made our node: find it by our owner id. */
   async #removeOwn(session: Session, parent: string, owner: string): Promise<void> {
-    for (const name of await this.#children(session, parent)) {
+    for (const name of (await this.#children(session, parent)).queue) {
       if (name.startsWith(`${NODE_PREFIX}${owner}-`)) await this.#remove(session, `${parent}/${name}`);
     }
   }

@@ -13,6 +13,15 @@ export interface ZooKeeperClient {
   exists(path: string, watcher: WatchListener | undefined, cb: (error: ZooKeeperError | null, stat: Stat | null) => void): void;
   getChildren(path: string, watcher: WatchListener | undefined, cb: (error: ZooKeeperError | null, children: string[]) => void): void;
   remove(path: string, version: number, cb: (error: ZooKeeperError | null) => void): void;
+  /** A multi-op: all of its operations apply, or none (the error is the first failing one's). */
+  transaction(): Transaction;
+}
+
+export interface Transaction {
+  check(path: string): Transaction;
+  create(path: string, data: Buffer, mode: number): Transaction;
+  remove(path: string): Transaction;
+  commit(cb: (error: ZooKeeperError | null, results: unknown[]) => void): void;
 }
 
 export type WatchListener = (event: { getType(): number; getPath(): string }) => void;

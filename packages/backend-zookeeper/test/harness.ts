@@ -1,5 +1,5 @@
-import type { ConformanceHarness } from '@deadbolt/conformance';
-import { restartMatrixServer } from '@deadbolt/conformance';
+import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { zookeeperBackend, type ZooKeeperBackend, type ZooKeeperSession } from '@deadbolt/zookeeper';
 import { createRequire } from 'node:module';
 
@@ -72,5 +72,20 @@ export function zookeeperHarness(url: string): ConformanceHarness {
       const { client } = await admin.session(ADMIN_TTL);
       await Promise.all((await children(client, '/deadbolt')).map((k) => removeTree(client, `/deadbolt/${k}`)));
     },
+  };
+}
+
+/** The shared suite's options for the test-matrix ZooKeeper (also one side of the migration suites). */
+export function zookeeperSuiteOptions(): ConformanceOptions {
+  const url = matrixUrl('zookeeper');
+  return {
+    name: 'zookeeper',
+    createBackend: () => zookeeperBackend({ url }),
+    createUnreachableBackend: () => zookeeperBackend({ url: 'zookeeper://127.0.0.1:1', connectTimeoutMs: 2000 }),
+    network: { store: storeAddress(url), createBackend: (via) => zookeeperBackend({ url: viaUrl(url, via) }) },
+    child: { module: import.meta.resolve('@deadbolt/zookeeper'), export: 'zookeeperBackend', options: { url } },
+    harness: zookeeperHarness(url),
+    // Sessions of 1 s leave little room on a busy two-core machine: 2 s keeps the tests about leases.
+    ttlMs: 2000,
   };
 }
