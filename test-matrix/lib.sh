@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # test-matrix: real servers for every deadbolt backend on one machine, loopback only.
 #   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name> | apt <pkg...>
-# Names: redis mysql zookeeper etcd cassandra. Everything we start keeps its data, logs and pid
+# Names: redis mysql postgres zookeeper etcd cassandra. Everything we start keeps its data, logs and pid
 # under test-matrix/.state/<name>/. A server already answering is reused and never stopped by
 # `down` (only servers `up` started carry the .state/<name>/owned marker).
 set -euo pipefail
 
 TM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="$TM_DIR/.state"
-ALL=(redis mysql zookeeper etcd cassandra)
+ALL=(redis mysql postgres zookeeper etcd cassandra)
 CASSANDRA_VERSION=5.0.9
 
 log() { printf '[test-matrix] %s\n' "$*" >&2; }
@@ -112,6 +112,42 @@ mysql_stop() {
 }
 mysql_version() { mysql_cli -N -e 'SELECT CONCAT("MariaDB/MySQL ", VERSION())' 2>/dev/null; }
 
+# --- postgres ----------------------------------------------------------------------------------
+PG_PORT=5432
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1; }
+postgres_cli() { psql -h 127.0.0.1 -p $PG_PORT -U postgres -d postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
+postgres_health() { postgres_cli -tAc 'SELECT 1' >/dev/null; }
+postgres_install() { [ -n "$(pg_bin)" ] && command -v psql >/dev/null || apt_install postgresql postgresql-client; }
+postgres_start() {
+  local dir="$STATE/postgres" bin as=(); bin=$(pg_bin)
+  mkdir -p "$dir"
+  # PostgreSQL will not run as root: as root, the server and its data belong to the postgres user
+  # Debian's package creates (setpriv execs, so the pid file names the server itself).
+  if [ "$(id -u)" = 0 ]; then chown postgres:postgres "$dir"; as=(setpriv --reuid=postgres --regid=postgres --init-groups); fi
+  if [ ! -f "$dir/data/PG_VERSION" ]; then
+    # Trust for loopback only: the server listens on 127.0.0.1 and nothing else.
+    "${as[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >>"$dir/postgres.log" 2>&1
+  fi
+  daemon postgres "${as[@]}" "$bin/postgres" -D "$dir/data" -c listen_addresses=127.0.0.1 -p $PG_PORT \
+    -c unix_socket_directories="$dir" -c max_connections=500 -c shared_buffers=128MB
+}
+# Fast shutdown (SIGINT): SIGTERM would wait for every client to disconnect.
+postgres_stop() {
+  local pid; pid=$(listener_pid $PG_PORT || true)
+  [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null || true
+  local i; for i in $(seq 1 150); do { [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; } || port_open $PG_PORT || return 0; sleep 0.2; done
+  stop_pid "$pid"
+}
+# Session-mode suites hold over 100 connections at once (one per held lock and per waiter); a
+# server that allows fewer, such as a distribution's default, is raised to 500 and restarted.
+postgres_prepare() {
+  local max; max=$(postgres_cli -tAc 'SHOW max_connections') || return 1
+  [ "$max" -ge 300 ] && return 0
+  log "postgres: max_connections $max is too few for the session-mode suites; raising it to 500"
+  postgres_cli -c 'ALTER SYSTEM SET max_connections = 500' && restart_one postgres
+}
+postgres_version() { postgres_cli -tAc "SELECT 'PostgreSQL ' || current_setting('server_version')" 2>/dev/null; }
+
 # --- zookeeper ---------------------------------------------------------------------------------
 ZK_PORT=2181
 zk_cmd() { exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf '%s' "$1" >&3 && timeout 2 cat <&3; }
@@ -175,12 +211,13 @@ cassandra_version() { node "$TM_DIR/cql-probe.mjs" 127.0.0.1 $CQL_PORT 2>/dev/nu
 
 # --- commands ----------------------------------------------------------------------------------
 fn_name() { [ "$1" = zookeeper ] && echo zookeeper || echo "$1"; }
-limit_for() { case $1 in cassandra) echo 240;; mysql|zookeeper) echo 90;; *) echo 45;; esac; }
+limit_for() { case $1 in cassandra) echo 240;; mysql|postgres|zookeeper) echo 90;; *) echo 45;; esac; }
 
 url_of() {
   case $1 in
     redis) echo "${DEADBOLT_REDIS_URL:-redis://127.0.0.1:6379}";;
     mysql) echo "${DEADBOLT_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}";;
+    postgres) echo "${DEADBOLT_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}";;
     zookeeper) echo "${DEADBOLT_ZOOKEEPER_URL:-zookeeper://127.0.0.1:2181}";;
     etcd) echo "${DEADBOLT_ETCD_URL:-etcd://127.0.0.1:2379}";;
     cassandra) echo "${DEADBOLT_CASSANDRA_URL:-cassandra://127.0.0.1:9042/deadbolt}";;
@@ -191,7 +228,9 @@ url_of() {
 up_one() {
   local name=$1 start=$SECONDS
   if "${name}_health" >/dev/null 2>&1; then
-    log "$name: already answering, reused ($((SECONDS - start))s)"; return 0
+    log "$name: already answering, reused ($((SECONDS - start))s)"
+    if declare -F "${name}_prepare" >/dev/null; then "${name}_prepare"; fi
+    return 0
   fi
   "${name}_install"
   "${name}_start"
@@ -216,6 +255,9 @@ restart_one() {
   if [ ! -f "$STATE/$name/owned" ] && [ "$name" != redis ] && [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ]; then
     mapfile -d '' cmd < "/proc/$pid/cmdline"
     cwd=$(readlink "/proc/$pid/cwd" || echo /)
+    # As the user it ran as (a PostgreSQL server refuses root).
+    local owner; owner=$(stat -c %U "/proc/$pid")
+    if [ "$owner" != "$(id -un)" ] && [ "$(id -u)" = 0 ]; then cmd=(setpriv --reuid="$owner" --regid="$owner" --init-groups "${cmd[@]}"); fi
   fi
   "${name}_install"
   "${name}_stop"
@@ -229,7 +271,7 @@ restart_one() {
   log "$name: restarted in $((SECONDS - start))s"
 }
 
-port_of() { case $1 in redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
+port_of() { case $1 in redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
 
 names_or_all() { if [ $# -gt 0 ]; then echo "$@"; elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then echo "${DEADBOLT_BACKENDS//,/ }"; else echo "${ALL[@]}"; fi; }
 

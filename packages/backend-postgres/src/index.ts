@@ -1,0 +1,1 @@
+export { PostgresBackend, postgresBackend, type PostgresBackendOptions } from './postgres-backend.js';

@@ -1,0 +1,491 @@
+import { createHash } from 'node:crypto';
+import {
+  BackendError,
+  backendFailure,
+  BackendUnavailableError,
+  cancelOnAbort,
+  InFlight,
+  InvalidArgumentError,
+  noAnswer,
+  pollForLease,
+  raceSignal,
+  ReleaseNotifier,
+  sleep,
+  withTimeout,
+  type AcquireRequest,
+  type Capabilities,
+  type Lease,
+  type LockBackend,
+} from '@deadbolt/core';
+import pg, { type Pool, type PoolClient, type QueryResultRow } from 'pg';
+import * as sql from './queries.js';
+
+export interface PostgresBackendOptions {
+  /** `postgres://user[:password]@host:port/database`. The backend creates (and closes) its own pool. */
+  url?: string;
+  /** Your own `pg` Pool; `close()` leaves it open. Used instead of `url`. */
+  pool?: Pool;
+  /** Table name (created if absent, with `<table>_waiters` beside it). Default `deadbolt_locks`. */
+  table?: string;
+  /**
+   * `lease` (default): rows with a server-clock expiry, a FIFO queue and LISTEN/NOTIFY wake-up.
+   * `session`: an advisory lock held by a dedicated connection, freed by the server when that
+   * connection dies or stays idle longer than the ttl. Do not mix modes on one key.
+   */
+  mode?: 'lease' | 'session';
+  /** The longest a waiter goes without re-checking, should a notification be lost. Default 250 ms. */
+  maxPollDelayMs?: number;
+  /** Connect timeout for a pool created from `url`. Default 2000 ms. */
+  connectTimeoutMs?: number;
+  /** Connections of a pool created from `url`. Session mode holds one per held lock and per waiter. Default 10 (lease), 200 (session). */
+  connectionLimit?: number;
+  /**
+   * The longest one statement may wait for its answer (a session-mode wait excepted). A statement
+   * that gets none (a silent server or partition) fails with `BackendUnavailableError` and its
+   * connection is destroyed, never reused. Default 5000 ms.
+   */
+  commandTimeoutMs?: number;
+  /** Session mode: the first key of every advisory lock `(namespace, id)`. Default: derived from the table name. */
+  advisoryNamespace?: number;
+}
+
+interface PostgresLease extends Lease {
+  readonly keyBytes: Buffer;
+  /** Session mode: the connection holding the advisory lock, and the lock's id. */
+  readonly client?: PoolClient;
+  readonly id?: number;
+}
+
+/** How many keys' advisory lock ids a backend remembers. */
+const KEY_ID_CACHE = 1000;
+
+/** What a session-mode attempt returns when it should try again (connection cut, key's row renewed). */
+const AGAIN = Symbol('again');
+
+/**
+ * PostgreSQL backend.
+ *
+ * Lease mode: one row per key holds the owner, the lease end by the server's clock and the fencing
+ * counter; a queue table keeps waiters in arrival order. Acquire, renew and release are one
+ * statement each. A release notifies (LISTEN/NOTIFY, one listening connection per backend) the
+ * head of the queue by name, and only when someone waits; waiters re-check on a bounded backoff in
+ * case a notification is lost.
+ *
+ * Session mode: `pg_advisory_lock(namespace, id)` on a connection of its own, `id` the key's row id
+ * (unique per key: no two keys share a lock, however long); the server frees the lock when the
+ * connection dies or stays idle past the ttl (`idle_session_timeout`).
+ */
+export class PostgresBackend implements LockBackend {
+  readonly name = 'postgres';
+  readonly capabilities: Capabilities;
+  readonly mode: 'lease' | 'session';
+  readonly pool: Pool;
+  /** Server process ids of this backend's open connections (for diagnostics and fault tests). */
+  readonly pids = new Set<number>();
+  readonly #ownsPool: boolean;
+  readonly #maxPollDelayMs: number;
+  readonly #commandTimeoutMs: number;
+  readonly #namespace: number;
+  readonly #channel: string;
+  readonly #sql: Record<keyof typeof sql, string>;
+  /** The quoted names of the tables, index and function. */
+  readonly #names: Record<'locks' | 'waiters' | 'waitersOrder' | 'notifyHead', string>;
+  readonly #notifier = new ReleaseNotifier();
+  readonly #acquiring = new InFlight();
+  /** Session leases already released: their connection is back in the pool. */
+  readonly #releasedSessions = new WeakSet<Lease>();
+  /** Session mode: advisory lock ids of recently used keys (base64 of the key → id). */
+  readonly #ids = new Map<string, number>();
+  /** Session mode: the connections taken from the pool for a wait or a held lock, until given back. */
+  readonly #sessionClients = new Set<PoolClient>();
+  #ready: Promise<void> | undefined;
+  #listener: Promise<pg.Client> | undefined;
+  #closed = false;
+
+  /** @throws InvalidArgumentError for bad options (before connecting). */
+  constructor(options: PostgresBackendOptions) {
+    const table = options.table ?? 'deadbolt_locks';
+    if (typeof table !== 'string' || !/^[a-z_][a-z0-9_]{0,47}$/.test(table)) {
+      throw new InvalidArgumentError('table must be a plain lower-case identifier (letters, digits, _; at most 48)');
+    }
+    const mode = options.mode ?? 'lease';
+    if (mode !== 'lease' && mode !== 'session') throw new InvalidArgumentError("mode must be 'lease' or 'session'");
+    this.mode = mode;
+    this.capabilities =
+      mode === 'lease'
+        ? { fencing: 'strict', fairness: 'fifo', lease: 'ttl', wake: 'push', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true }
+        : // idle_session_timeout is an int of ms; the server's lock manager queues waiters in order.
+          { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1, maxTtlMs: 2 ** 31 - 1, crossProcess: true, minToken: true };
+    this.#maxPollDelayMs = positive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
+    this.#commandTimeoutMs = positive(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
+    const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
+    if (!Number.isSafeInteger(namespace) || namespace < 0 || namespace > 0x7fffffff) throw new InvalidArgumentError('advisoryNamespace must be an integer in 0..2^31-1');
+    this.#namespace = namespace;
+    if (options.pool) {
+      this.pool = options.pool;
+      this.#ownsPool = false;
+    } else {
+      if (typeof options.url !== 'string' || !/^postgres(ql)?:\/\//.test(options.url)) {
+        throw new InvalidArgumentError('postgresBackend needs a url (postgres://user@host:port/db) or a pool');
+      }
+      this.pool = new pg.Pool({
+        connectionString: options.url,
+        connectionTimeoutMillis: positive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs'),
+        max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
+        // TCP keep-alive probes find a peer that vanished without closing the socket.
+        keepAlive: true,
+      });
+      this.#ownsPool = true;
+    }
+    // Errors of idle pooled connections reach callers through their next statement; this only
+    // keeps them from being thrown as unhandled.
+    this.pool.on('error', () => undefined);
+    // Track connections so a fault test can terminate exactly this backend's ones.
+    this.pool.on('connect', (client) => this.#track(client));
+    const names = { locks: `"${table}"`, waiters: `"${table}_waiters"`, waitersOrder: `"${table}_waiters_order"`, notifyHead: `"${table}_notify_head"` };
+    this.#names = names;
+    this.#sql = Object.fromEntries(
+      Object.entries(sql).map(([k, text]) => [k, text.replace(/\{(\w+)\}/g, (_, name: keyof typeof names) => names[name])]),
+    ) as Record<keyof typeof sql, string>;
+    this.#channel = `${table}_released`;
+  }
+
+  /** The wake-up channel's word for a key: its SHA-256 (base64), as the release statement computes it. */
+  static digest(keyBytes: Buffer): string {
+    return createHash('sha256').update(keyBytes).digest('base64');
+  }
+
+  acquire(req: AcquireRequest): Promise<Lease | null> {
+    return this.#acquiring.track(this.#acquire(req));
+  }
+
+  async #acquire(req: AcquireRequest): Promise<Lease | null> {
+    await this.#ensureTables();
+    const keyBytes = Buffer.from(req.key, 'utf8');
+    if (this.mode === 'session') return this.#acquireSession(req, keyBytes);
+    const first = await this.#attempt(req, keyBytes, false);
+    if (first || !req.wait) return first;
+    await this.#listen();
+    const recheck = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+    try {
+      // Mostly asleep: the release that frees the key names the queue's head, which tries at once.
+      return await pollForLease(PostgresBackend.digest(keyBytes), req.signal, () => this.#attempt(req, keyBytes, true), (lease) => this.#run('release', this.#sql.leave, [lease.keyBytes, lease.owner, this.#channel]).then(() => undefined), {
+        notifier: this.#notifier,
+        owner: req.owner,
+        minDelayMs: recheck,
+        maxDelayMs: recheck,
+      });
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
+      await this.#run('release', this.#sql.leave, [keyBytes, req.owner, this.#channel]).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
+    const l = lease as PostgresLease;
+    if (!l.client) return (await this.#run('renew', this.#sql.renew, [l.keyBytes, l.owner, ttlMs])).rowCount === 1;
+    const result = await this.#onSession(l, 'renew', this.#sql.sessionRenew, [this.#namespace, l.id, `${ttlMs}ms`]);
+    return result?.rows[0]?.['mine'] === true;
+  }
+
+  async release(lease: Lease): Promise<void> {
+    const l = lease as PostgresLease;
+    if (!l.client) {
+      await this.#run('release', this.#sql.release, [l.keyBytes, l.owner, this.#channel]);
+      return;
+    }
+    // Once only: the connection goes back to the pool, where it may soon hold another lease's lock.
+    if (this.#releasedSessions.has(lease)) return;
+    this.#releasedSessions.add(lease);
+    await this.#releaseSession(l.client, l.id!, true);
+  }
+
+  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+    const l = lease as PostgresLease;
+    const params = [l.keyBytes, l.owner, floor.toString()];
+    if (!l.client) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).rowCount === 1;
+    return (await this.#onSession(l, 'raise token floor', this.#sql.raiseFloor, params))?.rowCount === 1;
+  }
+
+  /**
+   * One statement on a held session lease's own connection; undefined when the lease is gone: it
+   * was released (the pool has its connection back, maybe holding another lease's lock), or the
+   * connection died, taking the advisory lock with it.
+   */
+  async #onSession(lease: PostgresLease, operation: string, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow> | undefined> {
+    if (this.#releasedSessions.has(lease)) return undefined;
+    try {
+      return await this.#on(lease.client!, statement, params);
+    } catch (error) {
+      if (this.#unavailable(error)) return undefined;
+      throw this.#error(operation, error);
+    }
+  }
+
+  /**
+   * Lets aborted acquisitions finish removing what they wrote (unless the server has gone silent),
+   * ends the sessions of locks still held (the server frees them), then closes the connections.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await withTimeout(this.#acquiring.settled(), this.#commandTimeoutMs, () => new Error('cleanup')).catch(() => undefined);
+    for (const client of [...this.#sessionClients]) this.#giveBack(client, new Error('the backend was closed'));
+    const listener = this.#listener;
+    this.#listener = undefined;
+    await listener?.then((client) => client.end()).catch(() => undefined);
+    if (this.#ownsPool) await this.pool.end().catch(() => undefined);
+  }
+
+  /** One attempt; `queued`: as a waiter, which joins (or keeps its place in) the queue when the key is busy. */
+  async #attempt(req: AcquireRequest, keyBytes: Buffer, queued: boolean): Promise<PostgresLease | null> {
+    const acquiredAt = performance.now();
+    const least = (req.minToken ?? 0n).toString();
+    // A queued waiter is dropped if it stays silent for a ttl (or 4 re-check periods, if longer).
+    const result = queued
+      ? await this.#run('acquire', this.#sql.acquireQueued, [keyBytes, req.owner, req.ttlMs, Math.max(req.ttlMs, 4 * this.#maxPollDelayMs), least])
+      : await this.#run('acquire', this.#sql.acquire, [keyBytes, req.owner, req.ttlMs, least]);
+    const token = result.rows[0]?.['token'];
+    if (token === undefined) return null;
+    return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes };
+  }
+
+  /**
+   * Session mode: an advisory lock on a connection of its own. A wait whose connection is cut
+   * waits again on a new one for as long as the caller's deadline allows. An abort cancels the
+   * waiting statement (`pg_cancel_backend`, repeated until it ends, in case it had not started).
+   */
+  async #acquireSession(req: AcquireRequest, keyBytes: Buffer): Promise<PostgresLease | null> {
+    for (;;) {
+      const outcome = await this.#sessionAttempt(req, keyBytes);
+      if (outcome !== AGAIN) return outcome;
+      await sleep(20, req.signal);
+    }
+  }
+
+  async #sessionAttempt(req: AcquireRequest, keyBytes: Buffer): Promise<PostgresLease | null | typeof AGAIN> {
+    let client: PoolClient;
+    try {
+      client = await raceSignal(this.pool.connect(), req.signal, (late) => late.release());
+    } catch (error) {
+      if (req.signal.aborted) throw req.signal.reason;
+      throw this.#error('acquire', error);
+    }
+    this.#sessionClients.add(client);
+    let held = false;
+    let id = 0;
+    try {
+      id = await this.#keyId(client, keyBytes);
+      req.signal.throwIfAborted();
+      const params = [this.#namespace, id, `${req.ttlMs}ms`];
+      let got: unknown;
+      if (req.wait) {
+        const pid = (client as unknown as { processID: number }).processID;
+        const stopCancelling = cancelOnAbort(req.signal, () => this.#run('cancel', 'SELECT pg_cancel_backend($1)', [pid]));
+        try {
+          got = (await client.query(this.#sql.lockWait, params)).rows[0]?.['got'];
+        } catch (error) {
+          if (!req.signal.aborted) {
+            if (!this.#unavailable(error)) throw error;
+            this.#giveBack(client, error); // a cut connection: the server frees what it held
+            return AGAIN;
+          }
+        } finally {
+          stopCancelling();
+        }
+      } else {
+        got = (await this.#on(client, this.#sql.lockTry, params)).rows[0]?.['got'];
+      }
+      held = got === true;
+      req.signal.throwIfAborted();
+      if (!held) {
+        if (req.wait) throw new BackendError(this.name, 'acquire', { cause: new Error(`the advisory lock wait returned ${String(got)}`) });
+        await this.#releaseSession(client, id, false);
+        return null;
+      }
+      // The server's idle clock restarts with each statement: count the lease from this one.
+      const acquiredAt = performance.now();
+      const result = await this.#on(client, this.#sql.sessionToken, [(req.minToken ?? 0n).toString(), req.owner, keyBytes, id]);
+      const token = result.rows[0]?.['token'];
+      if (token === undefined) {
+        // The key's row was replaced (the table emptied meanwhile): its id is another now.
+        this.#ids.delete(keyBytes.toString('base64'));
+        await this.#releaseSession(client, id, true);
+        return AGAIN;
+      }
+      return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes, client, id };
+    } catch (error) {
+      await this.#releaseSession(client, id, held).catch(() => undefined);
+      if (req.signal.aborted) throw req.signal.reason;
+      throw this.#error('acquire', error);
+    }
+  }
+
+  /**
+   * The key's advisory lock id (its row's), creating the row on first use. Remembered for the most
+   * recent KEY_ID_CACHE keys; a remembered id is checked by the token statement that follows the
+   * lock (the row must still have it), so a table emptied meanwhile costs one more try, never a
+   * lock under another key's id.
+   */
+  async #keyId(client: PoolClient, keyBytes: Buffer): Promise<number> {
+    const cacheKey = keyBytes.toString('base64');
+    const cached = this.#ids.get(cacheKey);
+    if (cached !== undefined) return cached;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      // No row when another connection created it concurrently (invisible to our snapshot): look again.
+      const id = (await this.#on(client, this.#sql.keyId, [keyBytes])).rows[0]?.['id'];
+      if (id === undefined) continue;
+      const n = Number(id);
+      if (n > 0x7fffffff) throw new BackendError(this.name, 'acquire', { cause: new Error(`key id ${n} is beyond the advisory lock's 32-bit key`) });
+      this.#ids.set(cacheKey, n);
+      if (this.#ids.size > KEY_ID_CACHE) this.#ids.delete(this.#ids.keys().next().value!);
+      return n;
+    }
+    throw new BackendError(this.name, 'acquire', { cause: new Error('the key row could not be read') });
+  }
+
+  /** Give the advisory lock back and return the connection to the pool as it was (or drop it if it broke). */
+  async #releaseSession(client: PoolClient, id: number, held: boolean): Promise<void> {
+    if (!this.#sessionClients.has(client)) return; // given back already (the backend was closed)
+    try {
+      if (held) await this.#on(client, this.#sql.sessionRelease, [this.#namespace, id]);
+      else await this.#on(client, this.#sql.sessionReset, []);
+      this.#giveBack(client);
+    } catch (error) {
+      this.#giveBack(client, error); // a closed connection frees every advisory lock it held
+      if (!this.#unavailable(error)) throw this.#error('release', error);
+    }
+  }
+
+  /** Returns a session connection to the pool, once; with an error, the pool closes it instead. */
+  #giveBack(client: PoolClient, error?: unknown): void {
+    if (!this.#sessionClients.delete(client)) return;
+    client.release(error === undefined ? undefined : error instanceof Error ? error : new Error(String(error)));
+  }
+
+  /** The one listening connection: LISTEN on the channel, turn notifications into wake-ups. */
+  #listen(): Promise<pg.Client> {
+    this.#listener ??= (async () => {
+      const client = new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, keepAlive: true });
+      const drop = () => {
+        if (this.#listener === listening) this.#listener = undefined; // the next waiter listens again
+        client.end().catch(() => undefined);
+      };
+      client.on('error', drop);
+      client.on('end', drop);
+      client.on('notification', (message) => {
+        const payload = message.payload ?? '';
+        const split = payload.lastIndexOf(' ');
+        this.#notifier.notify(payload.slice(0, split), payload.slice(split + 1) || undefined);
+      });
+      try {
+        await withTimeout(client.connect(), this.#commandTimeoutMs, () => noAnswer(this.name, 'listen', this.#commandTimeoutMs));
+        this.#track(client);
+        await withTimeout(client.query(`LISTEN "${this.#channel}"`), this.#commandTimeoutMs, () => noAnswer(this.name, 'listen', this.#commandTimeoutMs));
+        return client;
+      } catch (error) {
+        drop();
+        throw this.#error('listen', error);
+      }
+    })();
+    const listening = this.#listener;
+    return listening;
+  }
+
+  /**
+   * Creates the tables and the notify function when something is missing, once per backend. Schema
+   * changes take strong locks, so none is made when all exist; and one creator at a time
+   * (concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog): the statements and an
+   * advisory lock share one implicit transaction.
+   */
+  #ensureTables(): Promise<void> {
+    this.#ready ??= (async () => {
+      const { locks, waiters, notifyHead } = this.#names;
+      const found = await this.#run('create table', this.#sql.tablesExist, [locks, waiters, notifyHead]);
+      if (found.rows[0]?.['ready'] === true) return;
+      await this.#run('create table', `SELECT pg_advisory_xact_lock(${this.#namespace}, 0); ${this.#sql.createTables}`, []);
+    })().catch((error: unknown) => {
+      this.#ready = undefined;
+      throw error;
+    });
+    return this.#ready;
+  }
+
+  /** One statement on a pooled connection, bounded by the command timeout. */
+  async #run(operation: string, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
+    let client: PoolClient;
+    try {
+      client = await withTimeout(this.pool.connect(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
+    } catch (error) {
+      throw this.#error(operation, error);
+    }
+    try {
+      const result = await this.#on(client, statement, params);
+      client.release();
+      return result;
+    } catch (error) {
+      client.release(this.#unavailable(error) ? (error as Error) : undefined);
+      throw this.#error(operation, error);
+    }
+  }
+
+  /**
+   * One statement on `client`, bounded by the command timeout. A connection that times out is
+   * destroyed: its late answer must never be read as another statement's.
+   */
+  async #on(client: PoolClient, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
+    // With parameters, as a named prepared statement, parsed and planned once per connection
+    // (node-postgres would otherwise parse every one anew); without, as a simple query (the table
+    // creation is several statements).
+    const sent = params.length ? client.query({ name: statementName(statement), text: statement, values: params }) : client.query(statement);
+    return withTimeout(sent, this.#commandTimeoutMs, () => {
+      const error = noAnswer(this.name, 'statement', this.#commandTimeoutMs);
+      // Ends the connection (its socket), so nothing can answer on it any more.
+      (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+      return error;
+    });
+  }
+
+  #track(client: pg.Client | PoolClient): void {
+    const pid = (client as unknown as { processID?: number }).processID;
+    if (typeof pid !== 'number') return;
+    this.pids.add(pid);
+    const forget = () => this.pids.delete(pid);
+    client.on('end', forget);
+    client.on('error', forget);
+  }
+
+  /** A connection failure rather than a statement's error (SQLSTATE classes 08, 57P0x, 53300, or no SQLSTATE). */
+  #unavailable(error: unknown): boolean {
+    if (error instanceof BackendUnavailableError) return true;
+    const code = (error as { code?: unknown })?.code;
+    if (typeof code !== 'string' || !/^[0-9A-Z]{5}$/.test(code)) return true;
+    return /^(08|57P0|53300)/.test(code);
+  }
+
+  #error(operation: string, error: unknown): Error {
+    return backendFailure(this.name, operation, error, (e) => this.#unavailable(e));
+  }
+}
+
+/** A prepared statement's name: a digest of its text, so each distinct statement has one. */
+const statementNames = new Map<string, string>();
+function statementName(text: string): string {
+  let name = statementNames.get(text);
+  if (!name) statementNames.set(text, (name = `deadbolt_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`));
+  return name;
+}
+
+function positive(value: number, name: string): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 1) throw new InvalidArgumentError(`${name} must be a number ≥ 1`);
+  return value;
+}
+
+/**
+ * A PostgreSQL backend. @throws InvalidArgumentError for bad options; store failures surface as
+ * BackendUnavailableError / BackendError from the Locker's calls.
+ */
+export function postgresBackend(options: PostgresBackendOptions): PostgresBackend {
+  return new PostgresBackend(options);
+}

@@ -1,0 +1,170 @@
+/**
+ * The SQL. Every expiry is computed by the server's clock (`clock_timestamp()`, a `timestamptz`,
+ * which is an absolute instant whatever a session's `TimeZone`), never the client's. `{locks}` and
+ * `{waiters}` stand for the quoted table names.
+ *
+ * `{locks}` has one row per key, never deleted: `token` is the key's fencing counter and must
+ * survive releases and restarts; `id` names the key's advisory lock in session mode. A row is free
+ * when `owner` is NULL or `expires_at` has passed. `{waiters}` is the lease mode's FIFO queue: one
+ * row per waiting acquisition, ordered by `arrival`, dropped when its waiter stops refreshing it.
+ * `waiting` on the key's row says the queue may be non-empty: a waiter sets it whenever it queues
+ * or refreshes its place, a release that finds the queue empty clears it. Being a column of the row
+ * every grant and release locks, it is read in its latest committed version (unlike the queue table
+ * under a statement's snapshot), so a release never misses a waiter that queued while it waited for
+ * the row; and it spares the uncontended cycle any look at the queue. `{notifyHead}` wakes the
+ * queue's head (see `release`).
+ */
+/** Params: locks table, waiters table, notify function (quoted names). True when all exist. */
+export const tablesExist = `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
+  AND to_regprocedure($3 || '(bytea, text, uuid, boolean)') IS NOT NULL AS ready`;
+
+export const createTables = `
+CREATE TABLE IF NOT EXISTS {locks} (
+  lock_key bytea PRIMARY KEY,
+  owner uuid,
+  expires_at timestamptz,
+  token bigint NOT NULL,
+  id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+  waiting boolean NOT NULL DEFAULT false
+);
+CREATE TABLE IF NOT EXISTS {waiters} (
+  lock_key bytea NOT NULL,
+  owner uuid NOT NULL,
+  arrival bigint GENERATED ALWAYS AS IDENTITY,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (lock_key, owner)
+);
+CREATE INDEX IF NOT EXISTS {waitersOrder} ON {waiters} (lock_key, arrival);
+CREATE OR REPLACE FUNCTION {notifyHead}(k bytea, channel text, leaving uuid, only_if_free boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE head uuid;
+BEGIN
+  -- A function's statements each see what is committed when they run, not what was when the
+  -- calling statement began: a waiter that queued while our release waited for the row is seen.
+  IF only_if_free AND EXISTS (SELECT 1 FROM {locks} WHERE lock_key = k AND owner IS NOT NULL AND expires_at > clock_timestamp()) THEN
+    RETURN false;
+  END IF;
+  SELECT owner INTO head FROM {waiters}
+    WHERE lock_key = k AND owner <> leaving AND expires_at > clock_timestamp() ORDER BY arrival LIMIT 1;
+  IF head IS NULL THEN RETURN false; END IF;
+  PERFORM pg_notify(channel, encode(sha256(k), 'base64') || ' ' || head);
+  RETURN true;
+END $$;
+`;
+
+/**
+ * Lease mode, the first attempt (and every one-shot attempt): the key is granted when it is free
+ * and nobody is queued for it, in one statement of the same shape as the floor's. The token is one
+ * more than the key's last, or the least token asked for (a migration's hint, 0 for none).
+ * Params: key, owner, ttl ms, least token. Returns the token when granted.
+ */
+export const acquire = `
+INSERT INTO {locks} AS l (lock_key, owner, expires_at, token)
+VALUES ($1, $2, clock_timestamp() + $3::float8 * interval '1 millisecond', GREATEST(1, $4::bigint))
+ON CONFLICT (lock_key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, token = GREATEST(l.token + 1, $4::bigint)
+  WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+    AND (NOT l.waiting OR NOT EXISTS (SELECT 1 FROM {waiters} w WHERE w.lock_key = $1 AND w.expires_at > clock_timestamp()))
+RETURNING token`;
+
+/**
+ * Lease mode, a waiter's attempt: grants the key when it is free and no live waiter is ahead of us
+ * (FIFO); otherwise joins the queue or refreshes our place in it. A grant leaves the queue and drops
+ * waiters that stopped refreshing. Params: key, owner, ttl ms, waiter ttl ms, least token.
+ * Returns the token when granted.
+ */
+export const acquireQueued = `
+WITH now AS (SELECT clock_timestamp() AS t),
+ahead AS (
+  SELECT 1 FROM {waiters} w, now WHERE w.lock_key = $1 AND w.owner <> $2 AND w.expires_at > now.t
+    AND w.arrival < COALESCE((SELECT arrival FROM {waiters} WHERE lock_key = $1 AND owner = $2), 9223372036854775807)
+  LIMIT 1
+),
+granted AS (
+  INSERT INTO {locks} AS l (lock_key, owner, expires_at, token)
+  SELECT $1, $2, now.t + $3::float8 * interval '1 millisecond', GREATEST(1, $5::bigint) FROM now
+  WHERE NOT EXISTS (SELECT 1 FROM ahead)
+  ON CONFLICT (lock_key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, token = GREATEST(l.token + 1, $5::bigint)
+    WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp()
+  RETURNING token
+),
+queued AS (
+  INSERT INTO {waiters} (lock_key, owner, expires_at)
+  SELECT $1, $2, now.t + $4::float8 * interval '1 millisecond' FROM now
+  WHERE NOT EXISTS (SELECT 1 FROM granted)
+  ON CONFLICT (lock_key, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at
+),
+flagged AS (
+  UPDATE {locks} SET waiting = true WHERE lock_key = $1 AND NOT EXISTS (SELECT 1 FROM granted)
+),
+dequeued AS (
+  DELETE FROM {waiters} w USING now
+  WHERE w.lock_key = $1 AND EXISTS (SELECT 1 FROM granted) AND (w.owner = $2 OR w.expires_at <= now.t)
+)
+SELECT token FROM granted`;
+
+/** Params: key, owner, ttl ms. One row = still ours. */
+export const renew = `UPDATE {locks} SET expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond'
+  WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp()`;
+
+/**
+ * A holder gives the key up (owner-checked) and, only when someone may wait, notifies the live head
+ * of the queue, by name, so exactly that waiter tries at once; a queue found empty clears `waiting`.
+ * Params: key, owner, channel.
+ */
+export const release = `
+UPDATE {locks} SET owner = NULL, expires_at = NULL, waiting = waiting AND {notifyHead}($1, $3, $2, false)
+WHERE lock_key = $1 AND owner = $2`;
+
+/**
+ * A waiter gives up: leaves the queue and, if it was queued and the key is free, notifies the next
+ * live waiter, which may have been queued behind it (or notified in its stead). Also clears a claim
+ * the waiter may hold (an attempt granted just as it gave up). Params: key, owner, channel.
+ */
+export const leave = `
+WITH released AS (
+  UPDATE {locks} SET owner = NULL, expires_at = NULL WHERE lock_key = $1 AND owner = $2 RETURNING 1
+),
+left_queue AS (
+  DELETE FROM {waiters} WHERE lock_key = $1 AND owner = $2 RETURNING 1
+)
+SELECT {notifyHead}($1, $3, $2, NOT EXISTS (SELECT 1 FROM released)) AS notified
+WHERE EXISTS (SELECT 1 FROM released) OR EXISTS (SELECT 1 FROM left_queue)`;
+
+/**
+ * Lifts the counter to `floor` unless the key was granted to someone else since (which would have
+ * replaced our owner). Params: key, owner, floor. One row = raised.
+ */
+export const raiseFloor = `UPDATE {locks} SET token = GREATEST(token, $3::bigint) WHERE lock_key = $1 AND owner = $2`;
+
+// Session mode: the lock is an advisory lock `(namespace, id)` held by one dedicated connection;
+// the row supplies the id (unique per key, so no two keys share a lock) and the fencing counter.
+
+/** Params: key. The key's advisory lock id, creating its row on first use. */
+export const keyId = `
+WITH created AS (INSERT INTO {locks} (lock_key, token) VALUES ($1, 0) ON CONFLICT (lock_key) DO NOTHING RETURNING id)
+SELECT id FROM created UNION ALL SELECT id FROM {locks} WHERE lock_key = $1`;
+
+/**
+ * Params: namespace, id, idle timeout ('<n>ms'). The server ends the session, and so frees its
+ * advisory locks, once it has been idle that long: the session lease's ttl.
+ */
+export const lockWait = `SELECT true AS got, set_config('idle_session_timeout', $3, false) FROM pg_advisory_lock($1::int, $2::int)`;
+export const lockTry = `SELECT pg_try_advisory_lock($1::int, $2::int) AS got, set_config('idle_session_timeout', $3, false)`;
+
+/**
+ * Params: least token, owner, key, id. Bumps the counter for the advisory lock's holder; no row
+ * means the key's row no longer has that id (the table was emptied meanwhile).
+ */
+export const sessionToken = `UPDATE {locks} SET token = GREATEST(token + 1, $1::bigint), owner = $2, expires_at = NULL
+  WHERE lock_key = $3 AND id = $4 RETURNING token`;
+
+/** Params: namespace, id, idle timeout. Any statement resets the idle clock; this one also proves we hold the lock. */
+export const sessionRenew = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+  AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2 AND granted) AS mine, set_config('idle_session_timeout', $3, false)`;
+
+/** Puts the idle limit back as it was, before a connection that took no lock goes back to the pool. */
+export const sessionReset = `SELECT set_config('idle_session_timeout', (SELECT reset_val FROM pg_settings WHERE name = 'idle_session_timeout'), false)`;
+
+/** Params: namespace, id. Also puts the idle limit back as it was, so the pooled connection lives on as before. */
+export const sessionRelease = `SELECT pg_advisory_unlock($1::int, $2::int) AS released,
+  set_config('idle_session_timeout', (SELECT reset_val FROM pg_settings WHERE name = 'idle_session_timeout'), false)`;

@@ -1,0 +1,86 @@
+import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
+import type { LockBackend } from '@deadbolt/core';
+import { PostgresBackend, postgresBackend } from '@deadbolt/postgres';
+import pg from 'pg';
+
+type Mode = 'lease' | 'session';
+
+/** Reads and breaks the lock tables directly. */
+export function postgresHarness(url: string, mode: Mode = 'lease', table = 'deadbolt_locks'): ConformanceHarness {
+  const admin = new pg.Pool({ connectionString: url, max: 2 });
+  admin.on('error', () => undefined);
+  const key = (k: string) => Buffer.from(k, 'utf8');
+  /** Undefined-table errors (no table yet) count as "nothing there". */
+  const query = async (text: string, params: unknown[] = []) => {
+    try {
+      return (await admin.query(text, params)).rows;
+    } catch (error) {
+      if ((error as { code?: string }).code === '42P01') return [];
+      throw error;
+    }
+  };
+  const common: Omit<ConformanceHarness, 'inspect' | 'loseClaim'> = {
+    async dropConnection(backend: LockBackend) {
+      for (const pid of (backend as PostgresBackend).pids) await admin.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
+    },
+    restartServer: () => restartMatrixServer('postgres'),
+    async clearAll() {
+      await query(`TRUNCATE "${table}", "${table}_waiters"`);
+    },
+  };
+  if (mode === 'session') {
+    /** The server process holding the key's advisory lock (there is none while it is free). */
+    const holder = async (k: string) =>
+      (
+        await query(
+          `SELECT l.pid FROM pg_locks l JOIN "${table}" t ON l.objid = t.id::oid WHERE t.lock_key = $1 AND l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted`,
+          [key(k)],
+        )
+      )[0]?.pid as number | undefined;
+    return {
+      ...common,
+      async inspect(k) {
+        if ((await holder(k)) === undefined) return [];
+        return (await query(`SELECT owner FROM "${table}" WHERE lock_key = $1`, [key(k)])).map((r) => String(r.owner));
+      },
+      async loseClaim(k) {
+        const pid = await holder(k);
+        if (pid !== undefined) await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+      },
+    };
+  }
+  return {
+    ...common,
+    async inspect(k) {
+      const rows = await query(
+        `SELECT owner FROM "${table}" WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()
+         UNION ALL SELECT owner FROM (SELECT owner FROM "${table}_waiters" WHERE lock_key = $1 AND expires_at > clock_timestamp() ORDER BY arrival) w`,
+        [key(k)],
+      );
+      return rows.map((r) => String(r.owner));
+    },
+    async loseClaim(k) {
+      await query(`UPDATE "${table}" SET owner = NULL, expires_at = NULL WHERE lock_key = $1`, [key(k)]);
+    },
+  };
+}
+
+/** A pool whose every connection runs in session time zone `zone`, as an application that sets `TimeZone` would. */
+export function poolInTimeZone(url: string, zone: string): pg.Pool {
+  return new pg.Pool({ connectionString: url, max: 10, options: `-c TimeZone=${zone}` });
+}
+
+/** The shared suite's options for the test-matrix PostgreSQL. */
+export function postgresSuiteOptions(mode: Mode = 'lease'): ConformanceOptions {
+  const url = matrixUrl('postgres');
+  return {
+    name: mode === 'lease' ? 'postgres' : 'postgres (session)',
+    createBackend: () => postgresBackend({ url, mode }),
+    createUnreachableBackend: () => postgresBackend({ url: 'postgres://postgres@127.0.0.1:1/postgres', mode }),
+    network: { store: storeAddress(url), createBackend: (via) => postgresBackend({ url: viaUrl(url, via), mode }) },
+    createBackendInTimeZone: (zone) => postgresBackend({ pool: poolInTimeZone(url, zone), mode }),
+    child: { module: import.meta.resolve('@deadbolt/postgres'), export: 'postgresBackend', options: { url, mode } },
+    harness: postgresHarness(url, mode),
+  };
+}

@@ -1,0 +1,132 @@
+import { createLocker, sleep } from '@deadbolt/core';
+import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
+import { postgresBackend, type PostgresBackend } from '@deadbolt/postgres';
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const url = matrixUrl('postgres');
+const admin = new pg.Pool({ connectionString: url, max: 2 });
+const track = closeLockersAfterEach();
+const key = () => `postgres-test/${Math.random().toString(36).slice(2)}`;
+
+afterAll(async () => {
+  await admin.query('DROP TABLE IF EXISTS deadbolt_race, deadbolt_race_waiters, deadbolt_broken, deadbolt_broken_waiters');
+  await admin.end();
+});
+
+/** Counts the notifications on the default channel while it listens. */
+async function listen() {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  const payloads: string[] = [];
+  client.on('notification', (m) => payloads.push(m.payload ?? ''));
+  await client.query('LISTEN "deadbolt_locks_released"');
+  return { payloads, close: () => client.end() };
+}
+
+describe('postgres backend', () => {
+  it('rejects bad options before connecting', () => {
+    for (const options of [{}, { url: 'mysql://x' }, { url, table: 'Bad-Name' }, { url, mode: 'both' }, { url, maxPollDelayMs: 0 }, { url, advisoryNamespace: -1 }]) {
+      expect(() => postgresBackend(options as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    }
+  });
+
+  it('creates its tables race-free when many lockers start at once', async () => {
+    await admin.query('DROP TABLE IF EXISTS deadbolt_race, deadbolt_race_waiters');
+    const many = Array.from({ length: 8 }, (_, i) => track(createLocker(postgresBackend({ url, table: 'deadbolt_race', mode: i % 2 ? 'session' : 'lease' }), { ttlMs: 5000 })));
+    const locks = await Promise.all(many.map((l, i) => l.lock(`${key()}-${i}`)));
+    expect(locks.every((l) => l.held && l.token === 1n)).toBe(true); // each key its own counter
+    await Promise.all(locks.map((l) => l.release()));
+  });
+
+  it('reports an SQL error as BackendError, never as busy', async () => {
+    await admin.query('DROP TABLE IF EXISTS deadbolt_broken, deadbolt_broken_waiters');
+    await admin.query('CREATE TABLE deadbolt_broken (something int)');
+    const locker = track(createLocker(postgresBackend({ url, table: 'deadbolt_broken' }), { ttlMs: 5000 }));
+    await expect(locker.tryLock(key())).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    await expect(locker.lock(key(), { timeoutMs: 1000 })).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+  });
+
+  it('a release notifies only when someone waits, and names the head of the queue', async () => {
+    const listener = await listen();
+    try {
+      const [a, b, c] = [1, 2, 3].map(() => track(createLocker(postgresBackend({ url }), { ttlMs: 5000 })));
+      const k = key();
+      await (await a!.lock(k)).release();
+      await sleep(100);
+      expect(listener.payloads, 'a release with nobody waiting notified').toEqual([]);
+      const held = await a!.lock(k);
+      const first = b!.lock(k);
+      await sleep(100);
+      const second = c!.lock(k);
+      await sleep(100);
+      await held.release();
+      const granted = await first;
+      await sleep(100);
+      expect(listener.payloads).toHaveLength(1);
+      expect(listener.payloads[0]!.endsWith(` ${granted.owner}`)).toBe(true);
+      await granted.release();
+      await (await second).release();
+    } finally {
+      await listener.close();
+    }
+  });
+
+  it('a lost notification (listening connection cut) costs at most one re-check period', async () => {
+    const a = track(createLocker(postgresBackend({ url }), { ttlMs: 5000 }));
+    const b = track(createLocker(postgresBackend({ url, maxPollDelayMs: 200 }), { ttlMs: 5000 }));
+    const k = key();
+    const held = await a.lock(k);
+    const waiting = b.lock(k, { timeoutMs: 10_000 });
+    await sleep(100);
+    // Cut every connection of the waiter's backend, its listener among them.
+    for (const pid of (b.backend as PostgresBackend).pids) await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    await held.release();
+    const releasedAt = performance.now();
+    const lock = await waiting;
+    expect(performance.now() - releasedAt).toBeLessThan(1000);
+    await lock.release();
+  });
+
+  it('session mode: keys of any length get distinct advisory locks (1024-byte keys differing in the last byte)', async () => {
+    const a = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 5000 }));
+    const b = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 5000 }));
+    const base = `${key()}/`.padEnd(1023, 'x');
+    const keys = Array.from({ length: 20 }, (_, i) => base + String.fromCharCode(65 + i));
+    const held = await Promise.all(keys.map((k) => a.lock(k, { timeoutMs: 5000 })));
+    for (const k of keys) expect(await b.tryLock(k)).toBeNull();
+    const other = await b.tryLock(`${base}z`);
+    expect(other).not.toBeNull();
+    await other!.release();
+    await Promise.all(held.map((l) => l.release()));
+  });
+
+  it('session mode: a dead holder connection frees the lock at once, and the waiter blocked in the server gets it', async () => {
+    const a = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const b = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const k = key();
+    const held = await a.lock(k);
+    const waiting = b.lock(k, { timeoutMs: 10_000 });
+    await sleep(200);
+    const killedAt = performance.now();
+    for (const pid of (a.backend as PostgresBackend).pids) await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    const lock = await waiting;
+    expect(performance.now() - killedAt).toBeLessThan(2000); // not the 30 s ttl
+    expect(lock.token).toBeGreaterThan(held.token);
+    await lock.release();
+  });
+
+  it('session mode: a paused holder (idle past its ttl) loses the lock to the server, not to a client clock', async () => {
+    const a = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 1000, autoRenew: false }));
+    const b = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 5000 }));
+    const k = key();
+    const held = await a.lock(k);
+    const started = performance.now();
+    const lock = await b.lock(k, { timeoutMs: 10_000 });
+    const elapsed = performance.now() - started;
+    expect(elapsed).toBeGreaterThan(900);
+    expect(elapsed).toBeLessThan(3000);
+    expect(lock.token).toBeGreaterThan(held.token);
+    await lock.release();
+  });
+});
