@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['packages/*/test/**/*.test.ts'],
+    include: ["packages/*/test/**/*.test.ts", "test/**/*.test.ts"],
     // Store-backed suites share one server per store; run files one at a time so fault tests
     // (restarts, dropped connections) never hit a neighbour's locks.
     fileParallelism: false,

@@ -4,11 +4,13 @@
  * backend's test names (`ChildBackendConfig`) and uses only the public Locker API.
  */
 import { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import { backendFromConfig } from './migration-child.js';
 import { Rpc, type Channel } from './rpc.js';
 
 let locker: Locker | undefined;
 const handles = new Map<number, Lock>();
 let nextHandle = 1;
+let working = false;
 
 function need(): Locker {
   if (!locker) throw new Error('child not initialised');
@@ -23,9 +25,7 @@ function handle(id: number): Lock {
 
 const rpc = new Rpc(process as unknown as Channel, {
   async init(module: string, exportName: string, options: unknown, lockerOptions: LockerOptions) {
-    const factory = (await import(module))[exportName] as (options: unknown) => Parameters<typeof createLocker>[0];
-    if (typeof factory !== 'function') throw new Error(`${module} has no export ${exportName}`);
-    locker = createLocker(await factory(options), lockerOptions);
+    locker = createLocker(await backendFromConfig({ module, export: exportName, options }), lockerOptions);
   },
 
   async lock(key: string, options: LockOptions = {}) {
@@ -54,6 +54,30 @@ const rpc = new Rpc(process as unknown as Channel, {
       await lock.release();
     }
     return holds;
+  },
+
+  /**
+   * Rolling-migration workload: until `stopWork`, lock, write to the parent's fenced register,
+   * hold `holdMs`, write again, release. Returns every hold: [start, end] (monotonic ns, comparable
+   * across processes on one machine) and its token.
+   */
+  async work(key: string, holdMs: number) {
+    working = true;
+    const holds: [number, number, bigint][] = [];
+    while (working) {
+      const lock = await need().lock(key);
+      const start = Number(process.hrtime.bigint());
+      await rpc.call('fencedWrite', lock.token);
+      await new Promise((r) => setTimeout(r, holdMs));
+      await rpc.call('fencedWrite', lock.token);
+      holds.push([start, Number(process.hrtime.bigint()), lock.token]);
+      await lock.release();
+    }
+    return holds;
+  },
+
+  stopWork() {
+    working = false;
   },
 
   /** Fenced writer: every `everyMs`, write to the parent's register unless the lock was lost. */

@@ -78,6 +78,7 @@ export interface ConformanceOptions {
 export function defineConformanceSuite(options: ConformanceOptions): void {
   const { harness } = options;
   let capabilities: LockBackend['capabilities'];
+  let probeHasFloor = false;
   const lockers: Locker[] = [];
   const children: ChildHolder[] = [];
   let keySeq = 0;
@@ -128,6 +129,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   describe(`conformance: ${options.name}`, async () => {
     const probe = await options.createBackend();
     capabilities = probe.capabilities;
+    probeHasFloor = typeof probe.raiseTokenFloor === 'function';
     await probe.close();
     const T = ttl();
     const renewMs = T / 3;
@@ -497,6 +499,34 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         expect(after.token).toBeGreaterThan(before.token);
         await after.release();
       }, 180_000);
+      itWhen(() => (capabilities && probeHasFloor ? undefined : 'the backend cannot raise its token floor'), '12d. token floors (migration support): a raised floor holds for every later grant; a released lease cannot raise it; minToken is honoured where declared', async () => {
+        const key = freshKey();
+        const backend = await options.createBackend();
+        const request = (minToken?: bigint) => ({
+          key, owner: crypto.randomUUID(), ttlMs: T, wait: false, signal: new AbortController().signal, ...(minToken === undefined ? {} : { minToken }),
+        });
+        try {
+          const first = (await backend.acquire(request()))!;
+          const floor = first.token + 1_000_000n;
+          expect(await backend.raiseTokenFloor!(first, floor)).toBe(true);
+          await backend.release(first);
+          expect(await backend.raiseTokenFloor!(first, floor + 1_000_000n), 'a released lease raised the floor').toBe(false);
+          const second = (await backend.acquire(request()))!;
+          expect(second.token).toBeGreaterThan(floor);
+          await backend.release(second);
+          if (capabilities.minToken) {
+            const wanted = second.token + 5_000_000n;
+            const third = (await backend.acquire(request(wanted)))!;
+            expect(third.token).toBeGreaterThanOrEqual(wanted);
+            await backend.release(third);
+            const fourth = (await backend.acquire(request()))!;
+            expect(fourth.token).toBeGreaterThan(third.token);
+            await backend.release(fourth);
+          }
+        } finally {
+          await backend.close();
+        }
+      });
     });
 
     describe('fairness', () => {

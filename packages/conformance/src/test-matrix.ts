@@ -4,11 +4,12 @@ import { promisify } from 'node:util';
 import type { Address } from './fault-proxy.js';
 
 /** The servers test-matrix runs. */
-export type MatrixServer = 'redis' | 'mysql' | 'zookeeper' | 'etcd' | 'cassandra';
+export type MatrixServer = 'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra';
 
 const DEFAULT_URLS: Record<MatrixServer, string> = {
   redis: 'redis://127.0.0.1:6379',
   mysql: 'mysql://root@127.0.0.1:3306/test',
+  postgres: 'postgres://postgres@127.0.0.1:5432/postgres',
   zookeeper: 'zookeeper://127.0.0.1:2181',
   etcd: 'etcd://127.0.0.1:2379',
   cassandra: 'cassandra://127.0.0.1:9042/deadbolt',

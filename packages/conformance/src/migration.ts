@@ -1,0 +1,79 @@
+import { migratingBackend, type LockBackend, type MigratingBackend, type MigrationPhase } from '@deadbolt/core';
+import type { ConformanceHarness, ConformanceOptions } from './suite.js';
+
+const childModule = new URL('./migration-child.js', import.meta.url).href;
+
+/**
+ * The whole shared suite for a migration from one store to another: every behaviour runs against
+ * `migratingBackend({ from, to, phase })` (default `dual`) built from the two stores' own suite
+ * options, child processes included. The harness reads and breaks both stores:
+ * - `inspect` lists the owners found in either store;
+ * - `loseClaim` removes the claim from `to` only, the second store (a loss in either store must
+ *   abort the lock);
+ * - `dropConnection` cuts both stores' connections, `restartServer` restarts `to`'s server;
+ * - the fault proxy sits between the backend and `from`'s store, the one every call goes to first
+ *   (so a partitioned process cannot even learn that a key is busy, as the fault behaviours
+ *   expect); core's tests stage a silent `to` behind a held `from`.
+ * Child processes, the unreachable store, the fault proxy and time zones come from the sides'
+ * options where they offer them.
+ */
+export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceOptions, phase: MigrationPhase = 'dual'): ConformanceOptions {
+  const pair = async (a: LockBackend | Promise<LockBackend>, b: LockBackend | Promise<LockBackend>) =>
+    migratingBackend({ from: await a, to: await b, phase });
+  const sides = (backend: LockBackend) => backend as MigratingBackend;
+  const [fh, th] = [from.harness, to.harness];
+  const harness: ConformanceHarness = {
+    async inspect(key) {
+      const [a, b] = await Promise.all([fh.inspect(key), th.inspect(key)]);
+      return [...new Set([...a, ...b])];
+    },
+    loseClaim: (key) => th.loseClaim(key),
+    ...(fh.dropConnection && th.dropConnection
+      ? {
+          async dropConnection(backend: LockBackend) {
+            await Promise.all([fh.dropConnection!(sides(backend).from), th.dropConnection!(sides(backend).to)]);
+          },
+        }
+      : {}),
+    ...(th.restartServer ? { restartServer: th.restartServer } : {}),
+    async clearAll() {
+      await Promise.all([fh.clearAll?.(), th.clearAll?.()]);
+    },
+    ...(fh.retained || th.retained
+      ? {
+          async retained(backend: LockBackend) {
+            const [a, b] = await Promise.all([fh.retained?.(sides(backend).from) ?? 0, th.retained?.(sides(backend).to) ?? 0]);
+            return a + b;
+          },
+        }
+      : {}),
+    ...(fh.scanCost || th.scanCost
+      ? {
+          async scanCost(key: string) {
+            const [a, b] = await Promise.all([fh.scanCost?.(key) ?? 0, th.scanCost?.(key) ?? 0]);
+            return a + b;
+          },
+        }
+      : {}),
+  };
+  const options: ConformanceOptions = {
+    name: `migration ${from.name} -> ${to.name} (${phase})`,
+    createBackend: () => pair(from.createBackend(), to.createBackend()),
+    harness,
+    ttlMs: Math.max(from.ttlMs ?? 0, to.ttlMs ?? 0) || undefined,
+    garbageCycles: Math.min(from.garbageCycles ?? 10_000, to.garbageCycles ?? 10_000),
+    exclusionRounds: Math.min(from.exclusionRounds ?? 30, to.exclusionRounds ?? 30),
+  };
+  if (from.child && to.child) options.child = { module: childModule, export: 'migratingFromConfigs', options: { from: from.child, to: to.child, phase } };
+  if (to.createUnreachableBackend) options.createUnreachableBackend = () => pair(from.createBackend(), to.createUnreachableBackend!());
+  if (from.network) {
+    const network = from.network;
+    options.network = { store: network.store, createBackend: (via) => pair(network.createBackend(via), to.createBackend()) };
+  }
+  const fromZone = from.createBackendInTimeZone;
+  const toZone = to.createBackendInTimeZone;
+  if (fromZone || toZone) {
+    options.createBackendInTimeZone = (zone) => pair(fromZone ? fromZone(zone) : from.createBackend(), toZone ? toZone(zone) : to.createBackend());
+  }
+  return options;
+}

@@ -1,0 +1,24 @@
+import { memoryBackend, MemoryLockStore } from '@deadbolt/core';
+import type { ConformanceOptions } from '@deadbolt/conformance';
+
+/**
+ * The suite's options for memory backends over one lock table of their own (so two such are two
+ * stores, as a migration needs), as lockers in one process share one.
+ */
+export function memorySuiteOptions(name = 'memory'): ConformanceOptions {
+  const store = new MemoryLockStore();
+  return {
+    name,
+    createBackend: () => memoryBackend({ store }),
+    ttlMs: 300,
+    harness: {
+      inspect: async (key) => {
+        const entry = store.inspect(key);
+        return entry ? [...(entry.holder ? [entry.holder] : []), ...entry.waiters] : [];
+      },
+      loseClaim: async () => store.evictAll(),
+      // The table keeps an entry only while a key is held or awaited.
+      retained: () => store.size,
+    },
+  };
+}
