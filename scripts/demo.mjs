@@ -5,6 +5,7 @@ import { matrixUrl } from '@deadbolt/conformance/test-matrix';
 import { createLocker, memoryBackend } from '@deadbolt/core';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
+import { postgresBackend } from '@deadbolt/postgres';
 import { redisBackend } from '@deadbolt/redis';
 import { zookeeperBackend } from '@deadbolt/zookeeper';
 import { cassandraBackend } from '@deadbolt/cassandra';
@@ -17,6 +18,7 @@ const backends = [
   { name: 'redis', url: matrixUrl('redis'), make() { return redisBackend({ url: this.url }); } },
   { name: 'redis unordered', url: matrixUrl('redis'), make() { return redisBackend({ url: this.url, fifo: false }); } },
   { name: 'mysql', url: matrixUrl('mysql'), make() { return mysqlBackend({ url: this.url }); } },
+  { name: 'postgres', url: matrixUrl('postgres'), make() { return postgresBackend({ url: this.url }); } },
   { name: 'etcd', url: matrixUrl('etcd'), make() { return etcdBackend({ url: this.url }); }, ttlMs: 2000 },
   { name: 'zookeeper', url: matrixUrl('zookeeper'), make() { return zookeeperBackend({ url: this.url }); }, ttlMs: 1000 },
   { name: 'cassandra', url: matrixUrl('cassandra'), make() { return cassandraBackend({ url: this.url }); }, ttlMs: 2000 },

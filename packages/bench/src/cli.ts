@@ -3,7 +3,7 @@
  * `pnpm bench [--full] [--only redis,memory] [--thesis N]`: the five scenarios of BENCHMARKS.md on
  * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
- * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort). Writes
+ * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase. Writes
  * bench-results/<time>/{results.json, summary.md, report.html}.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -27,7 +27,7 @@ import {
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
-import { floors, subjects, type Store } from './subjects.js';
+import { floors, migrationPairs, subjects, type Store } from './subjects.js';
 
 const args = process.argv.slice(2);
 const full = args.includes('--full');
@@ -75,6 +75,7 @@ const ours = available.filter((s) => s.backend);
 const thesisSubjects = ours.filter((s) => s.store !== 'memory');
 const steps =
   stores.filter((store) => probes.has(store)).length +
+  migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length +
   available.length * (1 + clientCounts.length) +
   (probes.has('memory') ? clientCounts.length : 0) +
   thesisSubjects.length * 4;
@@ -130,6 +131,25 @@ for (const store of stores.filter((s) => probes.has(s))) {
   progress(`scenario 1: ${store}, floor, ours and peers interleaved`);
   uncontendedResults.push(...(await uncontendedOn(store)));
 }
+/** Scenario 6: per pair, each store alone and the two in `dual`, interleaved like scenario 1. */
+const migrationResults: { pair: string; from: UncontendedResult; to: UncontendedResult; nested: UncontendedResult; dual: UncontendedResult }[] = [];
+for (const pair of migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store))) {
+  progress(`scenario 6: ${pair.dual.name}`);
+  const opened: UncontendedEntry[] = [];
+  try {
+    for (const subject of [pair.from, pair.to, pair.nested, pair.dual]) {
+      opened.push({ name: subject.name, client: await subject.client(), cycles: subject.store === 'memory' ? cycles * 10 : cycles });
+    }
+    const { results, failures: failed } = await uncontended(opened);
+    for (const { name, error } of failed) failures.push(`scenario 6: ${name}: ${describe(error)}`);
+    const [from, to, nested, dual] = [pair.from, pair.to, pair.nested, pair.dual].map((s) => results.find((r) => r.subject === s.name));
+    if (from && to && nested && dual) migrationResults.push({ pair: pair.dual.name, from, to, nested, dual });
+  } catch (error) {
+    failures.push(`scenario 6: ${pair.dual.name}: ${describe(error)}`);
+  } finally {
+    await Promise.allSettled(opened.map((entry) => entry.client.close()));
+  }
+}
 const contendedResults: ContendedResult[] = [];
 for (const subject of available) {
   for (const clients of clientCounts) {
@@ -159,7 +179,7 @@ const floorOf = (subject: string) => {
   const name = store && floors[store]?.name;
   return uncontendedResults.find((r) => r.subject === name);
 };
-const libraries = ['ioredis', 'mysql2', 'etcd3', 'node-zookeeper-client', 'cassandra-driver', 'redis-semaphore', '@sesamecare-oss/redlock', 'hdr-histogram-js'].map(libraryVersion);
+const libraries = ['ioredis', 'mysql2', 'pg', 'etcd3', 'node-zookeeper-client', 'cassandra-driver', 'redis-semaphore', '@sesamecare-oss/redlock', 'hdr-histogram-js'].map(libraryVersion);
 const machine =
   `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; profile ${full ? 'full' : 'quick'}. ` +
   `Stores: ${stores.map((s) => (probes.has(s) ? versions.get(s) : `${s} not running (skipped)`)).join(', ')}. Client libraries: ${libraries.join(', ')}.`;
@@ -196,6 +216,28 @@ for (const r of uncontendedResults) {
   const ratio = floor ? `${f(r.cycle.p50 / floor.cycle.p50)}×` : '';
   lines.push(`| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${f(drift(r.cycleMs))}× | ${optional(r.storeRequestsPerCycle, 1)} |`);
 }
+lines.push(
+  '',
+  '## Scenario 6: migration cost (uncontended acquire + release in `dual`, against each store alone)',
+  '',
+  'Each store alone, both stores held one after the other by two plain lockers (what `dual` does, without the migration: no',
+  'token floors, no wrapper), and the pair in `dual` (`migratingBackend`), interleaved as in scenario 1, each on its own key. The goal',
+  "is a `dual` cycle within 1.1 × the sum of the two stores' own cycles. On a small machine whose stores share its cores, a store that",
+  'waited while the other worked answers more slowly than one called back to back: the "both" column shows that cost, which any',
+  'client holding two stores pays; "dual / both" is what the migration itself adds (a raise per grant where one store counts in revisions).',
+  '',
+  '| pair | from p50 ms | to p50 ms | sum | both p50 ms | dual p50 ms | dual / sum (p50) | dual / both (p50) | dual / sum (mean) |',
+  '|---|---|---|---|---|---|---|---|---|',
+);
+for (const { pair, from, to, nested, dual } of migrationResults) {
+  const sum = from.cycle.p50 + to.cycle.p50;
+  const mean = (r: UncontendedResult) => 1000 / r.perSecond;
+  lines.push(
+    `| ${pair} | ${f(from.cycle.p50, 3)} | ${f(to.cycle.p50, 3)} | ${f(sum, 3)} | ${f(nested.cycle.p50, 3)} | ${f(dual.cycle.p50, 3)} | ${f(dual.cycle.p50 / sum)}× | ` +
+      `${f(dual.cycle.p50 / nested.cycle.p50)}× | ${f(mean(dual) / (mean(from) + mean(to)))}× |`,
+  );
+}
+if (!migrationResults.length) lines.push('', '_No pair had both stores up._');
 lines.push('', `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row; memory also with hold 0 for 0.5 s)`, '');
 lines.push('| subject | clients | hold ms | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain | token order violations |');
 lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
@@ -288,6 +330,7 @@ writeFileSync(
       machine,
       stores: Object.fromEntries(stores.map((s) => [s, versions.get(s) ?? 'not running'])),
       uncontended: uncontendedResults.map(({ cycleMs, ...rest }) => ({ ...rest, cycleMs: cycleMs.map(micros) })),
+      migration: migrationResults.map(({ pair, from, to, nested, dual }) => ({ pair, fromP50: from.cycle.p50, toP50: to.cycle.p50, bothP50: nested.cycle.p50, dualP50: dual.cycle.p50, fromPerSecond: from.perSecond, toPerSecond: to.perSecond, bothPerSecond: nested.perSecond, dualPerSecond: dual.perSecond })),
       contended: contendedResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
       manyKeys: manyKeysResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
       longHolds: longHoldResults,

@@ -5,14 +5,13 @@
  * public helpers.
  */
 import type { LockBackend } from '@deadbolt/core';
-import type { CassandraBackend } from '@deadbolt/cassandra';
+import { CLAIM_TABLES, type CassandraBackend } from '@deadbolt/cassandra';
 import type { EtcdBackend } from '@deadbolt/etcd';
 import { MysqlBackend } from '@deadbolt/mysql';
+import type { PostgresBackend } from '@deadbolt/postgres';
 import type { RedisBackend } from '@deadbolt/redis';
 import type { ZooKeeperBackend } from '@deadbolt/zookeeper';
 import type { Store } from './subjects.js';
-
-const CASSANDRA_TABLES = ['lock_queue', 'lock_main', 'shadow_main', 'shadow_row', 'lock_lwt'];
 
 /** Deletes every claim on `key` in the store behind `backend` (undefined: no injection for `store`). */
 export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: string) => Promise<void>>> = {
@@ -22,6 +21,20 @@ export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: strin
   },
   async mysql(backend, key) {
     await (backend as MysqlBackend).pool.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [MysqlBackend.hash(key)]);
+  },
+  async postgres(backend, key) {
+    const pg = backend as PostgresBackend;
+    const keyBytes = Buffer.from(key, 'utf8');
+    if (pg.mode === 'lease') {
+      await pg.pool.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE lock_key = $1', [keyBytes]);
+      return;
+    }
+    // Session mode: the claim is the advisory lock; end the session that holds it.
+    await pg.pool.query(
+      `SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN deadbolt_locks t ON l.objid = t.id::oid
+       WHERE t.lock_key = $1 AND l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted`,
+      [keyBytes],
+    );
   },
   async etcd(backend, key) {
     const etcd = backend as EtcdBackend;
@@ -37,6 +50,6 @@ export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: strin
   },
   async cassandra(backend, key) {
     const c = backend as CassandraBackend;
-    for (const table of CASSANDRA_TABLES) await c.client.execute(`DELETE FROM ${c.keyspace}.${table} WHERE lock_id = ?`, [c.idFor(key)], { prepare: true });
+    for (const table of CLAIM_TABLES) await c.client.execute(`DELETE FROM ${c.keyspace}.${table} WHERE lock_id = ?`, [c.idFor(key)], { prepare: true });
   },
 };

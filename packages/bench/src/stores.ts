@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import { createPool } from 'mysql2/promise';
+import pg from 'pg';
 import { urls, type Store } from './subjects.js';
 
 export interface StoreProbe {
@@ -29,19 +30,33 @@ export interface StoreProbe {
 const TICKS_PER_SECOND = 100;
 
 /** CPU seconds of the process listening on `port` on this machine, read from /proc; undefined if unknown. */
-function listenerCpu(port: string): () => number | undefined {
+function listenerCpu(port: string, withChildren = false): () => number | undefined {
   let pid: string | undefined;
   try {
     pid = /pid=(\d+)/.exec(execFileSync('ss', ['-Hltnp', `sport = :${port}`], { encoding: 'utf8' }))?.[1];
   } catch {
     pid = undefined;
   }
+  const cpu = (id: string): number => {
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+    const fields = readFileSync(`/proc/${id}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+    let ticks = Number(fields[11]) + Number(fields[12]);
+    // PostgreSQL serves each connection in a child process of the one that listens.
+    if (withChildren) {
+      for (const child of readFileSync(`/proc/${id}/task/${id}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)) {
+        try {
+          ticks += cpu(child) * TICKS_PER_SECOND;
+        } catch {
+          /* it exited meanwhile */
+        }
+      }
+    }
+    return ticks / TICKS_PER_SECOND;
+  };
   return () => {
     if (!pid) return undefined;
     try {
-      // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
-      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
-      return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND;
+      return cpu(pid);
     } catch {
       return undefined;
     }
@@ -63,7 +78,7 @@ function zookeeperSrvr(): Promise<string> {
  * answered).
  */
 export async function openProbe(store: Store): Promise<StoreProbe> {
-  const cpuSeconds = store === 'memory' ? () => (process.cpuUsage().user + process.cpuUsage().system) / 1e6 : listenerCpu(new URL(urls[store]).port);
+  const cpuSeconds = store === 'memory' ? () => (process.cpuUsage().user + process.cpuUsage().system) / 1e6 : listenerCpu(new URL(urls[store]).port, store === 'postgres');
   switch (store) {
     case 'memory':
       return { version: async () => `in-process (Node ${process.version})`, requests: async () => undefined, cpuSeconds, close: async () => undefined };
@@ -93,6 +108,17 @@ export async function openProbe(store: Store): Promise<StoreProbe> {
           const [rows] = await pool.query<any[]>("SHOW GLOBAL STATUS LIKE 'Questions'");
           return Number(rows[0].Value) - ++reads;
         },
+        cpuSeconds,
+        close: () => pool.end(),
+      };
+    }
+    case 'postgres': {
+      const pool = new pg.Pool({ connectionString: urls.postgres, max: 1 });
+      return {
+        version: async () => `PostgreSQL ${(await pool.query('SHOW server_version')).rows[0].server_version}`,
+        // PostgreSQL counts statements only with the pg_stat_statements extension, and its
+        // transaction counters reach the shared statistics up to seconds late: none is reported.
+        requests: async () => undefined,
         cpuSeconds,
         close: () => pool.end(),
       };

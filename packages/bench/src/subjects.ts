@@ -1,7 +1,9 @@
 import { matrixUrl } from '@deadbolt/conformance/test-matrix';
-import { createLocker, memoryBackend, MemoryLockStore, sleep, type LockBackend } from '@deadbolt/core';
+import { createLocker, memoryBackend, MemoryLockStore, migratingBackend, sleep, type LockBackend } from '@deadbolt/core';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
+import { postgresBackend } from '@deadbolt/postgres';
+import pg from 'pg';
 import { redisBackend } from '@deadbolt/redis';
 import { zookeeperBackend } from '@deadbolt/zookeeper';
 import { cassandraBackend, type CassandraAlgorithm } from '@deadbolt/cassandra';
@@ -13,12 +15,13 @@ import { Redlock } from '@sesamecare-oss/redlock';
 import { Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
 
-export type Store = 'memory' | 'redis' | 'mysql' | 'etcd' | 'zookeeper' | 'cassandra';
+export type Store = 'memory' | 'redis' | 'mysql' | 'postgres' | 'etcd' | 'zookeeper' | 'cassandra';
 
 /** Where each store listens (test-matrix's URLs unless DEADBOLT_<STORE>_URL says otherwise). */
 export const urls = {
   redis: matrixUrl('redis'),
   mysql: matrixUrl('mysql'),
+  postgres: matrixUrl('postgres'),
   etcd: matrixUrl('etcd'),
   zookeeper: matrixUrl('zookeeper'),
   cassandra: matrixUrl('cassandra'),
@@ -77,6 +80,8 @@ export function subjects(): Subject[] {
     deadbolt('deadbolt redis', 'redis', () => redisBackend({ url: redisUrl })),
     deadbolt('deadbolt redis unordered', 'redis', () => redisBackend({ url: redisUrl, fifo: false })),
     deadbolt('deadbolt mysql', 'mysql', () => mysqlBackend({ url: urls.mysql, connectionLimit: 1 })), // one connection per client, like every other store
+    deadbolt('deadbolt postgres', 'postgres', () => postgresBackend({ url: urls.postgres, connectionLimit: 1 })),
+    deadbolt('deadbolt postgres session', 'postgres', () => postgresBackend({ url: urls.postgres, mode: 'session' })),
     deadbolt('deadbolt etcd', 'etcd', () => etcdBackend({ url: urls.etcd })),
     deadbolt('deadbolt zookeeper', 'zookeeper', () => zookeeperBackend({ url: urls.zookeeper })),
     ...(['queue', 'lwt', 'shadow'] as CassandraAlgorithm[]).map((algorithm) =>
@@ -181,6 +186,32 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
       };
     },
   },
+  postgres: {
+    name: 'postgres floor (upsert-if-free + UPDATE, prepared, raw)',
+    async client() {
+      // A pool of one, like the MySQL floor and the backend: the same client library path.
+      const client = new pg.Pool({ connectionString: urls.postgres, max: 1 });
+      await client.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, owner text, expires_at timestamptz, token bigint NOT NULL)');
+      return {
+        async acquire(key) {
+          // Named, so prepared once per connection, as the backend's statements are.
+          const r = await client.query({
+            name: 'bench_floor_acquire',
+            text: `INSERT INTO bench_floor AS f VALUES ($1, 'o', clock_timestamp() + interval '10 seconds', 1)
+             ON CONFLICT (k) DO UPDATE SET owner = 'o', expires_at = EXCLUDED.expires_at, token = f.token + 1
+             WHERE f.owner IS NULL OR f.expires_at <= clock_timestamp() RETURNING token`,
+            values: [key],
+          });
+          if (r.rowCount !== 1) throw new Error('floor key was busy');
+          return {
+            release: async () =>
+              void (await client.query({ name: 'bench_floor_release', text: "UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = $1 AND owner = 'o'", values: [key] })),
+          };
+        },
+        close: () => client.end(),
+      };
+    },
+  },
   cassandra: { name: 'cassandra floor (QUORUM insert with TTL, read back, delete)', client: cassandraFloor },
   zookeeper: { name: 'zookeeper floor (create ephemeral sequential, getChildren, delete)', client: zookeeperFloor },
   etcd: {
@@ -267,4 +298,58 @@ async function redisFloor(redisUrl: string): Promise<Client> {
     },
     close: async () => void redis.disconnect(),
   };
+}
+
+/**
+ * A migration pair in scenario 6, timed interleaved: each store alone, both held one after the
+ * other by two plain lockers (`from` then `to`, released in reverse: what `dual` does, without the
+ * migration), and the two in `dual`.
+ */
+export interface MigrationPair {
+  from: Subject;
+  to: Subject;
+  nested: Subject;
+  dual: Subject;
+}
+
+/**
+ * The pairs whose `dual` cost scenario 6 measures: two memory tables, and the three pairs the
+ * conformance suite runs in `dual` (one of them onto a revision-token store).
+ */
+export function migrationPairs(): MigrationPair[] {
+  const make: Record<string, [Store, () => LockBackend]> = {
+    'memory A': ['memory', ((store) => () => memoryBackend({ store }))(new MemoryLockStore())],
+    'memory B': ['memory', ((store) => () => memoryBackend({ store }))(new MemoryLockStore())],
+    redis: ['redis', () => redisBackend({ url: urls.redis })],
+    etcd: ['etcd', () => etcdBackend({ url: urls.etcd })],
+    mysql: ['mysql', () => mysqlBackend({ url: urls.mysql, connectionLimit: 1 })],
+    zookeeper: ['zookeeper', () => zookeeperBackend({ url: urls.zookeeper })],
+    'cassandra queue': ['cassandra', () => cassandraBackend({ url: urls.cassandra, algorithm: 'queue' })],
+  };
+  const pairs: [string, string][] = [['memory A', 'memory B'], ['redis', 'etcd'], ['mysql', 'zookeeper'], ['cassandra queue', 'redis']];
+  return pairs.map(([from, to]) => {
+    const [[fromStore, fromMake], [toStore, toMake]] = [make[from]!, make[to]!];
+    const [fromSubject, toSubject] = [deadbolt(`deadbolt ${from}`, fromStore, fromMake), deadbolt(`deadbolt ${to}`, toStore, toMake)];
+    const nested: Subject = {
+      name: `deadbolt ${from} then ${to} (no migration)`,
+      store: toStore,
+      async client() {
+        const [outer, inner] = await Promise.all([fromSubject.client(), toSubject.client()]);
+        return {
+          async acquire(key) {
+            const a = await outer.acquire(key);
+            const b = await inner.acquire(key);
+            return { release: async () => (await b.release(), await a.release()) };
+          },
+          close: async () => void (await Promise.all([outer.close(), inner.close()])),
+        };
+      },
+    };
+    return {
+      from: fromSubject,
+      to: toSubject,
+      nested,
+      dual: deadbolt(`deadbolt ${from} -> ${to} (dual)`, toStore, () => migratingBackend({ from: fromMake(), to: toMake(), phase: 'dual' })),
+    };
+  });
 }
