@@ -33,7 +33,7 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
         for (const connection of pool.connections) connection.netClient?.destroy();
       }
     },
-    restartServer: () => restartMatrixServer('cassandra'),
+    restartServer: () => restartMatrixServer('cassandra', ready),
     async scanCost(key) {
       // Cassandra's own account of a read, from its query trace: "Read N live rows and M tombstone cells".
       const client = await ready();

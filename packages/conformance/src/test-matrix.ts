@@ -34,7 +34,27 @@ export function viaUrl(url: string, via: Address): string {
   return url.replace(parsed.host, `${via.host}:${via.port}`);
 }
 
-/** Restart a test-matrix server and resolve once it answers again. @throws if the restart fails. */
-export async function restartMatrixServer(server: MatrixServer): Promise<void> {
+/**
+ * Restart a test-matrix server and resolve once it answers again, and once `usable` (a query through
+ * the caller's own long-lived client) succeeds: a driver reconnects in the background, so a client
+ * that predates the restart fails fast for a while after the server is back (the Cassandra driver
+ * re-prepares every statement before it marks the host up again).
+ * @throws if the restart fails, or `usable` still fails 60 s after it.
+ */
+export async function restartMatrixServer(server: MatrixServer, usable?: () => Promise<unknown>): Promise<void> {
   await promisify(execFile)('bash', [`${matrixDir}restart`, server], { timeout: 300_000 });
+  if (usable) await retryFor(60_000, usable);
+}
+
+/** Call `attempt` until it resolves or `ms` have passed since the first call (then its last error). */
+export async function retryFor<T>(ms: number, attempt: () => Promise<T>, retryable: (error: unknown) => boolean = () => true): Promise<T> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    try {
+      return await attempt();
+    } catch (error) {
+      if (!retryable(error) || performance.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  }
 }
