@@ -4,6 +4,7 @@
  * backend's test names (`ChildBackendConfig`) and uses only the public Locker API.
  */
 import { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import { takeShared, type SharedFamily } from './shared-family.js';
 import { backendFromConfig } from './migration-child.js';
 import { Rpc, type Channel } from './rpc.js';
 
@@ -34,6 +35,28 @@ const rpc = new Rpc(process as unknown as Channel, {
     handles.set(id, lock);
     lock.signal.addEventListener('abort', () => rpc.emit('lost', { id, token: lock.token }), { once: true });
     return { id, token: lock.token, owner: lock.owner };
+  },
+
+  /** A semaphore permit (`family` = { limit }) or a read or write lock; same reply as `lock`. */
+  async acquireShared(key: string, family: SharedFamily, options: LockOptions = {}) {
+    const lock = await takeShared(need(), key, family, options);
+    const id = nextHandle++;
+    handles.set(id, lock);
+    lock.signal.addEventListener('abort', () => rpc.emit('lost', { id, token: lock.token }), { once: true });
+    return { id, token: lock.token, owner: lock.owner };
+  },
+
+  /** Shared exclusion workload: `count` times take `family`, hold `holdMs`, release; returns [start, end] of each hold. */
+  async sharedWork(key: string, family: SharedFamily, count: number, holdMs: number) {
+    const holds: [number, number][] = [];
+    for (let i = 0; i < count; i++) {
+      const lock = await takeShared(need(), key, family, {});
+      const start = Number(process.hrtime.bigint());
+      await new Promise((r) => setTimeout(r, holdMs * Math.random()));
+      holds.push([start, Number(process.hrtime.bigint())]);
+      await lock.release();
+    }
+    return holds;
   },
 
   async release(id: number) {

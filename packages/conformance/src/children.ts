@@ -2,6 +2,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { LockerOptions, LockOptions } from '@deadbolt/core';
 import { Rpc, type Channel, type Handlers } from './rpc.js';
+import type { SharedFamily } from './shared-family.js';
 
 /** How a child process builds the backend under test: `(await import(module))[export](options)`. */
 export interface ChildBackendConfig {
@@ -44,6 +45,11 @@ export class ChildHolder {
 
   lock(key: string, options?: LockOptions): Promise<{ id: number; token: bigint; owner: string }> {
     return this.rpc.call('lock', key, options);
+  }
+
+  /** A semaphore permit or a read or write lock, held by the child until `release(id)` or a kill. */
+  acquireShared(key: string, family: SharedFamily, options?: LockOptions): Promise<{ id: number; token: bigint; owner: string }> {
+    return this.rpc.call('acquireShared', key, family, options);
   }
 
   release(id: number): Promise<void> {

@@ -12,6 +12,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder, type ChildBackendConfig } from './children.js';
 import type { Address } from './fault-proxy.js';
 import { defineFaultBehaviours } from './faults.js';
+import { defineSharedBehaviours } from './shared-behaviours.js';
 import { FencedRegister } from './register.js';
 import { retryFor } from './test-matrix.js';
 
@@ -41,6 +42,13 @@ export interface ConformanceHarness {
    * read cost cannot grow with use.
    */
   scanCost?(key: string): Promise<number>;
+  /**
+   * The owner ids of every live claim (granted or waiting) on the shared key `key` (semaphores and
+   * read-write locks), read directly from the store. Required when the backend has shared claims.
+   */
+  inspectShared?(key: string): Promise<string[]>;
+  /** Make the store forget `owner`'s claim on the shared key `key`. Required with shared claims. */
+  loseSharedClaim?(key: string, owner: string): Promise<void>;
 }
 
 export interface ConformanceOptions {
@@ -81,6 +89,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   const { harness } = options;
   let capabilities: LockBackend['capabilities'];
   let probeHasFloor = false;
+  let probeShared: LockBackend['acquireShared'];
   const lockers: Locker[] = [];
   const children: ChildHolder[] = [];
   let keySeq = 0;
@@ -132,6 +141,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     const probe = await options.createBackend();
     capabilities = probe.capabilities;
     probeHasFloor = typeof probe.raiseTokenFloor === 'function';
+    probeShared = probe.acquireShared;
     await probe.close();
     const T = ttl();
     const renewMs = T / 3;
@@ -160,6 +170,11 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       expect(capabilities.ttlGranularityMs).toBeGreaterThan(0);
       // A backend that claims cross-process exclusion must let the suite prove it.
       if (capabilities.crossProcess) expect(options.child, 'crossProcess backends must give a child config').toBeDefined();
+      // Shared claims must be real and inspectable for groups 25 and 26 to prove anything.
+      if (capabilities.semaphore || capabilities.readWrite) {
+        expect(typeof probeShared, 'semaphore/readWrite need acquireShared').toBe('function');
+        expect(harness.inspectShared && harness.loseSharedClaim, 'shared claims need harness.inspectShared and loseSharedClaim').toBeDefined();
+      }
     });
 
     describe('core', () => {
@@ -692,7 +707,9 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       }, 300_000);
     });
 
-    defineFaultBehaviours({ options, harness, freshKey, makeLocker, spawnChild, lockers, T, renewMs, capabilities, itWhen, crossProcessIt, hookIt });
+    const context = { options, harness, freshKey, makeLocker, spawnChild, lockers, T, renewMs, capabilities, itWhen, crossProcessIt, hookIt };
+    defineFaultBehaviours(context);
+    defineSharedBehaviours(context);
   });
 }
 

@@ -17,6 +17,8 @@ export function memorySuiteOptions(name = 'memory'): ConformanceOptions {
         return entry ? [...(entry.holder ? [entry.holder] : []), ...entry.waiters] : [];
       },
       loseClaim: async () => store.evictAll(),
+      inspectShared: async (key) => store.inspectShared(key),
+      loseSharedClaim: async (key, owner) => store.forgetClaim(key, owner),
       // The table keeps an entry only while a key is held or awaited.
       retained: () => store.size,
     },

@@ -12,7 +12,7 @@
  * calls (command timeouts, keep-alives), so a store that stops answering without closing the
  * socket cannot pin its connections forever.
  */
-export interface LockBackend {
+export interface LockBackend<L extends Lease = Lease> {
   /** Short name used in errors and reports, e.g. `redis`. */
   readonly name: string;
   readonly capabilities: Capabilities;
@@ -24,16 +24,25 @@ export interface LockBackend {
    *   `req.signal.reason` after removing every trace of this waiter from the store.
    * The returned lease's `token` is strictly greater than every token issued before for the key.
    */
-  acquire(req: AcquireRequest): Promise<Lease | null>;
+  acquire(req: AcquireRequest): Promise<L | null>;
+
+  /**
+   * Optional (semaphores and read-write locks; declare `capabilities.semaphore` / `readWrite`).
+   * Like `acquire`, for one claim on a shared key; see `SharedRequest` for the grant rule every
+   * store follows. Shared keys are a namespace of their own: `key` here never meets a mutex `key`.
+   * @throws LimitMismatchError (before waiting) when live claims on the key were made with another
+   * limit.
+   */
+  acquireShared?(req: SharedRequest): Promise<L | null>;
 
   /**
    * Extend a held lease to `ttlMs` from now (store clock). Resolves `false` when the lease is
    * already lost (expired, deleted, or another owner holds the key); never re-creates a lost claim.
    */
-  renew(lease: Lease, ttlMs: number): Promise<boolean>;
+  renew(lease: L, ttlMs: number): Promise<boolean>;
 
   /** Give the lease up. Owner-checked (never frees another holder) and idempotent. */
-  release(lease: Lease): Promise<void>;
+  release(lease: L): Promise<void>;
 
   /**
    * Optional; `migratingBackend` needs it (see migrating-backend.ts). Make every later grant of
@@ -43,7 +52,7 @@ export interface LockBackend {
    * safe). Floors only ever go up, and survive whatever the store's tokens survive (restarts, the
    * key being idle).
    */
-  raiseTokenFloor?(lease: Lease, floor: bigint): Promise<boolean>;
+  raiseTokenFloor?(lease: L, floor: bigint): Promise<boolean>;
 
   /**
    * Close connections the backend opened itself (not clients the user passed in). Idempotent.
@@ -76,10 +85,27 @@ export interface Capabilities {
    * revision stores cannot). Optional: default false.
    */
   readonly minToken?: boolean;
+  /** `acquireShared` serves semaphores (shared claims with a limit). Optional: default false. */
+  readonly semaphore?: boolean;
+  /** `acquireShared` serves read-write locks (shared and exclusive claims, no limit). Optional: default false. */
+  readonly readWrite?: boolean;
 }
 
 /** The default of every optional capability, in one place. */
 export const DEFAULT_MAX_TTL_MS = 365 * 24 * 60 * 60 * 1000;
+const OPTIONAL_CAPABILITIES = { maxTtlMs: DEFAULT_MAX_TTL_MS, minToken: false, semaphore: false, readWrite: false } as const;
+
+/** `capabilities` with every optional field filled in from its default. */
+export function fullCapabilities(capabilities: Capabilities): Required<Capabilities> {
+  return { ...OPTIONAL_CAPABILITIES, ...stripUndefined(capabilities) };
+}
+
+function stripUndefined<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
+}
+
+/** Most permits a semaphore may have (a documented bound, so a typo cannot ask for 2^53). */
+export const MAX_SEMAPHORE_LIMIT = 100_000;
 
 /** One acquisition attempt, already validated by core. */
 export interface AcquireRequest {
@@ -99,6 +125,26 @@ export interface AcquireRequest {
    * the same step (`capabilities.minToken`). Correctness never depends on it; it saves a write.
    */
   readonly minToken?: bigint;
+}
+
+/**
+ * One claim on a shared key (`acquireShared`). The claims of a key form one queue in arrival
+ * order, and every store grants by the same rule, so both families are FIFO and no writer starves:
+ * - an `exclusive` claim (a write lock) is granted when no live claim is ahead of it;
+ * - a `shared` claim (a permit, a read lock) is granted when no exclusive claim is ahead of it and,
+ *   if `limit` > 0, fewer than `limit` claims are.
+ * A claim's store expiry counts while it waits too (the backend refreshes it), so a crashed waiter
+ * blocks nobody for longer than its ttl. Grants happen in arrival order, so a token taken from a
+ * per-key counter at arrival (or a revision) is strictly increasing in grant order.
+ */
+export interface SharedRequest extends AcquireRequest {
+  readonly mode: 'shared' | 'exclusive';
+  /**
+   * Semaphores: the number of permits (1..MAX_SEMAPHORE_LIMIT). Read-write locks: 0 (readers
+   * unlimited). Stored with the key while it has live claims; a request with another limit then
+   * rejects with `LimitMismatchError`, so two clients configured differently never over-admit.
+   */
+  readonly limit: number;
 }
 
 /** A granted lease. Backends may extend it with their own fields (e.g. a queue entry id). */

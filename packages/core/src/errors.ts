@@ -9,7 +9,9 @@ export type DeadboltErrorCode =
   | 'NOT_OWNER'
   | 'LOCKER_CLOSED'
   | 'BACKEND_UNAVAILABLE'
-  | 'BACKEND_ERROR';
+  | 'BACKEND_ERROR'
+  | 'LIMIT_MISMATCH'
+  | 'LOCK_UPGRADE';
 
 /** Base class of every deadbolt error. */
 export abstract class DeadboltError extends Error {
@@ -48,6 +50,35 @@ export class LockLostError extends DeadboltError {
     options?: ErrorOptions,
   ) {
     super(message, options);
+  }
+}
+
+/**
+ * A semaphore was asked for with a limit other than the one its live permits and waiters were
+ * taken with (two clients configured differently). Nothing was taken; both numbers are named.
+ */
+export class LimitMismatchError extends DeadboltError {
+  readonly code = 'LIMIT_MISMATCH' as const;
+  constructor(
+    readonly key: string,
+    readonly storedLimit: number,
+    readonly requestedLimit: number,
+  ) {
+    super(
+      `semaphore ${JSON.stringify(key)} is in use with ${storedLimit === 0 ? 'no limit (a read-write lock)' : `limit ${storedLimit}`}; ` +
+        `asked for with ${requestedLimit === 0 ? 'no limit (a read-write lock)' : `limit ${requestedLimit}`}`,
+    );
+  }
+}
+
+/**
+ * A write lock was asked for by a caller that holds a read lock of the same key (an upgrade). It
+ * would wait for its own read lock forever, so it is refused at once; release the read lock first.
+ */
+export class LockUpgradeError extends DeadboltError {
+  readonly code = 'LOCK_UPGRADE' as const;
+  constructor(readonly key: string) {
+    super(`a write lock on ${JSON.stringify(key)} was asked for while this caller holds a read lock on it (upgrades deadlock); release the read lock first`);
   }
 }
 

@@ -1,4 +1,13 @@
-export { DEFAULT_MAX_TTL_MS, type AcquireRequest, type Capabilities, type Lease, type LockBackend } from './backend.js';
+export {
+  DEFAULT_MAX_TTL_MS,
+  fullCapabilities,
+  MAX_SEMAPHORE_LIMIT,
+  type AcquireRequest,
+  type Capabilities,
+  type Lease,
+  type LockBackend,
+  type SharedRequest,
+} from './backend.js';
 export {
   BackendError,
   BackendUnavailableError,
@@ -6,13 +15,25 @@ export {
   noAnswer,
   DeadboltError,
   InvalidArgumentError,
+  LimitMismatchError,
   LockerClosedError,
+  LockUpgradeError,
   LockLostError,
   LockTimeoutError,
   NotOwnerError,
   type DeadboltErrorCode,
 } from './errors.js';
-export { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions, type TryLockOptions } from './locker.js';
+export {
+  createLocker,
+  type Lock,
+  type Locker,
+  type LockerOptions,
+  type LockOptions,
+  type ReadWriteLock,
+  type Semaphore,
+  type TryLockOptions,
+} from './locker.js';
+export { grantable } from './shared.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MAX_KEY_BYTES, validateKey, validateTimeout, validateTtl } from './validate.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';

@@ -1,6 +1,7 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import type { Lease, LockBackend } from './backend.js';
+import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type Lease, type LockBackend, type SharedRequest } from './backend.js';
 import {
   BackendError,
   DeadboltError,
@@ -8,6 +9,7 @@ import {
   LockerClosedError,
   LockLostError,
   LockTimeoutError,
+  LockUpgradeError,
   noAnswer,
   NotOwnerError,
 } from './errors.js';
@@ -80,6 +82,51 @@ export interface Lock extends AsyncDisposable {
   release(): Promise<void>;
 }
 
+/**
+ * A counting semaphore: at most `limit` permits of `key` are held at once, across processes. Each
+ * permit is a `Lock` of its own (own lease, renewal, token and loss signal). Permits are granted in
+ * arrival order. The limit is stored with the semaphore while it has permits or waiters; asking with
+ * another limit then rejects with `LimitMismatchError`.
+ */
+export interface Semaphore {
+  readonly key: string;
+  readonly limit: number;
+  /**
+   * Wait for a permit; as `Locker.lock()`.
+   * @throws InvalidArgumentError, LimitMismatchError, LockTimeoutError, the signal's reason,
+   * LockerClosedError, BackendUnavailableError, BackendError.
+   */
+  acquire(options?: LockOptions): Promise<Lock>;
+  /** One attempt; null when all permits are taken (or others wait ahead). As `Locker.tryLock()`; throws as `acquire`. */
+  tryAcquire(options?: TryLockOptions): Promise<Lock | null>;
+  /** `acquire()`, run `fn`, release; as `Locker.withLock()`. */
+  withPermit<T>(fn: (permit: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+}
+
+/**
+ * A read-write lock: any number of readers or one writer, granted in arrival order, so a waiting
+ * writer is never overtaken by readers that came after it.
+ * Upgrades are refused: a write asked for inside `withRead(fn)` of the same key and locker rejects
+ * with `LockUpgradeError` (it would wait for its own read lock forever). A caller holding a bare
+ * `read()` handle is not tracked (Node has no notion of "the same caller" without a callback
+ * scope): release it before asking to write.
+ */
+export interface ReadWriteLock {
+  readonly key: string;
+  /** Wait for a read lock. @throws as `Locker.lock()`. */
+  read(options?: LockOptions): Promise<Lock>;
+  /** Wait for the write lock. @throws as `Locker.lock()`, and LockUpgradeError inside `withRead` of this key. */
+  write(options?: LockOptions): Promise<Lock>;
+  /** One attempt at a read lock; null when a writer holds or waits ahead. */
+  tryRead(options?: TryLockOptions): Promise<Lock | null>;
+  /** One attempt at the write lock; null when anyone holds or waits ahead. @throws LockUpgradeError as `write`. */
+  tryWrite(options?: TryLockOptions): Promise<Lock | null>;
+  /** `read()`, run `fn`, release; as `Locker.withLock()`. Inside `fn`, a write of this key is refused. */
+  withRead<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+  /** `write()`, run `fn`, release; as `Locker.withLock()`. */
+  withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+}
+
 export interface Locker extends AsyncDisposable {
   readonly backend: LockBackend;
   /**
@@ -103,6 +150,18 @@ export interface Locker extends AsyncDisposable {
    * @throws whatever `lock()` or `fn` throws; LockLostError when the lock was lost before `fn` settled.
    */
   withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+  /**
+   * A semaphore of `limit` permits over `key` (a namespace apart from `lock()` keys).
+   * @throws InvalidArgumentError (before any I/O) for a bad key, a `limit` that is not an integer
+   * in 1..MAX_SEMAPHORE_LIMIT, or a backend without `capabilities.semaphore`.
+   */
+  semaphore(key: string, options: { limit: number }): Semaphore;
+  /**
+   * A read-write lock over `key` (the same namespace as semaphores: a key used as one is refused as
+   * the other with `LimitMismatchError` while in use).
+   * @throws InvalidArgumentError (before any I/O) for a bad key or a backend without `capabilities.readWrite`.
+   */
+  readWriteLock(key: string): ReadWriteLock;
   /**
    * Reject pending waits with LockerClosedError, release held locks, close the backend. Finishes
    * within two operation timeouts even when the store has gone silent.
@@ -168,26 +227,57 @@ class DefaultLocker implements Locker {
 
   async lock(key: string, options: LockOptions = {}): Promise<Lock> {
     validateKey(key);
-    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
-    const timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
-    const signal = validateSignal(options.signal);
-    signal?.throwIfAborted();
-    const lock = await this.#track(this.#acquire(key, ttlMs, timeoutMs, signal));
-    if (!lock) throw new LockTimeoutError(key, timeoutMs);
-    return lock;
+    return this.wait(key, options);
   }
 
   async tryLock(key: string, options: TryLockOptions = {}): Promise<Lock | null> {
     validateKey(key);
-    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
-    const signal = validateSignal(options.signal);
-    signal?.throwIfAborted();
-    return this.#track(this.#acquire(key, ttlMs, 0, signal));
+    return this.attempt(key, options);
   }
 
   async withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
     if (typeof fn !== 'function') throw new InvalidArgumentError('withLock needs a function');
-    const lock = await this.lock(key, options);
+    return this.holding(this.lock(key, options), fn);
+  }
+
+  semaphore(key: string, options: { limit: number }): Semaphore {
+    validateKey(key);
+    const limit = options?.limit;
+    if (typeof limit !== 'number' || !Number.isSafeInteger(limit) || limit < 1 || limit > MAX_SEMAPHORE_LIMIT) {
+      throw new InvalidArgumentError(`limit must be an integer from 1 to ${MAX_SEMAPHORE_LIMIT}, got ${String(limit)}`);
+    }
+    this.#need('semaphore');
+    return new LockerSemaphore(this, key, limit);
+  }
+
+  readWriteLock(key: string): ReadWriteLock {
+    validateKey(key);
+    this.#need('readWrite');
+    return new LockerReadWriteLock(this, key);
+  }
+
+  /** `lock()` for a validated key, or for a shared claim. */
+  async wait(key: string, options: LockOptions, claim?: Claim): Promise<Lock> {
+    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    const timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
+    const signal = validateSignal(options.signal);
+    signal?.throwIfAborted();
+    const lock = await this.#track(this.#acquire(key, ttlMs, timeoutMs, signal, claim));
+    if (!lock) throw new LockTimeoutError(key, timeoutMs);
+    return lock;
+  }
+
+  /** `tryLock()` for a validated key, or for a shared claim. */
+  async attempt(key: string, options: TryLockOptions, claim?: Claim): Promise<Lock | null> {
+    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    const signal = validateSignal(options.signal);
+    signal?.throwIfAborted();
+    return this.#track(this.#acquire(key, ttlMs, 0, signal, claim));
+  }
+
+  /** The body of every `with…` helper: run `fn` while `taken` is held, release in `finally`. */
+  async holding<T>(taken: Promise<Lock>, fn: (lock: Lock) => Promise<T> | T): Promise<T> {
+    const lock = await taken;
     let result: T;
     try {
       result = await fn(lock);
@@ -205,6 +295,13 @@ class DefaultLocker implements Locker {
     }
     await lock.release();
     return result;
+  }
+
+  #need(capability: 'semaphore' | 'readWrite'): void {
+    if (!fullCapabilities(this.backend.capabilities)[capability] || typeof this.backend.acquireShared !== 'function') {
+      const family = capability === 'semaphore' ? 'semaphores' : 'read-write locks';
+      throw new InvalidArgumentError(`the ${this.backend.name} backend has no ${family} (capabilities.${capability} is false)`);
+    }
   }
 
   close(): Promise<void> {
@@ -258,7 +355,7 @@ class DefaultLocker implements Locker {
    * signal and close(), so a silent store can delay none of them; a grant that arrives after the
    * race was lost is handed back.
    */
-  async #acquire(key: string, ttlMs: number, timeoutMs: number, userSignal?: AbortSignal): Promise<LockHandle | null> {
+  async #acquire(key: string, ttlMs: number, timeoutMs: number, userSignal: AbortSignal | undefined, claim?: Claim): Promise<LockHandle | null> {
     if (this.#closed) throw new LockerClosedError();
     const wait = timeoutMs > 0;
     const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
@@ -284,7 +381,8 @@ class DefaultLocker implements Locker {
     try {
       let lease: Lease | null;
       try {
-        attempt = this.backend.acquire({ key, owner: randomUUID(), ttlMs, wait, signal });
+        const request = { key, owner: randomUUID(), ttlMs, wait, signal };
+        attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
         lease = await raceSignal(attempt, signal, (late) => {
           // Granted after we stopped waiting: give it back. If that fails the lease expires on its own.
           if (late) this.backend.release(late).catch(() => undefined);
@@ -310,6 +408,82 @@ class DefaultLocker implements Locker {
       timer?.cancel();
       if (onCallerAbort) userSignal?.removeEventListener('abort', onCallerAbort);
     }
+  }
+}
+
+/** What a semaphore or read-write lock asks the backend for. */
+type Claim = Pick<SharedRequest, 'mode' | 'limit'>;
+
+class LockerSemaphore implements Semaphore {
+  readonly #claim: Claim;
+  constructor(
+    private readonly locker: DefaultLocker,
+    readonly key: string,
+    readonly limit: number,
+  ) {
+    this.#claim = { mode: 'shared', limit };
+  }
+
+  acquire(options: LockOptions = {}): Promise<Lock> {
+    return this.locker.wait(this.key, options, this.#claim);
+  }
+
+  tryAcquire(options: TryLockOptions = {}): Promise<Lock | null> {
+    return this.locker.attempt(this.key, options, this.#claim);
+  }
+
+  async withPermit<T>(fn: (permit: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
+    if (typeof fn !== 'function') throw new InvalidArgumentError('withPermit needs a function');
+    return this.locker.holding(this.acquire(options), fn);
+  }
+}
+
+/**
+ * The read locks the current async context holds through `withRead`: what makes a write inside it
+ * an upgrade. Entries are [locker, key] pairs, so two lockers (or two keys) never mix.
+ */
+const readScope = new AsyncLocalStorage<ReadonlyArray<readonly [DefaultLocker, string]>>();
+
+const READ: Claim = { mode: 'shared', limit: 0 };
+const WRITE: Claim = { mode: 'exclusive', limit: 0 };
+
+class LockerReadWriteLock implements ReadWriteLock {
+  constructor(
+    private readonly locker: DefaultLocker,
+    readonly key: string,
+  ) {}
+
+  read(options: LockOptions = {}): Promise<Lock> {
+    return this.locker.wait(this.key, options, READ);
+  }
+
+  async write(options: LockOptions = {}): Promise<Lock> {
+    this.#refuseUpgrade();
+    return this.locker.wait(this.key, options, WRITE);
+  }
+
+  tryRead(options: TryLockOptions = {}): Promise<Lock | null> {
+    return this.locker.attempt(this.key, options, READ);
+  }
+
+  async tryWrite(options: TryLockOptions = {}): Promise<Lock | null> {
+    this.#refuseUpgrade();
+    return this.locker.attempt(this.key, options, WRITE);
+  }
+
+  async withRead<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
+    if (typeof fn !== 'function') throw new InvalidArgumentError('withRead needs a function');
+    const scope = [...(readScope.getStore() ?? []), [this.locker, this.key] as const];
+    return this.locker.holding(this.read(options), (lock) => readScope.run(scope, () => fn(lock)));
+  }
+
+  async withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
+    if (typeof fn !== 'function') throw new InvalidArgumentError('withWrite needs a function');
+    return this.locker.holding(this.write(options), fn);
+  }
+
+  #refuseUpgrade(): void {
+    if (readScope.getStore()?.some(([locker, key]) => locker === this.locker && key === this.key)) throw new LockUpgradeError(this.key);
   }
 }
 

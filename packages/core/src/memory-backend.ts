@@ -1,5 +1,27 @@
-import type { AcquireRequest, Capabilities, Lease, LockBackend } from './backend.js';
-import { LockerClosedError } from './errors.js';
+import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest } from './backend.js';
+import { LimitMismatchError, LockerClosedError } from './errors.js';
+import { grantable } from './shared.js';
+
+/** A memory lease; `shared` marks a semaphore permit or read-write lock. */
+export interface MemoryLease extends Lease {
+  readonly shared?: true;
+}
+
+interface Claim {
+  readonly req: SharedRequest;
+  readonly mode: SharedRequest['mode'];
+  /** performance.now() at which a granted claim's lease ends; Infinity while it waits (its process is alive). */
+  expiresAt: number;
+  /** Set while the claim waits: grants it. */
+  grant: ((lease: MemoryLease) => void) | undefined;
+  timer: NodeJS.Timeout | undefined;
+}
+
+interface SharedState {
+  limit: number;
+  /** Live claims in arrival order, granted ones first by the rule's nature. */
+  readonly claims: Claim[];
+}
 
 interface Holder {
   readonly owner: string;
@@ -28,7 +50,41 @@ interface KeyState {
  */
 export class MemoryLockStore {
   readonly #keys = new Map<string, KeyState>();
+  readonly #shared = new Map<string, SharedState>();
   #lastToken = 0n;
+
+  /** `LockBackend.acquireShared`: one queue of claims per key, granted by `grantable`. */
+  acquireShared(req: SharedRequest): Promise<MemoryLease | null> {
+    req.signal.throwIfAborted();
+    this.#expireShared(req.key);
+    let state = this.#shared.get(req.key);
+    if (state && state.claims.length > 0 && state.limit !== req.limit) {
+      return Promise.reject(new LimitMismatchError(req.key, state.limit, req.limit));
+    }
+    if (!state) this.#shared.set(req.key, (state = { limit: req.limit, claims: [] }));
+    state.limit = req.limit;
+    const claim: Claim = { req, mode: req.mode, expiresAt: Infinity, grant: undefined, timer: undefined };
+    state.claims.push(claim);
+    if (grantable(state.claims, state.claims.length - 1, state.limit)) return Promise.resolve(this.#grantClaim(req.key, state, claim));
+    if (!req.wait) {
+      this.#dropClaim(req.key, state, claim);
+      return Promise.resolve(null);
+    }
+    const { claims } = state;
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        this.#dropClaim(req.key, state, claim);
+        reject(req.signal.reason);
+      };
+      claim.grant = (lease) => {
+        req.signal.removeEventListener('abort', onAbort);
+        resolve(lease);
+      };
+      req.signal.addEventListener('abort', onAbort, { once: true });
+      // Someone waits now: the granted claims' expiries must free the way on time.
+      for (const c of claims) if (!c.grant && !c.timer) this.#armClaimExpiry(req.key, c);
+    });
+  }
 
   acquire(req: AcquireRequest): Promise<Lease | null> {
     req.signal.throwIfAborted();
@@ -59,7 +115,8 @@ export class MemoryLockStore {
     });
   }
 
-  renew(lease: Lease, ttlMs: number): boolean {
+  renew(lease: MemoryLease, ttlMs: number): boolean {
+    if (lease.shared) return this.#renewClaim(lease, ttlMs);
     const state = this.#keys.get(lease.key);
     const holder = state?.holder;
     if (!holder || holder.owner !== lease.owner) return false;
@@ -72,17 +129,26 @@ export class MemoryLockStore {
     return true;
   }
 
-  release(lease: Lease): void {
+  release(lease: MemoryLease): void {
+    if (lease.shared) {
+      const state = this.#shared.get(lease.key);
+      const claim = state?.claims.find((c) => c.req.owner === lease.owner && !c.grant);
+      if (state && claim) this.#dropClaim(lease.key, state, claim);
+      return;
+    }
     const state = this.#keys.get(lease.key);
     if (state?.holder?.owner !== lease.owner) return;
     this.#vacate(lease.key, state);
   }
 
   /** See `LockBackend.raiseTokenFloor`; the table's one counter serves every key. */
-  raiseTokenFloor(lease: Lease, floor: bigint): boolean {
+  raiseTokenFloor(lease: MemoryLease, floor: bigint): boolean {
     this.#expireIfDue(lease.key);
-    const holder = this.#keys.get(lease.key)?.holder;
-    if (holder?.owner !== lease.owner) return false;
+    this.#expireShared(lease.key);
+    const owner = lease.shared
+      ? this.#shared.get(lease.key)?.claims.find((c) => c.req.owner === lease.owner && !c.grant)?.req.owner
+      : this.#keys.get(lease.key)?.holder?.owner;
+    if (owner !== lease.owner) return false;
     if (floor > this.#lastToken) this.#lastToken = floor;
     return true;
   }
@@ -90,6 +156,20 @@ export class MemoryLockStore {
   /** Forget every holder at once, as a store that lost its data would. Waiters are then granted. */
   evictAll(): void {
     for (const [key, state] of [...this.#keys]) if (state.holder) this.#vacate(key, state);
+    for (const [key, state] of [...this.#shared]) for (const c of [...state.claims]) if (!c.grant) this.#dropClaim(key, state, c);
+  }
+
+  /** Forget `owner`'s claim on the shared key `key`, as a store that lost it would. */
+  forgetClaim(key: string, owner: string): void {
+    const state = this.#shared.get(key);
+    const claim = state?.claims.find((c) => c.req.owner === owner);
+    if (state && claim) this.#dropClaim(key, state, claim);
+  }
+
+  /** The owners of a shared key's live claims, in arrival order (granted and waiting). */
+  inspectShared(key: string): string[] {
+    this.#expireShared(key);
+    return this.#shared.get(key)?.claims.map((c) => c.req.owner) ?? [];
   }
 
   /** What the table holds for `key`: the holder's owner and each waiter's owner. */
@@ -99,9 +179,62 @@ export class MemoryLockStore {
     return state && { holder: state.holder?.owner, waiters: state.waiters.map((w) => w.req.owner) };
   }
 
-  /** Number of keys with an entry (held or waited for). */
+  /** Number of keys with an entry (held or waited for; mutex and shared keys). */
   get size(): number {
-    return this.#keys.size;
+    return this.#keys.size + this.#shared.size;
+  }
+
+  #renewClaim(lease: MemoryLease, ttlMs: number): boolean {
+    this.#expireShared(lease.key);
+    const claim = this.#shared.get(lease.key)?.claims.find((c) => c.req.owner === lease.owner && !c.grant);
+    if (!claim) return false;
+    claim.expiresAt = performance.now() + ttlMs;
+    return true;
+  }
+
+  #grantClaim(key: string, state: SharedState, claim: Claim): MemoryLease {
+    const { req } = claim;
+    if (req.minToken !== undefined && req.minToken > this.#lastToken + 1n) this.#lastToken = req.minToken - 1n;
+    const token = ++this.#lastToken;
+    const acquiredAt = performance.now();
+    claim.expiresAt = acquiredAt + req.ttlMs;
+    claim.grant = undefined;
+    if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
+    return { key, owner: req.owner, token, acquiredAt, shared: true };
+  }
+
+  /** Remove a claim (released, expired, aborted, or a failed try) and grant whoever may go now. */
+  #dropClaim(key: string, state: SharedState, claim: Claim): void {
+    const i = state.claims.indexOf(claim);
+    if (i < 0) return;
+    clearTimeout(claim.timer);
+    state.claims.splice(i, 1);
+    state.claims.forEach((c, index) => {
+      if (c.grant && grantable(state.claims, index, state.limit)) {
+        const grant = c.grant;
+        grant(this.#grantClaim(key, state, c));
+      }
+    });
+    if (state.claims.length === 0 && this.#shared.get(key) === state) this.#shared.delete(key);
+  }
+
+  #expireShared(key: string): void {
+    const state = this.#shared.get(key);
+    if (!state) return;
+    const now = performance.now();
+    for (const c of state.claims.filter((c) => now >= c.expiresAt)) this.#dropClaim(key, state, c);
+  }
+
+  #armClaimExpiry(key: string, claim: Claim): void {
+    clearTimeout(claim.timer);
+    claim.timer = setTimeout(() => {
+      claim.timer = undefined;
+      const state = this.#shared.get(key);
+      if (!state?.claims.includes(claim)) return;
+      if (performance.now() >= claim.expiresAt) this.#dropClaim(key, state, claim);
+      else if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
+    }, Math.max(0, claim.expiresAt - performance.now()) + 1);
+    claim.timer.unref();
   }
 
   /** Leases end lazily: whoever looks at a key first after its expiry frees it. */
@@ -161,7 +294,7 @@ export interface MemoryBackendOptions {
 }
 
 /** In-process backend: FIFO, fenced, push wake-up, leases expire on a timer. Never fails on I/O. */
-export class MemoryBackend implements LockBackend {
+export class MemoryBackend implements LockBackend<MemoryLease> {
   readonly name = 'memory';
   readonly capabilities: Capabilities = {
     fencing: 'strict',
@@ -172,6 +305,8 @@ export class MemoryBackend implements LockBackend {
     ttlGranularityMs: 1,
     crossProcess: false,
     minToken: true,
+    semaphore: true,
+    readWrite: true,
   };
   readonly store: MemoryLockStore;
   #closed = false;
@@ -185,15 +320,20 @@ export class MemoryBackend implements LockBackend {
     return this.store.acquire(req);
   }
 
-  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
+  async acquireShared(req: SharedRequest): Promise<MemoryLease | null> {
+    if (this.#closed) throw new LockerClosedError('the memory backend is closed');
+    return this.store.acquireShared(req);
+  }
+
+  async renew(lease: MemoryLease, ttlMs: number): Promise<boolean> {
     return this.store.renew(lease, ttlMs);
   }
 
-  async release(lease: Lease): Promise<void> {
+  async release(lease: MemoryLease): Promise<void> {
     this.store.release(lease);
   }
 
-  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
+  async raiseTokenFloor(lease: MemoryLease, floor: bigint): Promise<boolean> {
     return this.store.raiseTokenFloor(lease, floor);
   }
 
