@@ -8,10 +8,12 @@ import {
   type AcquireRequest,
   type Capabilities,
   type Lease,
+  LimitMismatchError,
   type LockBackend,
+  type SharedRequest,
 } from '@deadbolt/core';
 import { Redis, ReplyError } from 'ioredis';
-import { ACQUIRE, RAISE_FLOOR, RELEASE, RENEW } from './scripts.js';
+import { ACQUIRE, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
 
 export interface RedisBackendOptions {
   /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
@@ -43,8 +45,10 @@ export interface RedisBackendOptions {
   allowEviction?: boolean;
 }
 
-interface RedisLease extends Lease {
+export interface RedisLease extends Lease {
   readonly keys: RedisKeys;
+  /** A semaphore permit or read-write lock (`keys` are then the shared-claim keys). */
+  readonly shared?: true;
 }
 
 interface RedisKeys {
@@ -66,14 +70,22 @@ class Script {
   }
 }
 
-const scripts = { acquire: new Script(ACQUIRE), renew: new Script(RENEW), release: new Script(RELEASE), raiseFloor: new Script(RAISE_FLOOR) };
+const scripts = {
+  acquire: new Script(ACQUIRE),
+  renew: new Script(RENEW),
+  release: new Script(RELEASE),
+  raiseFloor: new Script(RAISE_FLOOR),
+  sharedAcquire: new Script(SHARED_ACQUIRE),
+  sharedRenew: new Script(SHARED_RENEW),
+  sharedRelease: new Script(SHARED_RELEASE),
+};
 
 /**
  * Redis backend. Acquire is one EVALSHA (`SET NX PX` plus the fencing token, or the FIFO queue
  * step); renew and release are owner-checked scripts; a release publishes on one channel, which
  * a single subscriber connection per backend turns into wake-ups for this process's waiters.
  */
-export class RedisBackend implements LockBackend {
+export class RedisBackend implements LockBackend<RedisLease> {
   readonly name = 'redis';
   readonly capabilities: Capabilities;
   /** The command connection (yours if you passed `client`). */
@@ -139,6 +151,8 @@ export class RedisBackend implements LockBackend {
       ttlGranularityMs: 1,
       crossProcess: true,
       minToken: true,
+      semaphore: true,
+      readWrite: true,
     };
   }
 
@@ -152,7 +166,33 @@ export class RedisBackend implements LockBackend {
     return { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
   }
 
-  async acquire(req: AcquireRequest): Promise<Lease | null> {
+  /** Redis key names for a shared key (semaphore or read-write lock); see scripts.ts. `lock` names the claims. */
+  sharedKeysFor(key: string): RedisKeys {
+    const tag = createHash('sha256').update(key).digest('base64url').slice(0, 22);
+    const base = `${this.#prefix}{${tag}}`;
+    return { lock: `${base}claims:${key}`, token: `${base}stoken:${key}`, queue: `${base}sexp:${key}`, deadlines: `${base}smeta:${key}` };
+  }
+
+  async acquireShared(req: SharedRequest): Promise<RedisLease | null> {
+    await this.#checkEviction();
+    const keys = this.sharedKeysFor(req.key);
+    if (!req.wait) return this.#attemptShared(req, keys);
+    await this.#subscribe();
+    const poll = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+    try {
+      return await pollForLease(keys.lock, req.signal, () => this.#attemptShared(req, keys), (lease) => this.release(lease), {
+        notifier: this.#notifier,
+        minDelayMs: Math.min(5, poll),
+        maxDelayMs: poll,
+      });
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
+      await this.#run('release', scripts.sharedRelease, keys, [req.owner, this.#channel, keys.lock]).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  async acquire(req: AcquireRequest): Promise<RedisLease | null> {
     await this.#checkEviction();
     const keys = this.keysFor(req.key);
     if (!req.wait) return this.#attempt(req, keys, false);
@@ -173,19 +213,21 @@ export class RedisBackend implements LockBackend {
     }
   }
 
-  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
-    const { keys } = lease as RedisLease;
-    return (await this.#run('renew', scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
+  async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
+    const { keys } = lease;
+    return (await this.#run('renew', lease.shared ? scripts.sharedRenew : scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
   }
 
-  async release(lease: Lease): Promise<void> {
-    const { keys } = lease as RedisLease;
-    await this.#run('release', scripts.release, keys, [lease.owner, this.#channel, keys.lock, this.#fifo ? '1' : '0']);
+  async release(lease: RedisLease): Promise<void> {
+    const { keys } = lease;
+    if (lease.shared) await this.#run('release', scripts.sharedRelease, keys, [lease.owner, this.#channel, keys.lock]);
+    else await this.#run('release', scripts.release, keys, [lease.owner, this.#channel, keys.lock, this.#fifo ? '1' : '0']);
   }
 
   /** See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */
-  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
-    const { keys } = lease as RedisLease;
+  async raiseTokenFloor(lease: RedisLease, floor: bigint): Promise<boolean> {
+    const { keys } = lease;
+    if (lease.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
     if (floor > MAX_EXACT_TOKEN) {
       throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`) });
     }
@@ -215,6 +257,28 @@ export class RedisBackend implements LockBackend {
     ]);
     if (token === null) return null;
     return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
+  }
+
+  async #attemptShared(req: SharedRequest, keys: RedisKeys): Promise<RedisLease | null> {
+    const acquiredAt = performance.now();
+    const waiterTtl = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+    const reply = (await this.#run('acquire', scripts.sharedAcquire, keys, [
+      req.owner,
+      String(req.ttlMs),
+      req.wait ? '1' : '0',
+      req.mode === 'exclusive' ? 'X' : 'S',
+      String(req.limit),
+      String(Math.max(COUNTER_TTL_MS, req.ttlMs * 2)),
+      String(waiterTtl),
+      req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
+    ])) as [number, string?];
+    if (reply[0] === 2) {
+      // Another limit: leave no claim of ours behind (a waiter may have queued on an earlier call).
+      if (req.wait) await this.#run('release', scripts.sharedRelease, keys, [req.owner, this.#channel, keys.lock]);
+      throw new LimitMismatchError(req.key, Number(reply[1]), req.limit);
+    }
+    if (reply[0] !== 1) return null;
+    return { key: req.key, owner: req.owner, token: BigInt(reply[1]!), acquiredAt, keys, shared: true };
   }
 
   /** EVALSHA, loading the script with EVAL when the server does not know it (restart, SCRIPT FLUSH). */

@@ -117,3 +117,100 @@ ${setCounter('floor', 'ARGV[2]', 'ARGV[3]')}
 end
 return 1
 `;
+
+/*
+ * Shared claims (semaphores, read-write locks; the rule in core's `SharedRequest`). KEYS: 1 claims
+ * (owner → token, which is also the arrival order), 2 token counter, 3 expiries (owner → ms), 4
+ * meta (owner → 'S' | 'X', and '#limit'). A claim's token is taken when it arrives: grants happen
+ * in arrival order, so arrival tokens are increasing in grant order too.
+ */
+const purgeExpiredClaims = `
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+for i = 1, #dead, 1000 do
+  local chunk = {unpack(dead, i, math.min(i + 999, #dead))}
+  redis.call('ZREM', KEYS[1], unpack(chunk))
+  redis.call('ZREM', KEYS[3], unpack(chunk))
+  redis.call('HDEL', KEYS[4], unpack(chunk))
+end
+`;
+
+/** The claim keys live as long as their longest claim (abandoned ones go away on their own). */
+const keepClaimKeys = `
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+if last[2] then
+  local ms = math.max(1, tonumber(last[2]) - now_ms + 1)
+  redis.call('PEXPIRE', KEYS[1], ms)
+  redis.call('PEXPIRE', KEYS[3], ms)
+  redis.call('PEXPIRE', KEYS[4], ms)
+end
+`;
+
+/**
+ * ARGV: owner, ttlMs, wait (0|1), mode (S|X), limit (0: none), counter ttl ms, waiter ttl ms,
+ * least token ('0': any). Returns {1, token} when granted, {0} when not (a waiter stays queued;
+ * a one-shot attempt leaves nothing), {2, stored limit} when live claims have another limit.
+ */
+export const SHARED_ACQUIRE = `${clock}
+${purgeExpiredClaims}
+local limit = tonumber(ARGV[5])
+local token = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not token then
+  if redis.call('ZCARD', KEYS[1]) > 0 then
+    local stored = tonumber(redis.call('HGET', KEYS[4], '#limit') or ARGV[5])
+    if stored ~= limit then return {2, tostring(stored)} end
+  end
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+  local next = math.max(last + 1, now_us, tonumber(ARGV[8]))
+  token = string.format('%.0f', next)
+${setCounter('next', 'token', 'ARGV[6]')}
+  redis.call('ZADD', KEYS[1], token, ARGV[1])
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[4], '#limit', ARGV[5])
+else
+  token = string.format('%.0f', tonumber(token))
+end
+local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
+local ok
+if ARGV[4] == 'X' then
+  ok = rank == 0
+else
+  ok = limit == 0 or rank < limit
+  if ok and rank > 0 then
+    local ahead = redis.call('ZRANGE', KEYS[1], 0, rank - 1)
+    local modes = redis.call('HMGET', KEYS[4], unpack(ahead))
+    for i = 1, #modes do if modes[i] == 'X' then ok = false break end end
+  end
+end
+if not ok and ARGV[3] == '0' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
+  return {0}
+end
+redis.call('ZADD', KEYS[3], now_ms + tonumber(ok and ARGV[2] or ARGV[7]), ARGV[1])
+${keepClaimKeys}
+if ok then return {1, token} end
+return {0}
+`;
+
+/** ARGV: owner, ttlMs. Returns 1 when extended, 0 when the claim is gone (released, expired, forgotten). */
+export const SHARED_RENEW = `${clock}
+local until_ms = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not until_ms or tonumber(until_ms) <= now_ms or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[2]), ARGV[1])
+${keepClaimKeys}
+return 1
+`;
+
+/**
+ * ARGV: owner, channel, claims key name (for the message). Drops the claim (also a waiter's that
+ * gives up) and, when it existed, publishes "<claims key>\\n" so this key's waiters re-check.
+ */
+export const SHARED_RELEASE = `
+local gone = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[3], KEYS[4]) end
+if gone == 1 then redis.call('PUBLISH', ARGV[2], ARGV[3] .. '\\n') end
+return gone
+`;

@@ -28,6 +28,18 @@ export function redisHarness(url: string): ConformanceHarness {
     async loseClaim(key) {
       await admin.client.del(admin.keysFor(key).lock);
     },
+    async inspectShared(key) {
+      // Live claims only: an expired one is dropped by the next script that looks at the key.
+      const keys = admin.sharedKeysFor(key);
+      const [seconds, micros] = await admin.client.time();
+      const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+      const live = new Set(await admin.client.zrangebyscore(keys.queue, `(${nowMs}`, '+inf'));
+      return (await admin.client.zrange(keys.lock, 0, -1)).filter((owner) => live.has(owner));
+    },
+    async loseSharedClaim(key, owner) {
+      const keys = admin.sharedKeysFor(key);
+      await admin.client.multi().zrem(keys.lock, owner).zrem(keys.queue, owner).hdel(keys.deadlines, owner).exec();
+    },
     async dropConnection(backend: LockBackend) {
       const id = await (backend as RedisBackend).client.client('ID');
       await admin.client.client('KILL', 'ID', String(id));
