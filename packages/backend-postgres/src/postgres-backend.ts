@@ -6,6 +6,7 @@ import {
   cancelOnAbort,
   InFlight,
   InvalidArgumentError,
+  LimitMismatchError,
   noAnswer,
   pollForLease,
   raceSignal,
@@ -16,6 +17,7 @@ import {
   type Capabilities,
   type Lease,
   type LockBackend,
+  type SharedRequest,
 } from '@deadbolt/core';
 import pg, { type Pool, type PoolClient, type QueryResultRow } from 'pg';
 import * as sql from './queries.js';
@@ -49,8 +51,10 @@ export interface PostgresBackendOptions {
   advisoryNamespace?: number;
 }
 
-interface PostgresLease extends Lease {
+export interface PostgresLease extends Lease {
   readonly keyBytes: Buffer;
+  /** A semaphore permit or read-write lock (lease mode). */
+  readonly shared?: true;
   /** Session mode: the connection holding the advisory lock, and the lock's id. */
   readonly client?: PoolClient;
   readonly id?: number;
@@ -75,7 +79,7 @@ const AGAIN = Symbol('again');
  * (unique per key: no two keys share a lock, however long); the server frees the lock when the
  * connection dies or stays idle past the ttl (`idle_session_timeout`).
  */
-export class PostgresBackend implements LockBackend {
+export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly name = 'postgres';
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
@@ -89,7 +93,7 @@ export class PostgresBackend implements LockBackend {
   readonly #channel: string;
   readonly #sql: Record<keyof typeof sql, string>;
   /** The quoted names of the tables, index and function. */
-  readonly #names: Record<'locks' | 'waiters' | 'waitersOrder' | 'notifyHead', string>;
+  readonly #names: Record<'locks' | 'waiters' | 'waitersOrder' | 'notifyHead' | 'sharedKeys' | 'shared' | 'sharedOrder' | 'sharedAcquire', string>;
   readonly #notifier = new ReleaseNotifier();
   readonly #acquiring = new InFlight();
   /** Session leases already released: their connection is back in the pool. */
@@ -113,7 +117,7 @@ export class PostgresBackend implements LockBackend {
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
-        ? { fencing: 'strict', fairness: 'fifo', lease: 'ttl', wake: 'push', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true }
+        ? { fencing: 'strict', fairness: 'fifo', lease: 'ttl', wake: 'push', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true, semaphore: true, readWrite: true }
         : // idle_session_timeout is an int of ms; the server's lock manager queues waiters in order.
           { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1, maxTtlMs: 2 ** 31 - 1, crossProcess: true, minToken: true };
     this.#maxPollDelayMs = positive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
@@ -142,7 +146,16 @@ export class PostgresBackend implements LockBackend {
     this.pool.on('error', () => undefined);
     // Track connections so a fault test can terminate exactly this backend's ones.
     this.pool.on('connect', (client) => this.#track(client));
-    const names = { locks: `"${table}"`, waiters: `"${table}_waiters"`, waitersOrder: `"${table}_waiters_order"`, notifyHead: `"${table}_notify_head"` };
+    const names = {
+      locks: `"${table}"`,
+      waiters: `"${table}_waiters"`,
+      waitersOrder: `"${table}_waiters_order"`,
+      notifyHead: `"${table}_notify_head"`,
+      sharedKeys: `"${table}_shared_keys"`,
+      shared: `"${table}_shared"`,
+      sharedOrder: `"${table}_shared_order"`,
+      sharedAcquire: `"${table}_shared_acquire"`,
+    };
     this.#names = names;
     this.#sql = Object.fromEntries(
       Object.entries(sql).map(([k, text]) => [k, text.replace(/\{(\w+)\}/g, (_, name: keyof typeof names) => names[name])]),
@@ -155,11 +168,49 @@ export class PostgresBackend implements LockBackend {
     return createHash('sha256').update(keyBytes).digest('base64');
   }
 
-  acquire(req: AcquireRequest): Promise<Lease | null> {
+  acquire(req: AcquireRequest): Promise<PostgresLease | null> {
     return this.#acquiring.track(this.#acquire(req));
   }
 
-  async #acquire(req: AcquireRequest): Promise<Lease | null> {
+  /** Lease mode only (the capabilities say so): one function call per attempt, see queries.ts. */
+  acquireShared(req: SharedRequest): Promise<PostgresLease | null> {
+    return this.#acquiring.track(this.#acquireShared(req));
+  }
+
+  async #acquireShared(req: SharedRequest): Promise<PostgresLease | null> {
+    if (this.mode === 'session') throw new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') });
+    await this.#ensureTables();
+    const keyBytes = Buffer.from(req.key, 'utf8');
+    const leave = () => this.#run('release', this.#sql.sharedRelease, [keyBytes, req.owner, this.#channel]).then(() => undefined);
+    const attempt = async (queue: boolean): Promise<PostgresLease | null> => {
+      const acquiredAt = performance.now();
+      const waiterMs = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+      const params = [keyBytes, req.owner, req.ttlMs, queue, req.mode, req.limit, waiterMs, (req.minToken ?? 0n).toString()];
+      const row = (await this.#run('acquire', this.#sql.sharedAcquire, params)).rows[0]!;
+      if (row['status'] === 2) {
+        if (queue) await leave();
+        throw new LimitMismatchError(req.key, Number(row['val']), req.limit);
+      }
+      if (row['status'] !== 1) return null;
+      return { key: req.key, owner: req.owner, token: BigInt(row['val'] as string), acquiredAt, keyBytes, shared: true };
+    };
+    if (!req.wait) return attempt(false);
+    await this.#listen();
+    const recheck = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+    try {
+      return await pollForLease(`s:${PostgresBackend.digest(keyBytes)}`, req.signal, () => attempt(true), (lease) => this.release(lease), {
+        notifier: this.#notifier,
+        minDelayMs: Math.min(5, recheck),
+        maxDelayMs: recheck,
+      });
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
+      await leave().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  async #acquire(req: AcquireRequest): Promise<PostgresLease | null> {
     await this.#ensureTables();
     const keyBytes = Buffer.from(req.key, 'utf8');
     if (this.mode === 'session') return this.#acquireSession(req, keyBytes);
@@ -182,15 +233,20 @@ export class PostgresBackend implements LockBackend {
     }
   }
 
-  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
-    const l = lease as PostgresLease;
+  async renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {
+    const l = lease;
+    if (l.shared) return (await this.#run('renew', this.#sql.sharedRenew, [l.keyBytes, l.owner, ttlMs])).rowCount === 1;
     if (!l.client) return (await this.#run('renew', this.#sql.renew, [l.keyBytes, l.owner, ttlMs])).rowCount === 1;
     const result = await this.#onSession(l, 'renew', this.#sql.sessionRenew, [this.#namespace, l.id, `${ttlMs}ms`]);
     return result?.rows[0]?.['mine'] === true;
   }
 
-  async release(lease: Lease): Promise<void> {
-    const l = lease as PostgresLease;
+  async release(lease: PostgresLease): Promise<void> {
+    const l = lease;
+    if (l.shared) {
+      await this.#run('release', this.#sql.sharedRelease, [l.keyBytes, l.owner, this.#channel]);
+      return;
+    }
     if (!l.client) {
       await this.#run('release', this.#sql.release, [l.keyBytes, l.owner, this.#channel]);
       return;
@@ -201,8 +257,9 @@ export class PostgresBackend implements LockBackend {
     await this.#releaseSession(l.client, l.id!, true);
   }
 
-  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
-    const l = lease as PostgresLease;
+  async raiseTokenFloor(lease: PostgresLease, floor: bigint): Promise<boolean> {
+    const l = lease;
+    if (l.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
     const params = [l.keyBytes, l.owner, floor.toString()];
     if (!l.client) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).rowCount === 1;
     return (await this.#onSession(l, 'raise token floor', this.#sql.raiseFloor, params))?.rowCount === 1;
@@ -401,8 +458,8 @@ export class PostgresBackend implements LockBackend {
    */
   #ensureTables(): Promise<void> {
     this.#ready ??= (async () => {
-      const { locks, waiters, notifyHead } = this.#names;
-      const found = await this.#run('create table', this.#sql.tablesExist, [locks, waiters, notifyHead]);
+      const { locks, waiters, notifyHead, sharedAcquire } = this.#names;
+      const found = await this.#run('create table', this.#sql.tablesExist, [locks, waiters, notifyHead, sharedAcquire]);
       if (found.rows[0]?.['ready'] === true) return;
       await this.#run('create table', `SELECT pg_advisory_xact_lock(${this.#namespace}, 0); ${this.#sql.createTables}`, []);
     })().catch((error: unknown) => {

@@ -14,9 +14,10 @@
  * the row; and it spares the uncontended cycle any look at the queue. `{notifyHead}` wakes the
  * queue's head (see `release`).
  */
-/** Params: locks table, waiters table, notify function (quoted names). True when all exist. */
+/** Params: locks table, waiters table, notify function, shared-claim function (quoted names). True when all exist. */
 export const tablesExist = `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
-  AND to_regprocedure($3 || '(bytea, text, uuid, boolean)') IS NOT NULL AS ready`;
+  AND to_regprocedure($3 || '(bytea, text, uuid, boolean)') IS NOT NULL
+  AND to_regprocedure($4 || '(bytea, uuid, float8, boolean, text, integer, float8, bigint)') IS NOT NULL AS ready`;
 
 export const createTables = `
 CREATE TABLE IF NOT EXISTS {locks} (
@@ -50,7 +51,75 @@ BEGIN
   PERFORM pg_notify(channel, encode(sha256(k), 'base64') || ' ' || head);
   RETURN true;
 END $$;
+-- Shared claims (semaphores, read-write locks; the rule is core's SharedRequest). {sharedKeys} has
+-- one row per shared key, never deleted: its token counter and the limit its live claims use.
+-- {shared} has one row per claim, granted or waiting; its token (taken at arrival) orders the queue.
+CREATE TABLE IF NOT EXISTS {sharedKeys} (
+  lock_key bytea PRIMARY KEY,
+  token bigint NOT NULL,
+  claim_limit integer NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {shared} (
+  lock_key bytea NOT NULL,
+  owner uuid NOT NULL,
+  token bigint NOT NULL,
+  exclusive boolean NOT NULL,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (lock_key, owner)
+);
+CREATE INDEX IF NOT EXISTS {sharedOrder} ON {shared} (lock_key, token);
+-- One attempt at a shared claim: joins the queue (or refreshes its place), and reports whether the
+-- claim may be granted. The key's row lock serializes attempts on one key; each statement below then
+-- sees every claim committed before it. status 1: granted (val = token); 0: not (a one-shot attempt
+-- leaves nothing); 2: live claims use another limit (val = that limit).
+CREATE OR REPLACE FUNCTION {sharedAcquire}(k bytea, who uuid, ttl_ms float8, queue boolean, kind text, lim integer, waiter_ms float8, least_token bigint)
+RETURNS TABLE (status integer, val bigint) LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  now_t timestamptz := clock_timestamp();
+  stored integer;
+  t bigint;
+  ahead bigint;
+  blocked boolean;
+  ok boolean;
+BEGIN
+  INSERT INTO {sharedKeys} (lock_key, token, claim_limit) VALUES (k, 0, lim) ON CONFLICT (lock_key) DO NOTHING;
+  SELECT s.claim_limit INTO stored FROM {sharedKeys} s WHERE s.lock_key = k FOR UPDATE;
+  DELETE FROM {shared} c WHERE c.lock_key = k AND c.expires_at <= now_t;
+  SELECT c.token INTO t FROM {shared} c WHERE c.lock_key = k AND c.owner = who;
+  IF t IS NULL THEN
+    IF stored <> lim AND EXISTS (SELECT 1 FROM {shared} c WHERE c.lock_key = k) THEN
+      RETURN QUERY SELECT 2, stored::bigint;
+      RETURN;
+    END IF;
+    UPDATE {sharedKeys} s SET token = GREATEST(s.token + 1, least_token), claim_limit = lim WHERE s.lock_key = k RETURNING s.token INTO t;
+    INSERT INTO {shared} (lock_key, owner, token, exclusive, expires_at) VALUES (k, who, t, kind = 'exclusive', now_t + waiter_ms * interval '1 millisecond');
+  END IF;
+  SELECT count(*), COALESCE(bool_or(c.exclusive), false) INTO ahead, blocked FROM {shared} c WHERE c.lock_key = k AND c.token < t;
+  ok := CASE WHEN kind = 'exclusive' THEN ahead = 0 ELSE NOT blocked AND (lim = 0 OR ahead < lim) END;
+  IF NOT ok AND NOT queue THEN
+    DELETE FROM {shared} c WHERE c.lock_key = k AND c.owner = who;
+    RETURN QUERY SELECT 0, 0::bigint;
+    RETURN;
+  END IF;
+  UPDATE {shared} c SET expires_at = now_t + (CASE WHEN ok THEN ttl_ms ELSE waiter_ms END) * interval '1 millisecond'
+    WHERE c.lock_key = k AND c.owner = who;
+  RETURN QUERY SELECT CASE WHEN ok THEN 1 ELSE 0 END, t;
+END $$;
 `;
+
+/** Shared claims: params as `{sharedAcquire}`'s. */
+export const sharedAcquire = `SELECT status, val FROM {sharedAcquire}($1, $2, $3, $4, $5, $6, $7, $8)`;
+
+/** Params: key, owner, ttl ms. One row = still ours. */
+export const sharedRenew = `UPDATE {shared} SET expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond'
+  WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp()`;
+
+/**
+ * Drops a claim (a release, or a waiter giving up) and, when there was one, tells this key's
+ * waiters to re-check ("s:" marks a shared key's word). Params: key, owner, channel.
+ */
+export const sharedRelease = `WITH gone AS (DELETE FROM {shared} WHERE lock_key = $1 AND owner = $2 RETURNING 1)
+  SELECT pg_notify($3, 's:' || encode(sha256($1), 'base64') || ' ') FROM gone`;
 
 /**
  * Lease mode, the first attempt (and every one-shot attempt): the key is granted when it is free

@@ -27,6 +27,7 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
     restartServer: () => restartMatrixServer('postgres'),
     async clearAll() {
       await query(`TRUNCATE "${table}", "${table}_waiters"`);
+      await query(`TRUNCATE "${table}_shared", "${table}_shared_keys"`);
     },
   };
   if (mode === 'session') {
@@ -52,6 +53,13 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
   }
   return {
     ...common,
+    async inspectShared(k) {
+      const rows = await query(`SELECT owner FROM "${table}_shared" WHERE lock_key = $1 AND expires_at > clock_timestamp() ORDER BY token`, [key(k)]);
+      return rows.map((r) => String(r.owner));
+    },
+    async loseSharedClaim(k, owner) {
+      await query(`DELETE FROM "${table}_shared" WHERE lock_key = $1 AND owner = $2`, [key(k), owner]);
+    },
     async inspect(k) {
       const rows = await query(
         `SELECT owner FROM "${table}" WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()

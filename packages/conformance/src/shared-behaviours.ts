@@ -162,10 +162,10 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       controller.abort(new Error('stop'));
       await expect(aborted).rejects.toThrow('stop');
       await expect(b.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 200 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
-      const closing = b.semaphore(key, { limit: 1 }).acquire();
+      const closing = expect(b.semaphore(key, { limit: 1 }).acquire()).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
       await sleep(100);
       await b.close();
-      await expect(closing).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
+      await closing;
       expect(await inspect(key)).toEqual([held.owner]);
       // Closing a locker also gives its permits back.
       const c = await makeLocker();
