@@ -1,11 +1,14 @@
 import {
   BackendError,
   BackendUnavailableError,
+  grantable,
   InvalidArgumentError,
+  LimitMismatchError,
   type AcquireRequest,
   type Capabilities,
   type Lease,
   type LockBackend,
+  type SharedRequest,
 } from '@deadbolt/core';
 import { Etcd3, type Lease as EtcdLease, type Watcher } from 'etcd3';
 
@@ -27,7 +30,9 @@ export interface EtcdBackendOptions {
   callTimeoutMs?: number;
 }
 
-interface EtcdLockLease extends Lease {
+export interface EtcdLockLease extends Lease {
+  /** A semaphore permit or read-write lock: the key lives under `sharedPrefixFor`. */
+  readonly shared?: true;
   /** `<prefix><base64url key>/<owner>`, the waiter's own key. */
   readonly path: string;
   /** Our key's create revision; the token is this plus the key's offset at the grant. */
@@ -55,7 +60,7 @@ const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.te
  * token floor; see `raiseTokenFloor`). Renewal is a lease keep-alive plus a check that the key
  * still exists.
  */
-export class EtcdBackend implements LockBackend {
+export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly name = 'etcd';
   readonly capabilities: Capabilities = {
     fencing: 'strict',
@@ -66,6 +71,8 @@ export class EtcdBackend implements LockBackend {
     minTtlMs: 2000,
     ttlGranularityMs: 1000,
     crossProcess: true,
+    semaphore: true,
+    readWrite: true,
   };
   readonly client: Etcd3;
   readonly #ownsClient: boolean;
@@ -116,7 +123,87 @@ export class EtcdBackend implements LockBackend {
     return `${this.#prefix}${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
   }
 
-  async acquire(req: AcquireRequest): Promise<Lease | null> {
+  /**
+   * Where the claims on a shared key (semaphore, read-write lock) live: one key per claim, named by
+   * its owner, valued `<S|X>:<limit>`, bound to the claim's own etcd lease. `#` keeps it apart from
+   * every mutex prefix (base64url has none).
+   */
+  sharedPrefixFor(key: string): string {
+    return `${this.#prefix}#shared/${Buffer.from(key, 'utf8').toString('base64url')}/`;
+  }
+
+  /**
+   * A shared claim, the same recipe as the mutex: our key and a read of all the key's claims in one
+   * transaction; the claims in create-revision order are the queue, and the token is our key's
+   * create revision (etcd's revisions only grow, also across restarts). A waiter watches the
+   * prefix for deletions and re-reads. Limits travel in every claim's value, so a newcomer with
+   * another limit sees it and withdraws.
+   */
+  async acquireShared(req: SharedRequest): Promise<EtcdLockLease | null> {
+    const prefix = this.sharedPrefixFor(req.key);
+    const path = prefix + req.owner;
+    const ttlSeconds = req.ttlMs / 1000;
+    let acquiredAt = performance.now();
+    const etcdLease = this.client.lease(ttlSeconds, { autoKeepAlive: false });
+    etcdLease.on('lost', () => undefined);
+    let created = false;
+    let keepAlive: NodeJS.Timeout | undefined;
+    try {
+      const leaseId = await this.#call('grant lease', () => etcdLease.grant());
+      const claims = () => this.client.getAll().prefix(prefix).sort('Create', 'Ascend');
+      const result = await this.#call('acquire', () =>
+        this.client
+          .if(path, 'Create', '==', 0)
+          .then(this.client.put(path).value(`${req.mode === 'exclusive' ? 'X' : 'S'}:${req.limit}`).lease(leaseId), claims())
+          .else(this.client.get(path), claims())
+          .commit(),
+      );
+      created = true;
+      const revision = BigInt(result.header.revision);
+      const mine = result.succeeded ? revision : BigInt(result.responses[0]!.response_range.kvs[0]!.create_revision);
+      let kvs = result.responses[1]!.response_range.kvs;
+      let seenAt = revision;
+      for (let waited = false; ; waited = true) {
+        const queue = kvs.map((kv) => ({ revision: BigInt(kv.create_revision), mode: kv.value.toString().startsWith('X') ? ('exclusive' as const) : ('shared' as const), limit: Number(kv.value.toString().slice(2)) }));
+        const other = queue.find((c) => c.limit !== req.limit && c.revision !== mine);
+        if (other) throw new LimitMismatchError(req.key, other.limit, req.limit);
+        const index = queue.findIndex((c) => c.revision === mine);
+        if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
+        if (grantable(queue, index, req.limit)) {
+          if (waited) {
+            acquiredAt = performance.now();
+            const alive = await this.#call('acquire', () => etcdLease.keepaliveOnce()).then((r) => Number(r.TTL) > 0, (e: unknown) => (isLeaseGone(e) ? false : Promise.reject(e)));
+            if (!alive) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
+          }
+          break;
+        }
+        if (!req.wait) {
+          await this.#call('acquire', () => this.client.delete().key(path).exec());
+          await etcdLease.revoke().catch(() => undefined);
+          return null;
+        }
+        // Waiting can outlast the ttl: keep our lease alive meanwhile.
+        keepAlive ??= setInterval(() => void etcdLease.keepaliveOnce().catch(() => undefined), (ttlSeconds * 1000) / 3);
+        await this.#deleted({ prefix }, seenAt + 1n, req.signal);
+        const now = await this.#call('wait', () => claims().exec());
+        kvs = now.kvs;
+        seenAt = BigInt(now.header.revision);
+      }
+      const lost = new AbortController();
+      return {
+        key: req.key, owner: req.owner, token: mine, revision: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal, shared: true,
+        watcher: this.#watchLoss(path, revision, lost),
+      };
+    } catch (error) {
+      if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(() => undefined);
+      await etcdLease.revoke().catch(() => undefined);
+      throw error;
+    } finally {
+      clearInterval(keepAlive);
+    }
+  }
+
+  async acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {
     const lockPrefix = this.prefixFor(req.key);
     const offsetKey = this.offsetKeyFor(req.key);
     const path = lockPrefix + req.owner;
@@ -176,8 +263,8 @@ export class EtcdBackend implements LockBackend {
     }
   }
 
-  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
-    const l = lease as EtcdLockLease;
+  async renew(lease: EtcdLockLease, ttlMs: number): Promise<boolean> {
+    const l = lease;
     const ttlSeconds = ttlMs / 1000;
     if (ttlSeconds !== l.ttlSeconds) return this.#rebind(l, ttlSeconds);
     let alive: boolean;
@@ -192,8 +279,8 @@ export class EtcdBackend implements LockBackend {
     return alive && (await this.#ownsKey(l));
   }
 
-  async release(lease: Lease): Promise<void> {
-    const l = lease as EtcdLockLease;
+  async release(lease: EtcdLockLease): Promise<void> {
+    const l = lease;
     void l.watcher.then((w) => w?.cancel()).catch(() => undefined);
     // Revoking the lease deletes our key with it: one write. A lease that is already gone took the key along.
     try {
@@ -208,8 +295,9 @@ export class EtcdBackend implements LockBackend {
    * `floor - our revision` puts every later token above `floor`; written only if our key (so our
    * hold: nobody is granted before it goes) still exists.
    */
-  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
-    const l = lease as EtcdLockLease;
+  async raiseTokenFloor(lease: EtcdLockLease, floor: bigint): Promise<boolean> {
+    const l = lease;
+    if (l.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
     const result = await this.#call('raise token floor', () =>
       this.client.if(l.path, 'Create', '==', l.revision.toString()).then(this.client.put(this.offsetKeyFor(l.key)).value((floor - l.revision).toString())).commit(),
     );
@@ -278,13 +366,14 @@ export class EtcdBackend implements LockBackend {
       const predecessor = found.kvs[0];
       if (!predecessor) return;
       const at = BigInt(found.header.revision);
-      await this.#deleted(predecessor.key, (at > seenAt ? at : seenAt) + 1n, signal);
+      await this.#deleted({ key: predecessor.key }, (at > seenAt ? at : seenAt) + 1n, signal);
     }
   }
 
-  /** Resolves when `key` is deleted at or after `fromRevision`; rejects with the abort reason. */
-  async #deleted(key: Buffer, fromRevision: bigint, signal: AbortSignal): Promise<void> {
-    const watcher = await this.#call('watch', () => this.client.watch().key(key).startRevision(fromRevision.toString()).create());
+  /** Resolves when `key` (or any key under `prefix`) is deleted at or after `fromRevision`; rejects with the abort reason. */
+  async #deleted(target: { key: Buffer } | { prefix: string }, fromRevision: bigint, signal: AbortSignal): Promise<void> {
+    const watch = () => ('key' in target ? this.client.watch().key(target.key) : this.client.watch().prefix(target.prefix));
+    const watcher = await this.#call('watch', () => watch().startRevision(fromRevision.toString()).create());
     try {
       await new Promise<void>((resolve, reject) => {
         const onAbort = () => reject(signal.reason);

@@ -14,6 +14,14 @@ export function etcdHarness(url: string): ConformanceHarness {
     async loseClaim(key) {
       await admin.client.delete().prefix(admin.prefixFor(key)).exec();
     },
+    async inspectShared(key) {
+      const prefix = admin.sharedPrefixFor(key);
+      const keys = await admin.client.getAll().prefix(prefix).sort('Create', 'Ascend').keys();
+      return keys.map((k) => k.slice(prefix.length));
+    },
+    async loseSharedClaim(key, owner) {
+      await admin.client.delete().key(admin.sharedPrefixFor(key) + owner).exec();
+    },
     async dropConnection() {
       // The lease is etcd's session: revoking it is what a lost client looks like to the store.
       const kvs = await admin.client.getAll().prefix('deadbolt/').exec();
