@@ -3,7 +3,9 @@ import {
   BackendError,
   backendFailure,
   BackendUnavailableError,
+  grantable,
   InvalidArgumentError,
+  LimitMismatchError,
   noAnswer,
   sleep,
   withTimeout,
@@ -11,6 +13,7 @@ import {
   type Capabilities,
   type Lease,
   type LockBackend,
+  type SharedRequest,
 } from '@deadbolt/core';
 import {
   Code,
@@ -55,8 +58,10 @@ interface Session extends ZooKeeperSession {
   idle: NodeJS.Timeout | undefined;
 }
 
-interface ZooKeeperLease extends Lease {
+export interface ZooKeeperLease extends Lease {
   readonly path: string;
+  /** A semaphore permit or read-write lock (its node lives under `sharedPathFor`). */
+  readonly shared?: true;
   /** Our node's creation zxid; the token is this plus the key's offset at the grant. */
   readonly zxid: bigint;
   readonly offset: bigint;
@@ -67,6 +72,17 @@ interface ZooKeeperLease extends Lease {
 }
 
 const NODE_PREFIX = 'lock-';
+
+/** What one kind of claim (a mutex waiter, a shared claim) looks like in a key's queue. */
+interface QueueShape {
+  readonly parent: string;
+  /** Our node's name before the owner id; `lock-` for a mutex, `lock-<S|X><limit>-` for a shared claim. */
+  readonly prefix: string;
+  /** May the claim at `index` of `queue` (in sequence order) be granted? May throw (a limit mismatch). */
+  readonly granted: (queue: readonly string[], index: number) => boolean;
+  /** A shared claim: waits for any change to the queue, gets no token offset. */
+  readonly shared?: true;
+}
 /**
  * A key's token offset is the name of a persistent child `floor-<offset>` (absent = 0), set only by
  * a holder (`raiseTokenFloor`). Being a child, it comes with the same listing that finds the holder,
@@ -98,7 +114,7 @@ const SESSION_IDLE_MS = 2000;
  * session (at the back: its old place went with the old session) while its deadline allows; it
  * fails only when no new session can be had.
  */
-export class ZooKeeperBackend implements LockBackend {
+export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   readonly name = 'zookeeper';
   readonly capabilities: Capabilities = {
     fencing: 'strict',
@@ -110,6 +126,8 @@ export class ZooKeeperBackend implements LockBackend {
     minTtlMs: 1000,
     ttlGranularityMs: 1,
     crossProcess: true,
+    semaphore: true,
+    readWrite: true,
   };
   readonly #hosts: string;
   readonly #root: string;
@@ -141,6 +159,14 @@ export class ZooKeeperBackend implements LockBackend {
     return `${this.#root}/${Buffer.from(key, 'utf8').toString('base64url')}`;
   }
 
+  /**
+   * The node of a shared key (semaphore, read-write lock): under `#shared`, which no base64url
+   * mutex node name can be. Its children are `lock-<S|X><limit>-<owner>-<sequence>`, one per claim.
+   */
+  sharedPathFor(key: string): string {
+    return `${this.#root}/#shared/${Buffer.from(key, 'utf8').toString('base64url')}`;
+  }
+
   /** Sessions currently open (for fault-injection tests: force one to expire). */
   sessions(): ZooKeeperSession[] {
     return [...this.#sessions.values()].filter((s) => !s.lost.aborted);
@@ -162,11 +188,37 @@ export class ZooKeeperBackend implements LockBackend {
     return session;
   }
 
-  async acquire(req: AcquireRequest): Promise<Lease | null> {
+  acquire(req: AcquireRequest): Promise<ZooKeeperLease | null> {
+    return this.#acquire(req, { parent: this.pathFor(req.key), prefix: NODE_PREFIX, granted: (queue, index) => index === 0 });
+  }
+
+  /**
+   * A shared claim: the mutex recipe with `SharedRequest`'s rule. Every claim's name carries its
+   * mode and limit, so a newcomer with another limit sees it and withdraws. A blocked claim may be
+   * let in by the departure of any claim ahead of it, so it watches the key's children (one watch,
+   * set by the same read it judged by) rather than one predecessor.
+   */
+  acquireShared(req: SharedRequest): Promise<ZooKeeperLease | null> {
+    const kind = `${NODE_PREFIX}${req.mode === 'exclusive' ? 'X' : 'S'}${req.limit}-`;
+    const parse = (name: string) => ({ mode: name[NODE_PREFIX.length] === 'X' ? ('exclusive' as const) : ('shared' as const), limit: parseInt(name.slice(NODE_PREFIX.length + 1), 10) });
+    return this.#acquire(req, {
+      parent: this.sharedPathFor(req.key),
+      prefix: kind,
+      granted: (queue, index) => {
+        const claims = queue.map(parse);
+        const other = claims.find((c, i) => i !== index && c.limit !== req.limit);
+        if (other) throw new LimitMismatchError(req.key, other.limit, req.limit);
+        return grantable(claims, index, req.limit);
+      },
+      shared: true,
+    });
+  }
+
+  async #acquire(req: AcquireRequest, shape: QueueShape): Promise<ZooKeeperLease | null> {
     for (;;) {
       const session = (await this.session(req.ttlMs)) as Session;
       try {
-        return await this.#acquireOn(session, req);
+        return await this.#acquireOn(session, req, shape);
       } catch (error) {
         // The session was lost under a waiter (a reset, a failover): queue again on a new one.
         if (!req.wait || req.signal.aborted || !session.lost.aborted || !(error instanceof BackendUnavailableError)) throw error;
@@ -175,11 +227,11 @@ export class ZooKeeperBackend implements LockBackend {
     }
   }
 
-  async #acquireOn(session: Session, req: AcquireRequest): Promise<Lease | null> {
+  async #acquireOn(session: Session, req: AcquireRequest, shape: QueueShape): Promise<ZooKeeperLease | null> {
     this.#use(session);
     let granted = false;
     try {
-      const lease = await this.#queueOn(session, req);
+      const lease = await this.#queueOn(session, req, shape);
       granted = lease !== null;
       return lease;
     } finally {
@@ -187,12 +239,12 @@ export class ZooKeeperBackend implements LockBackend {
     }
   }
 
-  async #queueOn(session: Session, req: AcquireRequest): Promise<ZooKeeperLease | null> {
-    const parent = this.pathFor(req.key);
+  async #queueOn(session: Session, req: AcquireRequest, shape: QueueShape): Promise<ZooKeeperLease | null> {
+    const { parent } = shape;
     this.#cancelReap(parent);
     let path: string | undefined;
     try {
-      path = await this.#createNode(session, parent, req.owner);
+      path = await this.#createNode(session, parent, shape.prefix + req.owner);
       // Pipelined on the session (ZooKeeper answers in order): our node's stat, with a watch that
       // reports its deletion by anyone (an operator, a test) as a loss once we hold it, and the queue.
       let acquiredAt = performance.now();
@@ -210,30 +262,31 @@ export class ZooKeeperBackend implements LockBackend {
       for (;;) {
         const index = queue.indexOf(mine);
         if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`our node ${path} was deleted while waiting`) });
-        if (index === 0) break;
+        if (shape.granted(queue, index)) break;
         if (!req.wait) {
           await this.#remove(session, path);
           this.#reap(session, parent);
           return null;
         }
-        await this.#gone(session, `${parent}/${queue[index - 1]}`, req.signal);
+        if (shape.shared) await this.#childrenChanged(session, parent, queue, req.signal);
+        else await this.#gone(session, `${parent}/${queue[index - 1]}`, req.signal);
         acquiredAt = performance.now();
         ({ queue, offset } = await this.#children(session, parent));
       }
-      return this.#lease(req, session, path, zxidOf(stat), offset, acquiredAt, deleted.signal);
+      return this.#lease(req, session, path, zxidOf(stat), shape.shared ? 0n : offset, acquiredAt, deleted.signal, shape.shared);
     } catch (error) {
       // A cancelled, timed-out or failed waiter takes its node away before reporting; when the
       // session is gone, the server deletes the node with it.
       if (!session.lost.aborted) {
-        const cleanup = path ? this.#remove(session, path) : this.#removeOwn(session, parent, req.owner);
+        const cleanup = path ? this.#remove(session, path) : this.#removeOwn(session, parent, shape.prefix + req.owner);
         await cleanup.catch(() => undefined);
       }
       throw error;
     }
   }
 
-  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
-    const l = lease as ZooKeeperLease;
+  async renew(lease: ZooKeeperLease, ttlMs: number): Promise<boolean> {
+    const l = lease;
     if (ttlMs !== l.session.ttlMs) {
       throw new InvalidArgumentError(`a ZooKeeper lease is its session, whose timeout is fixed at ${l.session.ttlMs} ms; extend() cannot make it ${ttlMs} ms`);
     }
@@ -247,8 +300,9 @@ export class ZooKeeperBackend implements LockBackend {
    * offset of `floor - our zxid` puts every later token above `floor`; set in one multi-op with a
    * check that our node (so our hold: nobody is granted before it goes) still exists.
    */
-  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
-    const l = lease as ZooKeeperLease;
+  async raiseTokenFloor(lease: ZooKeeperLease, floor: bigint): Promise<boolean> {
+    const l = lease;
+    if (l.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
     const parent = this.pathFor(l.key);
     const result = await this.#call<unknown[]>(l.session, 'raise token floor', (cb) => {
       const multi = l.session.client.transaction().check(l.path).create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT);
@@ -258,13 +312,13 @@ export class ZooKeeperBackend implements LockBackend {
     return result !== undefined && !l.lost.aborted;
   }
 
-  async release(lease: Lease): Promise<void> {
-    const l = lease as ZooKeeperLease;
+  async release(lease: ZooKeeperLease): Promise<void> {
+    const l = lease;
     l.stopWatching();
     // A lost session took its ephemeral node along, and a closed one can delete nothing.
     if (l.session.lost.aborted) return;
     await this.#remove(l.session, l.path);
-    this.#reap(l.session, this.pathFor(l.key));
+    this.#reap(l.session, l.path.slice(0, l.path.lastIndexOf('/')));
   }
 
   async close(): Promise<void> {
@@ -361,7 +415,7 @@ export class ZooKeeperBackend implements LockBackend {
     return session;
   }
 
-  #lease(req: AcquireRequest, session: Session, path: string, zxid: bigint, offset: bigint, acquiredAt: number, deleted: AbortSignal): ZooKeeperLease {
+  #lease(req: AcquireRequest, session: Session, path: string, zxid: bigint, offset: bigint, acquiredAt: number, deleted: AbortSignal, shared?: true): ZooKeeperLease {
     const lost = new AbortController();
     const onLost = (source: AbortSignal) => () => lost.abort(source.reason);
     const onSessionLost = onLost(session.lost);
@@ -379,16 +433,16 @@ export class ZooKeeperBackend implements LockBackend {
     // A lease lost without a release (its node deleted by someone) stops using the session too.
     lost.signal.addEventListener('abort', stopWatching, { once: true });
     if (deleted.aborted) onDeleted();
-    return { key: req.key, owner: req.owner, token: zxid + offset, zxid, offset, acquiredAt, path, session, lost: lost.signal, stopWatching };
+    return { key: req.key, owner: req.owner, token: zxid + offset, zxid, offset, acquiredAt, path, session, lost: lost.signal, stopWatching, ...(shared ? { shared } : {}) };
   }
 
 
-  /** Creates our sequential node, creating the key's node first when it is missing. */
-  async #createNode(session: Session, parent: string, owner: string): Promise<string> {
-    const data = Buffer.from(owner);
+  /** Creates our sequential node `<name>-<sequence>`, creating the key's node first when it is missing. */
+  async #createNode(session: Session, parent: string, name: string): Promise<string> {
+    const data = Buffer.from(name);
     for (let attempt = 0; ; attempt++) {
       try {
-        return (await this.#request<string>(session, (cb) => session.client.create(`${parent}/${NODE_PREFIX}${owner}-`, data, CreateMode.EPHEMERAL_SEQUENTIAL, cb)))!;
+        return (await this.#request<string>(session, (cb) => session.client.create(`${parent}/${name}-`, data, CreateMode.EPHEMERAL_SEQUENTIAL, cb)))!;
       } catch (error) {
         if (codeOf(error) !== Code.NO_NODE || attempt > 20) throw this.#error('acquire', error);
       }
@@ -425,6 +479,17 @@ export class ZooKeeperBackend implements LockBackend {
 
   /** Resolves when `path` no longer exists; rejects with `signal.reason`, or when the session is lost. */
   #gone(session: Session, path: string, signal: AbortSignal): Promise<void> {
+    // Any event on the watch means the predecessor changed: look at the queue again.
+    return this.#watching(session, signal, (settle) =>
+      session.client.exists(path, () => settle(), (error, stat) => {
+        if (error) settle(this.#error('acquire', error));
+        else if (!stat) settle();
+      }),
+    );
+  }
+
+  /** A wait on a watch that `start` sets: settles when it calls `settle`, the signal aborts or the session is lost. */
+  #watching(session: Session, signal: AbortSignal, start: (settle: (error?: unknown) => void) => void): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       const settle = (error?: unknown) => {
         signal.removeEventListener('abort', onAbort);
@@ -438,11 +503,7 @@ export class ZooKeeperBackend implements LockBackend {
       if (session.lost.aborted) return onLost();
       signal.addEventListener('abort', onAbort, { once: true });
       session.lost.addEventListener('abort', onLost, { once: true });
-      // Any event on the watch means the predecessor changed: look at the queue again.
-      session.client.exists(path, () => settle(), (error, stat) => {
-        if (error) settle(this.#error('acquire', error));
-        else if (!stat) settle();
-      });
+      start(settle);
     });
   }
 
@@ -450,11 +511,25 @@ export class ZooKeeperBackend implements LockBackend {
     await this.#call(session, 'release', (cb) => session.client.remove(path, -1, cb), [Code.NO_NODE]);
   }
 
-  /** A create whose reply never came may still have made our node: find it by our owner id. */
-  async #removeOwn(session: Session, parent: string, owner: string): Promise<void> {
-    for (const name of (await this.#children(session, parent)).queue) {
-      if (name.startsWith(`${NODE_PREFIX}${owner}-`)) await this.#remove(session, `${parent}/${name}`);
+  /** A create whose reply never came may still have made our node: find it by its name (which holds our owner id). */
+  async #removeOwn(session: Session, parent: string, name: string): Promise<void> {
+    for (const child of (await this.#children(session, parent)).queue) {
+      if (child.startsWith(`${name}-`)) await this.#remove(session, `${parent}/${child}`);
     }
+  }
+
+  /**
+   * Resolves when the key's claims differ from `seen` (at once if they already do), as read by the
+   * same request that sets the watch; rejects with `signal.reason`, or when the session is lost.
+   */
+  #childrenChanged(session: Session, parent: string, seen: readonly string[], signal: AbortSignal): Promise<void> {
+    return this.#watching(session, signal, (settle) =>
+      session.client.getChildren(parent, () => settle(), (error, children) => {
+        if (error) return settle(codeOf(error) === Code.NO_NODE ? undefined : this.#error('acquire', error));
+        const now = children.filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence);
+        if (now.length !== seen.length || now.some((n, i) => n !== seen[i])) settle();
+      }),
+    );
   }
 
   /**

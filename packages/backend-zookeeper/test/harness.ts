@@ -57,6 +57,17 @@ export function zookeeperHarness(url: string): ConformanceHarness {
   };
   return {
     inspect: (key) => queuedOwners(admin, key),
+    async inspectShared(key) {
+      const { client } = await admin.session(ADMIN_TTL);
+      return (await children(client, admin.sharedPathFor(key)))
+        .sort((a, b) => a.slice(a.lastIndexOf('-')).localeCompare(b.slice(b.lastIndexOf('-'))))
+        .map((n) => /^lock-[SX]\d+-(.+)-\d+$/.exec(n)![1]!);
+    },
+    async loseSharedClaim(key, owner) {
+      const { client } = await admin.session(ADMIN_TTL);
+      const path = admin.sharedPathFor(key);
+      for (const c of await children(client, path)) if (c.includes(owner)) await call((cb) => client.remove(`${path}/${c}`, -1, cb));
+    },
     async loseClaim(key) {
       const { client } = await admin.session(ADMIN_TTL);
       const path = admin.pathFor(key);
