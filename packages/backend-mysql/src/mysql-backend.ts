@@ -5,7 +5,9 @@ import {
   cancelOnAbort,
   DeadboltError,
   InFlight,
+  grantable,
   InvalidArgumentError,
+  LimitMismatchError,
   noAnswer,
   pollForLease,
   raceSignal,
@@ -16,6 +18,7 @@ import {
   type Capabilities,
   type Lease,
   type LockBackend,
+  type SharedRequest,
 } from '@deadbolt/core';
 import { createPool, escapeId, type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import * as sql from './queries.js';
@@ -49,9 +52,18 @@ export interface MysqlBackendOptions {
 
 const STATEMENTS = ['createTable', 'takeOver', 'insertFirst', 'renew', 'release', 'sessionToken', 'sessionTokenFirst', 'raiseFloor'] as const;
 type Statements = Record<(typeof STATEMENTS)[number], string>;
+const SHARED_STATEMENTS = [
+  'createSharedKeys', 'createSharedClaims', 'sharedKeyRow', 'sharedLockKey', 'sharedPurge', 'sharedQueue', 'sharedNextToken', 'sharedInsert', 'sharedRenew', 'sharedRelease',
+] as const;
+type SharedStatements = Record<(typeof SHARED_STATEMENTS)[number], string>;
 
-interface MysqlLease extends Lease {
+/** Server errors an attempt at a shared claim retries: a deadlock or lock wait timeout rolled it back. */
+const RETRY_ERRNOS = new Set([1205, 1213]);
+
+export interface MysqlLease extends Lease {
   readonly hash: Buffer;
+  /** A semaphore permit or read-write lock (lease mode). */
+  readonly shared?: true;
   /** Session mode: the connection holding the named lock, and the lock's name. */
   readonly connection?: PoolConnection;
   readonly lockName?: string;
@@ -69,7 +81,7 @@ const UNAVAILABLE_ERRNOS = new Set([1040, 1053, 2002, 2003, 2006, 2013, 1927]);
  * key's first use). Waiters poll with core's jittered backoff and are woken at once by releases
  * in the same process.
  */
-export class MysqlBackend implements LockBackend {
+export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly name = 'mysql';
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
@@ -86,6 +98,7 @@ export class MysqlBackend implements LockBackend {
   readonly #notifier = new ReleaseNotifier();
   readonly #acquiring = new InFlight();
   readonly #sql: Statements;
+  readonly #sharedSql: SharedStatements;
   #ready: Promise<void> | undefined;
   #closed = false;
 
@@ -100,7 +113,7 @@ export class MysqlBackend implements LockBackend {
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
-        ? { fencing: 'strict', fairness: 'none', lease: 'ttl', wake: 'poll', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true }
+        ? { fencing: 'strict', fairness: 'none', lease: 'ttl', wake: 'poll', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true, semaphore: true, readWrite: true }
         : // wait_timeout is in whole seconds; a waiter blocks inside GET_LOCK and wakes when the lock frees.
           { fencing: 'strict', fairness: 'none', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true, minToken: true };
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
@@ -124,6 +137,8 @@ export class MysqlBackend implements LockBackend {
     }
     const id = escapeId(table);
     this.#sql = Object.fromEntries(STATEMENTS.map((k) => [k, sql[k].replace('??', id)])) as Statements;
+    const names = { keys: escapeId(`${table}_shared_keys`), claims: escapeId(`${table}_shared`) };
+    this.#sharedSql = Object.fromEntries(SHARED_STATEMENTS.map((k) => [k, sql[k].replace(/\{(keys|claims)\}/g, (_, n: keyof typeof names) => names[n])])) as SharedStatements;
     // Track connections so a fault test can KILL exactly this backend's ones.
     const core = (this.pool as unknown as { pool: { on(e: string, f: (c: { threadId: number; on(e: string, f: () => void): void }) => void): void } }).pool;
     core.on('connection', (conn) => {
@@ -144,11 +159,87 @@ export class MysqlBackend implements LockBackend {
     return `deadbolt:${MysqlBackend.hash(key).toString('base64url')}`;
   }
 
-  acquire(req: AcquireRequest): Promise<Lease | null> {
+  acquire(req: AcquireRequest): Promise<MysqlLease | null> {
     return this.#acquiring.track(this.#acquire(req));
   }
 
-  async #acquire(req: AcquireRequest): Promise<Lease | null> {
+  /** Lease mode only (the capabilities say so); see the shared statements in queries.ts. */
+  acquireShared(req: SharedRequest): Promise<MysqlLease | null> {
+    return this.#acquiring.track(this.#acquireShared(req));
+  }
+
+  async #acquireShared(req: SharedRequest): Promise<MysqlLease | null> {
+    if (this.mode === 'session') throw new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') });
+    await this.#ensureTable();
+    const hash = MysqlBackend.hash(req.key);
+    if (!req.wait) return this.#sharedAttempt(req, hash);
+    try {
+      return await pollForLease(`shared:${req.key}`, req.signal, () => this.#sharedAttempt(req, hash), (lease) => this.release(lease), {
+        notifier: this.#notifier,
+        maxDelayMs: Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
+      });
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
+      await this.#run('release', this.#sharedSql.sharedRelease, [hash, req.owner]).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /**
+   * One attempt at a shared claim: join the queue (or refresh our place) and judge it by the rule,
+   * in one transaction under the key's row lock. A one-shot attempt that is not granted rolls back,
+   * leaving nothing. A deadlock or lock wait timeout counts as "not yet" for a waiter.
+   */
+  async #sharedAttempt(req: SharedRequest, hash: Buffer): Promise<MysqlLease | null> {
+    const q = this.#sharedSql;
+    await this.#run('acquire', q.sharedKeyRow, [hash, req.limit]);
+    let connection: PoolConnection;
+    try {
+      connection = await withTimeout(this.pool.getConnection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
+    } catch (error) {
+      throw this.#wrap('acquire', error);
+    }
+    let open = false;
+    try {
+      await connection.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
+      await connection.query('START TRANSACTION');
+      open = true;
+      const acquiredAt = performance.now();
+      const stored = Number((await this.#on<RowDataPacket[]>(connection, q.sharedLockKey, [hash]))[0]!['claim_limit']);
+      await this.#on(connection, q.sharedPurge, [hash]);
+      let queue = (await this.#on<RowDataPacket[]>(connection, q.sharedQueue, [hash])).map((r) => ({
+        owner: r['owner'] as string, token: BigInt(r['token'] as string | number), mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
+      }));
+      let mine = queue.find((c) => c.owner === req.owner);
+      if (!mine) {
+        if (queue.length > 0 && stored !== req.limit) throw new LimitMismatchError(req.key, stored, req.limit);
+        const next = await this.#on<ResultSetHeader>(connection, q.sharedNextToken, [(req.minToken ?? 0n).toString(), req.limit, hash]);
+        mine = { owner: req.owner, token: BigInt(next.insertId), mode: req.mode };
+        await this.#on(connection, q.sharedInsert, [hash, req.owner, mine.token.toString(), req.mode === 'exclusive', req.ttlMs * 1000]);
+        queue = [...queue, mine];
+      }
+      const ok = grantable(queue, queue.indexOf(mine), req.limit);
+      if (!ok && !req.wait) {
+        await connection.query('ROLLBACK');
+        open = false;
+        return null;
+      }
+      // A waiter's place lasts a ttl (or 4 re-check periods, if longer) past each attempt.
+      const ttlMs = ok ? req.ttlMs : Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+      await this.#on(connection, q.sharedRenew, [ttlMs * 1000, hash, req.owner]);
+      await connection.query('COMMIT');
+      open = false;
+      return ok ? { key: req.key, owner: req.owner, token: mine.token, acquiredAt, hash, shared: true } : null;
+    } catch (error) {
+      if (open && !this.#broken.has(connection)) await connection.query('ROLLBACK').catch(() => undefined);
+      if (req.wait && RETRY_ERRNOS.has((error as { errno?: number }).errno ?? 0)) return null;
+      throw this.#wrap('acquire', error);
+    } finally {
+      if (!this.#broken.has(connection)) connection.release();
+    }
+  }
+
+  async #acquire(req: AcquireRequest): Promise<MysqlLease | null> {
     await this.#ensureTable();
     const hash = MysqlBackend.hash(req.key);
     if (this.mode === 'session') return this.#acquireSession(req, hash);
@@ -159,8 +250,9 @@ export class MysqlBackend implements LockBackend {
     });
   }
 
-  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
-    const { connection, lockName } = lease as MysqlLease;
+  async renew(lease: MysqlLease, ttlMs: number): Promise<boolean> {
+    const { connection, lockName } = lease;
+    if (lease.shared) return (await this.#run('renew', this.#sharedSql.sharedRenew, [ttlMs * 1000, lease.hash, lease.owner])).affectedRows === 1;
     if (connection && lockName) {
       // Any statement resets the server's idle clock; this one also proves we still hold the lock.
       const mine = await this.#onSession(lease, 'renew', async (held) => {
@@ -173,8 +265,13 @@ export class MysqlBackend implements LockBackend {
     return result.affectedRows === 1;
   }
 
-  async release(lease: Lease): Promise<void> {
-    const { connection, lockName } = lease as MysqlLease;
+  async release(lease: MysqlLease): Promise<void> {
+    const { connection, lockName } = lease;
+    if (lease.shared) {
+      const result = await this.#run('release', this.#sharedSql.sharedRelease, [lease.hash, lease.owner]);
+      if (result.affectedRows === 1) this.#notifier.notify(`shared:${lease.key}`);
+      return;
+    }
     if (connection && lockName) {
       // Once only: the connection goes back to the pool, where it may soon hold another lease's
       // named lock (of the same key, even), which a second RELEASE_LOCK on it would free.
@@ -186,8 +283,9 @@ export class MysqlBackend implements LockBackend {
     if (result.affectedRows === 1) this.#notifier.notify(lease.key);
   }
 
-  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
-    const { connection, hash } = lease as MysqlLease;
+  async raiseTokenFloor(lease: MysqlLease, floor: bigint): Promise<boolean> {
+    const { connection, hash } = lease;
+    if (lease.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
     const params = [floor.toString(), hash, lease.owner];
     if (!connection) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).affectedRows === 1;
     const raised = await this.#onSession(lease, 'raise token floor', async (held) => (await this.#on<ResultSetHeader>(held, this.#sql.raiseFloor, params)).affectedRows === 1);
@@ -315,7 +413,11 @@ export class MysqlBackend implements LockBackend {
   }
 
   #ensureTable(): Promise<void> {
-    this.#ready ??= this.#run('create table', this.#sql.createTable, []).then(
+    this.#ready ??= Promise.all([
+      this.#run('create table', this.#sql.createTable, []),
+      this.#run('create table', this.#sharedSql.createSharedKeys, []),
+      this.#run('create table', this.#sharedSql.createSharedClaims, []),
+    ]).then(
       () => undefined,
       (error: unknown) => {
         this.#ready = undefined;

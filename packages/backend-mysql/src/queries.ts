@@ -55,3 +55,43 @@ export const releaseLock = `SELECT RELEASE_LOCK(?) AS released`;
 export const sessionToken = `UPDATE ?? SET token = LAST_INSERT_ID(GREATEST(token + 1, ?)), owner = ?, expires_at = NULL WHERE key_hash = ? AND lock_key = ?`;
 /** Params: hash, key, owner, least token. */
 export const sessionTokenFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, NULL, LAST_INSERT_ID(GREATEST(1, ?)))`;
+
+// Shared claims (semaphores, read-write locks; the rule is core's `SharedRequest`), lease mode.
+// `{keys}` has one row per shared key, never deleted: its token counter, and the limit its live
+// claims use. `{claims}` has one row per claim, granted or waiting, ordered by its token (taken at
+// arrival). An attempt is one READ COMMITTED transaction that first locks the key's row, so a key's
+// attempts run one at a time and each sees every claim committed before it (no gap locks: claims of
+// different keys never block each other).
+
+export const createSharedKeys = `CREATE TABLE IF NOT EXISTS {keys} (
+  key_hash BINARY(32) NOT NULL PRIMARY KEY COMMENT 'SHA-256 of the UTF-8 key',
+  token BIGINT UNSIGNED NOT NULL COMMENT 'fencing counter: only grows',
+  claim_limit INT UNSIGNED NOT NULL COMMENT 'the limit of the live claims (0: a read-write lock)'
+) ENGINE=InnoDB`;
+
+export const createSharedClaims = `CREATE TABLE IF NOT EXISTS {claims} (
+  key_hash BINARY(32) NOT NULL,
+  owner CHAR(36) CHARACTER SET ascii NOT NULL,
+  token BIGINT UNSIGNED NOT NULL,
+  exclusive BOOLEAN NOT NULL,
+  expires_at DATETIME(6) NOT NULL COMMENT 'server time (UTC) the claim ends, waiting or granted',
+  PRIMARY KEY (key_hash, owner),
+  KEY by_token (key_hash, token)
+) ENGINE=InnoDB`;
+
+/** Params: hash, limit. Outside the transaction, so it holds no lock past itself. */
+export const sharedKeyRow = `INSERT IGNORE INTO {keys} (key_hash, token, claim_limit) VALUES (?, 0, ?)`;
+/** Params: hash. */
+export const sharedLockKey = `SELECT claim_limit FROM {keys} WHERE key_hash = ? FOR UPDATE`;
+/** Params: hash. */
+export const sharedPurge = `DELETE FROM {claims} WHERE key_hash = ? AND expires_at <= UTC_TIMESTAMP(6)`;
+/** Params: hash. The queue, in arrival order. */
+export const sharedQueue = `SELECT owner, token, exclusive FROM {claims} WHERE key_hash = ? ORDER BY token`;
+/** Params: least token, limit, hash. The new claim's token comes back as the insert id. */
+export const sharedNextToken = `UPDATE {keys} SET token = LAST_INSERT_ID(GREATEST(token + 1, ?)), claim_limit = ? WHERE key_hash = ?`;
+/** Params: hash, owner, token, exclusive, ttl µs. */
+export const sharedInsert = `INSERT INTO {claims} (key_hash, owner, token, exclusive, expires_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`;
+/** Params: ttl µs, hash, owner. Used by an attempt (under the key's lock) and by renew (one row = still ours). */
+export const sharedRenew = `UPDATE {claims} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE key_hash = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`;
+/** Params: hash, owner. */
+export const sharedRelease = `DELETE FROM {claims} WHERE key_hash = ? AND owner = ?`;

@@ -20,6 +20,13 @@ export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', t
     async loseClaim(key) {
       await admin.query('UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
     },
+    async inspectShared(key) {
+      const [rows] = await admin.query<any[]>('SELECT owner FROM ?? WHERE key_hash = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY token', [`${table}_shared`, MysqlBackend.hash(key)]);
+      return rows.map((r) => String(r.owner));
+    },
+    async loseSharedClaim(key, owner) {
+      await admin.query('DELETE FROM ?? WHERE key_hash = ? AND owner = ?', [`${table}_shared`, MysqlBackend.hash(key), owner]);
+    },
   };
 }
 
@@ -49,9 +56,11 @@ function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' 
     },
     restartServer: () => restartMatrixServer('mysql'),
     async clearAll() {
-      await admin.query('DELETE FROM ??', [table]).catch((e: { errno?: number }) => {
-        if (e.errno !== 1146) throw e; // no table yet
-      });
+      for (const t of [table, `${table}_shared`, `${table}_shared_keys`]) {
+        await admin.query('DELETE FROM ??', [t]).catch((e: { errno?: number }) => {
+          if (e.errno !== 1146) throw e; // no table yet
+        });
+      }
     },
   };
 }
