@@ -133,6 +133,15 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   }
 
   /**
+   * A shared key's token offset (see `raiseTokenFloor`): beside its claims, never under them. Kept
+   * as 20 zero-padded digits, so etcd's byte-wise value compare is a numeric one: concurrent
+   * holders raise it, and a raise never lowers it.
+   */
+  sharedOffsetKeyFor(key: string): string {
+    return `${this.#prefix}#shared/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
+  }
+
+  /**
    * A shared claim, the same recipe as the mutex: our key and a read of all the key's claims in one
    * transaction; the claims in create-revision order are the queue, and the token is our key's
    * create revision (etcd's revisions only grow, also across restarts). A waiter watches the
@@ -141,6 +150,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    */
   async acquireShared(req: SharedRequest): Promise<EtcdLockLease | null> {
     const prefix = this.sharedPrefixFor(req.key);
+    const offsetKey = this.sharedOffsetKeyFor(req.key);
     const path = prefix + req.owner;
     const ttlSeconds = req.ttlMs / 1000;
     let acquiredAt = performance.now();
@@ -154,14 +164,16 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       const result = await this.#call('acquire', () =>
         this.client
           .if(path, 'Create', '==', 0)
-          .then(this.client.put(path).value(`${req.mode === 'exclusive' ? 'X' : 'S'}:${req.limit}`).lease(leaseId), claims())
-          .else(this.client.get(path), claims())
+          .then(this.client.put(path).value(`${req.mode === 'exclusive' ? 'X' : 'S'}:${req.limit}`).lease(leaseId), claims(), this.client.get(offsetKey))
+          .else(this.client.get(path), claims(), this.client.get(offsetKey))
           .commit(),
       );
       created = true;
       const revision = BigInt(result.header.revision);
       const mine = result.succeeded ? revision : BigInt(result.responses[0]!.response_range.kvs[0]!.create_revision);
       let kvs = result.responses[1]!.response_range.kvs;
+      // The offset is read by the same read that judges the claim granted.
+      let offset = offsetOf(result.responses[2]!.response_range.kvs[0]?.value);
       let seenAt = revision;
       for (let waited = false; ; waited = true) {
         const queue = kvs.map((kv) => ({ revision: BigInt(kv.create_revision), mode: kv.value.toString().startsWith('X') ? ('exclusive' as const) : ('shared' as const), limit: Number(kv.value.toString().slice(2)) }));
@@ -185,13 +197,14 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         // Waiting can outlast the ttl: keep our lease alive meanwhile.
         keepAlive ??= setInterval(() => void etcdLease.keepaliveOnce().catch(() => undefined), (ttlSeconds * 1000) / 3);
         await this.#deleted({ prefix }, seenAt + 1n, req.signal);
-        const now = await this.#call('wait', () => claims().exec());
-        kvs = now.kvs;
+        const now = await this.#call('wait', () => this.client.if(path, 'Create', '>', 0).then(claims(), this.client.get(offsetKey)).else(claims(), this.client.get(offsetKey)).commit());
+        kvs = now.responses[0]!.response_range.kvs;
+        offset = offsetOf(now.responses[1]!.response_range.kvs[0]?.value);
         seenAt = BigInt(now.header.revision);
       }
       const lost = new AbortController();
       return {
-        key: req.key, owner: req.owner, token: mine, revision: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal, shared: true,
+        key: req.key, owner: req.owner, token: mine + offset, revision: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal, shared: true,
         watcher: this.#watchLoss(path, revision, lost),
       };
     } catch (error) {
@@ -297,11 +310,35 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    */
   async raiseTokenFloor(lease: EtcdLockLease, floor: bigint): Promise<boolean> {
     const l = lease;
-    if (l.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
+    if (l.shared) return this.#raiseSharedFloor(l, floor);
     const result = await this.#call('raise token floor', () =>
       this.client.if(l.path, 'Create', '==', l.revision.toString()).then(this.client.put(this.offsetKeyFor(l.key)).value((floor - l.revision).toString())).commit(),
     );
     return result.succeeded;
+  }
+
+  /**
+   * A shared key's floor: as the mutex's, but other holders may raise it at the same time, so the
+   * write is also conditioned on the stored offset being lower (or absent); one that is already
+   * higher covers our floor too.
+   */
+  async #raiseSharedFloor(l: EtcdLockLease, floor: bigint): Promise<boolean> {
+    const offsetKey = this.sharedOffsetKeyFor(l.key);
+    const value = (floor - l.revision).toString().padStart(20, '0');
+    const ours = () => this.client.if(l.path, 'Create', '==', l.revision.toString());
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const absent = await this.#call('raise token floor', () => ours().and(offsetKey, 'Version', '==', 0).then(this.client.put(offsetKey).value(value)).commit());
+      if (absent.succeeded) return true;
+      const lower = await this.#call('raise token floor', () =>
+        ours().and(offsetKey, 'Value', '<', value).then(this.client.put(offsetKey).value(value)).else(this.client.get(l.path), this.client.get(offsetKey)).commit(),
+      );
+      if (lower.succeeded) return true;
+      const [mineNow, stored] = [lower.responses[0]!.response_range.kvs[0], lower.responses[1]!.response_range.kvs[0]];
+      if (!mineNow || BigInt(mineNow.create_revision) !== l.revision) return false;
+      if (stored && stored.value.toString() >= value) return true;
+      // The offset key went away between the two transactions: try again.
+    }
+    throw new BackendError(this.name, 'raise token floor', { cause: new Error('the offset kept changing') });
   }
 
   async close(): Promise<void> {

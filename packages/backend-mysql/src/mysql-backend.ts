@@ -53,7 +53,7 @@ export interface MysqlBackendOptions {
 const STATEMENTS = ['createTable', 'takeOver', 'insertFirst', 'renew', 'release', 'sessionToken', 'sessionTokenFirst', 'raiseFloor'] as const;
 type Statements = Record<(typeof STATEMENTS)[number], string>;
 const SHARED_STATEMENTS = [
-  'createSharedKeys', 'createSharedClaims', 'sharedKeyRow', 'sharedLockKey', 'sharedPurge', 'sharedQueue', 'sharedNextToken', 'sharedInsert', 'sharedRenew', 'sharedRelease',
+  'createSharedKeys', 'createSharedClaims', 'sharedKeyRow', 'sharedLockKey', 'sharedPurge', 'sharedQueue', 'sharedNextToken', 'sharedInsert', 'sharedRenew', 'sharedRelease', 'sharedRaiseFloor',
 ] as const;
 type SharedStatements = Record<(typeof SHARED_STATEMENTS)[number], string>;
 
@@ -285,7 +285,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
 
   async raiseTokenFloor(lease: MysqlLease, floor: bigint): Promise<boolean> {
     const { connection, hash } = lease;
-    if (lease.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
+    if (lease.shared) {
+      const result = await this.#run('raise token floor', this.#sharedSql.sharedRaiseFloor, [floor.toString(), hash, hash, lease.owner]);
+      return result.affectedRows === 1;
+    }
     const params = [floor.toString(), hash, lease.owner];
     if (!connection) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).affectedRows === 1;
     const raised = await this.#onSession(lease, 'raise token floor', async (held) => (await this.#on<ResultSetHeader>(held, this.#sql.raiseFloor, params)).affectedRows === 1);

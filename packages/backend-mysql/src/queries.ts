@@ -95,3 +95,6 @@ export const sharedInsert = `INSERT INTO {claims} (key_hash, owner, token, exclu
 export const sharedRenew = `UPDATE {claims} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE key_hash = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`;
 /** Params: hash, owner. */
 export const sharedRelease = `DELETE FROM {claims} WHERE key_hash = ? AND owner = ?`;
+/** Params: floor, hash, hash, owner. Lifts a shared key's counter while our claim lives; one row changed (or already higher: matched) = raised. */
+export const sharedRaiseFloor = `UPDATE {keys} SET token = GREATEST(token, ?) WHERE key_hash = ?
+  AND EXISTS (SELECT 1 FROM {claims} WHERE key_hash = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6))`;

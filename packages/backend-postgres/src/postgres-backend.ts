@@ -259,7 +259,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
 
   async raiseTokenFloor(lease: PostgresLease, floor: bigint): Promise<boolean> {
     const l = lease;
-    if (l.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
+    if (l.shared) return (await this.#run('raise token floor', this.#sql.sharedRaiseFloor, [l.keyBytes, l.owner, floor.toString()])).rowCount === 1;
     const params = [l.keyBytes, l.owner, floor.toString()];
     if (!l.client) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).rowCount === 1;
     return (await this.#onSession(l, 'raise token floor', this.#sql.raiseFloor, params))?.rowCount === 1;

@@ -237,3 +237,7 @@ export const sessionReset = `SELECT set_config('idle_session_timeout', (SELECT r
 /** Params: namespace, id. Also puts the idle limit back as it was, so the pooled connection lives on as before. */
 export const sessionRelease = `SELECT pg_advisory_unlock($1::int, $2::int) AS released,
   set_config('idle_session_timeout', (SELECT reset_val FROM pg_settings WHERE name = 'idle_session_timeout'), false)`;
+
+/** Lifts a shared key's counter to `floor` while our claim lives. Params: key, owner, floor. One row = raised. */
+export const sharedRaiseFloor = `UPDATE {sharedKeys} SET token = GREATEST(token, $3::bigint)
+  WHERE lock_key = $1 AND EXISTS (SELECT 1 FROM {shared} WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp())`;

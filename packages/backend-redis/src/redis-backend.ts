@@ -13,7 +13,7 @@ import {
   type SharedRequest,
 } from '@deadbolt/core';
 import { Redis, ReplyError } from 'ioredis';
-import { ACQUIRE, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
+import { ACQUIRE, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RAISE_FLOOR, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
 
 export interface RedisBackendOptions {
   /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
@@ -78,6 +78,7 @@ const scripts = {
   sharedAcquire: new Script(SHARED_ACQUIRE),
   sharedRenew: new Script(SHARED_RENEW),
   sharedRelease: new Script(SHARED_RELEASE),
+  sharedRaiseFloor: new Script(SHARED_RAISE_FLOOR),
 };
 
 /**
@@ -227,11 +228,11 @@ export class RedisBackend implements LockBackend<RedisLease> {
   /** See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */
   async raiseTokenFloor(lease: RedisLease, floor: bigint): Promise<boolean> {
     const { keys } = lease;
-    if (lease.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
     if (floor > MAX_EXACT_TOKEN) {
       throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`) });
     }
-    return (await this.#run('raise token floor', scripts.raiseFloor, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) === 1;
+    const script = lease.shared ? scripts.sharedRaiseFloor : scripts.raiseFloor;
+    return (await this.#run('raise token floor', script, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) === 1;
   }
 
   async close(): Promise<void> {

@@ -214,3 +214,14 @@ if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[3], KE
 if gone == 1 then redis.call('PUBLISH', ARGV[2], ARGV[3] .. '\\n') end
 return gone
 `;
+
+/** ARGV: owner, floor (decimal), counter ttl ms. RAISE_FLOOR for a shared claim: 1 when raised (the claim is live), 0 when not. */
+export const SHARED_RAISE_FLOOR = `${clock}
+local until_ms = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not until_ms or tonumber(until_ms) <= now_ms or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local floor = tonumber(ARGV[2])
+if floor > tonumber(redis.call('GET', KEYS[2]) or '0') then
+${setCounter('floor', 'ARGV[2]', 'ARGV[3]')}
+end
+return 1
+`;

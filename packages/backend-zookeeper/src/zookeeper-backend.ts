@@ -80,7 +80,7 @@ interface QueueShape {
   readonly prefix: string;
   /** May the claim at `index` of `queue` (in sequence order) be granted? May throw (a limit mismatch). */
   readonly granted: (queue: readonly string[], index: number) => boolean;
-  /** A shared claim: waits for any change to the queue, gets no token offset. */
+  /** A shared claim: waits for any change to the queue. */
   readonly shared?: true;
 }
 /**
@@ -273,7 +273,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
         acquiredAt = performance.now();
         ({ queue, offset } = await this.#children(session, parent));
       }
-      return this.#lease(req, session, path, zxidOf(stat), shape.shared ? 0n : offset, acquiredAt, deleted.signal, shape.shared);
+      return this.#lease(req, session, path, zxidOf(stat), offset, acquiredAt, deleted.signal, shape.shared);
     } catch (error) {
       // A cancelled, timed-out or failed waiter takes its node away before reporting; when the
       // session is gone, the server deletes the node with it.
@@ -302,14 +302,37 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
    */
   async raiseTokenFloor(lease: ZooKeeperLease, floor: bigint): Promise<boolean> {
     const l = lease;
-    if (l.shared) throw new BackendError(this.name, 'raise token floor', { cause: new Error('token floors are for mutex leases') });
-    const parent = this.pathFor(l.key);
+    const parent = l.path.slice(0, l.path.lastIndexOf('/'));
+    if (l.shared) return this.#raiseSharedFloor(l, parent, floor);
     const result = await this.#call<unknown[]>(l.session, 'raise token floor', (cb) => {
       const multi = l.session.client.transaction().check(l.path).create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT);
       if (l.offset > 0n) multi.remove(`${parent}/${FLOOR_PREFIX}${l.offset}`);
       multi.commit(cb);
     }, [Code.NO_NODE]);
     return result !== undefined && !l.lost.aborted;
+  }
+
+  /**
+   * A shared key's floor: other holders may raise it at the same time, so floor nodes are only
+   * added (the largest counts) while our claim is checked, and smaller ones removed afterwards by
+   * whoever sees them.
+   */
+  async #raiseSharedFloor(l: ZooKeeperLease, parent: string, floor: bigint): Promise<boolean> {
+    const result = await this.#call<unknown[]>(l.session, 'raise token floor', (cb) =>
+      l.session.client.transaction().check(l.path).create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT).commit(cb),
+    [Code.NO_NODE, Code.NODE_EXISTS]);
+    if (result === undefined) {
+      // Either our node is gone, or that very floor exists already (which covers us).
+      const stat = await this.#call<Stat | null>(l.session, 'raise token floor', (cb) => l.session.client.exists(l.path, undefined, cb));
+      if (!stat || zxidOf(stat) !== l.zxid) return false;
+      await this.#call(l.session, 'raise token floor', (cb) => l.session.client.create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT, cb), [Code.NODE_EXISTS]);
+    }
+    const floors = ((await this.#call<string[]>(l.session, 'raise token floor', (cb) => l.session.client.getChildren(parent, undefined, cb), [Code.NO_NODE])) ?? [])
+      .filter((name) => name.startsWith(FLOOR_PREFIX))
+      .map((name) => BigInt(name.slice(FLOOR_PREFIX.length)));
+    const largest = floors.reduce((a, b) => (a > b ? a : b), 0n);
+    for (const value of floors) if (value < largest) await this.#remove(l.session, `${parent}/${FLOOR_PREFIX}${value}`).catch(() => undefined);
+    return !l.lost.aborted;
   }
 
   async release(lease: ZooKeeperLease): Promise<void> {

@@ -27,6 +27,8 @@ export interface SuiteContext {
   itWhen(skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number): void;
   crossProcessIt: TestFn;
   hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;
+  /** Whether the backend has `raiseTokenFloor`. */
+  probeFloor(): boolean;
 }
 
 /** How a promise settled, and when (performance.now()). */

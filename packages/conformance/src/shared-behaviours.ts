@@ -34,7 +34,7 @@ function maxOverlap(holds: Hold[]): number {
 }
 
 export function defineSharedBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, itWhen } = ctx;
+  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, itWhen, probeFloor } = ctx;
   const semIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(() => (capabilities.semaphore ? undefined : 'the backend has no semaphores'), name, fn, timeout);
   const semProcIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
@@ -248,6 +248,43 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       );
       for (const k of keys) expect(await inspect(k), k).toEqual([]);
     }, 120_000);
+
+    itWhen(
+      () => (!capabilities.semaphore ? 'the backend has no semaphores' : probeFloor() ? undefined : 'the backend cannot raise its token floor'),
+      '25i. token floors on shared keys (migration support): a raised floor holds for every later permit, two holders raising in either order never lower it, a released permit cannot raise it',
+      async () => {
+        const key = freshKey();
+        const backend = await options.createBackend();
+        const request = (minToken?: bigint) => ({
+          key, owner: crypto.randomUUID(), ttlMs: T, wait: false, signal: new AbortController().signal, mode: 'shared' as const, limit: 3,
+          ...(minToken === undefined ? {} : { minToken }),
+        });
+        try {
+          const a = (await backend.acquireShared!(request()))!;
+          const b = (await backend.acquireShared!(request()))!;
+          const high = b.token + 2_000_000n;
+          expect(await backend.raiseTokenFloor!(b, high)).toBe(true);
+          // The other holder raises to less afterwards: the floor stays where it was.
+          expect(await backend.raiseTokenFloor!(a, a.token + 1_000_000n)).toBe(true);
+          const c = (await backend.acquireShared!(request()))!;
+          expect(c.token).toBeGreaterThan(high);
+          await Promise.all([a, b, c].map((l) => backend.release(l)));
+          expect(await backend.raiseTokenFloor!(a, high + 1_000_000n), 'a released permit raised the floor').toBe(false);
+          const d = (await backend.acquireShared!(request()))!;
+          expect(d.token).toBeGreaterThan(c.token);
+          expect(d.token).toBeLessThan(high + 1_000_000n);
+          await backend.release(d);
+          if (capabilities.minToken) {
+            const wanted = d.token + 5_000_000n;
+            const e = (await backend.acquireShared!(request(wanted)))!;
+            expect(e.token).toBeGreaterThanOrEqual(wanted);
+            await backend.release(e);
+          }
+        } finally {
+          await backend.close();
+        }
+      },
+    );
   });
 
   describe('read-write locks', () => {

@@ -707,7 +707,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       }, 300_000);
     });
 
-    const context = { options, harness, freshKey, makeLocker, spawnChild, lockers, T, renewMs, capabilities, itWhen, crossProcessIt, hookIt };
+    const context = { options, harness, freshKey, makeLocker, spawnChild, lockers, T, renewMs, capabilities, itWhen, crossProcessIt, hookIt, probeFloor: () => probeHasFloor };
     defineFaultBehaviours(context);
     defineSharedBehaviours(context);
   });
