@@ -193,47 +193,59 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   async #sharedAttempt(req: SharedRequest, hash: Buffer): Promise<MysqlLease | null> {
     const q = this.#sharedSql;
     await this.#run('acquire', q.sharedKeyRow, [hash, req.limit]);
+    try {
+      return await this.#keyTransaction('acquire', hash, async (connection, stored) => {
+        const acquiredAt = performance.now();
+        await this.#on(connection, q.sharedPurge, [hash]);
+        let queue = (await this.#on<RowDataPacket[]>(connection, q.sharedQueue, [hash])).map((r) => ({
+          owner: r['owner'] as string, token: BigInt(r['token'] as string | number), mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
+        }));
+        let mine = queue.find((c) => c.owner === req.owner);
+        if (!mine) {
+          if (queue.length > 0 && stored !== req.limit) throw new LimitMismatchError(req.key, stored, req.limit);
+          const next = await this.#on<ResultSetHeader>(connection, q.sharedNextToken, [(req.minToken ?? 0n).toString(), req.limit, hash]);
+          mine = { owner: req.owner, token: BigInt(next.insertId), mode: req.mode };
+          await this.#on(connection, q.sharedInsert, [hash, req.owner, mine.token.toString(), req.mode === 'exclusive', req.ttlMs * 1000]);
+          queue = [...queue, mine];
+        }
+        const ok = grantable(queue, queue.indexOf(mine), req.limit);
+        if (!ok && !req.wait) return { commit: false, value: null };
+        // A waiter's place lasts a ttl (or 4 re-check periods, if longer) past each attempt.
+        const ttlMs = ok ? req.ttlMs : Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+        await this.#on(connection, q.sharedRenew, [ttlMs * 1000, hash, req.owner]);
+        return { commit: true, value: ok ? { key: req.key, owner: req.owner, token: mine.token, acquiredAt, hash, shared: true as const } : null };
+      });
+    } catch (error) {
+      if (req.wait && RETRY_ERRNOS.has(((error as { cause?: { errno?: number } }).cause?.errno) ?? 0)) return null;
+      throw error;
+    }
+  }
+
+  /**
+   * `body` in one READ COMMITTED transaction that first locks the shared key's row (so a key's
+   * transactions run one at a time, and each statement sees every claim committed before it),
+   * committed or rolled back as `body` says. @throws the typed error of any failure (rolled back).
+   */
+  async #keyTransaction<T>(operation: string, hash: Buffer, body: (connection: PoolConnection, storedLimit: number) => Promise<{ commit: boolean; value: T }>): Promise<T> {
     let connection: PoolConnection;
     try {
       connection = await withTimeout(this.pool.getConnection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
     } catch (error) {
-      throw this.#wrap('acquire', error);
+      throw this.#wrap(operation, error);
     }
     let open = false;
     try {
-      await connection.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
-      await connection.query('START TRANSACTION');
+      await this.#on(connection, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED', []);
+      await this.#on(connection, 'START TRANSACTION', []);
       open = true;
-      const acquiredAt = performance.now();
-      const stored = Number((await this.#on<RowDataPacket[]>(connection, q.sharedLockKey, [hash]))[0]!['claim_limit']);
-      await this.#on(connection, q.sharedPurge, [hash]);
-      let queue = (await this.#on<RowDataPacket[]>(connection, q.sharedQueue, [hash])).map((r) => ({
-        owner: r['owner'] as string, token: BigInt(r['token'] as string | number), mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
-      }));
-      let mine = queue.find((c) => c.owner === req.owner);
-      if (!mine) {
-        if (queue.length > 0 && stored !== req.limit) throw new LimitMismatchError(req.key, stored, req.limit);
-        const next = await this.#on<ResultSetHeader>(connection, q.sharedNextToken, [(req.minToken ?? 0n).toString(), req.limit, hash]);
-        mine = { owner: req.owner, token: BigInt(next.insertId), mode: req.mode };
-        await this.#on(connection, q.sharedInsert, [hash, req.owner, mine.token.toString(), req.mode === 'exclusive', req.ttlMs * 1000]);
-        queue = [...queue, mine];
-      }
-      const ok = grantable(queue, queue.indexOf(mine), req.limit);
-      if (!ok && !req.wait) {
-        await connection.query('ROLLBACK');
-        open = false;
-        return null;
-      }
-      // A waiter's place lasts a ttl (or 4 re-check periods, if longer) past each attempt.
-      const ttlMs = ok ? req.ttlMs : Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
-      await this.#on(connection, q.sharedRenew, [ttlMs * 1000, hash, req.owner]);
-      await connection.query('COMMIT');
+      const row = (await this.#on<RowDataPacket[]>(connection, this.#sharedSql.sharedLockKey, [hash]))[0];
+      const { commit, value } = await body(connection, Number(row?.['claim_limit'] ?? -1));
+      await this.#on(connection, commit ? 'COMMIT' : 'ROLLBACK', []);
       open = false;
-      return ok ? { key: req.key, owner: req.owner, token: mine.token, acquiredAt, hash, shared: true } : null;
+      return value;
     } catch (error) {
       if (open && !this.#broken.has(connection)) await connection.query('ROLLBACK').catch(() => undefined);
-      if (req.wait && RETRY_ERRNOS.has((error as { errno?: number }).errno ?? 0)) return null;
-      throw this.#wrap('acquire', error);
+      throw this.#wrap(operation, error);
     } finally {
       if (!this.#broken.has(connection)) connection.release();
     }
@@ -286,8 +298,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   async raiseTokenFloor(lease: MysqlLease, floor: bigint): Promise<boolean> {
     const { connection, hash } = lease;
     if (lease.shared) {
-      const result = await this.#run('raise token floor', this.#sharedSql.sharedRaiseFloor, [floor.toString(), hash, hash, lease.owner]);
-      return result.affectedRows === 1;
+      return this.#keyTransaction('raise token floor', hash, async (held) => {
+        const result = await this.#on<ResultSetHeader>(held, this.#sharedSql.sharedRaiseFloor, [floor.toString(), hash, hash, lease.owner]);
+        return { commit: true, value: result.affectedRows === 1 };
+      });
     }
     const params = [floor.toString(), hash, lease.owner];
     if (!connection) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).affectedRows === 1;
@@ -454,8 +468,8 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * fails as a connection is destroyed: its late answer must never be read as another statement's.
    */
   async #on<T extends ResultSetHeader | RowDataPacket[]>(connection: PoolConnection, statement: string, params: unknown[]): Promise<T> {
-    // `SET` cannot be prepared: it goes as text.
-    const sent = /^SET /.test(statement) ? connection.query<T>(statement, params) : connection.execute<T>(statement, params as never[]);
+    // `SET` and transaction control cannot be prepared: they go as text.
+    const sent = /^(SET|START|COMMIT|ROLLBACK)\b/.test(statement) ? connection.query<T>(statement, params) : connection.execute<T>(statement, params as never[]);
     try {
       const [result] = await withTimeout(sent, this.#commandTimeoutMs, () => noAnswer(this.name, 'statement', this.#commandTimeoutMs));
       return result;

@@ -60,6 +60,7 @@ export function zookeeperHarness(url: string): ConformanceHarness {
     async inspectShared(key) {
       const { client } = await admin.session(ADMIN_TTL);
       return (await children(client, admin.sharedPathFor(key)))
+        .filter((n) => n.startsWith('lock-'))
         .sort((a, b) => a.slice(a.lastIndexOf('-')).localeCompare(b.slice(b.lastIndexOf('-'))))
         .map((n) => /^lock-[SX]\d+-(.+)-\d+$/.exec(n)![1]!);
     },

@@ -8,8 +8,9 @@ const childModule = new URL('./migration-child.js', import.meta.url).href;
  * `migratingBackend({ from, to, phase })` (default `dual`) built from the two stores' own suite
  * options, child processes included. The harness reads and breaks both stores:
  * - `inspect` lists the owners found in either store;
- * - `loseClaim` removes the claim from `to` only, the second store (a loss in either store must
- *   abort the lock);
+ * - `loseClaim` (and `loseSharedClaim`) removes the claim from `to` only, the second store (a loss
+ *   in either store must abort the lock);
+ * - `inspectShared` lists the owners of shared claims found in either store;
  * - `dropConnection` cuts both stores' connections, `restartServer` restarts `to`'s server;
  * - the fault proxy sits between the backend and `from`'s store, the one every call goes to first
  *   (so a partitioned process cannot even learn that a key is busy, as the fault behaviours
@@ -28,6 +29,15 @@ export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceO
       return [...new Set([...a, ...b])];
     },
     loseClaim: (key) => th.loseClaim(key),
+    ...(fh.inspectShared && th.inspectShared && th.loseSharedClaim
+      ? {
+          async inspectShared(key: string) {
+            const [a, b] = await Promise.all([fh.inspectShared!(key), th.inspectShared!(key)]);
+            return [...new Set([...a, ...b])];
+          },
+          loseSharedClaim: (key: string, owner: string) => th.loseSharedClaim!(key, owner),
+        }
+      : {}),
     ...(fh.dropConnection && th.dropConnection
       ? {
           async dropConnection(backend: LockBackend) {

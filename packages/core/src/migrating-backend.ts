@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { DEFAULT_MAX_TTL_MS, type AcquireRequest, type Capabilities, type Lease, type LockBackend } from './backend.js';
+import { DEFAULT_MAX_TTL_MS, fullCapabilities, type AcquireRequest, type Capabilities, type Lease, type LockBackend, type SharedRequest } from './backend.js';
 import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
 import { after, raceSignal, type Timer } from './time.js';
 
@@ -102,6 +102,19 @@ export class MigratingBackend implements LockBackend {
     return this.#acquireBoth(req);
   }
 
+  /**
+   * Semaphores and read-write locks, when both stores have them (the capabilities say so): in
+   * `dual`, a claim is held in both stores, taken and fenced exactly as a lock is. The token
+   * argument above carries over with one difference: other claims of the key may be granted
+   * beside ours, so a grant between ours and our raise can carry a smaller token than ours; it is
+   * a holder at the same time as us, never one after us, which is what fencing has to order.
+   */
+  acquireShared(req: SharedRequest): Promise<Lease | null> {
+    if (this.phase === 'from') return this.from.acquireShared!(req);
+    if (this.phase === 'to') return this.to.acquireShared!(req);
+    return this.#acquireBoth(req);
+  }
+
   async renew(lease: Lease, ttlMs: number): Promise<boolean> {
     if (!isDual(lease)) return this.#single.renew(lease, ttlMs);
     const [first, second] = await Promise.allSettled([this.from.renew(lease.first, ttlMs), this.to.renew(lease.second, ttlMs)]);
@@ -142,11 +155,11 @@ export class MigratingBackend implements LockBackend {
    * settles. If the first lease is lost while `to` keeps us waiting, the wait starts over (at the
    * back of `from`'s queue).
    */
-  async #acquireBoth(req: AcquireRequest): Promise<Lease | null> {
+  async #acquireBoth(req: AcquireRequest | SharedRequest): Promise<Lease | null> {
     for (let attempt = 0; ; attempt++) {
       // Every acquisition has an owner id of its own, also a second try after a loss.
       if (attempt > 0) req = { ...req, owner: randomUUID() };
-      const first = await this.from.acquire(req);
+      const first = await take(this.from, req);
       if (!first) return null;
       const taken = await this.#takeSecond(req, first);
       if (taken === 'lost') continue;
@@ -166,9 +179,9 @@ export class MigratingBackend implements LockBackend {
    * Rejects (first given back) on abort, timeout or error. Every `to` call is raced against the
    * signal, so a `to` that stops answering cannot pin the first lease: a late grant goes back.
    */
-  async #takeSecond(req: AcquireRequest, first: Lease): Promise<{ second: Lease; firstSince: number } | null | 'lost'> {
+  async #takeSecond(req: AcquireRequest | SharedRequest, first: Lease): Promise<{ second: Lease; firstSince: number } | null | 'lost'> {
     const ask = (wait: boolean, signal: AbortSignal) =>
-      raceSignal(this.to.acquire({ ...req, wait, signal, ...(this.to.capabilities.minToken ? { minToken: first.token } : {}) }), signal, (late) => {
+      raceSignal(take(this.to, { ...req, wait, signal, ...(this.to.capabilities.minToken ? { minToken: first.token } : {}) }), signal, (late) => {
         if (late) this.to.release(late).catch(() => undefined);
       });
     let second: Lease | null;
@@ -351,6 +364,11 @@ export function migratingBackend(options: MigratingBackendOptions): MigratingBac
   return new MigratingBackend(options);
 }
 
+/** One claim in one store: a lock, or a shared claim (the request then carries its mode and limit). */
+function take(backend: LockBackend, req: AcquireRequest | SharedRequest): Promise<Lease | null> {
+  return 'mode' in req ? backend.acquireShared!(req) : backend.acquire(req);
+}
+
 /** What two stores both offer; the one place a migrating backend's capabilities come from. */
 function combine(a: Capabilities, b: Capabilities): Capabilities {
   const granularity = lcm(a.ttlGranularityMs, b.ttlGranularityMs);
@@ -366,6 +384,8 @@ function combine(a: Capabilities, b: Capabilities): Capabilities {
     ttlGranularityMs: granularity,
     maxTtlMs,
     crossProcess: a.crossProcess && b.crossProcess,
+    semaphore: fullCapabilities(a).semaphore && fullCapabilities(b).semaphore,
+    readWrite: fullCapabilities(a).readWrite && fullCapabilities(b).readWrite,
   };
 }
 
