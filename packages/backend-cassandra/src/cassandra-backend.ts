@@ -2,7 +2,9 @@ import {
   BackendError,
   backendFailure,
   BackendUnavailableError,
+  grantable,
   InvalidArgumentError,
+  LimitMismatchError,
   POLL_SOON,
   pollForLease,
   ReleaseNotifier,
@@ -12,6 +14,7 @@ import {
   type Capabilities,
   type Lease,
   type LockBackend,
+  type SharedRequest,
 } from '@deadbolt/core';
 import { randomUUID } from 'node:crypto';
 import cassandra, { type Client, type QueryOptions, type types } from 'cassandra-driver';
@@ -65,8 +68,10 @@ export interface CassandraBackendOptions {
   shadowBackoff?: { ownerWaitMs?: number; concurrentStepMs?: number };
 }
 
-interface CassandraLease extends Lease {
+export interface CassandraLease extends Lease {
   readonly id: Buffer;
+  /** A semaphore permit or read-write lock: its row in `shared_claims` (the token is its clustering key, `seq`). */
+  readonly shared?: true;
   /** The queue and shadow algorithms' row in each partition (see schema.ts). */
   readonly slot?: Slot;
   /** The queue algorithm's arrival stamp (`<20-digit µs>/<owner>`), which orders the queue. */
@@ -85,6 +90,8 @@ interface Slot {
 const { consistencies } = cassandra.types;
 const TOKEN_CACHE_KEYS = 1000;
 const NOT_YET = null;
+/** A shared claim lost the race to join: read the partition again at once. */
+const POLL_AGAIN = Symbol('again');
 
 /** Driver errors that mean the cluster could not be reached or could not answer in time. */
 function isUnavailable(error: unknown): boolean {
@@ -109,7 +116,7 @@ const toBigInt = (value: unknown): bigint => (typeof value === 'bigint' ? value 
  * timestamp later than any renewal's, so a late renewal never resurrects a released cell. Fencing
  * tokens come from a token row without TTL, advanced by compare-and-set after the lock is won.
  */
-export class CassandraBackend implements LockBackend {
+export class CassandraBackend implements LockBackend<CassandraLease> {
   readonly name = 'cassandra';
   readonly capabilities: Capabilities;
   readonly algorithm: CassandraAlgorithm;
@@ -152,6 +159,8 @@ export class CassandraBackend implements LockBackend {
       ttlGranularityMs: 1000, // TTLs are whole seconds
       crossProcess: true,
       minToken: true,
+      semaphore: true,
+      readWrite: true,
     };
     let keyspace = options.keyspace ?? 'deadbolt';
     if (options.client) {
@@ -192,7 +201,7 @@ export class CassandraBackend implements LockBackend {
     return Buffer.from(key, 'utf8');
   }
 
-  async acquire(req: AcquireRequest): Promise<Lease | null> {
+  async acquire(req: AcquireRequest): Promise<CassandraLease | null> {
     await this.#connect();
     const id = this.idFor(req.key);
     switch (this.algorithm) {
@@ -205,9 +214,10 @@ export class CassandraBackend implements LockBackend {
     }
   }
 
-  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
-    const l = lease as CassandraLease;
+  async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {
+    const l = lease;
     const ttl = ttlSeconds(ttlMs);
+    if (l.shared) return this.#renewClaim(l, ttl);
     if (this.algorithm === 'lwt') {
       const result = await this.#run('renew', `UPDATE ${this.keyspace}.lock_lwt USING TTL ? SET owner = ? WHERE lock_id = ? IF owner = ?`, [ttl, l.owner, l.id, l.owner], { lwt: true });
       return result.wasApplied();
@@ -234,8 +244,13 @@ export class CassandraBackend implements LockBackend {
     return false;
   }
 
-  async release(lease: Lease): Promise<void> {
-    const l = lease as CassandraLease;
+  async release(lease: CassandraLease): Promise<void> {
+    const l = lease;
+    if (l.shared) {
+      await this.#run('release', `DELETE FROM ${this.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`, [l.id, String(l.token), l.owner], { lwt: true });
+      this.#notifier.notify(`shared:${l.key}`);
+      return;
+    }
     if (this.algorithm === 'lwt') {
       await this.#run('release', `DELETE FROM ${this.keyspace}.lock_lwt WHERE lock_id = ? IF owner = ?`, [l.id, l.owner], { lwt: true });
     } else if (l.entry) {
@@ -283,7 +298,7 @@ export class CassandraBackend implements LockBackend {
   // --- the queue algorithm (seed 000, "new") ----------------------------------------------------
 
   /** GetLock: enqueue, then poll until first in the queue and alone in the main partition. */
-  async #queueLock(req: AcquireRequest, id: Buffer): Promise<Lease> {
+  async #queueLock(req: AcquireRequest, id: Buffer): Promise<CassandraLease> {
     const ttl = ttlSeconds(req.ttlMs);
     const slot = this.#takeSlot(id);
     const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
@@ -316,7 +331,7 @@ export class CassandraBackend implements LockBackend {
   }
 
   /** TryGetLock: never waits; on failure removes what it wrote. */
-  async #queueTryLock(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
+  async #queueTryLock(req: AcquireRequest, id: Buffer): Promise<CassandraLease | null> {
     if ((await this.#owners('acquire', 'lock_holders', id)).length > 0) return null;
     const ttl = ttlSeconds(req.ttlMs);
     const slot = this.#takeSlot(id);
@@ -341,7 +356,7 @@ export class CassandraBackend implements LockBackend {
    * before writing, to skip the write while the holder is still in (the write-then-read alone is
    * what makes it safe).
    */
-  async #takeMain(req: AcquireRequest, id: Buffer, slot: Slot, entry: string, checkFirst: boolean): Promise<Lease | null> {
+  async #takeMain(req: AcquireRequest, id: Buffer, slot: Slot, entry: string, checkFirst: boolean): Promise<CassandraLease | null> {
     const ttl = ttlSeconds(req.ttlMs);
     if (checkFirst && (await this.#owners('acquire', 'lock_holders', id)).length > 0) return NOT_YET;
     const acquiredAt = performance.now();
@@ -386,13 +401,13 @@ export class CassandraBackend implements LockBackend {
   // --- the shadow algorithm (seed 000, "old") ---------------------------------------------------
 
   /** GetLock: TryLock in a loop with the thesis' randomized waits; TryGetLock: one TryLock. */
-  async #shadowLock(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
+  async #shadowLock(req: AcquireRequest, id: Buffer): Promise<CassandraLease | null> {
     const grace = new UnavailableGrace();
     const slot = this.#takeSlot(id);
     try {
       for (let attempt = 1; ; attempt++) {
         req.signal.throwIfAborted();
-        let result: Lease | 'owner' | 'concurrent';
+        let result: CassandraLease | 'owner' | 'concurrent';
         try {
           result = await this.#shadowAttempt(req, id, slot);
           grace.succeeded();
@@ -423,7 +438,7 @@ export class CassandraBackend implements LockBackend {
   }
 
   /** TryLock: Success (a lease) / AnotherThreadIsOwner / ConcurrentAttempt. */
-  async #shadowAttempt(req: AcquireRequest, id: Buffer, slot: Slot): Promise<Lease | 'owner' | 'concurrent'> {
+  async #shadowAttempt(req: AcquireRequest, id: Buffer, slot: Slot): Promise<CassandraLease | 'owner' | 'concurrent'> {
     const ttl = ttlSeconds(req.ttlMs);
     if ((await this.#owners('acquire', 'shadow_holders', id)).length > 0) return 'owner';
     await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_claims (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, req.owner, ttl, this.#timestamp()]);
@@ -454,7 +469,7 @@ export class CassandraBackend implements LockBackend {
 
   // --- lightweight transactions -----------------------------------------------------------------
 
-  async #lwtAttempt(req: AcquireRequest, id: Buffer): Promise<Lease | null> {
+  async #lwtAttempt(req: AcquireRequest, id: Buffer): Promise<CassandraLease | null> {
     const acquiredAt = performance.now();
     let result: types.ResultSet;
     try {
@@ -468,10 +483,100 @@ export class CassandraBackend implements LockBackend {
     return this.#fence({ key: req.key, owner: req.owner, id, acquiredAt, token: 0n }, 'lock_lwt', req.minToken);
   }
 
+  // --- semaphores and read-write locks -----------------------------------------------------------
+  //
+  // One partition per key in `shared_claims`: a row per claim, clustered by its token, which is
+  // also its place in the queue (core's `SharedRequest` rule). A claim joins by one conditional
+  // batch that moves the static counter from the value just read (so no claim can have joined
+  // since that read) and inserts its row; it is judged by the rows of that same read. Every later
+  // write to a claim is a lightweight transaction on its owner, so writes to the partition are all
+  // ordered by Paxos (no client clock decides between them).
+
+  async acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
+    await this.#connect();
+    const id = this.idFor(req.key);
+    const waiterTtl = ttlSeconds(Math.max(req.ttlMs, 4 * this.#poll.maxDelayMs, 2000));
+    let claim: { token: bigint; acquiredAt: number } | undefined;
+    const attempt = async (): Promise<CassandraLease | null | typeof POLL_AGAIN> => {
+      const acquiredAt = performance.now();
+      const rows = (await this.#run('acquire', `SELECT seq, owner, exclusive, claim_counter, claim_limit FROM ${this.keyspace}.shared_claims WHERE lock_id = ?`, [id], { serialRead: true })).rows;
+      const queue = rows.filter((r) => r['seq'] !== null).map((r) => ({ token: toBigInt(r['seq']), owner: r['owner'] as string, mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const) }));
+      if (!claim) {
+        const statics = rows[0];
+        const counter = statics?.['claim_counter'] === null || statics?.['claim_counter'] === undefined ? undefined : toBigInt(statics['claim_counter']);
+        const stored = statics?.['claim_limit'] ?? null;
+        if (queue.length > 0 && stored !== null && stored !== req.limit) throw new LimitMismatchError(req.key, stored as number, req.limit);
+        const token = maxOf((counter ?? 0n) + 1n, req.minToken ?? 0n);
+        const ok = grantable([...queue, { mode: req.mode }], queue.length, req.limit);
+        if (!ok && !req.wait) return null; // judged by a read no claim can have joined since: leave no trace
+        const joined = await this.#run('acquire', `BEGIN BATCH
+          UPDATE ${this.keyspace}.shared_claims SET claim_counter = ?, claim_limit = ? WHERE lock_id = ? IF claim_counter = ?
+          INSERT INTO ${this.keyspace}.shared_claims (lock_id, seq, owner, exclusive) VALUES (?, ?, ?, ?) USING TTL ?
+          APPLY BATCH`, [String(token), req.limit, id, counter === undefined ? null : String(counter), id, String(token), req.owner, req.mode === 'exclusive', ok ? ttlSeconds(req.ttlMs) : waiterTtl], { lwt: true });
+        if (!joined.wasApplied()) return POLL_AGAIN; // another claim joined first: read again
+        claim = { token, acquiredAt };
+        return ok ? this.#sharedLease(req, id, claim) : null;
+      }
+      const index = queue.findIndex((c) => c.token === claim!.token && c.owner === req.owner);
+      if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
+      const ok = grantable(queue, index, req.limit);
+      // A waiter's row lives a waiter ttl past each look; a granted one gets the lease's ttl, counted from this write.
+      const sentAt = performance.now();
+      if (!(await this.#renewClaim({ id, token: claim.token, owner: req.owner }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
+        throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
+      }
+      return ok ? this.#sharedLease(req, id, { token: claim.token, acquiredAt: sentAt }) : null;
+    };
+    const leave = async () => {
+      if (claim) await this.release({ key: req.key, owner: req.owner, id, token: claim.token, acquiredAt: 0, shared: true });
+    };
+    try {
+      for (;;) {
+        if (!req.wait) {
+          const lease = await attempt();
+          if (lease !== POLL_AGAIN) return lease;
+          continue;
+        }
+        return await pollForLease(`shared:${req.key}`, req.signal, async () => {
+          const lease = await attempt();
+          return lease === POLL_AGAIN ? POLL_SOON : lease;
+        }, (lease) => this.release(lease), {
+          ...this.#poll,
+          notifier: this.#notifier,
+        });
+      }
+    } catch (error) {
+      // A cancelled, timed-out or failed waiter removes its row before reporting.
+      await leave().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  #sharedLease(req: SharedRequest, id: Buffer, claim: { token: bigint; acquiredAt: number }): CassandraLease {
+    return { key: req.key, owner: req.owner, id, token: claim.token, acquiredAt: claim.acquiredAt, shared: true };
+  }
+
+  async #renewClaim(l: Pick<CassandraLease, 'id' | 'token' | 'owner'>, ttl: number): Promise<boolean> {
+    const result = await this.#run('renew', `UPDATE ${this.keyspace}.shared_claims USING TTL ? SET owner = ? WHERE lock_id = ? AND seq = ? IF owner = ?`, [ttl, l.owner, l.id, String(l.token), l.owner], { lwt: true });
+    return result.wasApplied();
+  }
+
+  /** The key's static counter lifted by compare-and-set while our claim's row lives. */
+  async #raiseSharedFloor(l: CassandraLease, floor: bigint): Promise<boolean> {
+    for (;;) {
+      const row = (await this.#run('raise token floor', `SELECT claim_counter, owner FROM ${this.keyspace}.shared_claims WHERE lock_id = ? AND seq = ?`, [l.id, String(l.token)], { serialRead: true })).first();
+      if (row?.['owner'] !== l.owner) return false;
+      const counter = toBigInt(row['claim_counter']);
+      if (counter >= floor) return true;
+      const result = await this.#run('raise token floor', `UPDATE ${this.keyspace}.shared_claims SET claim_counter = ? WHERE lock_id = ? IF claim_counter = ?`, [String(floor), l.id, String(counter)], { lwt: true });
+      if (result.wasApplied()) return true;
+    }
+  }
+
   // --- shared -----------------------------------------------------------------------------------
 
   /** Polls `attempt` with core's backoff, woken early by releases in this process. */
-  #pollLease(req: AcquireRequest, attempt: () => Promise<Lease | null | typeof POLL_SOON>): Promise<Lease> {
+  #pollLease(req: AcquireRequest, attempt: () => Promise<CassandraLease | null | typeof POLL_SOON>): Promise<CassandraLease> {
     return pollForLease(req.key, req.signal, attempt, (lease) => this.release(lease), { ...this.#poll, notifier: this.#notifier });
   }
 
@@ -499,8 +604,9 @@ export class CassandraBackend implements LockBackend {
    * must still be ours. A successor that won in between either counted before the lift (and the
    * check finds it) or counts from the lifted value.
    */
-  async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
-    const l = lease as CassandraLease;
+  async raiseTokenFloor(lease: CassandraLease, floor: bigint): Promise<boolean> {
+    const l = lease;
+    if (l.shared) return this.#raiseSharedFloor(l, floor);
     await this.#setToken(l.id, (current) => (current === undefined || current < floor ? floor : undefined));
     return this.#stillOurs(l, HOLDER_TABLES[this.algorithm]);
   }

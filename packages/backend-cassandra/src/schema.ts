@@ -29,6 +29,9 @@ export function schemaStatements(keyspace: string, replication: string): string[
     t('shadow_claims', 'lock_id blob, slot text, owner text, PRIMARY KEY (lock_id, slot)'),
     // lightweight-transaction algorithm: one row per lock
     t('lock_lwt', 'lock_id blob PRIMARY KEY, owner text'),
+    // semaphores and read-write locks: one row per claim, in arrival order (`seq`, also its token); the key's
+    // counter and the limit its live claims use are static cells, which never expire
+    t('shared_claims', 'lock_id blob, seq bigint, owner text, exclusive boolean, claim_counter bigint static, claim_limit int static, PRIMARY KEY (lock_id, seq)'),
     // fencing tokens (never expire) and the time service's GlobalTime cell
     t('lock_token', 'lock_id blob PRIMARY KEY, fencing_token bigint', ''),
     t('global_time', 'id text PRIMARY KEY, micros bigint', ''),

@@ -1,6 +1,9 @@
 import { cassandraBackend, CLAIM_TABLES as TABLES, type CassandraAlgorithm, type CassandraBackend } from '@deadbolt/cassandra';
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
+import { types } from 'cassandra-driver';
+
+const SERIAL = types.consistencies.serial;
 
 
 /** Reads and breaks the lock cells directly (every algorithm's tables). */
@@ -26,6 +29,19 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
       const client = await ready();
       for (const table of TABLES) await client.execute(`DELETE FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true });
     },
+    async inspectShared(key) {
+      const client = await ready();
+      const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true, consistency: SERIAL });
+      return result.rows.map((r) => r['owner'] as string | null).filter((o): o is string => o !== null);
+    },
+    async loseSharedClaim(key, owner) {
+      const client = await ready();
+      const result = await client.execute(`SELECT seq, owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true, consistency: SERIAL });
+      for (const row of result.rows) {
+        if (row['owner'] !== owner) continue;
+        await client.execute(`DELETE FROM ${admin.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`, [admin.idFor(key), row['seq'], owner], { prepare: true });
+      }
+    },
     async dropConnection(backend) {
       // Cassandra has no server-side "kill client": cut the driver's sockets, as a network fault would.
       for (const host of (backend as CassandraBackend).client.hosts.values()) {
@@ -50,7 +66,7 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
     },
     async clearAll() {
       const client = await ready();
-      for (const table of TABLES) await client.execute(`TRUNCATE ${admin.keyspace}.${table}`);
+      for (const table of [...TABLES, 'shared_claims']) await client.execute(`TRUNCATE ${admin.keyspace}.${table}`);
     },
   };
 }

@@ -39,6 +39,8 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     itWhen(() => (capabilities.semaphore ? undefined : 'the backend has no semaphores'), name, fn, timeout);
   const semProcIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(() => (!capabilities.semaphore ? 'the backend has no semaphores' : capabilities.crossProcess ? undefined : 'in-process backend'), name, fn, timeout);
+  // Holds long enough beside a store's round trips (slowest: Cassandra's Paxos rounds) to overlap.
+  const holdMs = Math.max(20, T / 40);
   const rwIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(() => (capabilities.readWrite ? undefined : 'the backend has no read-write locks'), name, fn, timeout);
 
@@ -93,7 +95,7 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     semIt('25a. never more than limit holders (processes and in-process), and the limit is reached', async () => {
       const key = freshKey('semaphore');
       const limit = 3;
-      const results = await contend(key, Array.from({ length: 6 }, () => ({ limit })), 12, 20);
+      const results = await contend(key, Array.from({ length: 6 }, () => ({ limit })), 12, holdMs);
       const holds = results.flatMap((r) => r.holds);
       expect(holds.length).toBe(6 * 12);
       const most = maxOverlap(holds);
@@ -291,7 +293,7 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     rwIt('26a. readers share, a writer excludes everyone (processes and in-process)', async () => {
       const key = freshKey('rw');
       const families: SharedFamily[] = ['read', 'read', 'write', 'read', 'write', 'read'];
-      const results = await contend(key, families, 10, 15);
+      const results = await contend(key, families, 10, holdMs);
       const reads = results.filter((r) => r.family === 'read').flatMap((r) => r.holds);
       const writes = results.filter((r) => r.family === 'write').flatMap((r) => r.holds);
       for (const [ws, we] of writes) {
