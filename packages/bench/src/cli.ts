@@ -3,7 +3,8 @@
  * `pnpm bench [--full] [--only redis,memory] [--thesis N]`: the five scenarios of BENCHMARKS.md on
  * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
- * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase. Writes
+ * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
+ * 7 a contended semaphore, 8 a read-heavy read-write lock. Writes
  * bench-results/<time>/{results.json, summary.md, report.html}.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -27,7 +28,7 @@ import {
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
-import { floors, migrationPairs, subjects, type Store } from './subjects.js';
+import { floors, migrationPairs, sharedSubjects, subjects, type Store } from './subjects.js';
 
 const args = process.argv.slice(2);
 const full = args.includes('--full');
@@ -73,7 +74,15 @@ for (const store of stores) {
 const available = all.filter((s) => probes.has(s.store));
 const ours = available.filter((s) => s.backend);
 const thesisSubjects = ours.filter((s) => s.store !== 'memory');
+const SEMAPHORE_LIMIT = 4;
+const SHARED_CLIENTS = 16;
+const READ_SHARE = 0.9;
+const shared = sharedSubjects(SEMAPHORE_LIMIT, READ_SHARE);
+const semaphoreSubjects = shared.semaphores.filter((s) => probes.has(s.store));
+const readWriteSubjects = shared.readWrite.filter((s) => probes.has(s.store));
 const steps =
+  semaphoreSubjects.length +
+  readWriteSubjects.length +
   stores.filter((store) => probes.has(store)).length +
   migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length +
   available.length * (1 + clientCounts.length) +
@@ -157,6 +166,15 @@ for (const subject of available) {
     // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
     if (subject.store === 'memory') await step(`scenario 3: ${subject.name}, ${clients} clients, hold 0`, () => contended(subject, clients, 0, 500), contendedResults);
   }
+}
+// Scenarios 7 and 8: the shared family under contention, with scenario 3's measurements.
+const semaphoreResults: ContendedResult[] = [];
+for (const subject of semaphoreSubjects) {
+  await step(`scenario 7: ${subject.name}, ${SHARED_CLIENTS} clients`, () => contended(subject, SHARED_CLIENTS, 1, durationMs), semaphoreResults);
+}
+const readWriteResults: ContendedResult[] = [];
+for (const subject of readWriteSubjects) {
+  await step(`scenario 8: ${subject.name}, ${SHARED_CLIENTS} clients`, () => contended(subject, SHARED_CLIENTS, 1, durationMs), readWriteResults);
 }
 const manyKeysResults: ManyKeysResult[] = [];
 for (const subject of available) {
@@ -265,6 +283,32 @@ if (peerRows.length) {
   lines.push('### Ours vs the peers (same server, same client count)', '');
   lines.push('| pair | clients | holds/s ours / peer | handoff p50 ms ours / peer | handoff p99 ms | wait max ms | Jain |', '|---|---|---|---|---|---|---|', ...peerRows, '');
 }
+/** The most holds that overlapped at any instant (granted → released): at most the limit, and the limit when it is used. */
+function mostAtOnce(acquisitions: Acquisition[]): number {
+  const events = acquisitions.flatMap((a) => [[a.granted, 1], [a.released, -1]] as const).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let now = 0;
+  let most = 0;
+  for (const [, d] of events) most = Math.max(most, (now += d));
+  return most;
+}
+const sharedTable = (results: ContendedResult[]) => {
+  lines.push('| subject | clients | holds/s | wait p50 | wait p99 | wait max | most held at once | Jain |', '|---|---|---|---|---|---|---|---|');
+  for (const r of results) {
+    lines.push(`| ${r.subject} | ${r.clients} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${mostAtOnce(r.acquisitions)} | ${f(r.jain, 3)} |`);
+  }
+  if (!results.length) lines.push('', '_No store with semaphores and read-write locks was up._');
+  lines.push('');
+};
+lines.push(`## Scenario 7: semaphore (limit ${SEMAPHORE_LIMIT}, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`, '');
+lines.push(
+  "Each client takes a permit, holds it 1 ms and gives it back, as in scenario 3. \"Most held at once\" is counted from this process's own",
+  'grant and release times, so it may read one below the store\'s own count, never above it.',
+  '',
+);
+sharedTable(semaphoreResults);
+lines.push(`## Scenario 8: read-heavy read-write lock (${Math.round(READ_SHARE * 100)} % reads, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`, '');
+lines.push('Each acquisition is a read with probability 0.9, else a write; writers queue in arrival order with the readers.', '');
+sharedTable(readWriteResults);
 lines.push(`## Scenario 4: many keys (200 workers on 20 connections, 10 000 keys drawn Zipf(1), empty critical section, ${durationMs / 1000} s)`, '');
 lines.push('| subject | acquisitions/s | wait p50 | wait p99 | wait max | store CPU s per 1000 | store requests per acquisition |', '|---|---|---|---|---|---|---|');
 for (const r of manyKeysResults) {
@@ -332,6 +376,8 @@ writeFileSync(
       uncontended: uncontendedResults.map(({ cycleMs, ...rest }) => ({ ...rest, cycleMs: cycleMs.map(micros) })),
       migration: migrationResults.map(({ pair, from, to, nested, dual }) => ({ pair, fromP50: from.cycle.p50, toP50: to.cycle.p50, bothP50: nested.cycle.p50, dualP50: dual.cycle.p50, fromPerSecond: from.perSecond, toPerSecond: to.perSecond, bothPerSecond: nested.perSecond, dualPerSecond: dual.perSecond })),
       contended: contendedResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
+      semaphore: semaphoreResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),
+      readWrite: readWriteResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),
       manyKeys: manyKeysResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
       longHolds: longHoldResults,
       thesis: thesisResults,

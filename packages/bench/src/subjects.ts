@@ -1,5 +1,5 @@
 import { matrixUrl } from '@deadbolt/conformance/test-matrix';
-import { createLocker, memoryBackend, MemoryLockStore, migratingBackend, sleep, type LockBackend } from '@deadbolt/core';
+import { createLocker, fullCapabilities, memoryBackend, MemoryLockStore, migratingBackend, sleep, type Lock, type LockBackend, type Locker } from '@deadbolt/core';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
 import { postgresBackend } from '@deadbolt/postgres';
@@ -13,7 +13,7 @@ import { Etcd3, EtcdLockFailedError } from 'etcd3';
 import { createPool } from 'mysql2/promise';
 import { Redlock } from '@sesamecare-oss/redlock';
 import { Redis } from 'ioredis';
-import { Mutex } from 'redis-semaphore';
+import { Mutex, Semaphore } from 'redis-semaphore';
 
 export type Store = 'memory' | 'redis' | 'mysql' | 'postgres' | 'etcd' | 'zookeeper' | 'cassandra';
 
@@ -66,6 +66,56 @@ function deadbolt(name: string, store: Subject['store'], make: () => LockBackend
       };
     },
   };
+}
+
+/**
+ * Scenarios 7 and 8: deadbolt's semaphores (`limit` permits) and read-write locks (a read with
+ * probability `readShare`) on every store whose backend has them (one subject per store: the
+ * variants of a backend share one shared-claim protocol), and redis-semaphore's `Semaphore`.
+ */
+export function sharedSubjects(limit: number, readShare: number): { semaphores: Subject[]; readWrite: Subject[] } {
+  const variants = new Set(['deadbolt redis unordered', 'deadbolt cassandra lwt', 'deadbolt cassandra shadow']);
+  const ours = subjects().filter((s) => s.backend && !variants.has(s.name));
+  const over = (base: Subject, suffix: string, capability: 'semaphore' | 'readWrite', take: (locker: Locker, key: string) => Promise<Lock>): Subject[] => {
+    const probe = base.backend!();
+    const has = fullCapabilities(probe.capabilities)[capability];
+    void probe.close().catch(() => undefined);
+    if (!has) return [];
+    return [{
+      name: `${base.name} ${suffix}`,
+      store: base.store,
+      async client() {
+        const locker = createLocker(base.backend!(), { ttlMs: TTL_MS });
+        return {
+          async acquire(key) {
+            const lock = await take(locker, key);
+            return { release: () => lock.release() };
+          },
+          close: () => locker.close(),
+        };
+      },
+    }];
+  };
+  const semaphores = ours.flatMap((s) => over(s, `semaphore (${limit})`, 'semaphore', (locker, key) => locker.semaphore(key, { limit }).acquire()));
+  const readWrite = ours.flatMap((s) =>
+    over(s, `read-write (${Math.round(readShare * 100)} % reads)`, 'readWrite', (locker, key) => (Math.random() < readShare ? locker.readWriteLock(key).read() : locker.readWriteLock(key).write())),
+  );
+  semaphores.push({
+    name: `redis-semaphore Semaphore (${limit}, defaults)`,
+    store: 'redis',
+    async client() {
+      const redis = new Redis(urls.redis);
+      return {
+        async acquire(key) {
+          const semaphore = new Semaphore(redis, key, limit, { lockTimeout: TTL_MS, acquireTimeout: 60_000 });
+          await semaphore.acquire();
+          return { release: () => semaphore.release() };
+        },
+        close: async () => void redis.disconnect(),
+      };
+    },
+  });
+  return { semaphores, readWrite };
 }
 
 export function subjects(): Subject[] {
