@@ -273,7 +273,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       });
       return mine === true;
     }
-    const result = await this.#run('renew', this.#sql.renew, [ttlMs * 1000, (lease as MysqlLease).hash, lease.owner]);
+    const result = await this.#run('renew', this.#sql.renew, [ttlMs * 1000, lease.hash, lease.owner]);
     return result.affectedRows === 1;
   }
 
@@ -291,7 +291,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       this.#releasedSessions.add(lease);
       return this.#releaseSession(connection, lockName, lease.key);
     }
-    const result = await this.#run('release', this.#sql.release, [(lease as MysqlLease).hash, lease.owner]);
+    const result = await this.#run('release', this.#sql.release, [lease.hash, lease.owner]);
     if (result.affectedRows === 1) this.#notifier.notify(lease.key);
   }
 
@@ -314,10 +314,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * released (the pool has its connection back, maybe holding another lease's named lock), or the
    * connection died, taking the named lock with it.
    */
-  async #onSession<T>(lease: Lease, operation: string, statements: (connection: PoolConnection) => Promise<T>): Promise<T | undefined> {
+  async #onSession<T>(lease: MysqlLease, operation: string, statements: (connection: PoolConnection) => Promise<T>): Promise<T | undefined> {
     if (this.#releasedSessions.has(lease)) return undefined;
     try {
-      return await statements((lease as MysqlLease).connection!);
+      return await statements(lease.connection!);
     } catch (error) {
       if (this.#classify(error) === 'unavailable') return undefined;
       throw this.#wrap(operation, error);
