@@ -88,7 +88,7 @@ export class MigratingBackend implements LockBackend {
     this.to = to;
     this.phase = phase;
     this.name = `${from.name}->${to.name}`;
-    this.capabilities = combine(from.capabilities, to.capabilities);
+    this.capabilities = combine(from, to);
   }
 
   /** Which phase this process is in, for a health or status endpoint during a rollout. */
@@ -370,7 +370,9 @@ function take(backend: LockBackend, req: AcquireRequest | SharedRequest): Promis
 }
 
 /** What two stores both offer; the one place a migrating backend's capabilities come from. */
-function combine(a: Capabilities, b: Capabilities): Capabilities {
+function combine(from: LockBackend, to: LockBackend): Capabilities {
+  const [a, b] = [from.capabilities, to.capabilities];
+  const shared = typeof from.acquireShared === 'function' && typeof to.acquireShared === 'function';
   const granularity = lcm(a.ttlGranularityMs, b.ttlGranularityMs);
   const minTtlMs = Math.ceil(Math.max(a.minTtlMs, b.minTtlMs) / granularity) * granularity;
   const maxTtlMs = Math.min(a.maxTtlMs ?? DEFAULT_MAX_TTL_MS, b.maxTtlMs ?? DEFAULT_MAX_TTL_MS);
@@ -384,8 +386,8 @@ function combine(a: Capabilities, b: Capabilities): Capabilities {
     ttlGranularityMs: granularity,
     maxTtlMs,
     crossProcess: a.crossProcess && b.crossProcess,
-    semaphore: fullCapabilities(a).semaphore && fullCapabilities(b).semaphore,
-    readWrite: fullCapabilities(a).readWrite && fullCapabilities(b).readWrite,
+    semaphore: fullCapabilities(a).semaphore && fullCapabilities(b).semaphore && shared,
+    readWrite: fullCapabilities(a).readWrite && fullCapabilities(b).readWrite && shared,
   };
 }
 

@@ -67,8 +67,14 @@ describe('migratingBackend: bad input', () => {
         to: fake({ fairness: 'fifo', minTtlMs: 1500, ttlGranularityMs: 1, maxTtlMs: 40_000, lease: 'session', wake: 'push', crossProcess: true }),
         phase,
       }).capabilities;
-      expect(caps).toEqual({ fencing: 'strict', fairness: 'none', lease: 'session', wake: 'poll', minTtlMs: 2000, ttlGranularityMs: 1000, maxTtlMs: 40_000, crossProcess: true });
+      // Stores that claim shared claims but have no acquireShared (the fakes) offer none.
+      expect(caps).toEqual({
+        fencing: 'strict', fairness: 'none', lease: 'session', wake: 'poll', minTtlMs: 2000, ttlGranularityMs: 1000, maxTtlMs: 40_000, crossProcess: true,
+        semaphore: false, readWrite: false,
+      });
     }
+    const both = migratingBackend({ from: memoryBackend({ store: new MemoryLockStore() }), to: fifo, phase: 'dual' }).capabilities;
+    expect([both.semaphore, both.readWrite]).toEqual([true, true]);
     expect(() => migratingBackend({ from: fake({ minTtlMs: 50_000 }), to: fake({ maxTtlMs: 40_000 }), phase: 'dual' })).toThrow(/no common ttl/);
   });
 });
