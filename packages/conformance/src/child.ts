@@ -59,6 +59,19 @@ const rpc = new Rpc(process as unknown as Channel, {
     return holds;
   },
 
+  /** Multi-key workload: `count` times lockAll(keys) (in the order given), hold 0–`holdMs` ms, release; returns [start, end] of each hold. */
+  async lockAllWork(keys: string[], count: number, holdMs: number) {
+    const holds: [number, number][] = [];
+    for (let i = 0; i < count; i++) {
+      const all = await need().lockAll(keys, { timeoutMs: 60_000 });
+      const start = Number(process.hrtime.bigint());
+      await new Promise((r) => setTimeout(r, holdMs * Math.random()));
+      holds.push([start, Number(process.hrtime.bigint())]);
+      await all.release();
+    }
+    return holds;
+  },
+
   async release(id: number) {
     await handle(id).release();
     handles.delete(id);

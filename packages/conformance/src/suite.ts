@@ -12,6 +12,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder, type ChildBackendConfig } from './children.js';
 import type { Address } from './fault-proxy.js';
 import { defineFaultBehaviours } from './faults.js';
+import { defineMultiBehaviours } from './multi-behaviours.js';
 import { defineSharedBehaviours } from './shared-behaviours.js';
 import { FencedRegister } from './register.js';
 import { retryFor } from './test-matrix.js';
@@ -710,6 +711,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     const context = { options, harness, freshKey, makeLocker, spawnChild, lockers, T, renewMs, capabilities, itWhen, crossProcessIt, hookIt, probeFloor: () => probeHasFloor };
     defineFaultBehaviours(context);
     defineSharedBehaviours(context);
+    defineMultiBehaviours(context);
   });
 }
 

@@ -11,7 +11,8 @@ export type DeadboltErrorCode =
   | 'BACKEND_UNAVAILABLE'
   | 'BACKEND_ERROR'
   | 'LIMIT_MISMATCH'
-  | 'LOCK_UPGRADE';
+  | 'LOCK_UPGRADE'
+  | 'SELF_DEADLOCK';
 
 /** Base class of every deadbolt error. */
 export abstract class DeadboltError extends Error {
@@ -79,6 +80,18 @@ export class LockUpgradeError extends DeadboltError {
   readonly code = 'LOCK_UPGRADE' as const;
   constructor(readonly key: string) {
     super(`a write lock on ${JSON.stringify(key)} was asked for while this caller holds a read lock on it (upgrades deadlock); release the read lock first`);
+  }
+}
+
+/**
+ * A non-reentrant locker was asked, inside `withLock` (or `withLockAll`) of a key, for that same key
+ * through the same locker: the caller would wait for itself forever. Refused at once; pass
+ * `reentrant: true` (on the locker or the call) to nest instead.
+ */
+export class SelfDeadlockError extends DeadboltError {
+  readonly code = 'SELF_DEADLOCK' as const;
+  constructor(readonly key: string) {
+    super(`lock ${JSON.stringify(key)} is already held by this caller (inside withLock of it) through this locker; waiting would deadlock (pass reentrant: true to nest)`);
   }
 }
 

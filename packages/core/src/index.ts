@@ -21,6 +21,7 @@ export {
   LockLostError,
   LockTimeoutError,
   NotOwnerError,
+  SelfDeadlockError,
   type DeadboltErrorCode,
 } from './errors.js';
 export {
@@ -35,7 +36,8 @@ export {
 } from './locker.js';
 export { grantable } from './shared.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
-export { MAX_KEY_BYTES, validateKey, validateTimeout, validateTtl } from './validate.js';
+export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS, validateKey, validateKeys, validateTimeout, validateTtl } from './validate.js';
+export type { MultiLock } from './multi-lock.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
 export { cancelOnAbort, InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, type PollOptions } from './wait.js';
 export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './migrating-backend.js';

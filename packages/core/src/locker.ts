@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type Lease, type LockBackend, type SharedRequest } from './backend.js';
@@ -12,9 +11,12 @@ import {
   LockUpgradeError,
   noAnswer,
   NotOwnerError,
+  SelfDeadlockError,
 } from './errors.js';
+import { heldInScope, ReentrantLock, runHolding } from './held-scope.js';
+import { MultiLockHandle, releaseAll, type MultiLock } from './multi-lock.js';
 import { after, raceSignal, withTimeout, type Timer } from './time.js';
-import { validateKey, validateSignal, validateTimeout, validateTtl } from './validate.js';
+import { validateKey, validateKeys, validateSignal, validateTimeout, validateTtl } from './validate.js';
 
 /** Defaults for every lock a locker takes. */
 export interface LockerOptions {
@@ -36,6 +38,11 @@ export interface LockerOptions {
    * partition) fails the call with `BackendUnavailableError`. Default 4 000 ms.
    */
   operationTimeoutMs?: number;
+  /**
+   * Let a caller take again a key it holds (see `LockOptions.reentrant`). Default false: such a
+   * `lock()` rejects with `SelfDeadlockError` instead of waiting for itself.
+   */
+  reentrant?: boolean;
 }
 
 export interface LockOptions {
@@ -44,11 +51,19 @@ export interface LockOptions {
   timeoutMs?: number;
   /** Abort the wait; `lock()` then rejects with `signal.reason`. */
   signal?: AbortSignal;
+  /**
+   * Inside `withLock(key, fn)` (or `withLockAll`) of this locker, taking `key` again succeeds at
+   * once with the same lease and token; the lease is given up when the outermost `withLock` ends.
+   * Overrides the locker's `reentrant`. Bare `lock()` handles open no scope (see held-scope.ts).
+   */
+  reentrant?: boolean;
 }
 
 export interface TryLockOptions {
   ttlMs?: number;
   signal?: AbortSignal;
+  /** As `LockOptions.reentrant`; without it, a key this caller holds gives null. */
+  reentrant?: boolean;
 }
 
 /** A held lock. Dispose it (`await using`) or call `release()`. */
@@ -151,6 +166,20 @@ export interface Locker extends AsyncDisposable {
    */
   withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
   /**
+   * All of `keys` or none: de-duplicated and taken in one canonical order, so callers passing the
+   * same keys in any order never deadlock. `timeoutMs` bounds the whole call; on a timeout, an abort,
+   * close() or an error, every key taken so far is released before it rejects. Keys held by this
+   * caller (inside `withLock`) count as taken when reentrant, else reject with `SelfDeadlockError`.
+   * @throws InvalidArgumentError (before any I/O: not an array, empty, more than MAX_LOCK_ALL_KEYS,
+   * a bad key), LockTimeoutError (naming all the keys), the signal's reason, SelfDeadlockError,
+   * LockerClosedError, BackendUnavailableError, BackendError.
+   */
+  lockAll(keys: readonly string[], options?: LockOptions): Promise<MultiLock>;
+  /** One attempt per key, never waits: a MultiLock, or null (nothing kept) when any key is held. Throws as `lockAll`. */
+  tryLockAll(keys: readonly string[], options?: TryLockOptions): Promise<MultiLock | null>;
+  /** `lockAll()`, run `fn` (a scope holding every key), release; as `withLock()`. */
+  withLockAll<T>(keys: readonly string[], fn: (lock: MultiLock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+  /**
    * A semaphore of `limit` permits over `key` (a namespace apart from `lock()` keys).
    * @throws InvalidArgumentError (before any I/O) for a bad key, a `limit` that is not an integer
    * in 1..MAX_SEMAPHORE_LIMIT, or a backend without `capabilities.semaphore`.
@@ -194,6 +223,7 @@ class DefaultLocker implements Locker {
   readonly backend: LockBackend;
   readonly #ttlMs: number;
   readonly #timeoutMs: number;
+  readonly #reentrant: boolean;
   readonly #settings: HandleSettings;
   readonly #closing = new AbortController();
   readonly #held = new Set<LockHandle>();
@@ -220,6 +250,8 @@ class DefaultLocker implements Locker {
     }
     this.#settings = { renewIntervalMs: options.renewIntervalMs, autoRenew: options.autoRenew ?? true, operationTimeoutMs };
     this.#timeoutMs = validateTimeout(orDefault(options.timeoutMs, Infinity));
+    if (options.reentrant !== undefined && typeof options.reentrant !== 'boolean') throw new InvalidArgumentError('reentrant must be a boolean');
+    this.#reentrant = options.reentrant ?? false;
     // Every waiter without a deadline of its own listens to this one signal; that is not a leak
     // (each listener goes when its wait ends), so lift Node's warning threshold of 10.
     setMaxListeners(0, this.#closing.signal);
@@ -227,17 +259,94 @@ class DefaultLocker implements Locker {
 
   async lock(key: string, options: LockOptions = {}): Promise<Lock> {
     validateKey(key);
-    return this.wait(key, options);
+    return this.#nested(key, options) ?? this.wait(key, options);
   }
 
   async tryLock(key: string, options: TryLockOptions = {}): Promise<Lock | null> {
     validateKey(key);
+    if (heldInScope(this, key, 'lock')) return this.#nested(key, options, null) ?? null;
     return this.attempt(key, options);
   }
 
-  async withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
+  async withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options: LockOptions = {}): Promise<T> {
     if (typeof fn !== 'function') throw new InvalidArgumentError('withLock needs a function');
-    return this.holding(this.lock(key, options), fn);
+    validateKey(key);
+    const nested = this.#nested(key, options);
+    if (nested) return this.holding(Promise.resolve(nested), fn);
+    return this.holding(this.wait(key, options), (lock) => runHolding([{ locker: this, key, kind: 'lock', lock }], () => fn(lock)));
+  }
+
+  async lockAll(keys: readonly string[], options: LockOptions = {}): Promise<MultiLock> {
+    const list = validateKeys(keys);
+    const timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
+    validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    validateSignal(options.signal)?.throwIfAborted();
+    const started = performance.now();
+    const taken: Lock[] = [];
+    try {
+      for (const key of list) {
+        const nested = this.#nested(key, options);
+        if (nested) {
+          taken.push(nested);
+          continue;
+        }
+        // One deadline for the whole call: each key gets what is left of it (0 stays one attempt).
+        const left = timeoutMs === 0 || timeoutMs === Infinity ? timeoutMs : timeoutMs - (performance.now() - started);
+        if (left <= 0 && timeoutMs > 0) throw new LockTimeoutError(key, timeoutMs);
+        taken.push(await this.wait(key, { ...options, timeoutMs: left }));
+      }
+    } catch (error) {
+      // Nothing taken may outlive the call; a release that fails expires on its own.
+      await releaseAll(taken).catch(noop);
+      if (error instanceof LockTimeoutError) throw new LockTimeoutError(list.join(', '), timeoutMs);
+      throw error;
+    }
+    return new MultiLockHandle(list, taken);
+  }
+
+  async tryLockAll(keys: readonly string[], options: TryLockOptions = {}): Promise<MultiLock | null> {
+    const list = validateKeys(keys);
+    validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    validateSignal(options.signal)?.throwIfAborted();
+    const taken: Lock[] = [];
+    try {
+      for (const key of list) {
+        const lock = heldInScope(this, key, 'lock') ? (this.#nested(key, options, null) ?? null) : await this.attempt(key, options);
+        if (!lock) {
+          await releaseAll(taken);
+          return null;
+        }
+        taken.push(lock);
+      }
+    } catch (error) {
+      await releaseAll(taken).catch(noop);
+      throw error;
+    }
+    return new MultiLockHandle(list, taken);
+  }
+
+  async withLockAll<T>(keys: readonly string[], fn: (lock: MultiLock) => Promise<T> | T, options: LockOptions = {}): Promise<T> {
+    if (typeof fn !== 'function') throw new InvalidArgumentError('withLockAll needs a function');
+    return this.holding(this.lockAll(keys, options), (all) =>
+      runHolding(
+        all.locks.filter((lock) => !(lock instanceof ReentrantLock)).map((lock) => ({ locker: this, key: lock.key, kind: 'lock' as const, lock })),
+        () => fn(all),
+      ),
+    );
+  }
+
+  /**
+   * When this caller already holds `key` through this locker (inside `withLock` of it): a nested
+   * hold if reentrant, else `refused` (SelfDeadlockError: waiting would never end). Undefined when
+   * it does not hold the key.
+   */
+  #nested<R extends null | never = never>(key: string, options: LockOptions | TryLockOptions, refused?: R): Lock | R | undefined {
+    const held = heldInScope(this, key, 'lock');
+    if (!held) return undefined;
+    validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    if (options.reentrant ?? this.#reentrant) return new ReentrantLock(held.lock);
+    if (refused === null) return null as R;
+    throw new SelfDeadlockError(key);
   }
 
   semaphore(key: string, options: { limit: number }): Semaphore {
@@ -276,7 +385,7 @@ class DefaultLocker implements Locker {
   }
 
   /** The body of every `with…` helper: run `fn` while `taken` is held, release in `finally`. */
-  async holding<T>(taken: Promise<Lock>, fn: (lock: Lock) => Promise<T> | T): Promise<T> {
+  async holding<T, L extends Lock = Lock>(taken: Promise<L>, fn: (lock: L) => Promise<T> | T): Promise<T> {
     const lock = await taken;
     let result: T;
     try {
@@ -438,12 +547,6 @@ class LockerSemaphore implements Semaphore {
   }
 }
 
-/**
- * The read locks the current async context holds through `withRead`: what makes a write inside it
- * an upgrade. Entries are [locker, key] pairs, so two lockers (or two keys) never mix.
- */
-const readScope = new AsyncLocalStorage<ReadonlyArray<readonly [DefaultLocker, string]>>();
-
 const READ: Claim = { mode: 'shared', limit: 0 };
 const WRITE: Claim = { mode: 'exclusive', limit: 0 };
 
@@ -473,8 +576,8 @@ class LockerReadWriteLock implements ReadWriteLock {
 
   async withRead<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
     if (typeof fn !== 'function') throw new InvalidArgumentError('withRead needs a function');
-    const scope = [...(readScope.getStore() ?? []), [this.locker, this.key] as const];
-    return this.locker.holding(this.read(options), (lock) => readScope.run(scope, () => fn(lock)));
+    // Inside, this caller holds a read lock of the key: what makes a write there an upgrade.
+    return this.locker.holding(this.read(options), (lock) => runHolding([{ locker: this.locker, key: this.key, kind: 'read', lock }], () => fn(lock)));
   }
 
   async withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
@@ -483,7 +586,7 @@ class LockerReadWriteLock implements ReadWriteLock {
   }
 
   #refuseUpgrade(): void {
-    if (readScope.getStore()?.some(([locker, key]) => locker === this.locker && key === this.key)) throw new LockUpgradeError(this.key);
+    if (heldInScope(this.locker, this.key, 'read')) throw new LockUpgradeError(this.key);
   }
 }
 

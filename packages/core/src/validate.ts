@@ -56,3 +56,19 @@ export function validateSignal(value: unknown): AbortSignal | undefined {
 function show(value: unknown): string {
   return typeof value === 'string' ? JSON.stringify(value) : String(value);
 }
+
+/** Most keys one `lockAll` / `tryLockAll` takes. */
+export const MAX_LOCK_ALL_KEYS = 256;
+
+/**
+ * The keys of a `lockAll`, de-duplicated and in the canonical order every caller takes them in
+ * (JavaScript string order, the same in every process), so two callers never wait for each other
+ * in a cycle. @throws InvalidArgumentError unless `keys` is an array of 1..MAX_LOCK_ALL_KEYS valid keys.
+ */
+export function validateKeys(keys: unknown): string[] {
+  if (!Array.isArray(keys)) throw new InvalidArgumentError(`keys must be an array of keys, got ${show(keys)}`);
+  if (keys.length === 0) throw new InvalidArgumentError('keys must not be empty');
+  if (keys.length > MAX_LOCK_ALL_KEYS) throw new InvalidArgumentError(`at most ${MAX_LOCK_ALL_KEYS} keys at once, got ${keys.length}`);
+  for (const key of keys) validateKey(key);
+  return [...new Set(keys as string[])].sort();
+}
