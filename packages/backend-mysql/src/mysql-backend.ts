@@ -50,7 +50,7 @@ export interface MysqlBackendOptions {
   commandTimeoutMs?: number;
 }
 
-const STATEMENTS = ['createTable', 'takeOver', 'insertFirst', 'renew', 'release', 'sessionToken', 'sessionTokenFirst', 'raiseFloor'] as const;
+const STATEMENTS = ['createTable', 'takeOver', 'insertFirst', 'renew', 'release', 'sessionToken', 'sessionTokenFirst', 'sessionDelayLeft', 'sessionDelayMark', 'raiseFloor'] as const;
 type Statements = Record<(typeof STATEMENTS)[number], string>;
 const SHARED_STATEMENTS = [
   'createSharedKeys', 'createSharedClaims', 'sharedKeyRow', 'sharedLockKey', 'sharedPurge', 'sharedQueue', 'sharedNextToken', 'sharedInsert', 'sharedRenew', 'sharedRelease', 'sharedRaiseFloor',
@@ -67,7 +67,11 @@ export interface MysqlLease extends Lease {
   /** Session mode: the connection holding the named lock, and the lock's name. */
   readonly connection?: PoolConnection;
   readonly lockName?: string;
+  /** Session mode: the holder asked for lock-delay, so its marker is renewed and cleared with it. */
+  readonly lockDelay?: true;
 }
+
+const noop = () => undefined;
 
 /** What a session-mode wait returns when its connection was cut: wait again on a new one. */
 const RESET = Symbol('reset');
@@ -269,7 +273,9 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       // Any statement resets the server's idle clock; this one also proves we still hold the lock.
       const mine = await this.#onSession(lease, 'renew', async (held) => {
         await this.#on(held, sql.sessionIdleLimit, [ttlMs / 1000]);
-        return (await this.#on<RowDataPacket[]>(held, sql.holdsLock, [lockName]))[0]?.mine === 1;
+        const ours = (await this.#on<RowDataPacket[]>(held, sql.holdsLock, [lockName]))[0]?.mine === 1;
+        if (ours && lease.lockDelay) await this.#on(held, this.#sql.sessionDelayMark, [ttlMs * 1000, ttlMs * 1000, lease.hash, lease.owner]);
+        return ours;
       });
       return mine === true;
     }
@@ -289,6 +295,8 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       // named lock (of the same key, even), which a second RELEASE_LOCK on it would free.
       if (this.#releasedSessions.has(lease)) return;
       this.#releasedSessions.add(lease);
+      // A release is not a loss: clear our lock-delay marker first, so the next holder does not wait.
+      if (lease.lockDelay) await this.#on(connection, this.#sql.sessionDelayMark, [0, 0, lease.hash, lease.owner]).catch(noop);
       return this.#releaseSession(connection, lockName, lease.key);
     }
     const result = await this.#run('release', this.#sql.release, [lease.hash, lease.owner]);
@@ -402,17 +410,35 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
         await this.#releaseSession(connection, lockName, req.key, false);
         return null;
       }
+      await this.#waitOutDelay(connection, hash, req);
       // The server's idle clock restarts with each statement: count the lease from this one.
       const acquiredAt = performance.now();
       const keyBytes = Buffer.from(req.key, 'utf8');
       const least = (req.minToken ?? 0n).toString();
-      let result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionToken, [least, req.owner, hash, keyBytes]);
-      if (result.affectedRows !== 1) result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner, least]);
-      return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash, connection, lockName };
+      const mark = req.lockDelayMs ? req.ttlMs * 1000 : 0;
+      let result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionToken, [least, req.owner, mark, mark, hash, keyBytes]);
+      if (result.affectedRows !== 1) result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner, mark, mark, least]);
+      return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash, connection, lockName, ...(mark ? { lockDelay: true as const } : {}) };
     } catch (error) {
       if (!this.#broken.has(connection)) await this.#releaseSession(connection, lockName, req.key, held).catch(() => undefined);
       if (req.signal.aborted) throw req.signal.reason;
       throw this.#wrap('acquire', error);
+    }
+  }
+
+  /**
+   * Lock-delay in session mode: the server frees a named lock the moment its connection closes (a
+   * killed process), so a holder that asked for lock-delay leaves a marker in the key's row, renewed
+   * with its session and cleared by its release. Having won the named lock, we wait until the
+   * previous holder's marker has run out (every acquirer does, whatever its own setting), pinging
+   * our own connection meanwhile so its idle limit does not end it.
+   */
+  async #waitOutDelay(connection: PoolConnection, hash: Buffer, req: AcquireRequest): Promise<void> {
+    for (;;) {
+      const rows = await this.#on<RowDataPacket[]>(connection, this.#sql.sessionDelayLeft, [hash]);
+      const leftMs = Number(rows[0]?.['left_us'] ?? 0) / 1000;
+      if (leftMs <= 0) return;
+      await sleep(Math.min(leftMs, req.ttlMs / 3), req.signal);
     }
   }
 

@@ -125,6 +125,15 @@ export interface AcquireRequest {
    * the same step (`capabilities.minToken`). Correctness never depends on it; it saves a write.
    */
   readonly minToken?: bigint;
+  /**
+   * Set when the holder asked for lock-delay (core's `LockOptions.lockDelayMs`); `ttlMs` already
+   * includes it, so a ttl store needs nothing more. A store whose lease can end before its ttl
+   * without a release (a session bound to one connection, which the server frees the moment the
+   * connection closes) must keep this key from being granted until `ttlMs` (as last renewed) has
+   * passed since the holder's last store call, unless it released: every later acquirer waits,
+   * whatever its own setting. Optional: absent means no lock-delay.
+   */
+  readonly lockDelayMs?: number;
 }
 
 /**

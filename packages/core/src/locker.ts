@@ -43,6 +43,13 @@ export interface LockerOptions {
    * `lock()` rejects with `SelfDeadlockError` instead of waiting for itself.
    */
   reentrant?: boolean;
+  /**
+   * Lock-delay (Chubby's): when a holder's lease ends without a release (its process killed, a
+   * partition, a pause), the key stays unavailable for this much longer, so writes it still had in
+   * flight drain before the next holder starts; a release frees the key at once. Default 0 (off).
+   * It is the holder's setting: every later acquirer waits for it, whatever its own. See `LockOptions`.
+   */
+  lockDelayMs?: number;
 }
 
 export interface LockOptions {
@@ -57,11 +64,22 @@ export interface LockOptions {
    * Overrides the locker's `reentrant`. Bare `lock()` handles open no scope (see held-scope.ts).
    */
   reentrant?: boolean;
+  /**
+   * Lock-delay for this hold (overrides the locker's). How: the lease the store keeps is
+   * `ttlMs + lockDelayMs`, renewed as such, while this process counts on `ttlMs` only (its signal
+   * aborts when that runs out); so a holder that stops renewing is lost to itself `lockDelayMs`
+   * before the store frees the key. A store whose lease can end early (a connection-bound session,
+   * freed when the connection closes) keeps the key from the next holder for the rest of it itself.
+   * `ttlMs + lockDelayMs` must be a ttl the backend accepts.
+   */
+  lockDelayMs?: number;
 }
 
 export interface TryLockOptions {
   ttlMs?: number;
   signal?: AbortSignal;
+  /** As `LockOptions.lockDelayMs`. */
+  lockDelayMs?: number;
   /** As `LockOptions.reentrant`; without it, a key this caller holds gives null. */
   reentrant?: boolean;
 }
@@ -224,6 +242,7 @@ class DefaultLocker implements Locker {
   readonly #ttlMs: number;
   readonly #timeoutMs: number;
   readonly #reentrant: boolean;
+  readonly #lockDelayMs: number;
   readonly #settings: HandleSettings;
   readonly #closing = new AbortController();
   readonly #held = new Set<LockHandle>();
@@ -252,6 +271,8 @@ class DefaultLocker implements Locker {
     this.#timeoutMs = validateTimeout(orDefault(options.timeoutMs, Infinity));
     if (options.reentrant !== undefined && typeof options.reentrant !== 'boolean') throw new InvalidArgumentError('reentrant must be a boolean');
     this.#reentrant = options.reentrant ?? false;
+    this.#lockDelayMs = validateDelay(orDefault(options.lockDelayMs, 0));
+    this.#leaseOf({});
     // Every waiter without a deadline of its own listens to this one signal; that is not a leak
     // (each listener goes when its wait ends), so lift Node's warning threshold of 10.
     setMaxListeners(0, this.#closing.signal);
@@ -279,7 +300,7 @@ class DefaultLocker implements Locker {
   async lockAll(keys: readonly string[], options: LockOptions = {}): Promise<MultiLock> {
     const list = validateKeys(keys);
     const timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
-    validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    this.#leaseOf(options);
     validateSignal(options.signal)?.throwIfAborted();
     const started = performance.now();
     const taken: Lock[] = [];
@@ -306,7 +327,7 @@ class DefaultLocker implements Locker {
 
   async tryLockAll(keys: readonly string[], options: TryLockOptions = {}): Promise<MultiLock | null> {
     const list = validateKeys(keys);
-    validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    this.#leaseOf(options);
     validateSignal(options.signal)?.throwIfAborted();
     const taken: Lock[] = [];
     try {
@@ -343,7 +364,7 @@ class DefaultLocker implements Locker {
   #nested<R extends null | never = never>(key: string, options: LockOptions | TryLockOptions, refused?: R): Lock | R | undefined {
     const held = heldInScope(this, key, 'lock');
     if (!held) return undefined;
-    validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    this.#leaseOf(options);
     if (options.reentrant ?? this.#reentrant) return new ReentrantLock(held.lock);
     if (refused === null) return null as R;
     throw new SelfDeadlockError(key);
@@ -367,21 +388,32 @@ class DefaultLocker implements Locker {
 
   /** `lock()` for a validated key, or for a shared claim. */
   async wait(key: string, options: LockOptions, claim?: Claim): Promise<Lock> {
-    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    const lease = this.#leaseOf(options);
     const timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
     const signal = validateSignal(options.signal);
     signal?.throwIfAborted();
-    const lock = await this.#track(this.#acquire(key, ttlMs, timeoutMs, signal, claim));
+    const lock = await this.#track(this.#acquire(key, lease, timeoutMs, signal, claim));
     if (!lock) throw new LockTimeoutError(key, timeoutMs);
     return lock;
   }
 
   /** `tryLock()` for a validated key, or for a shared claim. */
   async attempt(key: string, options: TryLockOptions, claim?: Claim): Promise<Lock | null> {
-    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    const lease = this.#leaseOf(options);
     const signal = validateSignal(options.signal);
     signal?.throwIfAborted();
-    return this.#track(this.#acquire(key, ttlMs, 0, signal, claim));
+    return this.#track(this.#acquire(key, lease, 0, signal, claim));
+  }
+
+  /**
+   * The lease a call asks for: its ttl and lock-delay, validated (the store keeps ttl + delay, so
+   * that sum must be a ttl the backend accepts). @throws InvalidArgumentError.
+   */
+  #leaseOf(options: LockOptions | TryLockOptions): LeaseTerms {
+    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
+    const delayMs = options.lockDelayMs === undefined ? this.#lockDelayMs : validateDelay(options.lockDelayMs);
+    if (delayMs > 0) validateTtl(ttlMs + delayMs, this.backend.capabilities, 'ttlMs + lockDelayMs');
+    return { ttlMs, delayMs };
   }
 
   /** The body of every `with…` helper: run `fn` while `taken` is held, release in `finally`. */
@@ -464,7 +496,8 @@ class DefaultLocker implements Locker {
    * signal and close(), so a silent store can delay none of them; a grant that arrives after the
    * race was lost is handed back.
    */
-  async #acquire(key: string, ttlMs: number, timeoutMs: number, userSignal: AbortSignal | undefined, claim?: Claim): Promise<LockHandle | null> {
+  async #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim?: Claim): Promise<LockHandle | null> {
+    const { ttlMs, delayMs } = terms;
     if (this.#closed) throw new LockerClosedError();
     const wait = timeoutMs > 0;
     const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
@@ -490,7 +523,8 @@ class DefaultLocker implements Locker {
     try {
       let lease: Lease | null;
       try {
-        const request = { key, owner: randomUUID(), ttlMs, wait, signal };
+        // The store keeps the lease for ttl + lock-delay; this process counts on ttl (LockOptions.lockDelayMs).
+        const request = { key, owner: randomUUID(), ttlMs: ttlMs + delayMs, wait, signal, ...(delayMs > 0 ? { lockDelayMs: delayMs } : {}) };
         attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
         lease = await raceSignal(attempt, signal, (late) => {
           // Granted after we stopped waiting: give it back. If that fails the lease expires on its own.
@@ -509,7 +543,7 @@ class DefaultLocker implements Locker {
         if (wait) throw new BackendError(this.backend.name, 'acquire', { cause: 'a waiting acquire returned no lease' });
         return null;
       }
-      const handle = new LockHandle(this, lease, ttlMs, this.#settings);
+      const handle = new LockHandle(this, lease, terms, this.#settings);
       this.#held.add(handle);
       return handle;
     } finally {
@@ -518,6 +552,20 @@ class DefaultLocker implements Locker {
       if (onCallerAbort) userSignal?.removeEventListener('abort', onCallerAbort);
     }
   }
+}
+
+/** A hold's ttl (what this process counts on) and lock-delay (what the store keeps on top of it). */
+interface LeaseTerms {
+  readonly ttlMs: number;
+  readonly delayMs: number;
+}
+
+/** @throws InvalidArgumentError unless `ms` is a non-negative safe integer (milliseconds). */
+function validateDelay(ms: unknown): number {
+  if (typeof ms !== 'number' || !Number.isSafeInteger(ms) || ms < 0) {
+    throw new InvalidArgumentError(`lockDelayMs must be a non-negative safe integer (milliseconds), got ${typeof ms === 'number' ? ms : typeof ms}`);
+  }
+  return ms;
 }
 
 /** What a semaphore or read-write lock asks the backend for. */
@@ -604,6 +652,8 @@ class LockHandle implements Lock {
   readonly #controller = new AbortController();
   readonly #settings: HandleSettings;
   #ttlMs: number;
+  /** Lock-delay: every store call asks for the ttl plus this; the estimate counts on the ttl only. */
+  readonly #delayMs: number;
   /**
    * The shortest ttl of any store call that failed or was abandoned: it may still land after a
    * later call, so no estimate may count on more than this from that later call's send.
@@ -624,13 +674,15 @@ class LockHandle implements Lock {
   /** Our listener on `lease.lost` (a backend may share that signal between many leases). */
   #onStoreLoss: (() => void) | undefined;
 
-  constructor(locker: DefaultLocker, lease: Lease, ttlMs: number, settings: HandleSettings) {
+  constructor(locker: DefaultLocker, lease: Lease, terms: LeaseTerms, settings: HandleSettings) {
+    const { ttlMs } = terms;
     this.#locker = locker;
     this.#lease = lease;
     this.key = lease.key;
     this.owner = lease.owner;
     this.token = lease.token;
     this.#ttlMs = ttlMs;
+    this.#delayMs = terms.delayMs;
     this.#settings = settings;
     this.#validUntil = lease.acquiredAt + safeLifetime(ttlMs);
     this.#since = lease.acquiredAt;
@@ -659,6 +711,7 @@ class LockHandle implements Lock {
 
   async extend(ttlMs: number = this.#ttlMs): Promise<void> {
     validateTtl(ttlMs, this.#locker.backend.capabilities);
+    if (this.#delayMs > 0) validateTtl(ttlMs + this.#delayMs, this.#locker.backend.capabilities, 'ttlMs + lockDelayMs');
     this.#checkExpiry();
     this.#throwUnlessHeld('');
     const ok = await this.#refresh(ttlMs, 'renew');
@@ -731,7 +784,7 @@ class LockHandle implements Lock {
       return await this.#storeCall(operation, async () => {
         sentAt = performance.now();
         sent = ttlMs ?? this.#ttlMs;
-        const ok = await this.#locker.backend.renew(this.#lease, sent);
+        const ok = await this.#locker.backend.renew(this.#lease, sent + this.#delayMs);
         if (ok && this.#state === 'held') {
           this.#validUntil = sentAt + safeLifetime(Math.min(sent, this.#uncertainTtlMs));
           this.#since = sentAt;
