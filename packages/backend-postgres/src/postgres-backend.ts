@@ -55,6 +55,8 @@ export interface PostgresLease extends Lease {
   readonly keyBytes: Buffer;
   /** A semaphore permit or read-write lock (lease mode). */
   readonly shared?: true;
+  /** Session mode: the holder asked for lock-delay, so its marker is renewed and cleared with it. */
+  readonly lockDelay?: true;
   /** Session mode: the connection holding the advisory lock, and the lock's id. */
   readonly client?: PoolClient;
   readonly id?: number;
@@ -238,7 +240,9 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     if (l.shared) return (await this.#run('renew', this.#sql.sharedRenew, [l.keyBytes, l.owner, ttlMs])).rowCount === 1;
     if (!l.client) return (await this.#run('renew', this.#sql.renew, [l.keyBytes, l.owner, ttlMs])).rowCount === 1;
     const result = await this.#onSession(l, 'renew', this.#sql.sessionRenew, [this.#namespace, l.id, `${ttlMs}ms`]);
-    return result?.rows[0]?.['mine'] === true;
+    const mine = result?.rows[0]?.['mine'] === true;
+    if (mine && l.lockDelay) await this.#onSession(l, 'renew', this.#sql.sessionDelayMark, [l.keyBytes, l.owner, ttlMs]);
+    return mine;
   }
 
   async release(lease: PostgresLease): Promise<void> {
@@ -253,6 +257,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     }
     // Once only: the connection goes back to the pool, where it may soon hold another lease's lock.
     if (this.#releasedSessions.has(lease)) return;
+    // A release is not a loss: clear our lock-delay marker first, so the next holder does not wait.
+    if (l.lockDelay) await this.#onSession(l, 'release', this.#sql.sessionDelayMark, [l.keyBytes, l.owner, 0]).catch(() => undefined);
     this.#releasedSessions.add(lease);
     await this.#releaseSession(l.client, l.id!, true);
   }
@@ -361,9 +367,11 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
         await this.#releaseSession(client, id, false);
         return null;
       }
+      await this.#waitOutDelay(client, keyBytes, req);
       // The server's idle clock restarts with each statement: count the lease from this one.
       const acquiredAt = performance.now();
-      const result = await this.#on(client, this.#sql.sessionToken, [(req.minToken ?? 0n).toString(), req.owner, keyBytes, id]);
+      const mark = req.lockDelayMs ? req.ttlMs : 0;
+      const result = await this.#on(client, this.#sql.sessionToken, [(req.minToken ?? 0n).toString(), req.owner, keyBytes, id, mark]);
       const token = result.rows[0]?.['token'];
       if (token === undefined) {
         // The key's row was replaced (the table emptied meanwhile): its id is another now.
@@ -371,11 +379,26 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
         await this.#releaseSession(client, id, true);
         return AGAIN;
       }
-      return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes, client, id };
+      return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes, client, id, ...(mark ? { lockDelay: true as const } : {}) };
     } catch (error) {
       await this.#releaseSession(client, id, held).catch(() => undefined);
       if (req.signal.aborted) throw req.signal.reason;
       throw this.#error('acquire', error);
+    }
+  }
+
+  /**
+   * Lock-delay in session mode: the server frees an advisory lock the moment its connection closes
+   * (a killed process), so a holder that asked for lock-delay leaves a marker in the key's row,
+   * renewed with its session and cleared by its release. Having won the lock, we wait until the
+   * previous holder's marker has run out (every acquirer does, whatever its own setting), with a
+   * statement every ttl / 3 so our own idle limit does not end our session.
+   */
+  async #waitOutDelay(client: PoolClient, keyBytes: Buffer, req: AcquireRequest): Promise<void> {
+    for (;;) {
+      const leftMs = Number((await this.#on(client, this.#sql.sessionDelayLeft, [keyBytes])).rows[0]?.['left_ms'] ?? 0);
+      if (leftMs <= 0) return;
+      await sleep(Math.min(leftMs, req.ttlMs / 3), req.signal);
     }
   }
 

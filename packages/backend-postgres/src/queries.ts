@@ -221,11 +221,23 @@ export const lockWait = `SELECT true AS got, set_config('idle_session_timeout', 
 export const lockTry = `SELECT pg_try_advisory_lock($1::int, $2::int) AS got, set_config('idle_session_timeout', $3, false)`;
 
 /**
- * Params: least token, owner, key, id. Bumps the counter for the advisory lock's holder; no row
- * means the key's row no longer has that id (the table was emptied meanwhile).
+ * Params: least token, owner, key, id, lock-delay lease ms (0: none). Bumps the counter for the
+ * advisory lock's holder; no row means the key's row no longer has that id (the table was emptied
+ * meanwhile). In session mode `expires_at` is the lock-delay marker: NULL, or how long a holder that
+ * asked for lock-delay keeps the key from the next one if its connection dies (renewed with the
+ * session, cleared by its release).
  */
-export const sessionToken = `UPDATE {locks} SET token = GREATEST(token + 1, $1::bigint), owner = $2, expires_at = NULL
+export const sessionToken = `UPDATE {locks} SET token = GREATEST(token + 1, $1::bigint), owner = $2,
+  expires_at = CASE WHEN $5::float8 > 0 THEN clock_timestamp() + $5::float8 * interval '1 millisecond' END
   WHERE lock_key = $3 AND id = $4 RETURNING token`;
+
+/** Params: key. How long (ms, server clock) the previous holder's lock-delay marker still runs; 0: none. */
+export const sessionDelayLeft = `SELECT COALESCE(GREATEST(0, EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000), 0)::float8 AS left_ms
+  FROM {locks} WHERE lock_key = $1`;
+
+/** Params: key, owner, lease ms (0: clear). Renews or clears a holder's lock-delay marker. */
+export const sessionDelayMark = `UPDATE {locks} SET expires_at = CASE WHEN $3::float8 > 0 THEN clock_timestamp() + $3::float8 * interval '1 millisecond' END
+  WHERE lock_key = $1 AND owner = $2`;
 
 /** Params: namespace, id, idle timeout. Any statement resets the idle clock; this one also proves we hold the lock. */
 export const sessionRenew = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()

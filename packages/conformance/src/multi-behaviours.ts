@@ -1,9 +1,10 @@
 /**
- * Behaviour 27 (CONFORMANCE.md, the lock family): `lockAll` / `tryLockAll` (canonical order,
- * all-or-nothing, one deadline), reentrancy (the scope of `withLock`) and the self-deadlock error.
- * All of it is core's, so it runs on every backend, through the backend's real store.
+ * Behaviours 27 and 28 (CONFORMANCE.md, the lock family): `lockAll` / `tryLockAll` (canonical
+ * order, all-or-nothing, one deadline), reentrancy (the scope of `withLock`), the self-deadlock
+ * error, and lock-delay. Core's, so they run on every backend, through the backend's real store
+ * (lock-delay also through the session-mode backends' own markers).
  */
-import { createLocker, MAX_LOCK_ALL_KEYS, SelfDeadlockError, sleep, type Lease, type LockBackend, type Locker } from '@deadbolt/core';
+import { createLocker, DEFAULT_MAX_TTL_MS, MAX_LOCK_ALL_KEYS, SelfDeadlockError, sleep, type Lease, type LockBackend, type Locker } from '@deadbolt/core';
 import { describe, expect, it } from 'vitest';
 import type { SuiteContext } from './faults.js';
 
@@ -12,7 +13,9 @@ type Hold = [number, number];
 const overlaps = (a: Hold, b: Hold) => a[0] < b[1] && b[0] < a[1];
 
 export function defineMultiBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, freshKey, makeLocker, spawnChild } = ctx;
+  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, crossProcessIt } = ctx;
+  // A lock-delay the backend accepts on top of T (whole seconds where ttls are), long enough to measure.
+  const D = Math.ceil(1500 / capabilities.ttlGranularityMs) * capabilities.ttlGranularityMs;
 
   describe('multi-key locks and reentrancy', () => {
     it('27a. lockAll: callers locking overlapping key sets in opposite orders (processes and in-process) never deadlock and never overlap', async () => {
@@ -168,6 +171,84 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
       await expect(locker.lockAll([good], { ttlMs: -1 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       await expect(locker.withLockAll([good], 'no' as unknown as () => void)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       expect(() => createLocker(counting, { reentrant: 'yes' as unknown as boolean })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      expect(calls).toEqual([]);
+    });
+
+    crossProcessIt('28a. lock-delay: after a kill -9 of a holder with lock-delay, the next holder (without one) is granted no earlier than lease end + delay, and not much later', async () => {
+      const key = freshKey('delay-crash');
+      const child = await spawnChild({ lockDelayMs: D });
+      await child.lock(key);
+      const b = await makeLocker();
+      const killedAt = performance.now();
+      await child.kill();
+      const lock = await b.lock(key, { timeoutMs: 3 * (T + D) + 5000 });
+      const elapsed = performance.now() - killedAt;
+      // The last renewal was at most one renewal period before the kill; the store keeps T + D from it.
+      expect(elapsed).toBeGreaterThanOrEqual(T - renewMs + D - 50);
+      expect(elapsed).toBeLessThanOrEqual(T + renewMs + D + 1000);
+      await lock.release();
+    }, 60_000);
+
+    it('28b. lock-delay: a normal release frees the key at once', async () => {
+      const key = freshKey('delay-release');
+      const [a, b] = [await makeLocker({ lockDelayMs: D }), await makeLocker()];
+      const held = await a.lock(key);
+      const next = b.lock(key, { timeoutMs: 10_000 });
+      await sleep(200);
+      const releasedAt = performance.now();
+      await held.release();
+      const lock = await next;
+      expect(performance.now() - releasedAt).toBeLessThan(Math.min(1000, D));
+      await lock.release();
+      // And again from a fresh acquisition after an uncontended release.
+      await (await a.lock(key)).release();
+      const again = (await b.tryLock(key))!;
+      expect(again.held).toBe(true);
+      await again.release();
+    }, 30_000);
+
+    ctx.itWhen(
+      () => (capabilities.lease === 'ttl' ? undefined : 'a session lease lives as long as its session, which a stalled holder keeps'),
+      '28c. lock-delay: a holder that stops renewing counts itself lost after its ttl, while the store keeps the key for the delay more',
+      async () => {
+        const key = freshKey('delay-drain');
+        const [a, b] = [await makeLocker({ autoRenew: false, lockDelayMs: D }), await makeLocker()];
+        const held = await a.lock(key);
+        const takenAt = performance.now();
+        await new Promise<void>((resolve) => held.signal.addEventListener('abort', () => resolve(), { once: true }));
+        const lostAfter = performance.now() - takenAt;
+        expect(lostAfter).toBeLessThanOrEqual(T + 100);
+        expect(await b.tryLock(key), 'the key was free inside the delay').toBeNull();
+        const next = await b.lock(key, { timeoutMs: T + D + 5000 });
+        expect(performance.now() - takenAt).toBeGreaterThanOrEqual(T + D - 100);
+        expect(next.token).toBeGreaterThan(held.token);
+        await next.release();
+      },
+      30_000,
+    );
+
+    it('28d. lock-delay bad input (negative, fractional, not a number; ttl + delay past the maximum) rejects with InvalidArgumentError before any I/O', async () => {
+      const inner = await options.createBackend();
+      const calls: string[] = [];
+      const counting: LockBackend = {
+        name: inner.name,
+        capabilities: inner.capabilities,
+        acquire: (req) => (calls.push('acquire'), inner.acquire(req)),
+        renew: (lease: Lease, ms: number) => inner.renew(lease, ms),
+        release: (lease: Lease) => inner.release(lease),
+        close: () => inner.close(),
+      };
+      const locker = createLocker(counting, { ttlMs: T });
+      ctx.lockers.push(locker);
+      const key = freshKey();
+      for (const bad of [-1, 1.5, NaN, Infinity, '5', null]) {
+        expect(() => createLocker(counting, { lockDelayMs: bad as number }), String(bad)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+        await expect(locker.lock(key, { lockDelayMs: bad as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.tryLock(key, { lockDelayMs: bad as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.lockAll([key], { lockDelayMs: bad as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      }
+      const max = capabilities.maxTtlMs ?? DEFAULT_MAX_TTL_MS;
+      await expect(locker.lock(key, { lockDelayMs: max })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       expect(calls).toEqual([]);
     });
   });

@@ -654,6 +654,9 @@ class LockHandle implements Lock {
   #ttlMs: number;
   /** Lock-delay: every store call asks for the ttl plus this; the estimate counts on the ttl only. */
   readonly #delayMs: number;
+  /** When the lease was found lost, and the store release that waits out the lock-delay after it. */
+  #lostAt = 0;
+  #delayedRelease: Timer | undefined;
   /**
    * The shortest ttl of any store call that failed or was abandoned: it may still land after a
    * later call, so no estimate may count on more than this from that later call's send.
@@ -741,9 +744,21 @@ class LockHandle implements Lock {
     if (this.#state === 'held') this.#state = 'released';
     this.#stopTimers();
     this.#locker.forget(this);
+    // After a loss with lock-delay, writes may still be in flight: the key is not freed early.
+    if (this.#state === 'lost' && this.#delayMs > 0) return this.#releaseAfterDelay();
     // Also after a loss: the release is owner-checked and clears anything we may still own. It
     // waits for a renewal in flight, so that renewal cannot land after it and revive the claim.
     await this.#releaseInStore();
+  }
+
+  /**
+   * A lost lease with lock-delay is given back only once the delay since the loss has passed (a
+   * ttl store expires it then by itself; a session store needs the release). Not awaited by
+   * anyone: if the process ends first, the store's own expiry does it.
+   */
+  #releaseAfterDelay(): void {
+    if (this.#delayedRelease) return;
+    this.#delayedRelease = after(Math.max(0, this.#lostAt + this.#delayMs - performance.now()), () => void this.#releaseInStore().catch(noop), true);
   }
 
   /** Gives the lease back in the store once; only a failed attempt is tried again by a later call. */
@@ -866,14 +881,17 @@ class LockHandle implements Lock {
       ),
     );
     // A store whose lease is a session (ZooKeeper) keeps the claim as long as the client lives, so
-    // hand it back now that we no longer count on it. Owner-checked, so harmless on ttl stores; a
-    // failure changes nothing for the caller, who has already been told the lock is lost.
-    this.#releaseInStore().catch(noop);
+    // hand it back now that we no longer count on it (after the lock-delay, if there is one).
+    // Owner-checked, so harmless on ttl stores; a failure changes nothing for the caller, who has
+    // already been told the lock is lost.
+    if (this.#delayMs > 0) this.#releaseAfterDelay();
+    else this.#releaseInStore().catch(noop);
   }
 
   #lose(error: LockLostError): void {
     if (this.#state !== 'held') return;
     this.#state = 'lost';
+    this.#lostAt = performance.now();
     this.#stopTimers();
     this.#locker.forget(this);
     this.#controller.abort(error);
