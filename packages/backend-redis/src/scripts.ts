@@ -14,14 +14,21 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 `;
 
-const purgeDeadWaiters = `
-local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+/**
+ * Drops the members whose deadline (a score in `deadlines`, server ms) has passed, from `deadlines`
+ * and from each of `alsoFrom` (a `[command, key]` pair: ZREM from a sorted set, HDEL from a hash),
+ * a thousand at a time (Lua's unpack has a limit).
+ */
+const purgeExpired = (deadlines: string, alsoFrom: [string, string][]) => `
+local dead = redis.call('ZRANGEBYSCORE', ${deadlines}, '-inf', now_ms)
 for i = 1, #dead, 1000 do
   local chunk = {unpack(dead, i, math.min(i + 999, #dead))}
-  redis.call('ZREM', KEYS[3], unpack(chunk))
-  redis.call('ZREM', KEYS[4], unpack(chunk))
+  redis.call('ZREM', ${deadlines}, unpack(chunk))
+${alsoFrom.map(([command, key]) => `  redis.call('${command}', ${key}, unpack(chunk))`).join('\n')}
 end
 `;
+
+const purgeDeadWaiters = purgeExpired('KEYS[4]', [['ZREM', 'KEYS[3]']]);
 
 /**
  * Sets the token counter to `text` (the number `value`) with a ttl of `ttl` ms, or, for a value
@@ -124,15 +131,7 @@ return 1
  * meta (owner → 'S' | 'X', and '#limit'). A claim's token is taken when it arrives: grants happen
  * in arrival order, so arrival tokens are increasing in grant order too.
  */
-const purgeExpiredClaims = `
-local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-for i = 1, #dead, 1000 do
-  local chunk = {unpack(dead, i, math.min(i + 999, #dead))}
-  redis.call('ZREM', KEYS[1], unpack(chunk))
-  redis.call('ZREM', KEYS[3], unpack(chunk))
-  redis.call('HDEL', KEYS[4], unpack(chunk))
-end
-`;
+const purgeExpiredClaims = purgeExpired('KEYS[3]', [['ZREM', 'KEYS[1]'], ['HDEL', 'KEYS[4]']]);
 
 /** The claim keys live as long as their longest claim (abandoned ones go away on their own). */
 const keepClaimKeys = `

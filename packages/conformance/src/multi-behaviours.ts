@@ -4,8 +4,9 @@
  * error, and lock-delay. Core's, so they run on every backend, through the backend's real store
  * (lock-delay also through the session-mode backends' own markers).
  */
-import { createLocker, DEFAULT_MAX_TTL_MS, MAX_LOCK_ALL_KEYS, SelfDeadlockError, sleep, type Lease, type LockBackend, type Locker } from '@deadbolt/core';
+import { createLocker, DEFAULT_MAX_TTL_MS, MAX_LOCK_ALL_KEYS, SelfDeadlockError, sleep, type Locker } from '@deadbolt/core';
 import { describe, expect, it } from 'vitest';
+import { countingBackend } from './counting.js';
 import type { SuiteContext } from './faults.js';
 
 type Hold = [number, number];
@@ -150,16 +151,7 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
     }, 30_000);
 
     it('27f. bad input (not an array, empty, too many keys, a bad key inside, a bad reentrant flag) rejects with InvalidArgumentError before any I/O', async () => {
-      const inner = await options.createBackend();
-      const calls: string[] = [];
-      const counting: LockBackend = {
-        name: inner.name,
-        capabilities: inner.capabilities,
-        acquire: (req) => (calls.push('acquire'), inner.acquire(req)),
-        renew: (lease: Lease, ms: number) => inner.renew(lease, ms),
-        release: (lease: Lease) => (calls.push('release'), inner.release(lease)),
-        close: () => inner.close(),
-      };
+      const { backend: counting, calls } = countingBackend(await options.createBackend());
       const locker = createLocker(counting, { ttlMs: T });
       ctx.lockers.push(locker);
       const good = freshKey();
@@ -228,16 +220,7 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
     );
 
     it('28d. lock-delay bad input (negative, fractional, not a number; ttl + delay past the maximum) rejects with InvalidArgumentError before any I/O', async () => {
-      const inner = await options.createBackend();
-      const calls: string[] = [];
-      const counting: LockBackend = {
-        name: inner.name,
-        capabilities: inner.capabilities,
-        acquire: (req) => (calls.push('acquire'), inner.acquire(req)),
-        renew: (lease: Lease, ms: number) => inner.renew(lease, ms),
-        release: (lease: Lease) => inner.release(lease),
-        close: () => inner.close(),
-      };
+      const { backend: counting, calls } = countingBackend(await options.createBackend());
       const locker = createLocker(counting, { ttlMs: T });
       ctx.lockers.push(locker);
       const key = freshKey();

@@ -9,13 +9,12 @@ import {
   LockUpgradeError,
   MAX_SEMAPHORE_LIMIT,
   sleep,
-  type Lease,
   type Lock,
-  type LockBackend,
   type Locker,
 } from '@deadbolt/core';
 import { describe, expect } from 'vitest';
 import type { SuiteContext } from './faults.js';
+import { countingBackend } from './counting.js';
 import { takeShared, type SharedFamily } from './shared-family.js';
 import { abortedWithin } from './suite.js';
 
@@ -75,21 +74,6 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     return Promise.all(runs);
   }
 
-  /** A backend that records every call, for the bad-input checks. */
-  async function counting(): Promise<{ backend: LockBackend; calls: string[] }> {
-    const inner = await options.createBackend();
-    const calls: string[] = [];
-    const backend: LockBackend = {
-      name: inner.name,
-      capabilities: inner.capabilities,
-      acquire: (req) => (calls.push('acquire'), inner.acquire(req)),
-      acquireShared: (req) => (calls.push('acquireShared'), inner.acquireShared!(req)),
-      renew: (lease: Lease, ms: number) => (calls.push('renew'), inner.renew(lease, ms)),
-      release: (lease: Lease) => (calls.push('release'), inner.release(lease)),
-      close: () => inner.close(),
-    };
-    return { backend, calls };
-  }
 
   describe('semaphores', () => {
     semIt('25a. never more than limit holders (processes and in-process), and the limit is reached', async () => {
@@ -223,7 +207,7 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     }, 30_000);
 
     semIt('25h. bad input (limit, key, ttl) rejects with InvalidArgumentError before any I/O; no garbage after many cycles', async () => {
-      const { backend, calls } = await counting();
+      const { backend, calls } = countingBackend(await options.createBackend());
       const locker = createLocker(backend, { ttlMs: T });
       ctx.lockers.push(locker);
       const key = freshKey();

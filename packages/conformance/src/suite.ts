@@ -2,7 +2,6 @@ import {
   BackendUnavailableError,
   createLocker,
   sleep,
-  type Lease,
   type Lock,
   type LockBackend,
   type Locker,
@@ -11,6 +10,7 @@ import {
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder, type ChildBackendConfig } from './children.js';
 import type { Address } from './fault-proxy.js';
+import { countingBackend } from './counting.js';
 import { defineFaultBehaviours } from './faults.js';
 import { defineMultiBehaviours } from './multi-behaviours.js';
 import { defineSharedBehaviours } from './shared-behaviours.js';
@@ -613,16 +613,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
 
     describe('bad input and failure', () => {
       it('14. bad input rejects with InvalidArgumentError before any I/O', async () => {
-        const backend = await options.createBackend();
-        const calls: string[] = [];
-        const counting: LockBackend = {
-          name: backend.name,
-          capabilities: backend.capabilities,
-          acquire: (req) => (calls.push('acquire'), backend.acquire(req)),
-          renew: (lease: Lease, ms: number) => (calls.push('renew'), backend.renew(lease, ms)),
-          release: (lease: Lease) => (calls.push('release'), backend.release(lease)),
-          close: () => backend.close(),
-        };
+        const { backend: counting, calls } = countingBackend(await options.createBackend());
         const locker = createLocker(counting, { ttlMs: T });
         lockers.push(locker);
         const fraction = capabilities.ttlGranularityMs > 1 ? T + capabilities.ttlGranularityMs / 2 : 1.5;
