@@ -192,9 +192,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   /**
    * One attempt at a shared claim: join the queue (or refresh our place) and judge it by the rule,
    * in one transaction under the key's row lock. A one-shot attempt that is not granted rolls back,
-   * leaving nothing. A deadlock or lock wait timeout counts as "not yet" for a waiter.
+   * leaving nothing. A deadlock or lock wait timeout (the transaction rolled back whole) counts as
+   * "not yet" for a waiter and is tried again at once, a few times, for a one-shot attempt.
    */
-  async #sharedAttempt(req: SharedRequest, hash: Buffer): Promise<MysqlLease | null> {
+  async #sharedAttempt(req: SharedRequest, hash: Buffer, tries = 1): Promise<MysqlLease | null> {
     const q = this.#sharedSql;
     await this.#run('acquire', q.sharedKeyRow, [hash, req.limit]);
     try {
@@ -220,7 +221,11 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
         return { commit: true, value: ok ? { key: req.key, owner: req.owner, token: mine.token, acquiredAt, hash, shared: true as const } : null };
       });
     } catch (error) {
-      if (req.wait && RETRY_ERRNOS.has(((error as { cause?: { errno?: number } }).cause?.errno) ?? 0)) return null;
+      if (RETRY_ERRNOS.has(((error as { cause?: { errno?: number } }).cause?.errno) ?? 0)) {
+        // Rolled back whole: a waiter simply looks again later; a one-shot attempt tries again now.
+        if (req.wait) return null;
+        if (tries < 5) return this.#sharedAttempt(req, hash, tries + 1);
+      }
       throw error;
     }
   }
@@ -268,7 +273,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
 
   async renew(lease: MysqlLease, ttlMs: number): Promise<boolean> {
     const { connection, lockName } = lease;
-    if (lease.shared) return (await this.#run('renew', this.#sharedSql.sharedRenew, [ttlMs * 1000, lease.hash, lease.owner])).affectedRows === 1;
+    if (lease.shared) return (await this.#runRetried('renew', this.#sharedSql.sharedRenew, [ttlMs * 1000, lease.hash, lease.owner])).affectedRows === 1;
     if (connection && lockName) {
       // Any statement resets the server's idle clock; this one also proves we still hold the lock.
       const mine = await this.#onSession(lease, 'renew', async (held) => {
@@ -286,7 +291,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   async release(lease: MysqlLease): Promise<void> {
     const { connection, lockName } = lease;
     if (lease.shared) {
-      const result = await this.#run('release', this.#sharedSql.sharedRelease, [lease.hash, lease.owner]);
+      const result = await this.#runRetried('release', this.#sharedSql.sharedRelease, [lease.hash, lease.owner]);
       if (result.affectedRows === 1) this.#notifier.notify(`shared:${lease.key}`);
       return;
     }
@@ -468,6 +473,21 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       },
     );
     return this.#ready;
+  }
+
+  /**
+   * `#run` for a statement on one claim row that InnoDB may pick as a deadlock victim against a
+   * key's attempt transaction (it locks the row's index entries in another order): the statement
+   * was rolled back whole, so it is simply sent again, a few times.
+   */
+  async #runRetried(operation: string, statement: string, params: unknown[]): Promise<ResultSetHeader> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#run(operation, statement, params);
+      } catch (error) {
+        if (attempt >= 5 || !RETRY_ERRNOS.has((error as { cause?: { errno?: number } }).cause?.errno ?? 0)) throw error;
+      }
+    }
   }
 
   /** One statement on a pooled connection, bounded by the command timeout. */
