@@ -8,6 +8,7 @@ import { createLocker, DEFAULT_MAX_TTL_MS, MAX_LOCK_ALL_KEYS, SelfDeadlockError,
 import { describe, expect, it } from 'vitest';
 import { countingBackend } from './counting.js';
 import type { SuiteContext } from './faults.js';
+import { abortedWithin } from './suite.js';
 
 type Hold = [number, number];
 
@@ -84,10 +85,7 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
       await all.extend();
       expect(all.held).toBe(true);
       await harness.loseClaim(k2);
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error('the MultiLock signal did not abort')), T + 2000);
-        all.signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
-      });
+      await abortedWithin(all, T + 2000);
       expect(all.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
       expect(all.held).toBe(false);
       await all.release();
@@ -207,7 +205,7 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
         const [a, b] = [await makeLocker({ autoRenew: false, lockDelayMs: D }), await makeLocker()];
         const held = await a.lock(key);
         const takenAt = performance.now();
-        await new Promise<void>((resolve) => held.signal.addEventListener('abort', () => resolve(), { once: true }));
+        await abortedWithin(held, T + 1000);
         const lostAfter = performance.now() - takenAt;
         expect(lostAfter).toBeLessThanOrEqual(T + 100);
         expect(await b.tryLock(key), 'the key was free inside the delay').toBeNull();
