@@ -496,6 +496,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     await this.#connect();
     const id = this.idFor(req.key);
     const waiterTtl = ttlSeconds(Math.max(req.ttlMs, 4 * this.#poll.maxDelayMs, 2000));
+    /** Our row once joined: its token, and when it was last written (its ttl counts from there). */
     let claim: { token: bigint; acquiredAt: number } | undefined;
     const attempt = async (): Promise<CassandraLease | null | typeof POLL_AGAIN> => {
       const acquiredAt = performance.now();
@@ -520,11 +521,14 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       const index = queue.findIndex((c) => c.token === claim!.token && c.owner === req.owner);
       if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
       const ok = grantable(queue, index, req.limit);
-      // A waiter's row lives a waiter ttl past each look; a granted one gets the lease's ttl, counted from this write.
+      // A waiting row is rewritten (a Paxos round) only every third of its ttl, not on every look;
+      // a granted one gets the lease's ttl, counted from this write.
       const sentAt = performance.now();
+      if (!ok && sentAt - claim.acquiredAt < (waiterTtl * 1000) / 3) return null;
       if (!(await this.#renewClaim({ id, token: claim.token, owner: req.owner }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
         throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
       }
+      claim.acquiredAt = sentAt;
       return ok ? this.#sharedLease(req, id, { token: claim.token, acquiredAt: sentAt }) : null;
     };
     const leave = async () => {
