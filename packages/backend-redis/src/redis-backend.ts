@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import {
   BackendError,
   BackendUnavailableError,
@@ -58,10 +58,17 @@ interface RedisKeys {
   readonly deadlines: string;
 }
 
-/** The token counter outlives a lease by this much; after that tokens fall back to the server clock. */
+/** The token counter (fence stream) lives this long; after that tokens start again from the server clock. */
 const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
-/** The largest token a Lua number (a double) holds exactly. */
+/** The largest token a Lua number (a double) holds exactly (shared claims count in Lua numbers). */
 const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
+/** The largest mutex token floor: what every other store's token column holds (a signed 64-bit integer). */
+const MAX_FENCE_TOKEN = 2n ** 63n - 1n;
+
+/** A token as a fence stream id (`<ms>-<seq>`, token = ms × 1000 + seq); '' for none. */
+function fenceId(token: bigint | undefined): string {
+  return token === undefined || token <= 0n || token > MAX_FENCE_TOKEN ? '' : `${token / 1000n}-${token % 1000n}`;
+}
 
 class Script {
   readonly sha: string;
@@ -95,7 +102,12 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #prefix: string;
   readonly #fifo: boolean;
   readonly #maxPollDelayMs: number;
+  /** Shared claims' release messages (every process's subscriber receives them). */
   readonly #channel: string;
+  /** Mutex messages go to one backend's channel: this prefix plus the backend's id. */
+  readonly #channelPrefix: string;
+  /** Names this backend's waiters in the queue, so a release messages only their process. */
+  readonly #id = randomUUID();
   readonly #notifier = new ReleaseNotifier();
   readonly #allowEviction: boolean;
   /** The eviction check, once per backend (a failed check is retried). */
@@ -143,6 +155,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     this.#fifo = options.fifo ?? true;
     this.#maxPollDelayMs = maxPoll;
     this.#channel = `${prefix}released`;
+    this.#channelPrefix = `${prefix}w:`;
     this.capabilities = {
       fencing: 'strict',
       fairness: this.#fifo ? 'fifo' : 'none',
@@ -164,7 +177,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   keysFor(key: string): RedisKeys {
     const tag = createHash('sha256').update(key).digest('base64url').slice(0, 22);
     const base = `${this.#prefix}{${tag}}`;
-    return { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
+    return { lock: `${base}lock:${key}`, token: `${base}fence:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
   }
 
   /** Redis key names for a shared key (semaphore or read-write lock); see scripts.ts. `lock` names the claims. */
@@ -198,41 +211,53 @@ export class RedisBackend implements LockBackend<RedisLease> {
     const keys = this.keysFor(req.key);
     if (!req.wait) return this.#attempt(req, keys, false);
     await this.#subscribe();
+    // Only a release message wakes a waiter early; the poll is the safety net for a lost message
+    // (and refreshes the waiter's deadline), so it does not start short and grow.
     const poll = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+    let queued = false;
     try {
       return await pollForLease(
         keys.lock,
         req.signal,
-        () => this.#attempt(req, keys, true),
+        async () => {
+          const lease = await this.#attempt(req, keys, queued);
+          queued ||= lease === null;
+          return lease;
+        },
         (lease) => this.release(lease),
-        { notifier: this.#notifier, owner: req.owner, minDelayMs: Math.min(5, poll), maxDelayMs: poll },
+        { notifier: this.#notifier, owner: req.owner, minDelayMs: poll, maxDelayMs: poll },
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      if (this.#fifo) await this.#run('release', scripts.release, keys, [req.owner, this.#channel, keys.lock, '1']).catch(() => undefined);
+      if (queued) await this.#run('release', scripts.release, keys, this.#mutexArgs(req.owner, keys)).catch(() => undefined);
       throw error;
     }
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
     const { keys } = lease;
-    return (await this.#run('renew', lease.shared ? scripts.sharedRenew : scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
+    if (lease.shared) return (await this.#run('renew', scripts.sharedRenew, keys, [lease.owner, String(ttlMs)])) === 1;
+    return (await this.#run('renew', scripts.renew, keys, this.#mutexArgs(lease.owner, keys, { ttlMs }))) === 1;
   }
 
   async release(lease: RedisLease): Promise<void> {
     const { keys } = lease;
     if (lease.shared) await this.#run('release', scripts.sharedRelease, keys, [lease.owner, this.#channel, keys.lock]);
-    else await this.#run('release', scripts.release, keys, [lease.owner, this.#channel, keys.lock, this.#fifo ? '1' : '0']);
+    else await this.#run('release', scripts.release, keys, this.#mutexArgs(lease.owner, keys));
   }
 
-  /** See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */
+  /**
+   * See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor beyond 2^63 − 1 (mutex) or
+   * 2^53 (shared claims, counted in Lua numbers).
+   */
   async raiseTokenFloor(lease: RedisLease, floor: bigint): Promise<boolean> {
     const { keys } = lease;
-    if (floor > MAX_EXACT_TOKEN) {
-      throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`) });
+    const max = lease.shared ? MAX_EXACT_TOKEN : MAX_FENCE_TOKEN;
+    if (floor > max) {
+      throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond ${max}, the largest this store's tokens hold`) });
     }
-    const script = lease.shared ? scripts.sharedRaiseFloor : scripts.raiseFloor;
-    return (await this.#run('raise token floor', script, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) === 1;
+    if (lease.shared) return (await this.#run('raise token floor', scripts.sharedRaiseFloor, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) === 1;
+    return (await this.#run('raise token floor', scripts.raiseFloor, keys, this.#mutexArgs(lease.owner, keys, { minToken: floor }))) === 1;
   }
 
   async close(): Promise<void> {
@@ -242,22 +267,31 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (this.#ownsClient) this.client.disconnect();
   }
 
-  async #attempt(req: AcquireRequest, keys: RedisKeys, wait: boolean): Promise<RedisLease | null> {
+  async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
-    // A queued waiter is dropped if it stays silent for a ttl (or 4 poll periods, if longer).
-    const waiterTtl = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
-    const token = await this.#run('acquire', scripts.acquire, keys, [
-      req.owner,
-      String(req.ttlMs),
-      wait ? '1' : '0',
-      this.#fifo ? '1' : '0',
-      String(Math.max(COUNTER_TTL_MS, req.ttlMs * 2)),
-      String(waiterTtl),
-      // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
-      req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
-    ]);
+    const args = this.#mutexArgs(req.owner, keys, { ttlMs: req.ttlMs, wait: req.wait, minToken: req.minToken });
+    const token = await this.#run('acquire', scripts.acquire, keys, [...args, queued ? '1' : '0']);
     if (token === null) return null;
     return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
+  }
+
+  /** The mutex scripts' ARGV (see `mutex` in scripts.ts). */
+  #mutexArgs(owner: string, keys: RedisKeys, options: { ttlMs?: number; wait?: boolean; minToken?: bigint } = {}): string[] {
+    const ttlMs = options.ttlMs ?? 0;
+    // A queued waiter is dropped if it stays silent for a ttl (or 4 poll periods, if longer).
+    const waiterTtl = Math.max(ttlMs, 4 * this.#maxPollDelayMs);
+    return [
+      owner,
+      String(ttlMs),
+      options.wait ? '1' : '0',
+      this.#fifo ? '1' : '0',
+      `${owner}|${this.#id}`,
+      String(waiterTtl),
+      fenceId(options.minToken),
+      String(COUNTER_TTL_MS),
+      this.#channelPrefix,
+      keys.lock,
+    ];
   }
 
   async #attemptShared(req: SharedRequest, keys: RedisKeys): Promise<RedisLease | null> {
@@ -328,7 +362,11 @@ export class RedisBackend implements LockBackend<RedisLease> {
     return this.#evictionChecked;
   }
 
-  /** One subscriber connection per backend, opened by the first waiter. */
+  /**
+   * One subscriber connection per backend, opened by the first waiter: this backend's own channel
+   * (mutex waiters, each message naming the waiter whose turn it is) and the shared claims' one.
+   * After a reconnect every waiter re-checks at once, since messages sent meanwhile are lost.
+   */
   #subscribe(): Promise<void> {
     this.#subscribed ??= (async () => {
       const subscriber = this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false });
@@ -337,9 +375,13 @@ export class RedisBackend implements LockBackend<RedisLease> {
         const split = message.lastIndexOf('\n');
         this.#notifier.notify(message.slice(0, split), message.slice(split + 1) || undefined);
       });
+      let ready = 0;
+      subscriber.on('ready', () => {
+        if (ready++ > 0) this.#notifier.notifyAll();
+      });
       this.#subscriber = subscriber;
       try {
-        await subscriber.subscribe(this.#channel);
+        await subscriber.subscribe(this.#channel, this.#channelPrefix + this.#id);
       } catch (error) {
         this.#subscribed = undefined;
         subscriber.disconnect();

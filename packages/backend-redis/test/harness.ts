@@ -21,9 +21,13 @@ export function redisHarness(url: string): ConformanceHarness {
   const admin = redisBackend({ url });
   return {
     async inspect(key) {
+      // The lock key is `<owner>` or, once someone waited, `<owner>|<token>|<lease end ms>`; queue
+      // members are `<owner>|<backend id>`. A holder whose lease end has passed holds nothing.
       const keys = admin.keysFor(key);
-      const [holder, queued] = await Promise.all([admin.client.get(keys.lock), admin.client.zrange(keys.queue, 0, -1)]);
-      return [...(holder ? [holder] : []), ...queued];
+      const [value, queued, [seconds, micros]] = await Promise.all([admin.client.get(keys.lock), admin.client.zrange(keys.queue, 0, -1), admin.client.time()]);
+      const [holder, , ends] = (value ?? '').split('|');
+      const live = holder && (ends === undefined || Number(ends) > Number(seconds) * 1000 + Number(micros) / 1000);
+      return [...(live ? [holder] : []), ...queued.map((member) => member.slice(0, member.lastIndexOf('|')))];
     },
     async loseClaim(key) {
       await admin.client.del(admin.keysFor(key).lock);

@@ -25,6 +25,11 @@ export class ReleaseNotifier {
     if (set) for (const listener of [...set]) listener(owner);
   }
 
+  /** Wakes every waiter of every key (after a notification channel was down, its messages lost). */
+  notifyAll(): void {
+    for (const set of [...this.#listeners.values()]) for (const listener of [...set]) listener();
+  }
+
   /** Number of keys with listeners (for leak checks). */
   get size(): number {
     return this.#listeners.size;
