@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # test-matrix: real servers for every deadbolt backend on one machine, loopback only.
 #   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name> | apt <pkg...>
-# Names: redis mysql postgres zookeeper etcd cassandra. Everything we start keeps its data, logs and pid
+# Names: redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica. Everything we start keeps its data, logs and pid
 # under test-matrix/.state/<name>/. A server already answering is reused and never stopped by
 # `down` (only servers `up` started carry the .state/<name>/owned marker).
 set -euo pipefail
 
 TM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="$TM_DIR/.state"
-ALL=(redis mysql postgres zookeeper etcd cassandra)
+ALL=(redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica)
 CASSANDRA_VERSION=5.0.9
 
 log() { printf '[test-matrix] %s\n' "$*" >&2; }
@@ -87,6 +87,58 @@ redis_stop() {
   stop_pid "$pid"
 }
 redis_version() { redis-cli -h 127.0.0.1 -p $REDIS_PORT info server 2>/dev/null | sed -n 's/^redis_version:\(.*\)\r$/Redis \1/p'; }
+
+# redis_node NAME PORT [ARGS...]: one more redis-server on loopback, no persistence, under .state/NAME/PORT.
+redis_node() {
+  local name=$1 port=$2; shift 2
+  local dir="$STATE/$name/$port"
+  mkdir -p "$dir"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+    --dir "$dir" --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" "$@"
+}
+redis_node_stop() {
+  local port=$1 pid; pid=$(listener_pid "$port" || true)
+  redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  local i; for i in $(seq 1 100); do port_open "$port" || return 0; sleep 0.1; done
+  stop_pid "$pid"
+}
+redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]; }
+
+# --- redis-cluster: three masters (7101-7103), no replicas, a fresh cluster at every start ----------
+RCLUSTER_PORTS=(7101 7102 7103)
+redis-cluster_health() {
+  local p; for p in "${RCLUSTER_PORTS[@]}"; do
+    redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+  done
+}
+redis-cluster_install() { redis_install; }
+redis-cluster_start() {
+  local p hosts=()
+  rm -rf "$STATE"/redis-cluster/71*
+  for p in "${RCLUSTER_PORTS[@]}"; do
+    redis_node redis-cluster "$p" --cluster-enabled yes --cluster-config-file "$STATE/redis-cluster/$p/nodes.conf" --cluster-node-timeout 5000
+    hosts+=("127.0.0.1:$p")
+  done
+  for p in "${RCLUSTER_PORTS[@]}"; do local i; for i in $(seq 1 100); do redis_ping "$p" && break; sleep 0.1; done; done
+  redis-cli --cluster create "${hosts[@]}" --cluster-replicas 0 --cluster-yes >"$STATE/redis-cluster/create.log" 2>&1
+  echo "$(listener_pid 7101)" > "$STATE/redis-cluster/redis-cluster.pid"
+}
+redis-cluster_stop() { local p; for p in "${RCLUSTER_PORTS[@]}"; do redis_node_stop "$p"; done; }
+redis-cluster_version() { redis-cluster_health && echo "Redis Cluster, 3 masters ($(redis_version))"; }
+
+# --- redis-replica: a primary (6380) with one replica (6381) -------------------------------------
+redis-replica_health() {
+  redis_ping 6380 && redis-cli -h 127.0.0.1 -p 6381 info replication 2>/dev/null | grep -q '^master_link_status:up'
+}
+redis-replica_install() { redis_install; }
+redis-replica_start() {
+  rm -rf "$STATE"/redis-replica/638*
+  redis_node redis-replica 6380
+  redis_node redis-replica 6381 --replicaof 127.0.0.1 6380
+  echo "$(listener_pid 6380)" > "$STATE/redis-replica/redis-replica.pid" 2>/dev/null || true
+}
+redis-replica_stop() { redis_node_stop 6381; redis_node_stop 6380; }
+redis-replica_version() { redis-replica_health && echo "Redis primary + 1 replica ($(redis_version))"; }
 
 # --- mysql (MariaDB) ---------------------------------------------------------------------------
 MYSQL_PORT=3306
@@ -221,6 +273,8 @@ url_of() {
     zookeeper) echo "${DEADBOLT_ZOOKEEPER_URL:-zookeeper://127.0.0.1:2181}";;
     etcd) echo "${DEADBOLT_ETCD_URL:-etcd://127.0.0.1:2379}";;
     cassandra) echo "${DEADBOLT_CASSANDRA_URL:-cassandra://127.0.0.1:9042/deadbolt}";;
+    redis-cluster) echo "${DEADBOLT_REDIS_CLUSTER_URL:-redis://127.0.0.1:7101}";;
+    redis-replica) echo "${DEADBOLT_REDIS_REPLICA_URL:-redis://127.0.0.1:6380}";;
     *) die "unknown server $1 (known: ${ALL[*]})";;
   esac
 }
@@ -252,7 +306,7 @@ restart_one() {
   local name=$1 start=$SECONDS port pid cmd=() cwd=/
   port=$(port_of "$name")
   pid=$(listener_pid "$port" || true)
-  if [ ! -f "$STATE/$name/owned" ] && [ "$name" != redis ] && [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ]; then
+  if [ ! -f "$STATE/$name/owned" ] && [ "${name#redis}" = "$name" ] && [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ]; then
     mapfile -d '' cmd < "/proc/$pid/cmdline"
     cwd=$(readlink "/proc/$pid/cwd" || echo /)
     # As the user it ran as (a PostgreSQL server refuses root).
@@ -271,7 +325,7 @@ restart_one() {
   log "$name: restarted in $((SECONDS - start))s"
 }
 
-port_of() { case $1 in redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
+port_of() { case $1 in redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
 
 names_or_all() { if [ $# -gt 0 ]; then echo "$@"; elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then echo "${DEADBOLT_BACKENDS//,/ }"; else echo "${ALL[@]}"; fi; }
 

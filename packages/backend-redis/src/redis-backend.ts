@@ -12,14 +12,33 @@ import {
   type LockBackend,
   type SharedRequest,
 } from '@deadbolt/core';
-import { Redis, ReplyError } from 'ioredis';
-import { ACQUIRE, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RAISE_FLOOR, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
+import { Cluster, Redis, ReplyError, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { ACQUIRE, COUNTER_TTL_MS, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RAISE_FLOOR, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
 
 export interface RedisBackendOptions {
   /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
   url?: string;
-  /** Your own ioredis client; `close()` leaves it open. Used instead of `url`. */
-  client?: Redis;
+  /** Your own ioredis client (a `Redis` or a `Cluster`); `close()` leaves it open. Used instead of `url`. */
+  client?: Redis | Cluster;
+  /**
+   * `url` names one node of a Redis Cluster: the backend opens an ioredis `Cluster`, which finds
+   * the others. Every key one lock touches shares a hash slot, so each script runs on one node.
+   * Default false.
+   */
+  cluster?: boolean;
+  /** More ioredis `Cluster` options with `cluster` (e.g. `natMap` for nodes behind NAT). */
+  clusterOptions?: Omit<ClusterOptions, 'redisOptions'>;
+  /**
+   * Replica sync (opt-in): after every grant and renewal, `WAIT` until this many replicas have
+   * the write, so a failover to one of them keeps the lock. A shortfall within `syncTimeoutMs`
+   * fails the call: an acquisition is released and rejects with `BackendError` (cause: how many
+   * replicas answered), a renewal rejects with `BackendUnavailableError` (core retries it within
+   * the lease and reports the lock lost if it never succeeds). It narrows the failover window, it
+   * does not close it: see the README. Not with `cluster`. Default 0 (off).
+   */
+  syncReplicas?: number;
+  /** How long a replica sync may wait for the replicas. Default 1000 ms. */
+  syncTimeoutMs?: number;
   /** Prefix of every key and of the release channel. Default `deadbolt:`. Must not contain `{` or `}`. */
   prefix?: string;
   /**
@@ -58,17 +77,8 @@ interface RedisKeys {
   readonly deadlines: string;
 }
 
-/** The token counter (fence stream) lives this long; after that tokens start again from the server clock. */
-const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
-/** The largest token a Lua number (a double) holds exactly (shared claims count in Lua numbers). */
+/** The largest token a Lua number (a double) holds exactly. */
 const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
-/** The largest mutex token floor: what every other store's token column holds (a signed 64-bit integer). */
-const MAX_FENCE_TOKEN = 2n ** 63n - 1n;
-
-/** A token as a fence stream id (`<ms>-<seq>`, token = ms × 1000 + seq); '' for none. */
-function fenceId(token: bigint | undefined): string {
-  return token === undefined || token <= 0n || token > MAX_FENCE_TOKEN ? '' : `${token / 1000n}-${token % 1000n}`;
-}
 
 class Script {
   readonly sha: string;
@@ -97,22 +107,23 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly name = 'redis';
   readonly capabilities: Capabilities;
   /** The command connection (yours if you passed `client`). */
-  readonly client: Redis;
+  readonly client: Redis | Cluster;
   readonly #ownsClient: boolean;
   readonly #prefix: string;
   readonly #fifo: boolean;
   readonly #maxPollDelayMs: number;
   /** Shared claims' release messages (every process's subscriber receives them). */
   readonly #channel: string;
-  /** Mutex messages go to one backend's channel: this prefix plus the backend's id. */
-  readonly #channelPrefix: string;
   /** Names this backend's waiters in the queue, so a release messages only their process. */
   readonly #id = randomUUID();
   readonly #notifier = new ReleaseNotifier();
   readonly #allowEviction: boolean;
   /** The eviction check, once per backend (a failed check is retried). */
   #evictionChecked: Promise<void> | undefined;
-  #subscriber: Redis | undefined;
+  #subscriber: Redis | Cluster | undefined;
+  readonly #connectTimeoutMs: number;
+  readonly #syncReplicas: number;
+  readonly #syncTimeoutMs: number;
   #subscribed: Promise<void> | undefined;
   #closed = false;
 
@@ -129,6 +140,15 @@ export class RedisBackend implements LockBackend<RedisLease> {
     const commandTimeout = options.commandTimeoutMs ?? 5000;
     if (!Number.isFinite(commandTimeout) || commandTimeout < 1) throw new InvalidArgumentError('commandTimeoutMs must be a number ≥ 1');
     this.#allowEviction = options.allowEviction ?? false;
+    this.#connectTimeoutMs = connectTimeout;
+    this.#syncReplicas = options.syncReplicas ?? 0;
+    if (!Number.isSafeInteger(this.#syncReplicas) || this.#syncReplicas < 0) throw new InvalidArgumentError('syncReplicas must be a whole number ≥ 0');
+    this.#syncTimeoutMs = options.syncTimeoutMs ?? 1000;
+    if (!Number.isSafeInteger(this.#syncTimeoutMs) || this.#syncTimeoutMs < 1) throw new InvalidArgumentError('syncTimeoutMs must be a whole number of ms ≥ 1');
+    const cluster = options.cluster ?? options.client instanceof Cluster;
+    // WAIT counts the replicas of the connection it is sent on; a Cluster client sends a keyless
+    // command to any node, not the one that granted.
+    if (this.#syncReplicas > 0 && cluster) throw new InvalidArgumentError('syncReplicas does not work with a Redis Cluster client');
     if (options.client) {
       this.client = options.client;
       this.#ownsClient = false;
@@ -136,7 +156,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       if (typeof options.url !== 'string' || !/^rediss?:\/\//.test(options.url)) {
         throw new InvalidArgumentError('redisBackend needs a url (redis://host:port) or a client');
       }
-      this.client = new Redis(options.url, {
+      const connection: RedisOptions = {
         connectTimeout,
         // A reply that never comes (the connection silently dead) fails the command instead of
         // waiting for the OS to notice; TCP keep-alive probes find a peer that vanished.
@@ -146,7 +166,18 @@ export class RedisBackend implements LockBackend<RedisLease> {
         // the caller gets BackendUnavailableError, never an endless wait.
         maxRetriesPerRequest: 1,
         lazyConnect: false,
-      });
+      };
+      if (cluster) {
+        const { hostname, port, username, password } = new URL(options.url);
+        const auth = { ...(username ? { username: decodeURIComponent(username) } : {}), ...(password ? { password: decodeURIComponent(password) } : {}) };
+        this.client = new Cluster([{ host: hostname, port: Number(port || 6379) }], {
+          slotsRefreshTimeout: connectTimeout,
+          ...options.clusterOptions,
+          redisOptions: { ...connection, ...auth },
+        });
+      } else {
+        this.client = new Redis(options.url, connection);
+      }
       // Errors reach callers through the failed commands; this only stops ioredis logging them.
       this.client.on('error', () => undefined);
       this.#ownsClient = true;
@@ -155,7 +186,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
     this.#fifo = options.fifo ?? true;
     this.#maxPollDelayMs = maxPoll;
     this.#channel = `${prefix}released`;
-    this.#channelPrefix = `${prefix}w:`;
     this.capabilities = {
       fencing: 'strict',
       fairness: this.#fifo ? 'fifo' : 'none',
@@ -177,7 +207,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   keysFor(key: string): RedisKeys {
     const tag = createHash('sha256').update(key).digest('base64url').slice(0, 22);
     const base = `${this.#prefix}{${tag}}`;
-    return { lock: `${base}lock:${key}`, token: `${base}fence:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
+    return { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
   }
 
   /** Redis key names for a shared key (semaphore or read-write lock); see scripts.ts. `lock` names the claims. */
@@ -229,35 +259,34 @@ export class RedisBackend implements LockBackend<RedisLease> {
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      if (queued) await this.#run('release', scripts.release, keys, this.#mutexArgs(req.owner, keys)).catch(() => undefined);
+      if (queued) await this.#run('release', scripts.release, keys, this.#releaseArgs(req.owner)).catch(() => undefined);
       throw error;
     }
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
     const { keys } = lease;
-    if (lease.shared) return (await this.#run('renew', scripts.sharedRenew, keys, [lease.owner, String(ttlMs)])) === 1;
-    return (await this.#run('renew', scripts.renew, keys, this.#mutexArgs(lease.owner, keys, { ttlMs }))) === 1;
+    const renewed = lease.shared
+      ? (await this.#run('renew', scripts.sharedRenew, keys, [lease.owner, String(ttlMs)])) === 1
+      : (await this.#run('renew', scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
+    if (renewed) await this.#synced('renew');
+    return renewed;
   }
 
   async release(lease: RedisLease): Promise<void> {
     const { keys } = lease;
     if (lease.shared) await this.#run('release', scripts.sharedRelease, keys, [lease.owner, this.#channel, keys.lock]);
-    else await this.#run('release', scripts.release, keys, this.#mutexArgs(lease.owner, keys));
+    else await this.#run('release', scripts.release, keys, this.#releaseArgs(lease.owner));
   }
 
-  /**
-   * See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor beyond 2^63 − 1 (mutex) or
-   * 2^53 (shared claims, counted in Lua numbers).
-   */
+  /** See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */
   async raiseTokenFloor(lease: RedisLease, floor: bigint): Promise<boolean> {
     const { keys } = lease;
-    const max = lease.shared ? MAX_EXACT_TOKEN : MAX_FENCE_TOKEN;
-    if (floor > max) {
-      throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond ${max}, the largest this store's tokens hold`) });
+    if (floor > MAX_EXACT_TOKEN) {
+      throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`) });
     }
     if (lease.shared) return (await this.#run('raise token floor', scripts.sharedRaiseFloor, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) === 1;
-    return (await this.#run('raise token floor', scripts.raiseFloor, keys, this.#mutexArgs(lease.owner, keys, { minToken: floor }))) === 1;
+    return (await this.#run('raise token floor', scripts.raiseFloor, keys, [lease.owner, floor.toString()])) === 1;
   }
 
   async close(): Promise<void> {
@@ -269,29 +298,48 @@ export class RedisBackend implements LockBackend<RedisLease> {
 
   async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
-    const args = this.#mutexArgs(req.owner, keys, { ttlMs: req.ttlMs, wait: req.wait, minToken: req.minToken });
-    const token = await this.#run('acquire', scripts.acquire, keys, [...args, queued ? '1' : '0']);
+    // A queued waiter is dropped if it stays silent for a ttl (or 4 poll periods, if longer).
+    const waiterTtl = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+    const token = await this.#run('acquire', scripts.acquire, keys, [
+      req.owner,
+      String(req.ttlMs),
+      !req.wait ? '0' : queued ? '2' : '1',
+      this.#fifo ? '1' : '0',
+      this.#id,
+      String(waiterTtl),
+      // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
+      req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
+    ]);
     if (token === null) return null;
-    return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
+    const lease: RedisLease = { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
+    await this.#synced('acquire', lease);
+    return lease;
   }
 
-  /** The mutex scripts' ARGV (see `mutex` in scripts.ts). */
-  #mutexArgs(owner: string, keys: RedisKeys, options: { ttlMs?: number; wait?: boolean; minToken?: bigint } = {}): string[] {
-    const ttlMs = options.ttlMs ?? 0;
-    // A queued waiter is dropped if it stays silent for a ttl (or 4 poll periods, if longer).
-    const waiterTtl = Math.max(ttlMs, 4 * this.#maxPollDelayMs);
-    return [
-      owner,
-      String(ttlMs),
-      options.wait ? '1' : '0',
-      this.#fifo ? '1' : '0',
-      `${owner}|${this.#id}`,
-      String(waiterTtl),
-      fenceId(options.minToken),
-      String(COUNTER_TTL_MS),
-      this.#channelPrefix,
-      keys.lock,
-    ];
+  /** The release script's ARGV (see `mutex` in scripts.ts). */
+  #releaseArgs(owner: string): string[] {
+    return [owner, '0', '0', this.#fifo ? '1' : '0', this.#id];
+  }
+
+  /**
+   * Replica sync: resolves once `syncReplicas` replicas have every write this connection made so
+   * far (so the one just made). For an acquisition (`lease` given) a shortfall gives the lease back
+   * and rejects with BackendError; otherwise it rejects with BackendUnavailableError.
+   */
+  async #synced(operation: string, lease?: RedisLease): Promise<void> {
+    if (this.#syncReplicas === 0) return;
+    let acknowledged: number;
+    try {
+      acknowledged = (await (this.client as Redis).wait(this.#syncReplicas, this.#syncTimeoutMs)) as number;
+    } catch (error) {
+      if (lease) await this.release(lease).catch(() => undefined);
+      throw new BackendUnavailableError(this.name, operation, { cause: error });
+    }
+    if (acknowledged >= this.#syncReplicas) return;
+    const cause = new Error(`${acknowledged} of ${this.#syncReplicas} replicas acknowledged the write within ${this.#syncTimeoutMs} ms`);
+    if (!lease) throw new BackendUnavailableError(this.name, operation, { cause });
+    await this.release(lease).catch(() => undefined);
+    throw new BackendError(this.name, operation, { cause });
   }
 
   async #attemptShared(req: SharedRequest, keys: RedisKeys): Promise<RedisLease | null> {
@@ -313,13 +361,16 @@ export class RedisBackend implements LockBackend<RedisLease> {
       throw new LimitMismatchError(req.key, Number(reply[1]), req.limit);
     }
     if (reply[0] !== 1) return null;
-    return { key: req.key, owner: req.owner, token: BigInt(reply[1]!), acquiredAt, keys, shared: true };
+    const lease: RedisLease = { key: req.key, owner: req.owner, token: BigInt(reply[1]!), acquiredAt, keys, shared: true };
+    await this.#synced('acquire', lease);
+    return lease;
   }
 
   /** EVALSHA, loading the script with EVAL when the server does not know it (restart, SCRIPT FLUSH). */
   async #run(operation: string, script: Script, keys: RedisKeys, args: string[]): Promise<unknown> {
     const keyList = [keys.lock, keys.token, keys.queue, keys.deadlines];
     try {
+      if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
       try {
         return await this.client.evalsha(script.sha, keyList.length, ...keyList, ...args);
       } catch (error) {
@@ -333,6 +384,25 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   /**
+   * A Cluster client queues commands until it has found the cluster, and keeps trying for ever:
+   * wait for that at most `connectTimeoutMs`, so an unreachable cluster fails the call instead.
+   */
+  #clusterReady(cluster: Cluster): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const done = (error?: Error) => {
+        clearTimeout(timer);
+        cluster.off('ready', onReady);
+        if (error) reject(error);
+        else resolve();
+      };
+      const onReady = () => done();
+      const timer = setTimeout(() => done(new Error(`no Redis Cluster node answered within ${this.#connectTimeoutMs} ms`)), this.#connectTimeoutMs);
+      cluster.on('ready', onReady);
+      if (cluster.status === 'ready') done();
+    });
+  }
+
+  /**
    * Refuses a server that may evict lock keys, unless the user accepted it. A server that does not
    * let us read its configuration (managed services often rename CONFIG) cannot be checked: that
    * is documented, not refused.
@@ -342,6 +412,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       if (this.#allowEviction) return;
       let config: string[];
       try {
+        if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
         config = (await this.client.config('GET', 'maxmemory*')) as string[]; // name, value, name, value, ...
       } catch (error) {
         if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
@@ -369,7 +440,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
    */
   #subscribe(): Promise<void> {
     this.#subscribed ??= (async () => {
-      const subscriber = this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false });
+      const subscriber = this.client instanceof Cluster ? this.client.duplicate() : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false });
       subscriber.on('error', () => undefined);
       subscriber.on('message', (_channel: string, message: string) => {
         const split = message.lastIndexOf('\n');
@@ -381,7 +452,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       });
       this.#subscriber = subscriber;
       try {
-        await subscriber.subscribe(this.#channel, this.#channelPrefix + this.#id);
+        await subscriber.subscribe(this.#channel, `${this.#prefix}w:${this.#id}`);
       } catch (error) {
         this.#subscribed = undefined;
         subscriber.disconnect();

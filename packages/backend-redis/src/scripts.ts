@@ -2,27 +2,45 @@
  * The Lua scripts. Every script touches only keys that share one hash tag, so they run on Redis
  * Cluster too.
  *
- * Mutex keys: 1 lock, 2 fence (a stream whose last entry id is the last token), 3 queue (member →
- * arrival µs), 4 queue deadlines (member → ms after which a silent waiter is dropped). A queue
- * member is `<owner>|<backend id>`: the backend id names the one subscriber channel
- * (`<prefix>w:<backend id>`) that a message for this waiter goes to.
+ * Mutex keys: 1 lock, 2 token counter, 3 queue (member → arrival µs), 4 queue deadlines (member →
+ * ms after which a silent waiter is dropped). A queue member is `<owner>|<backend id>`: the
+ * backend id names the one subscriber channel (`<prefix>w:<backend id>`) that a message for this
+ * waiter goes to.
  *
  * The lock key has two forms:
- * - plain, `<owner>`, with the lease as its expiry: nobody waits, so acquire is `SET NX PX` plus
- *   the token, renew `GET` + `PEXPIRE`, release `GET` + `DEL`, with no clock read, no queue and no
- *   message;
+ * - plain, `<owner>`, with the lease as its expiry, while nobody waits: acquire is `SET NX PX` plus
+ *   the token, renew `GET` + `PEXPIRE`, release `GET` + `DEL`; no queue, no message;
  * - queued, `<owner>|<token>|<lease end, server ms>`, written by the first waiter that joins: the
  *   lease is judged by the end in the value, and the key's own expiry is stretched over every
  *   waiter's deadline (`PEXPIRE … GT`), so the key exists while anybody waits and a newcomer's
  *   `SET NX` can never slip past the queue. A release then hands the key to the queue's head itself
- *   (FIFO) and sends one message to the head's process; the head's next attempt confirms it.
+ *   (FIFO) and sends one message, to the head's process; the head's next attempt confirms it.
+ * Each script's common case comes first, before any function is defined, so it pays for nothing else.
  *
- * Fencing tokens come from `XADD` on the fence stream: an entry id is `<server ms>-<seq>`, larger
- * than the stream's last id even when the clock stands still or steps back, and it starts from the
- * server clock when the stream is new (first use, or Redis restarted empty), so tokens keep rising
- * across an empty restart without any counter surviving. Token = ms × 1000 + seq (seq kept below
- * 1000), the scale of a microsecond clock.
+ * Fencing tokens: token = max(last + 1, server time in µs). The counter key makes tokens strictly
+ * increasing while Redis runs; the clock term keeps them increasing when Redis restarts empty or
+ * fails over to a replica that missed the last grants (a plain INCR would repeat them).
  */
+
+/** The token counter outlives its last grant by this much; after that tokens fall back to the server clock. */
+export const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * The next token, in `var` (a decimal string) and `var_n` (the number), given `now_us`: the
+ * counter is set to the clock and read in one command; only when it already stood at or above it
+ * (a lifted floor, a hint, a clock that stepped back) is it written again. `least` is a Lua
+ * expression for the least token wanted (0 for none).
+ */
+const nextToken = (name: string, least: string) => `
+local ${name}_n = now_us
+local ${name}_last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', now_us), 'PX', ${COUNTER_TTL_MS}, 'GET') or '0')
+if ${name}_last >= ${name}_n or ${least} > ${name}_n then
+  ${name}_n = math.max(${name}_last + 1, ${least}, now_us)
+  redis.call('SET', KEYS[2], string.format('%.0f', ${name}_n), 'PX', string.format('%.0f', math.floor((${name}_n - now_us) / 1000) + ${COUNTER_TTL_MS}))
+end
+local ${name} = string.format('%.0f', ${name}_n)
+`;
+
 const clock = `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -53,16 +71,16 @@ const setCounter = (value: string, text: string, ttl: string) => `
 redis.call('SET', KEYS[2], ${text}, 'PX', string.format('%.0f', math.max(tonumber(${ttl}), math.floor((${value} - now_us) / 1000) + tonumber(${ttl}))))
 `;
 
+
 /**
- * The mutex's shared functions. ARGV layout of every mutex script: 1 owner, 2 ttl ms, 3 wait
- * (0|1), 4 fifo (0|1), 5 queue member, 6 waiter ttl ms, 7 least token as a fence id ('' for none),
- * 8 fence ttl ms, 9 channel prefix, 10 lock key name (sent in messages).
+ * Functions the mutex scripts share (defined after each script's common case). ARGV of acquire and
+ * release: 1 owner, 2 ttl ms, 3 mode (0 one attempt, 1 a waiter's first attempt, 2 a queued
+ * waiter's), 4 fifo (0|1), 5 backend id, 6 waiter ttl ms, 7 least token ('0' for none).
  */
 const mutex = `
-local function server_ms()
-  if redis.replicate_commands then redis.replicate_commands() end
+local function server_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- PEXPIRE that only ever lengthens (GT), or sets a first expiry (NX: GT counts none as infinite).
@@ -70,32 +88,9 @@ local function stretch(key, ms)
   if redis.call('PEXPIRE', key, ms, 'GT') == 0 then redis.call('PEXPIRE', key, ms, 'NX') end
 end
 
--- The stream's id as a token, with seq kept below 1000 (one past it moves to the next ms).
-local function token_of(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  if tonumber(seq) < 1000 then return ms .. string.format('%03d', tonumber(seq)) end
-  local next = string.format('%.0f', tonumber(ms) + 1)
-  redis.call('XADD', KEYS[2], 'MAXLEN', '1', next .. '-0', 't', '')
-  return next .. '000'
-end
-
--- The next token. A new stream starts one ms ahead of the clock: past every id a stream that
--- expired or was lost in this very ms could have handed out. Its ttl is set once, when it is made.
-local function fence()
-  if ARGV[7] ~= '' then
-    local raised = redis.pcall('XADD', KEYS[2], 'MAXLEN', '1', ARGV[7], 't', '')
-    if type(raised) ~= 'table' then
-      local ms = tonumber(string.match(ARGV[7], '^(%d+)'))
-      redis.call('PEXPIRE', KEYS[2], string.format('%.0f', math.max(0, ms - server_ms()) + tonumber(ARGV[8])))
-      return token_of(raised)
-    end
-  end
-  local id = redis.call('XADD', KEYS[2], 'NOMKSTREAM', 'MAXLEN', '1', '*', 't', '')
-  if not id then
-    id = redis.call('XADD', KEYS[2], 'MAXLEN', '1', string.format('%.0f', server_ms() + 1) .. '-0', 't', '')
-    redis.call('PEXPIRE', KEYS[2], ARGV[8])
-  end
-  return token_of(id)
+local function fence(now_us)
+${nextToken('token', "tonumber(ARGV[7] or '0')")}
+  return token
 end
 
 -- A queued-form value: holder, token, lease end (server ms). nil for a plain value.
@@ -112,20 +107,25 @@ local function cover(now, ends)
   redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.max(1, until_ms - now)), 'GT')
 end
 
+local member = ARGV[1] .. '|' .. ARGV[5]
+
 local function enqueue(now, now_us)
-  redis.call('ZADD', KEYS[3], 'NX', now_us, ARGV[5])
-  local deadline = now + tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[4], deadline, ARGV[5])
+  redis.call('ZADD', KEYS[3], 'NX', now_us, member)
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), member)
   stretch(KEYS[3], ARGV[6])
   stretch(KEYS[4], ARGV[6])
   redis.call('PEXPIRE', KEYS[1], ARGV[6], 'GT')
+end
+
+local function leave()
+  if redis.call('ZREM', KEYS[3], member) == 1 then redis.call('ZREM', KEYS[4], member) end
 end
 
 -- The key is free (released, or its holder's lease ended): FIFO gives it to the queue's live head
 -- (with the head's own deadline as a provisional lease end, which the head's confirming attempt
 -- turns into its ttl); unordered leaves it free for whoever asks first. Either way one message
 -- goes to the head's process, naming the head. With nobody queued the key goes.
-local function hand_over(now)
+local function hand_over(now, now_us)
   local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
   for i = 1, #dead, 1000 do
     local chunk = {unpack(dead, i, math.min(i + 999, #dead))}
@@ -140,7 +140,7 @@ local function hand_over(now)
   local owner, backend = string.match(head, '^(.*)|([^|]*)$')
   if ARGV[4] == '1' then
     local deadline = tonumber(redis.call('ZSCORE', KEYS[4], head))
-    local token = fence()
+    local token = fence(now_us)
     redis.call('ZREM', KEYS[3], head)
     redis.call('ZREM', KEYS[4], head)
     redis.call('SET', KEYS[1], owner .. '|' .. token .. '|' .. string.format('%.0f', deadline), 'KEEPTTL')
@@ -148,136 +148,134 @@ local function hand_over(now)
   else
     redis.call('SET', KEYS[1], '|0|0', 'KEEPTTL')
   end
-  redis.call('PUBLISH', ARGV[9] .. backend, ARGV[10] .. '\\n' .. owner)
+  redis.call('PUBLISH', string.match(KEYS[1], '^(.-){') .. 'w:' .. backend, KEYS[1] .. '\\n' .. owner)
 end
 `;
 
-/**
- * One attempt. ARGV: see `mutex`; ARGV[11] is 1 when this waiter may already be queued. Returns
- * the token as a decimal string, or false when busy (a waiter is then queued).
- */
-export const ACQUIRE = `${mutex}
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local token = fence()
-  if ARGV[11] == '1' and redis.call('ZREM', KEYS[3], ARGV[5]) == 1 then
-    -- Only after the store forgot a holder with others queued (the key outlives every waiter).
-    redis.call('ZREM', KEYS[4], ARGV[5])
-    if redis.call('ZCARD', KEYS[3]) > 0 then
-      local now = server_ms()
-      redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token .. '|' .. string.format('%.0f', now + tonumber(ARGV[2])), 'KEEPTTL')
-      cover(now, now)
-    end
-  end
+/** One attempt (ARGV: see `mutex`). Returns the token as a decimal string, or false when busy (a waiter is then queued). */
+export const ACQUIRE = `
+if ARGV[3] ~= '2' and ARGV[7] == '0' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+${nextToken('token', '0')}
   return token
 end
-${clock}
+${mutex}
+local now_us = server_us()
+local now = math.floor(now_us / 1000)
 local v = redis.call('GET', KEYS[1])
-local holder, token, ends = parse(v)
-if holder == nil then
-  holder, token, ends = v, '', now_ms + redis.call('PTTL', KEYS[1])
+local holder, token, ends
+if v then
+  holder, token, ends = parse(v)
+  if holder == nil then holder, token, ends = v, '', now + redis.call('PTTL', KEYS[1]) end
+else
+  holder, token, ends = '', '', 0
 end
-if holder == ARGV[1] and ends > now_ms then
+if holder == ARGV[1] and ends > now then
   -- Handed to us on a release: the lease counts from now.
-  redis.call('SET', KEYS[1], holder .. '|' .. token .. '|' .. string.format('%.0f', now_ms + tonumber(ARGV[2])), 'KEEPTTL')
+  redis.call('SET', KEYS[1], holder .. '|' .. token .. '|' .. string.format('%.0f', now + tonumber(ARGV[2])), 'KEEPTTL')
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
   return token
 end
-if ends > now_ms then
-  if ARGV[3] == '1' then
+if ends > now then
+  if ARGV[3] ~= '0' then
     if string.find(v, '|', 1, true) == nil then
       redis.call('SET', KEYS[1], holder .. '||' .. string.format('%.0f', ends), 'KEEPTTL')
     end
-    enqueue(now_ms, now_us)
+    enqueue(now, now_us)
   end
   return false
 end
--- Free: the holder's lease ended (or the key was left free for anyone, unordered).
-${purgeExpired('KEYS[4]', [['ZREM', 'KEYS[3]']])}
+-- Free: nobody holds it, its holder's lease ended, or it was left free for anyone (unordered).
+local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+for i = 1, #dead, 1000 do
+  local chunk = {unpack(dead, i, math.min(i + 999, #dead))}
+  redis.call('ZREM', KEYS[4], unpack(chunk))
+  redis.call('ZREM', KEYS[3], unpack(chunk))
+end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-if ARGV[4] == '1' and head ~= nil and head ~= ARGV[5] then
-  hand_over(now_ms)
-  if ARGV[3] == '1' then enqueue(now_ms, now_us) end
+if ARGV[4] == '1' and head ~= nil and head ~= member then
+  hand_over(now, now_us)
+  if ARGV[3] ~= '0' then enqueue(now, now_us) end
   return false
 end
-local granted = fence()
-redis.call('ZREM', KEYS[3], ARGV[5])
-redis.call('ZREM', KEYS[4], ARGV[5])
+local granted = fence(now_us)
+leave()
 if redis.call('ZCARD', KEYS[3]) > 0 then
-  local lease_end = now_ms + tonumber(ARGV[2])
-  redis.call('SET', KEYS[1], ARGV[1] .. '|' .. granted .. '|' .. string.format('%.0f', lease_end), 'KEEPTTL')
-  cover(now_ms, lease_end)
+  local lease_end = now + tonumber(ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1] .. '|' .. granted .. '|' .. string.format('%.0f', lease_end), 'PX', ARGV[2])
+  cover(now, lease_end)
 else
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 return granted
 `;
 
-/** ARGV: see `mutex` (1 owner, 2 ttl ms). Returns 1 when extended, 0 when the lease is lost. */
-export const RENEW = `${mutex}
+/** ARGV: 1 owner, 2 ttl ms. Returns 1 when extended, 0 when the lease is lost. */
+export const RENEW = `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 if not v then return 0 end
-local holder, token, ends = parse(v)
+local holder, token, ends = string.match(v, '^([^|]*)|([^|]*)|(%d+)$')
 if holder ~= ARGV[1] then return 0 end
-local now = server_ms()
-if ends <= now then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ends) <= now then return 0 end
 redis.call('SET', KEYS[1], holder .. '|' .. token .. '|' .. string.format('%.0f', now + tonumber(ARGV[2])), 'KEEPTTL')
 redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
 return 1
 `;
 
 /**
- * ARGV: see `mutex`. Gives the lock up if it is ours and drops our queue entry (a waiter giving up
- * uses the same script). A queued-form lock goes to the next waiter. Returns 1 when it was ours.
+ * ARGV: see `mutex` (1 owner, 4 fifo, 5 backend id). Gives the lock up if it is ours and drops our
+ * queue entry (a waiter giving up uses the same script). A queued-form lock goes to the next
+ * waiter. Returns 1 when it was ours.
  */
-export const RELEASE = `${mutex}
+export const RELEASE = `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
+${mutex}
 if not v then
-  if redis.call('ZREM', KEYS[3], ARGV[5]) == 1 then redis.call('ZREM', KEYS[4], ARGV[5]) end
+  leave()
   return 0
 end
 local holder, token, ends = parse(v)
 if holder == nil then
-  if redis.call('ZREM', KEYS[3], ARGV[5]) == 1 then redis.call('ZREM', KEYS[4], ARGV[5]) end
+  leave()
   return 0
 end
-local now = server_ms()
-if holder == ARGV[1] then
-  if ends > now then
-    hand_over(now)
-    return 1
-  end
-  holder = ''
+local now_us = server_us()
+local now = math.floor(now_us / 1000)
+if holder == ARGV[1] and ends > now then
+  hand_over(now, now_us)
+  return 1
 end
-if redis.call('ZREM', KEYS[3], ARGV[5]) == 1 then redis.call('ZREM', KEYS[4], ARGV[5]) end
--- A waiter left: if the key is free meanwhile, the next waiter is owed it.
-if holder == '' or ends <= now then hand_over(now) end
+leave()
+-- A waiter left, or a lease that had ended was given back: if the key is free, the next waiter is owed it.
+if holder == '' or ends <= now then hand_over(now, now_us) end
 return 0
 `;
 
 /**
- * ARGV: see `mutex` (1 owner, 7 the floor as a fence id, 8 fence ttl ms). Moves the fence stream
- * to the floor if the lock is still ours (any later grant would have replaced our owner) and the
- * stream is below it; the stream then lives until the clock has passed the floor plus its ttl.
- * Returns 1 when raised (or already higher), 0 when not ours.
+ * ARGV: 1 owner, 2 floor (decimal). Raises the token counter to the floor if the lock is still
+ * ours (any later grant would have replaced our owner). Returns 1 when raised (or already
+ * higher), 0 when not ours.
  */
-export const RAISE_FLOOR = `${mutex}
+export const RAISE_FLOOR = `${clock}
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local holder, token, ends = parse(v)
-local now = server_ms()
-if holder == nil then holder, ends = v, now + 1 end
-if holder ~= ARGV[1] or ends <= now then return 0 end
-if type(redis.pcall('XADD', KEYS[2], 'MAXLEN', '1', ARGV[7], 't', '')) ~= 'table' then
-  local ms = tonumber(string.match(ARGV[7], '^(%d+)'))
-  redis.call('PEXPIRE', KEYS[2], string.format('%.0f', math.max(0, ms - now) + tonumber(ARGV[8])))
+local holder, token, ends = string.match(v, '^([^|]*)|([^|]*)|(%d+)$')
+if holder == nil then holder, ends = v, now_ms + 1 end
+if holder ~= ARGV[1] or tonumber(ends) <= now_ms then return 0 end
+local floor = tonumber(ARGV[2])
+if floor > tonumber(redis.call('GET', KEYS[2]) or '0') then
+${setCounter('floor', 'ARGV[2]', String(COUNTER_TTL_MS))}
 end
 return 1
 `;

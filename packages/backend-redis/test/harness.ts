@@ -2,6 +2,7 @@ import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conforman
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { RedisBackend, redisBackend } from '@deadbolt/redis';
 import type { LockBackend } from '@deadbolt/core';
+import { Cluster, type Redis } from 'ioredis';
 
 /** The shared suite's options for the test-matrix Redis (also one side of the migration suites). */
 export function redisSuiteOptions(fifo = true): ConformanceOptions {
@@ -16,9 +17,39 @@ export function redisSuiteOptions(fifo = true): ConformanceOptions {
   };
 }
 
+/**
+ * The shared suite's options for test-matrix's three-master Redis Cluster (the nodes listen on
+ * three consecutive ports from the url's). Network faults go through one proxy listener per node,
+ * which the Cluster client reaches through a NAT map.
+ */
+export function redisClusterSuiteOptions(): ConformanceOptions {
+  const url = matrixUrl('redis-cluster');
+  const first = storeAddress(url);
+  const nodes = [0, 1, 2].map((i) => ({ host: first.host, port: first.port + i }));
+  return {
+    name: 'redis cluster',
+    createBackend: () => redisBackend({ url, cluster: true }),
+    createUnreachableBackend: () => redisBackend({ url: 'redis://127.0.0.1:1', cluster: true }),
+    network: {
+      store: nodes,
+      createBackend: (via, all) =>
+        redisBackend({
+          url: viaUrl(url, via),
+          cluster: true,
+          clusterOptions: { natMap: Object.fromEntries(nodes.map((node, i) => [`${node.host}:${node.port}`, all[i]!])) },
+        }),
+    },
+    child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, cluster: true } },
+    harness: redisHarness(url, 'redis-cluster'),
+  };
+}
+
 /** Reads and breaks the store directly, through a backend of its own (for `keysFor`). */
-export function redisHarness(url: string): ConformanceHarness {
-  const admin = redisBackend({ url });
+export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'redis'): ConformanceHarness {
+  const cluster = server === 'redis-cluster';
+  const admin = redisBackend({ url, cluster });
+  /** One connection per node: every master of a cluster, or the one server. */
+  const nodes = (): Redis[] => (admin.client instanceof Cluster ? admin.client.nodes('master') : [admin.client]);
   return {
     async inspect(key) {
       // The lock key is `<owner>` or, once someone waited, `<owner>|<token>|<lease end ms>`; queue
@@ -45,17 +76,26 @@ export function redisHarness(url: string): ConformanceHarness {
       await admin.client.multi().zrem(keys.lock, owner).zrem(keys.queue, owner).hdel(keys.deadlines, owner).exec();
     },
     async dropConnection(backend: LockBackend) {
-      const id = await (backend as RedisBackend).client.client('ID');
-      await admin.client.client('KILL', 'ID', String(id));
+      const client = (backend as RedisBackend).client;
+      if (client instanceof Cluster) {
+        // A cluster client has a connection to every node: cut every client connection but ours.
+        await Promise.all(nodes().map((node) => node.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')));
+        return;
+      }
+      const id = await client.client('ID');
+      await (admin.client as Redis).client('KILL', 'ID', String(id));
     },
-    restartServer: () => restartMatrixServer('redis'),
+    restartServer: () => restartMatrixServer(server, () => admin.client.set('deadbolt:probe', '1', 'PX', 1000)),
     async clearAll() {
-      let cursor = '0';
-      do {
-        const [next, found] = await admin.client.scan(cursor, 'MATCH', 'deadbolt:*', 'COUNT', 1000);
-        if (found.length) await admin.client.del(...found);
-        cursor = next;
-      } while (cursor !== '0');
+      for (const node of nodes()) {
+        let cursor = '0';
+        do {
+          const [next, found] = await node.scan(cursor, 'MATCH', 'deadbolt:*', 'COUNT', 1000);
+          // One DEL per key: a cluster node refuses a multi-key DEL across slots.
+          await Promise.all(found.map((name) => node.del(name)));
+          cursor = next;
+        } while (cursor !== '0');
+      }
     },
   };
 }

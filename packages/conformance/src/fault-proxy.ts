@@ -12,43 +12,54 @@ interface Pipe {
   readonly upstream: Socket;
 }
 
+/** A connection accepted during a blackhole, and where it was headed. */
+interface Parked {
+  readonly client: Socket;
+  readonly target: Address;
+}
+
 /**
  * A loopback TCP proxy between a client and a real store that stages the network faults
  * production has: `delay` (every chunk arrives late, in order), `blackhole` (a silent partition:
  * nothing is forwarded and no socket is closed, so both ends see a peer that stopped answering;
  * held data is delivered on `heal`, as TCP would after a partition ends), and `reset` (every
- * connection is cut with a TCP RST). It listens on 127.0.0.1 only and forwards only to `target`.
+ * connection is cut with a TCP RST). It listens on 127.0.0.1 only and forwards only to its
+ * targets: one listener per target, for a store of several nodes (a Redis Cluster), every fault
+ * applying to all of them at once.
  */
 export class FaultProxy {
-  readonly #server: Server;
-  readonly #target: Address;
+  readonly #servers: Server[] = [];
   readonly #pipes = new Set<Pipe>();
   #delayMs = 0;
   #silent = false;
   /** Connections accepted during a blackhole, connected upstream on heal. */
-  #parked: Socket[] = [];
+  #parked: Parked[] = [];
 
-  private constructor(server: Server, target: Address) {
-    this.#server = server;
-    this.#target = target;
-  }
+  private constructor() {}
 
-  /** Starts a proxy to `target` on a free loopback port. */
-  static async start(target: Address): Promise<FaultProxy> {
-    const server = createServer({ noDelay: true });
-    const proxy = new FaultProxy(server, target);
-    server.on('connection', (client) => proxy.#accept(client));
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => resolve());
-    });
+  /** Starts a proxy to `target` (or one listener for each of several targets) on free loopback ports. */
+  static async start(target: Address | readonly Address[]): Promise<FaultProxy> {
+    const proxy = new FaultProxy();
+    for (const each of Array.isArray(target) ? target : [target as Address]) {
+      const server = createServer({ noDelay: true });
+      proxy.#servers.push(server);
+      server.on('connection', (client) => proxy.#accept(client, each));
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(0, '127.0.0.1', () => resolve());
+      });
+    }
     return proxy;
   }
 
-  /** Where clients connect. */
+  /** Where clients connect (the first target's listener). */
   get address(): Address {
-    const { port } = this.#server.address() as { port: number };
-    return { host: '127.0.0.1', port };
+    return this.addresses[0]!;
+  }
+
+  /** Where clients connect, one listener per target, in the targets' order. */
+  get addresses(): Address[] {
+    return this.#servers.map((server) => ({ host: '127.0.0.1', port: (server.address() as { port: number }).port }));
   }
 
   /** `host:port` of the proxy, for building a store URL. */
@@ -85,7 +96,7 @@ export class FaultProxy {
     }
     const parked = this.#parked;
     this.#parked = [];
-    for (const client of parked) if (!client.destroyed) this.#connect(client);
+    for (const { client, target } of parked) if (!client.destroyed) this.#connect(client, target);
   }
 
   /** Cut every open connection with a TCP reset, as a restarted middlebox or peer does. */
@@ -95,26 +106,26 @@ export class FaultProxy {
       upstream.destroy();
     }
     this.#pipes.clear();
-    for (const client of this.#parked.splice(0)) client.resetAndDestroy();
+    for (const { client } of this.#parked.splice(0)) client.resetAndDestroy();
   }
 
   async close(): Promise<void> {
     this.reset();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    await Promise.all(this.#servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
   }
 
-  #accept(client: Socket): void {
+  #accept(client: Socket, target: Address): void {
     client.on('error', () => undefined);
     if (this.#silent) {
       client.pause();
-      this.#parked.push(client);
+      this.#parked.push({ client, target });
       return;
     }
-    this.#connect(client);
+    this.#connect(client, target);
   }
 
-  #connect(client: Socket): void {
-    const upstream = createConnection({ host: this.#target.host, port: this.#target.port, noDelay: true });
+  #connect(client: Socket, target: Address): void {
+    const upstream = createConnection({ host: target.host, port: target.port, noDelay: true });
     const pipe: Pipe = { client, upstream };
     this.#pipes.add(pipe);
     upstream.on('error', () => undefined);

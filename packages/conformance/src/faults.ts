@@ -103,7 +103,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
   const track = (locker: Locker) => (ctx.lockers.push(locker), locker);
 
   async function makeLockerVia(proxy: FaultProxy, lockerOptions: LockerOptions = {}): Promise<Locker> {
-    return track(createLocker(await options.network!.createBackend(proxy.address), { ttlMs: T, ...lockerOptions }));
+    return track(createLocker(await options.network!.createBackend(proxy.address, proxy.addresses), { ttlMs: T, ...lockerOptions }));
   }
 
   /** Expects `lock` to stay exclusive for `ms`: while it says it is held, `other` cannot take the key. */
@@ -124,7 +124,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
     const proxy = await startProxy();
     const delay = Math.max(5, Math.round(T / 50));
     proxy.delay(delay);
-    const probe = instrument(await options.network!.createBackend(proxy.address));
+    const probe = instrument(await options.network!.createBackend(proxy.address, proxy.addresses));
     const a = track(createLocker(probe.backend, { ttlMs: T }));
     const b = await makeLocker();
     const lock = await a.lock(key);
@@ -147,7 +147,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await trier.tryLock(freshKey('warm-up')).then((l) => l?.release());
       // A backend used directly: its own calls must end too (command timeouts, keep-alives), not
       // only core's wait for them, or every abandoned call would pin a connection for good.
-      const raw = await options.network!.createBackend(toWaiters.address);
+      const raw = await options.network!.createBackend(toWaiters.address, toWaiters.addresses);
       const rawLease = (await raw.acquire({ key: freshKey('raw'), owner: crypto.randomUUID(), ttlMs: T, wait: false, signal: new AbortController().signal }))!;
       const waitStarted = performance.now();
       const waiting = settle(waiter.lock(key, { timeoutMs: 1500 }));

@@ -78,7 +78,7 @@ export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceO
   if (to.createUnreachableBackend) options.createUnreachableBackend = () => pair(from.createBackend(), to.createUnreachableBackend!());
   if (from.network) {
     const network = from.network;
-    options.network = { store: network.store, createBackend: (via) => pair(network.createBackend(via), to.createBackend()) };
+    options.network = { store: network.store, createBackend: (via, all) => pair(network.createBackend(via, all), to.createBackend()) };
   }
   const fromZone = from.createBackendInTimeZone;
   const toZone = to.createBackendInTimeZone;

@@ -62,16 +62,19 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       }
       return { family, holds };
     };
-    const runs: Promise<{ family: SharedFamily; holds: Hold[] }>[] = [];
+    // Every process and locker is ready before any worker starts: a worker started while the next
+    // child was still spawning could finish before the others begin, and never meet them.
+    const starts: (() => Promise<{ family: SharedFamily; holds: Hold[] }>)[] = [];
     for (const [i, family] of families.entries()) {
       if (capabilities.crossProcess && i % 2 === 1) {
         const child = await spawnChild();
-        runs.push(child.rpc.call<Hold[]>('sharedWork', key, family, rounds, holdMs).then((holds) => ({ family, holds })));
+        starts.push(() => child.rpc.call<Hold[]>('sharedWork', key, family, rounds, holdMs).then((holds) => ({ family, holds })));
       } else {
-        runs.push(worker(family, await makeLocker()));
+        const locker = await makeLocker();
+        starts.push(() => worker(family, locker));
       }
     }
-    return Promise.all(runs);
+    return Promise.all(starts.map((start) => start()));
   }
 
 

@@ -67,7 +67,12 @@ export interface ConformanceOptions {
    * fault behaviours (18–20) put the suite's `FaultProxy` there. Required for every backend that
    * does I/O.
    */
-  network?: { store: Address; createBackend: (via: Address) => LockBackend | Promise<LockBackend> };
+  network?: {
+    /** The store's address; several for a store of several nodes (one proxy listener each). */
+    store: Address | readonly Address[];
+    /** `via` is the proxy for the (first) store address; `all` has one proxy address per store address. */
+    createBackend: (via: Address, all: readonly Address[]) => LockBackend | Promise<LockBackend>;
+  };
   /**
    * A backend whose store sessions run in time zone `zone` (e.g. `'+05:00'`), for stores whose time
    * functions depend on the session (MySQL/MariaDB, PostgreSQL). Behaviour 21.

@@ -4,7 +4,7 @@ import { promisify } from 'node:util';
 import type { Address } from './fault-proxy.js';
 
 /** The servers test-matrix runs. */
-export type MatrixServer = 'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra';
+export type MatrixServer = 'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra' | 'redis-cluster' | 'redis-replica';
 
 const DEFAULT_URLS: Record<MatrixServer, string> = {
   redis: 'redis://127.0.0.1:6379',
@@ -13,13 +13,16 @@ const DEFAULT_URLS: Record<MatrixServer, string> = {
   zookeeper: 'zookeeper://127.0.0.1:2181',
   etcd: 'etcd://127.0.0.1:2379',
   cassandra: 'cassandra://127.0.0.1:9042/deadbolt',
+  // One node of a three-master Redis Cluster, and a primary with one replica.
+  'redis-cluster': 'redis://127.0.0.1:7101',
+  'redis-replica': 'redis://127.0.0.1:6380',
 };
 
 const matrixDir = fileURLToPath(new URL('../../../test-matrix/', import.meta.url));
 
-/** The connection URL of a test-matrix server; `DEADBOLT_<NAME>_URL` overrides it. */
+/** The connection URL of a test-matrix server; `DEADBOLT_<NAME>_URL` overrides it (`-` as `_`). */
 export function matrixUrl(server: MatrixServer): string {
-  return process.env[`DEADBOLT_${server.toUpperCase()}_URL`] ?? DEFAULT_URLS[server];
+  return process.env[`DEADBOLT_${server.toUpperCase().replaceAll('-', '_')}_URL`] ?? DEFAULT_URLS[server];
 }
 
 /** The `host:port` a store URL points at (its first host). */
