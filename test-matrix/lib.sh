@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # test-matrix: real servers for every deadbolt backend on one machine, loopback only.
 #   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name> | apt <pkg...>
-# Names: redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica. Everything we start keeps its data, logs and pid
+# Names: redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock. Everything we start keeps its data, logs and pid
 # under test-matrix/.state/<name>/. A server already answering is reused and never stopped by
 # `down` (only servers `up` started carry the .state/<name>/owned marker).
 set -euo pipefail
 
 TM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="$TM_DIR/.state"
-ALL=(redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica)
+ALL=(redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock)
 CASSANDRA_VERSION=5.0.9
 
 log() { printf '[test-matrix] %s\n' "$*" >&2; }
@@ -139,6 +139,19 @@ redis-replica_start() {
 }
 redis-replica_stop() { redis_node_stop 6381; redis_node_stop 6380; }
 redis-replica_version() { redis-replica_health && echo "Redis primary + 1 replica ($(redis_version))"; }
+
+# --- redis-redlock: five independent nodes (6391-6395) for Redlock --------------------------------
+# `restart redis-redlock` restarts the first node only, empty: a Redlock deployment losing one node.
+RLOCK_PORTS=(6391 6392 6393 6394 6395)
+redis-redlock_health() { local p; for p in "${RLOCK_PORTS[@]}"; do redis_ping "$p" || return 1; done; }
+redis-redlock_install() { redis_install; }
+redis-redlock_start() {
+  local p; for p in "${RLOCK_PORTS[@]}"; do redis_ping "$p" || redis_node redis-redlock "$p"; done
+  echo "$(listener_pid 6391)" > "$STATE/redis-redlock/redis-redlock.pid" 2>/dev/null || true
+}
+redis-redlock_stop() { local p; for p in "${RLOCK_PORTS[@]}"; do redis_node_stop "$p"; done; }
+redis-redlock_restart() { redis_node_stop 6391; redis_node redis-redlock 6391; }
+redis-redlock_version() { redis-redlock_health && echo "5 independent Redis nodes ($(redis_version))"; }
 
 # --- mysql (MariaDB) ---------------------------------------------------------------------------
 MYSQL_PORT=3306
@@ -275,6 +288,7 @@ url_of() {
     cassandra) echo "${DEADBOLT_CASSANDRA_URL:-cassandra://127.0.0.1:9042/deadbolt}";;
     redis-cluster) echo "${DEADBOLT_REDIS_CLUSTER_URL:-redis://127.0.0.1:7101}";;
     redis-replica) echo "${DEADBOLT_REDIS_REPLICA_URL:-redis://127.0.0.1:6380}";;
+    redis-redlock) echo "${DEADBOLT_REDIS_REDLOCK_URL:-redis://127.0.0.1:6391}";;
     *) die "unknown server $1 (known: ${ALL[*]})";;
   esac
 }
@@ -304,6 +318,12 @@ down_one() {
 # data here, so it is restarted with our own (equivalent) settings.
 restart_one() {
   local name=$1 start=$SECONDS port pid cmd=() cwd=/
+  if declare -F "${name}_restart" >/dev/null; then
+    "${name}_restart"
+    wait_healthy "$name" "$(limit_for "$name")" || return 1
+    log "$name: restarted in $((SECONDS - start))s"
+    return 0
+  fi
   port=$(port_of "$name")
   pid=$(listener_pid "$port" || true)
   if [ ! -f "$STATE/$name/owned" ] && [ "${name#redis}" = "$name" ] && [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ]; then
@@ -325,7 +345,7 @@ restart_one() {
   log "$name: restarted in $((SECONDS - start))s"
 }
 
-port_of() { case $1 in redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
+port_of() { case $1 in redis-redlock) echo 6391;; redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
 
 names_or_all() { if [ $# -gt 0 ]; then echo "$@"; elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then echo "${DEADBOLT_BACKENDS//,/ }"; else echo "${ALL[@]}"; fi; }
 

@@ -13,7 +13,7 @@ import {
   type SharedRequest,
 } from '@deadbolt/core';
 import { Cluster, Redis, ReplyError, type ClusterOptions, type RedisOptions } from 'ioredis';
-import { ACQUIRE, COUNTER_TTL_MS, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RAISE_FLOOR, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
+import { ACQUIRE, COUNTER_TTL_MS, GUARDED_ACQUIRE, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RAISE_FLOOR, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
 
 export interface RedisBackendOptions {
   /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
@@ -39,6 +39,14 @@ export interface RedisBackendOptions {
   syncReplicas?: number;
   /** How long a replica sync may wait for the replicas. Default 1000 ms. */
   syncTimeoutMs?: number;
+  /**
+   * Restart guard (opt-in): a server found without the backend's birth mark (restarted without
+   * its data, or new) grants no lock for this long, checked in the grant's own script. Set it to
+   * your longest ttl and no lock is ever granted twice across an empty restart, where otherwise a
+   * holder that has not yet noticed the restart overlaps the next one. A new deployment waits it
+   * out once. Default 0 (off); `redlockBackend` always sets it.
+   */
+  restartGuardMs?: number;
   /** Prefix of every key and of the release channel. Default `deadbolt:`. Must not contain `{` or `}`. */
   prefix?: string;
   /**
@@ -70,7 +78,7 @@ export interface RedisLease extends Lease {
   readonly shared?: true;
 }
 
-interface RedisKeys {
+export interface RedisKeys {
   readonly lock: string;
   readonly token: string;
   readonly queue: string;
@@ -89,6 +97,7 @@ class Script {
 
 const scripts = {
   acquire: new Script(ACQUIRE),
+  guardedAcquire: new Script(GUARDED_ACQUIRE),
   renew: new Script(RENEW),
   release: new Script(RELEASE),
   raiseFloor: new Script(RAISE_FLOOR),
@@ -124,6 +133,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #connectTimeoutMs: number;
   readonly #syncReplicas: number;
   readonly #syncTimeoutMs: number;
+  readonly #restartGuardMs: number;
   #subscribed: Promise<void> | undefined;
   #closed = false;
 
@@ -144,6 +154,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
     this.#syncReplicas = options.syncReplicas ?? 0;
     if (!Number.isSafeInteger(this.#syncReplicas) || this.#syncReplicas < 0) throw new InvalidArgumentError('syncReplicas must be a whole number ≥ 0');
     this.#syncTimeoutMs = options.syncTimeoutMs ?? 1000;
+    this.#restartGuardMs = options.restartGuardMs ?? 0;
+    if (!Number.isSafeInteger(this.#restartGuardMs) || this.#restartGuardMs < 0) throw new InvalidArgumentError('restartGuardMs must be a whole number of ms ≥ 0');
     if (!Number.isSafeInteger(this.#syncTimeoutMs) || this.#syncTimeoutMs < 1) throw new InvalidArgumentError('syncTimeoutMs must be a whole number of ms ≥ 1');
     const cluster = options.cluster ?? options.client instanceof Cluster;
     // WAIT counts the replicas of the connection it is sent on; a Cluster client sends a keyless
@@ -300,7 +312,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
     const acquiredAt = performance.now();
     // A queued waiter is dropped if it stays silent for a ttl (or 4 poll periods, if longer).
     const waiterTtl = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
-    const token = await this.#run('acquire', scripts.acquire, keys, [
+    const guarded = this.#restartGuardMs > 0;
+    const token = await this.#run('acquire', guarded ? scripts.guardedAcquire : scripts.acquire, keys, [
       req.owner,
       String(req.ttlMs),
       !req.wait ? '0' : queued ? '2' : '1',
@@ -309,7 +322,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
       String(waiterTtl),
       // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
       req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
-    ]);
+      ...(guarded ? [String(this.#restartGuardMs)] : []),
+    ], guarded ? [`${this.#prefix}born`, `${this.#prefix}restart-guard`] : []);
     if (token === null) return null;
     const lease: RedisLease = { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
     await this.#synced('acquire', lease);
@@ -367,8 +381,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   /** EVALSHA, loading the script with EVAL when the server does not know it (restart, SCRIPT FLUSH). */
-  async #run(operation: string, script: Script, keys: RedisKeys, args: string[]): Promise<unknown> {
-    const keyList = [keys.lock, keys.token, keys.queue, keys.deadlines];
+  async #run(operation: string, script: Script, keys: RedisKeys, args: string[], moreKeys: string[] = []): Promise<unknown> {
+    const keyList = [keys.lock, keys.token, keys.queue, keys.deadlines, ...moreKeys];
     try {
       if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
       try {

@@ -211,6 +211,23 @@ end
 return granted
 `;
 
+/**
+ * ACQUIRE behind the restart guard. KEYS 5 birth mark, 6 guard; ARGV[8] guard ms. A node with
+ * neither lost its data (or is new): it is marked, and refuses every grant until the guard
+ * expires, by when every lease it may have forgotten has ended. Checked in the grant's own step,
+ * so no grant can slip in between a restart and the check.
+ */
+export const GUARDED_ACQUIRE = `
+local marks = redis.call('EXISTS', KEYS[5], KEYS[6])
+if marks ~= 1 then
+  if marks == 0 then
+    redis.call('SET', KEYS[5], '1')
+    redis.call('SET', KEYS[6], '1', 'PX', ARGV[8])
+  end
+  return false
+end
+${ACQUIRE}`;
+
 /** ARGV: 1 owner, 2 ttl ms. Returns 1 when extended, 0 when the lease is lost. */
 export const RENEW = `
 local v = redis.call('GET', KEYS[1])

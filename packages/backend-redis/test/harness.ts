@@ -1,8 +1,8 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
-import { RedisBackend, redisBackend } from '@deadbolt/redis';
+import { RedisBackend, redisBackend, redlockBackend } from '@deadbolt/redis';
 import type { LockBackend } from '@deadbolt/core';
-import { Cluster, type Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 
 /** The shared suite's options for the test-matrix Redis (also one side of the migration suites). */
 export function redisSuiteOptions(fifo = true): ConformanceOptions {
@@ -96,6 +96,60 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
           cursor = next;
         } while (cursor !== '0');
       }
+    },
+  };
+}
+
+/** test-matrix's independent Redis nodes for Redlock (five, on consecutive ports from the url's). */
+export function redlockNodes(count: number): string[] {
+  const first = storeAddress(matrixUrl('redis-redlock'));
+  return Array.from({ length: count }, (_, i) => `redis://${first.host}:${first.port + i}`);
+}
+
+/**
+ * The shared suite's options for Redlock over test-matrix's first three nodes, with a short
+ * longest ttl (so a restarted node's guard is short too). Network faults go through one proxy
+ * listener per node.
+ */
+export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
+  const nodes = redlockNodes(3);
+  const admins = nodes.map((url) => new Redis(url).on('error', () => undefined));
+  const keyNames = redlockBackend({ nodes: admins, maxTtlMs });
+  return {
+    name: 'redlock (3 nodes)',
+    createBackend: () => redlockBackend({ nodes, maxTtlMs }),
+    createUnreachableBackend: () => redlockBackend({ nodes: ['redis://127.0.0.1:1', 'redis://127.0.0.1:2', 'redis://127.0.0.1:3'], maxTtlMs }),
+    network: { store: nodes.map(storeAddress), createBackend: (_via, all) => redlockBackend({ nodes: all.map((a) => `redis://${a.host}:${a.port}`), maxTtlMs }) },
+    child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redlockBackend', options: { nodes, maxTtlMs } },
+    harness: {
+      async inspect(key) {
+        // Whoever holds the key on any node (a Redlock never queues).
+        const name = keyNames.keysFor(key).lock;
+        const values = await Promise.all(admins.map((admin) => admin.get(name)));
+        return [...new Set(values.filter((v): v is string => v !== null))];
+      },
+      async loseClaim(key) {
+        const name = keyNames.keysFor(key).lock;
+        await Promise.all(admins.map((admin) => admin.del(name)));
+      },
+      async dropConnection() {
+        await Promise.all(admins.map((admin) => admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')));
+      },
+      // Restarts the first node empty: its restart guard keeps it out, the other two are a majority.
+      restartServer: () => restartMatrixServer('redis-redlock', () => admins[0]!.ping()),
+      async clearAll() {
+        // Lock keys only (`<prefix>{…`): the nodes' birth marks stay, or every test would wait out a guard.
+        await Promise.all(
+          admins.map(async (admin) => {
+            let cursor = '0';
+            do {
+              const [next, found] = await admin.scan(cursor, 'MATCH', 'deadbolt:{*', 'COUNT', 1000);
+              await Promise.all(found.map((name) => admin.del(name)));
+              cursor = next;
+            } while (cursor !== '0');
+          }),
+        );
+      },
     },
   };
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `pnpm bench [--full] [--only redis,memory] [--thesis N]`: the five scenarios of BENCHMARKS.md on
+ * `pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]`: the five scenarios of BENCHMARKS.md on
  * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
@@ -33,6 +33,9 @@ import { floors, migrationPairs, sharedSubjects, subjects, type Store } from './
 const args = process.argv.slice(2);
 const full = args.includes('--full');
 const only = args.includes('--only') ? args[args.indexOf('--only') + 1]!.split(',') : undefined;
+const chosen = args.includes('--scenarios') ? args[args.indexOf('--scenarios') + 1]!.split(',') : undefined;
+/** Whether scenario `n` runs (all do unless --scenarios names some). */
+const runs = (n: number) => !chosen || chosen.includes(String(n));
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
 const clientCounts = full ? [2, 8, 32] : [2, 8];
@@ -136,13 +139,13 @@ async function uncontendedOn(store: Store): Promise<UncontendedResult[]> {
 }
 
 const uncontendedResults: UncontendedResult[] = [];
-for (const store of stores.filter((s) => probes.has(s))) {
+for (const store of stores.filter((s) => runs(1) && probes.has(s))) {
   progress(`scenario 1: ${store}, floor, ours and peers interleaved`);
   uncontendedResults.push(...(await uncontendedOn(store)));
 }
 /** Scenario 6: per pair, each store alone and the two in `dual`, interleaved like scenario 1. */
 const migrationResults: { pair: string; from: UncontendedResult; to: UncontendedResult; nested: UncontendedResult; dual: UncontendedResult }[] = [];
-for (const pair of migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store))) {
+for (const pair of migrationPairs().filter((p) => runs(6) && probes.has(p.from.store) && probes.has(p.to.store))) {
   progress(`scenario 6: ${pair.dual.name}`);
   const opened: UncontendedEntry[] = [];
   try {
@@ -160,7 +163,7 @@ for (const pair of migrationPairs().filter((p) => probes.has(p.from.store) && pr
   }
 }
 const contendedResults: ContendedResult[] = [];
-for (const subject of available) {
+for (const subject of available.filter(() => runs(3))) {
   for (const clients of clientCounts) {
     await step(`scenario 3: ${subject.name}, ${clients} clients`, () => contended(subject, clients, 1, durationMs), contendedResults);
     // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
@@ -169,23 +172,23 @@ for (const subject of available) {
 }
 // Scenarios 7 and 8: the shared family under contention, with scenario 3's measurements.
 const semaphoreResults: ContendedResult[] = [];
-for (const subject of semaphoreSubjects) {
+for (const subject of semaphoreSubjects.filter(() => runs(7))) {
   await step(`scenario 7: ${subject.name}, ${SHARED_CLIENTS} clients`, () => contended(subject, SHARED_CLIENTS, 1, durationMs), semaphoreResults);
 }
 const readWriteResults: ContendedResult[] = [];
-for (const subject of readWriteSubjects) {
+for (const subject of readWriteSubjects.filter(() => runs(8))) {
   await step(`scenario 8: ${subject.name}, ${SHARED_CLIENTS} clients`, () => contended(subject, SHARED_CLIENTS, 1, durationMs), readWriteResults);
 }
 const manyKeysResults: ManyKeysResult[] = [];
-for (const subject of available) {
+for (const subject of available.filter(() => runs(4))) {
   await step(`scenario 4: ${subject.name}, 200 workers over 10 000 keys`, () => manyKeys(subject, 200, 10_000, 20, durationMs, probes.get(subject.store)!), manyKeysResults);
 }
 const longHoldResults: LongHoldResult[] = [];
-for (const subject of thesisSubjects) {
+for (const subject of thesisSubjects.filter(() => runs(5))) {
   await step(`scenario 5: ${subject.name}, 5 locks held ${holdMs / 1000} s`, () => longHolds(subject, 5, holdMs, probes.get(subject.store)!), longHoldResults);
 }
 const thesisResults: ThesisResult[] = [];
-for (const subject of thesisSubjects) {
+for (const subject of thesisSubjects.filter(() => runs(2))) {
   for (const processes of [1, 3, 5]) {
     await step(`scenario 2: ${subject.name}, ${processes} processes × ${thesisCount}`, () => thesis(subject, processes, thesisCount), thesisResults);
   }

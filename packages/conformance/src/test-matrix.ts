@@ -4,7 +4,7 @@ import { promisify } from 'node:util';
 import type { Address } from './fault-proxy.js';
 
 /** The servers test-matrix runs. */
-export type MatrixServer = 'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra' | 'redis-cluster' | 'redis-replica';
+export type MatrixServer = 'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra' | 'redis-cluster' | 'redis-replica' | 'redis-redlock';
 
 const DEFAULT_URLS: Record<MatrixServer, string> = {
   redis: 'redis://127.0.0.1:6379',
@@ -13,9 +13,11 @@ const DEFAULT_URLS: Record<MatrixServer, string> = {
   zookeeper: 'zookeeper://127.0.0.1:2181',
   etcd: 'etcd://127.0.0.1:2379',
   cassandra: 'cassandra://127.0.0.1:9042/deadbolt',
-  // One node of a three-master Redis Cluster, and a primary with one replica.
+  // One node of a three-master Redis Cluster (three consecutive ports), and a primary with one replica (on the next port).
   'redis-cluster': 'redis://127.0.0.1:7101',
   'redis-replica': 'redis://127.0.0.1:6380',
+  // The first of five independent Redis nodes on consecutive ports (Redlock).
+  'redis-redlock': 'redis://127.0.0.1:6391',
 };
 
 const matrixDir = fileURLToPath(new URL('../../../test-matrix/', import.meta.url));

@@ -1,0 +1,226 @@
+import {
+  BackendUnavailableError,
+  InvalidArgumentError,
+  pollForLease,
+  type AcquireRequest,
+  type Capabilities,
+  type Lease,
+  type LockBackend,
+} from '@deadbolt/core';
+import type { Redis } from 'ioredis';
+import { RedisBackend, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
+
+export interface RedlockBackendOptions {
+  /**
+   * The independent Redis nodes (not replicas of each other, not one cluster): `redis://` urls,
+   * or your own ioredis clients (`close()` leaves those open). At least 1; use an odd number, 3 or
+   * 5: a lock needs a majority, so 3 nodes ride out one failure and 5 ride out two.
+   */
+  nodes: readonly (string | Redis)[];
+  /** Prefix of every key. Default `deadbolt:`. Must not contain `{` or `}`. */
+  prefix?: string;
+  /**
+   * The longest ttl a lock may ask for, and how long a node that lost its data (restarted empty,
+   * or new) refuses to grant: by then every lease it may have forgotten has ended. Default 60 000.
+   */
+  maxTtlMs?: number;
+  /** Clock drift allowed between the nodes and this process, as a share of the ttl (plus 2 ms). Default 0.01. */
+  driftFactor?: number;
+  /** A waiter retries after a random pause of up to this long (doubling from 5 ms). Default 100 ms. */
+  retryDelayMs?: number;
+  /** Per node, for connections made from urls. Default 2000 ms. */
+  connectTimeoutMs?: number;
+  /** Per node, for connections made from urls: the longest wait for a reply. Default 5000 ms. */
+  commandTimeoutMs?: number;
+  /** Accept nodes that may evict keys (see `RedisBackendOptions.allowEviction`). Default false. */
+  allowEviction?: boolean;
+}
+
+export interface RedlockLease extends Lease {
+  /** Each node's lease, where that node granted (index = node). */
+  readonly parts: readonly (RedisLease | undefined)[];
+}
+
+/** A node's reply to one step: its lease (or true), nothing (busy, or refusing), or unreachable. */
+type Outcome<T> = { ok: T } | { busy: true } | { down: unknown };
+
+/**
+ * Redlock over N independent Redis nodes: a lock is held when a majority of nodes granted it
+ * within its validity time (ttl − time taken − drift), each node with the single-node backend's
+ * owner-checked, server-expired lease.
+ *
+ * Fencing tokens are strictly increasing across the whole deployment, not per node: a grant
+ * takes T = the largest of its majority's node tokens and, before it is reported, lifts the token
+ * counter of every node it holds to T (owner-checked, so each lift happens while that node still
+ * holds it); it is reported only when a majority was lifted. Any later majority shares a node with
+ * that lifted majority, and that node granted the later lock after the lift, so above T. A node
+ * that lost its data cannot break this or exclusion, because it grants nothing until every lease
+ * it could have forgotten has ended (`maxTtlMs`, counted on its own clock from when it was found
+ * empty); its tokens then restart from its clock (in µs), above any token that counts from a
+ * clock not ahead of it by more than that time.
+ */
+export class RedlockBackend implements LockBackend<RedlockLease> {
+  readonly name = 'redlock';
+  readonly capabilities: Capabilities;
+  readonly #nodes: RedisBackend[];
+  readonly #quorum: number;
+  readonly #driftFactor: number;
+  readonly #retryDelayMs: number;
+
+  /** @throws InvalidArgumentError for bad options (before connecting). */
+  constructor(options: RedlockBackendOptions) {
+    const nodes = options?.nodes;
+    if (!Array.isArray(nodes) || nodes.length === 0) throw new InvalidArgumentError('redlockBackend needs nodes: one or more redis:// urls or ioredis clients');
+    const maxTtl = options.maxTtlMs ?? 60_000;
+    if (!Number.isSafeInteger(maxTtl) || maxTtl < 1) throw new InvalidArgumentError('maxTtlMs must be a whole number of ms ≥ 1');
+    const drift = options.driftFactor ?? 0.01;
+    if (!Number.isFinite(drift) || drift < 0 || drift >= 0.5) throw new InvalidArgumentError('driftFactor must be a number from 0 to below 0.5');
+    const retry = options.retryDelayMs ?? 100;
+    if (!Number.isFinite(retry) || retry < 1) throw new InvalidArgumentError('retryDelayMs must be a number ≥ 1');
+    const prefix = options.prefix ?? 'deadbolt:';
+    this.#nodes = nodes.map((node) =>
+      redisNode(node, {
+        prefix,
+        fifo: false,
+        connectTimeoutMs: options.connectTimeoutMs,
+        commandTimeoutMs: options.commandTimeoutMs,
+        allowEviction: options.allowEviction,
+        restartGuardMs: maxTtl,
+      }),
+    );
+    this.#quorum = Math.floor(this.#nodes.length / 2) + 1;
+    this.#driftFactor = drift;
+    this.#retryDelayMs = retry;
+    this.capabilities = {
+      fencing: 'strict',
+      fairness: 'none',
+      lease: 'ttl',
+      wake: 'poll',
+      minTtlMs: 1,
+      ttlGranularityMs: 1,
+      maxTtlMs: maxTtl,
+      crossProcess: true,
+      minToken: true,
+    };
+  }
+
+  /** The key names one lock uses on every node (the single-node backend's). */
+  keysFor(key: string) {
+    return this.#nodes[0]!.keysFor(key);
+  }
+
+  /** The nodes' own backends (for inspection: each node's client is `nodes[i].client`). */
+  get nodes(): readonly RedisBackend[] {
+    return this.#nodes;
+  }
+
+  async acquire(req: AcquireRequest): Promise<RedlockLease | null> {
+    if (!req.wait) return this.#attempt(req);
+    return pollForLease(req.key, req.signal, () => this.#attempt(req), (lease) => this.release(lease), {
+      minDelayMs: Math.min(5, this.#retryDelayMs),
+      maxDelayMs: Math.min(this.#retryDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
+    });
+  }
+
+  async renew(lease: RedlockLease, ttlMs: number): Promise<boolean> {
+    const started = performance.now();
+    const outcomes = await this.#onNodes(lease.parts, (node, part) => node.renew(part, ttlMs).then((ok) => ok || null));
+    const renewed = outcomes.filter((o) => 'ok' in o).length;
+    // Not a majority within the new validity: the lock cannot be counted on (core then reports it lost).
+    if (renewed >= this.#quorum && performance.now() - started < this.#validity(ttlMs)) return true;
+    this.#failIfDown(outcomes, 'renew');
+    return false;
+  }
+
+  async release(lease: RedlockLease): Promise<void> {
+    const outcomes = await this.#onNodes(lease.parts, (node, part) => node.release(part).then(() => true));
+    if (outcomes.filter((o) => 'down' in o).length >= this.#quorum) this.#failIfDown(outcomes, 'release');
+  }
+
+  /** Lifts every held node's counter; true when a majority was lifted while still held. */
+  async raiseTokenFloor(lease: RedlockLease, floor: bigint): Promise<boolean> {
+    const outcomes = await this.#onNodes(lease.parts, (node, part) => node.raiseTokenFloor(part, floor).then((ok) => ok || null));
+    if (outcomes.filter((o) => 'ok' in o).length >= this.#quorum) return true;
+    this.#failIfDown(outcomes, 'raise token floor');
+    return false;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.#nodes.map((node) => node.close()));
+  }
+
+  /** One Redlock round: every node at once; a majority within the validity, or everything given back. */
+  async #attempt(req: AcquireRequest): Promise<RedlockLease | null> {
+    const started = performance.now();
+    const one = { ...req, wait: false };
+    const outcomes = await this.#onNodes(this.#nodes.map(() => true), (node) => node.acquire(one));
+    const keys = this.#nodes[0]!.keysFor(req.key);
+    // A node that did not answer may have granted all the same: it keeps a part, so that a
+    // release, renewal or lift reaches it too (each is owner-checked there).
+    const parts = outcomes.map((o): RedisLease | undefined =>
+      'ok' in o ? o.ok : 'down' in o ? { key: req.key, owner: req.owner, token: 0n, acquiredAt: started, keys } : undefined,
+    );
+    const granted = outcomes.flatMap((o) => ('ok' in o ? [o.ok] : []));
+    const giveBack = () => this.release({ key: req.key, owner: req.owner, token: 0n, acquiredAt: started, parts }).catch(() => undefined);
+    if (granted.length < this.#quorum || performance.now() - started >= this.#validity(req.ttlMs)) {
+      await giveBack();
+      this.#failIfDown(outcomes, 'acquire');
+      return null;
+    }
+    const token = granted.reduce((max, part) => (part.token > max ? part.token : max), 0n);
+    const lifted = await this.#onNodes(parts, (node, part) => (part.token === token ? Promise.resolve(true) : node.raiseTokenFloor(part, token).then((ok) => ok || null)));
+    if (lifted.filter((o) => 'ok' in o).length < this.#quorum || performance.now() - started >= this.#validity(req.ttlMs)) {
+      await giveBack();
+      this.#failIfDown(lifted, 'acquire');
+      return null;
+    }
+    // The nodes started their ttl no earlier than `started`; counting from `drift` before it
+    // leaves room for their clocks running fast.
+    return { key: req.key, owner: req.owner, token, acquiredAt: started - this.#drift(req.ttlMs), parts };
+  }
+
+  #drift(ttlMs: number): number {
+    return ttlMs * this.#driftFactor + 2;
+  }
+
+  #validity(ttlMs: number): number {
+    return ttlMs - this.#drift(ttlMs);
+  }
+
+  /** A majority of nodes unreachable: the deployment is down, which is not "busy" or "lost". */
+  #failIfDown(outcomes: Outcome<unknown>[], operation: string): void {
+    const down = outcomes.filter((o): o is { down: unknown } => 'down' in o);
+    if (this.#nodes.length - down.length < this.#quorum) {
+      throw new BackendUnavailableError(this.name, operation, { cause: new AggregateError(down.map((d) => d.down), `${down.length} of ${this.#nodes.length} Redis nodes unreachable`) });
+    }
+  }
+
+  /** Runs `step` at once on every node that has a part. Never rejects: each node's outcome is returned (null = busy). */
+  #onNodes<P, T>(parts: readonly (P | undefined)[], step: (node: RedisBackend, part: P) => Promise<T | null>): Promise<Outcome<T>[]> {
+    return Promise.all(
+      this.#nodes.map(async (node, i): Promise<Outcome<T>> => {
+        const part = parts[i];
+        if (part === undefined) return { busy: true };
+        try {
+          const result = await step(node, part);
+          return result === null ? { busy: true } : { ok: result };
+        } catch (error) {
+          return { down: error };
+        }
+      }),
+    );
+  }
+}
+
+function redisNode(node: string | Redis, options: Omit<RedisBackendOptions, 'url' | 'client'>): RedisBackend {
+  return typeof node === 'string' ? new RedisBackend({ url: node, ...options }) : new RedisBackend({ client: node, ...options });
+}
+
+/**
+ * A Redlock backend over independent Redis nodes. @throws InvalidArgumentError for bad options;
+ * store failures surface later as BackendUnavailableError (a majority of nodes unreachable) or
+ * BackendError from the Locker's calls.
+ */
+export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
+  return new RedlockBackend(options);
+}

@@ -1,0 +1,101 @@
+import { createLocker, type Lock } from '@deadbolt/core';
+import { closeLockersAfterEach, defineConformanceSuite, retryFor } from '@deadbolt/conformance';
+import { redlockBackend } from '@deadbolt/redis';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { redlockNodes, redlockSuiteOptions } from './harness.js';
+
+const MAX_TTL_MS = 5000;
+const matrix = new URL('../../../test-matrix/', import.meta.url).pathname;
+
+/** Nodes that test-matrix started a moment ago guard themselves for `maxTtlMs`: wait that out once. */
+async function guardsPassed(nodes: string[]): Promise<void> {
+  const locker = createLocker(redlockBackend({ nodes, maxTtlMs: MAX_TTL_MS }), { ttlMs: 1000 });
+  try {
+    await (await locker.lock(`redlock-warm-up/${Math.random()}`, { timeoutMs: 3 * MAX_TTL_MS })).release();
+  } finally {
+    await locker.close();
+  }
+}
+
+beforeAll(() => guardsPassed(redlockNodes(5)), 60_000);
+
+defineConformanceSuite(redlockSuiteOptions(MAX_TTL_MS));
+
+describe('redlock over 5 nodes', () => {
+  const track = closeLockersAfterEach();
+  const nodes = redlockNodes(5);
+  // A node this file shuts down makes its admin client retry; that is expected, not worth a log line.
+  const admins = nodes.map((url) => new Redis(url).on('error', () => undefined));
+  const newLocker = (ttlMs = 1000) => track(createLocker(redlockBackend({ nodes, maxTtlMs: MAX_TTL_MS }), { ttlMs }));
+
+  /** Four clients take one key in turn for `ms`, while `fault` runs; every hold is checked against every other. */
+  async function contendDuring(ms: number, fault: () => Promise<void>) {
+    const key = `redlock-test/${Math.random().toString(36).slice(2)}`;
+    const holds: { start: number; end: number; token: bigint }[] = [];
+    const until = performance.now() + ms;
+    const worker = async () => {
+      const locker = newLocker();
+      while (performance.now() < until) {
+        let lock: Lock;
+        try {
+          lock = await locker.lock(key, { timeoutMs: 5000 });
+        } catch (error) {
+          // A node going away mid-call can fail one call with a typed error; never a wrong lock.
+          expect(error).toMatchObject({ code: expect.stringMatching(/^(BACKEND_UNAVAILABLE|LOCK_TIMEOUT)$/) });
+          continue;
+        }
+        const start = performance.now();
+        await new Promise((r) => setTimeout(r, 2));
+        const end = performance.now();
+        const stillHeld = lock.held;
+        await lock.release().catch(() => undefined);
+        if (stillHeld) holds.push({ start, end, token: lock.token });
+      }
+    };
+    await Promise.all([worker(), worker(), worker(), worker(), fault()]);
+    holds.sort((a, b) => a.start - b.start);
+    for (let i = 1; i < holds.length; i++) {
+      expect(holds[i]!.start, 'two holders at once').toBeGreaterThanOrEqual(holds[i - 1]!.end);
+      expect(holds[i]!.token, 'tokens out of order').toBeGreaterThan(holds[i - 1]!.token);
+    }
+    return holds;
+  }
+
+  it('one node killed mid-run: no two holders, tokens strictly rising, the rest carry on', async () => {
+    const holds = await contendDuring(3000, async () => {
+      await new Promise((r) => setTimeout(r, 1000));
+      await admins[4]!.shutdown('NOSAVE').catch(() => undefined);
+    });
+    expect(holds.length).toBeGreaterThan(20);
+    await promisify(execFile)('bash', [`${matrix}up`, 'redis-redlock']);
+    await retryFor(10_000, () => admins[4]!.ping());
+  }, 60_000);
+
+  it('one node restarted empty mid-run: its guard keeps it out; no two holders, tokens strictly rising', async () => {
+    const holds = await contendDuring(3000, async () => {
+      await new Promise((r) => setTimeout(r, 1000));
+      await promisify(execFile)('bash', [`${matrix}restart`, 'redis-redlock']); // node 1 of 5, empty
+      expect(await admins[0]!.dbsize()).toBeLessThanOrEqual(2); // its birth mark and guard at most
+    });
+    expect(holds.length).toBeGreaterThan(20);
+  }, 60_000);
+
+  it('a lock held across a node restart keeps a majority; a minority of nodes up is BackendUnavailableError', async () => {
+    const locker = newLocker(2000);
+    const lock = await locker.lock(`redlock-test/${Math.random()}`);
+    expect(lock.held).toBe(true);
+    const down = createLocker(redlockBackend({ nodes: [nodes[0]!, 'redis://127.0.0.1:1', 'redis://127.0.0.1:2'], maxTtlMs: MAX_TTL_MS }), { ttlMs: 1000 });
+    track(down);
+    await expect(down.tryLock('redlock-test/down')).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+    await lock.release();
+  });
+
+  it('rejects bad options before any I/O', () => {
+    for (const bad of [{ nodes: [] }, { nodes: 'redis://x' }, { nodes: nodes, maxTtlMs: 0 }, { nodes: nodes, driftFactor: 0.5 }, { nodes: nodes, retryDelayMs: 0 }]) {
+      expect(() => redlockBackend(bad as never), JSON.stringify(bad)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    }
+  });
+});
