@@ -41,8 +41,8 @@ export interface RedlockLease extends Lease {
   readonly parts: readonly (RedisLease | undefined)[];
 }
 
-/** A node's reply to one step: its lease (or true), nothing (busy, or refusing), or unreachable. */
-type Outcome<T> = { ok: T } | { busy: true } | { down: unknown };
+/** A node's reply to one step: its lease (or true), nothing (busy, or refusing), unreachable, or not yet in. */
+type Outcome<T> = { ok: T } | { busy: true } | { down: unknown } | { pending: true };
 
 /**
  * Redlock over N independent Redis nodes: a lock is held when a majority of nodes granted it
@@ -153,12 +153,12 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   async #attempt(req: AcquireRequest): Promise<RedlockLease | null> {
     const started = performance.now();
     const one = { ...req, wait: false };
-    const outcomes = await this.#onNodes(this.#nodes.map(() => true), (node) => node.acquire(one));
+    const outcomes = await this.#grants(one);
     const keys = this.#nodes[0]!.keysFor(req.key);
-    // A node that did not answer may have granted all the same: it keeps a part, so that a
+    // A node that did not answer (yet) may have granted all the same: it keeps a part, so that a
     // release, renewal or lift reaches it too (each is owner-checked there).
     const parts = outcomes.map((o): RedisLease | undefined =>
-      'ok' in o ? o.ok : 'down' in o ? { key: req.key, owner: req.owner, token: 0n, acquiredAt: started, keys } : undefined,
+      'ok' in o ? o.ok : 'busy' in o ? undefined : { key: req.key, owner: req.owner, token: 0n, acquiredAt: started, keys },
     );
     const granted = outcomes.flatMap((o) => ('ok' in o ? [o.ok] : []));
     const giveBack = () => this.release({ key: req.key, owner: req.owner, token: 0n, acquiredAt: started, parts }).catch(() => undefined);
@@ -177,6 +177,38 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     // The nodes started their ttl no earlier than `started`; counting from `drift` before it
     // leaves room for their clocks running fast.
     return { key: req.key, owner: req.owner, token, acquiredAt: started - this.#drift(req.ttlMs), parts };
+  }
+
+  /**
+   * One attempt on every node at once, settled as soon as a majority granted (a node that is down
+   * must not slow every grant); what a later node grants is given back when it comes. A failed
+   * attempt waits for every node, so that nodes that are down are counted as such.
+   * Nodes not yet answered are `pending` (they may have granted).
+   */
+  #grants(req: AcquireRequest): Promise<Outcome<RedisLease>[]> {
+    return new Promise((resolve) => {
+      const outcomes: (Outcome<RedisLease> | undefined)[] = this.#nodes.map(() => undefined);
+      let settled = false;
+      const settle = () => {
+        const granted = outcomes.filter((o) => o && 'ok' in o).length;
+        if (settled || (granted < this.#quorum && outcomes.includes(undefined))) return;
+        settled = true;
+        resolve(outcomes.map((o) => o ?? { pending: true }));
+      };
+      this.#nodes.forEach((node, i) => {
+        node.acquire(req).then(
+          (lease) => {
+            if (settled && lease) void node.release(lease).catch(() => undefined);
+            outcomes[i] = lease ? { ok: lease } : { busy: true };
+            settle();
+          },
+          (error: unknown) => {
+            outcomes[i] = { down: error };
+            settle();
+          },
+        );
+      });
+    });
   }
 
   #drift(ttlMs: number): number {
