@@ -134,6 +134,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
 
   async release(lease: RedlockLease): Promise<void> {
     const outcomes = await this.#onNodes(lease.parts, (node, part) => node.release(part).then(() => true));
+    // A majority gave it up; the rest follow in the background or expire.
     if (outcomes.filter((o) => 'down' in o).length >= this.#quorum) this.#failIfDown(outcomes, 'release');
   }
 
@@ -153,7 +154,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   async #attempt(req: AcquireRequest): Promise<RedlockLease | null> {
     const started = performance.now();
     const one = { ...req, wait: false };
-    const outcomes = await this.#grants(one);
+    const outcomes = await this.#onNodes(this.#nodes.map(() => true), (node) => node.acquire(one), (node, late) => void node.release(late).catch(() => undefined));
     const keys = this.#nodes[0]!.keysFor(req.key);
     // A node that did not answer (yet) may have granted all the same: it keeps a part, so that a
     // release, renewal or lift reaches it too (each is owner-checked there).
@@ -168,7 +169,9 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
       return null;
     }
     const token = granted.reduce((max, part) => (part.token > max ? part.token : max), 0n);
-    const lifted = await this.#onNodes(parts, (node, part) => (part.token === token ? Promise.resolve(true) : node.raiseTokenFloor(part, token).then((ok) => ok || null)));
+    // Lifted where it is known to hold: a majority of those is what any later majority meets.
+    const known = outcomes.map((o) => ('ok' in o ? o.ok : undefined));
+    const lifted = await this.#onNodes(known, (node, part) => (part.token === token ? Promise.resolve(true) : node.raiseTokenFloor(part, token).then((ok) => ok || null)));
     if (lifted.filter((o) => 'ok' in o).length < this.#quorum || performance.now() - started >= this.#validity(req.ttlMs)) {
       await giveBack();
       this.#failIfDown(lifted, 'acquire');
@@ -177,38 +180,6 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     // The nodes started their ttl no earlier than `started`; counting from `drift` before it
     // leaves room for their clocks running fast.
     return { key: req.key, owner: req.owner, token, acquiredAt: started - this.#drift(req.ttlMs), parts };
-  }
-
-  /**
-   * One attempt on every node at once, settled as soon as a majority granted (a node that is down
-   * must not slow every grant); what a later node grants is given back when it comes. A failed
-   * attempt waits for every node, so that nodes that are down are counted as such.
-   * Nodes not yet answered are `pending` (they may have granted).
-   */
-  #grants(req: AcquireRequest): Promise<Outcome<RedisLease>[]> {
-    return new Promise((resolve) => {
-      const outcomes: (Outcome<RedisLease> | undefined)[] = this.#nodes.map(() => undefined);
-      let settled = false;
-      const settle = () => {
-        const granted = outcomes.filter((o) => o && 'ok' in o).length;
-        if (settled || (granted < this.#quorum && outcomes.includes(undefined))) return;
-        settled = true;
-        resolve(outcomes.map((o) => o ?? { pending: true }));
-      };
-      this.#nodes.forEach((node, i) => {
-        node.acquire(req).then(
-          (lease) => {
-            if (settled && lease) void node.release(lease).catch(() => undefined);
-            outcomes[i] = lease ? { ok: lease } : { busy: true };
-            settle();
-          },
-          (error: unknown) => {
-            outcomes[i] = { down: error };
-            settle();
-          },
-        );
-      });
-    });
   }
 
   #drift(ttlMs: number): number {
@@ -227,21 +198,46 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     }
   }
 
-  /** Runs `step` at once on every node that has a part. Never rejects: each node's outcome is returned (null = busy). */
-  #onNodes<P, T>(parts: readonly (P | undefined)[], step: (node: RedisBackend, part: P) => Promise<T | null>): Promise<Outcome<T>[]> {
-    return Promise.all(
-      this.#nodes.map(async (node, i): Promise<Outcome<T>> => {
+  /**
+   * Runs `step` at once on every node that has a part; never rejects. Settles as soon as a
+   * majority succeeded (a node that is down must not slow every call), the rest `pending`, whose
+   * later successes go to `late`; otherwise waits for every node, so that down nodes count as such.
+   */
+  #onNodes<P, T>(parts: readonly (P | undefined)[], step: (node: RedisBackend, part: P) => Promise<T | null>, late?: (node: RedisBackend, result: T) => void): Promise<Outcome<T>[]> {
+    return new Promise((resolve) => {
+      const outcomes: (Outcome<T> | undefined)[] = parts.map((part) => (part === undefined ? { busy: true } : undefined));
+      let settled = false;
+      const settle = () => {
+        if (settled || (outcomes.filter((o) => o && 'ok' in o).length < this.#quorum && outcomes.includes(undefined))) return;
+        settled = true;
+        resolve(outcomes.map((o) => o ?? { pending: true }));
+      };
+      this.#nodes.forEach((node, i) => {
         const part = parts[i];
-        if (part === undefined) return { busy: true };
-        try {
-          const result = await step(node, part);
-          return result === null ? { busy: true } : { ok: result };
-        } catch (error) {
-          return { down: error };
-        }
-      }),
-    );
+        if (part === undefined) return;
+        // A node whose connection is known broken is down now: its commands would only wait in
+        // ioredis's queue for the next reconnect attempt (up to seconds) to fail.
+        const broken = ['reconnecting', 'close', 'end'].includes(node.client.status);
+        (broken ? Promise.reject(new Error(`the connection to ${nodeName(node)} is down (${node.client.status})`)) : step(node, part)).then(
+          (result) => {
+            if (settled && result !== null) late?.(node, result);
+            outcomes[i] = result === null ? { busy: true } : { ok: result };
+            settle();
+          },
+          (error: unknown) => {
+            outcomes[i] = { down: error };
+            settle();
+          },
+        );
+      });
+      settle();
+    });
   }
+}
+
+function nodeName(node: RedisBackend): string {
+  const { host, port } = (node.client as Redis).options;
+  return `${host}:${port}`;
 }
 
 function redisNode(node: string | Redis, options: Omit<RedisBackendOptions, 'url' | 'client'>): RedisBackend {
