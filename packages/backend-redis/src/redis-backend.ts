@@ -127,8 +127,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #id = randomUUID();
   readonly #notifier = new ReleaseNotifier();
   readonly #allowEviction: boolean;
-  /** The eviction check, once per backend (a failed check is retried). */
-  #evictionChecked: Promise<void> | undefined;
+  /** The eviction check, once per backend (a failed check is retried); `true` once it passed. */
+  #evictionChecked: Promise<void> | true | undefined;
   #subscriber: Redis | Cluster | undefined;
   readonly #connectTimeoutMs: number;
   readonly #syncReplicas: number;
@@ -249,15 +249,25 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   async acquire(req: AcquireRequest): Promise<RedisLease | null> {
-    await this.#checkEviction();
+    if (this.#evictionChecked !== true) await this.#checkEviction();
     const keys = this.keysFor(req.key);
-    if (!req.wait) return this.#attempt(req, keys, false);
-    await this.#subscribe();
-    // Only a release message wakes a waiter early; the poll is the safety net for a lost message
-    // (and refreshes the waiter's deadline), so it does not start short and grow.
-    const poll = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
-    let queued = false;
+    // The first attempt before any wait bookkeeping: uncontended, it is the whole acquisition.
+    let first: RedisLease | null = null;
     try {
+      first = await this.#attempt(req, keys, false);
+    } catch (error) {
+      // A waiter rides out a reset in the wait loop below, as it would at any later attempt.
+      if (!req.wait || !(error instanceof BackendUnavailableError)) throw error;
+    }
+    if (first || !req.wait) return first;
+    // Queued now. A handoff that came before the subscription below is found by the first attempt
+    // of the loop, which runs as soon as it is in place.
+    let queued = true;
+    try {
+      await this.#subscribe();
+      // Only a release message wakes a waiter early; the poll is the safety net for a lost message
+      // (and refreshes the waiter's deadline), so it does not start short and grow.
+      const poll = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
       return await pollForLease(
         keys.lock,
         req.signal,
@@ -422,6 +432,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
    * is documented, not refused.
    */
   #checkEviction(): Promise<void> {
+    if (this.#evictionChecked === true) return Promise.resolve();
     this.#evictionChecked ??= (async () => {
       if (this.#allowEviction) return;
       let config: string[];
@@ -443,7 +454,9 @@ export class RedisBackend implements LockBackend<RedisLease> {
         this.#evictionChecked = undefined;
         throw new BackendError(this.name, 'acquire', { cause });
       }
-    })();
+    })().then(() => {
+      this.#evictionChecked = true;
+    });
     return this.#evictionChecked;
   }
 

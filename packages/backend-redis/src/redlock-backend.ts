@@ -169,17 +169,31 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
       return null;
     }
     const token = granted.reduce((max, part) => (part.token > max ? part.token : max), 0n);
-    // Lifted where it is known to hold: a majority of those is what any later majority meets.
-    const known = outcomes.map((o) => ('ok' in o ? o.ok : undefined));
-    const lifted = await this.#onNodes(known, (node, part) => (part.token === token ? Promise.resolve(true) : node.raiseTokenFloor(part, token).then((ok) => ok || null)));
-    if (lifted.filter((o) => 'ok' in o).length < this.#quorum || performance.now() - started >= this.#validity(req.ttlMs)) {
+    if (!(await this.#lift(outcomes, token)) || performance.now() - started >= this.#validity(req.ttlMs)) {
       await giveBack();
-      this.#failIfDown(lifted, 'acquire');
       return null;
     }
     // The nodes started their ttl no earlier than `started`; counting from `drift` before it
     // leaves room for their clocks running fast.
     return { key: req.key, owner: req.owner, token, acquiredAt: started - this.#drift(req.ttlMs), parts };
+  }
+
+  /**
+   * Lifts token counters to `token` on a majority of the nodes that granted (a node that issued
+   * `token` counts as lifted already): the nodes with the highest tokens first, only as many as a
+   * majority needs, then the others if some failed. True when a majority stands at `token`.
+   */
+  async #lift(grants: Outcome<RedisLease>[], token: bigint): Promise<boolean> {
+    const parts = grants.map((o) => ('ok' in o ? o.ok : undefined));
+    let lifted = parts.filter((p) => p?.token === token).length;
+    const rest = parts.map((p, i) => [p, i] as const).filter(([p]) => p && p.token !== token).sort(([a], [b]) => (a!.token > b!.token ? -1 : 1));
+    while (lifted < this.#quorum && rest.length > 0) {
+      const batch = rest.splice(0, this.#quorum - lifted);
+      const chosen = parts.map((p, i) => (batch.some(([, j]) => j === i) ? p : undefined));
+      const outcomes = await this.#onNodes(chosen, (node, part) => node.raiseTokenFloor(part, token).then((ok) => ok || null));
+      lifted += outcomes.filter((o) => 'ok' in o).length;
+    }
+    return lifted >= this.#quorum;
   }
 
   #drift(ttlMs: number): number {

@@ -100,6 +100,24 @@ describe('redis backend', () => {
     expect(() => redisBackend({ url: 'http://x' })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
   });
 
+  it('restart guard: a server without the birth mark (restarted empty, or new) grants nothing for restartGuardMs', async () => {
+    // A prefix of its own: to the guard this is a server it has never seen, as after an empty restart.
+    const prefix = `guard-${Math.random().toString(36).slice(2)}:`;
+    const guardMs = 1500;
+    const locker = track(createLocker(redisBackend({ url, prefix, restartGuardMs: guardMs }), { ttlMs: 1000 }));
+    const k = key();
+    const started = performance.now();
+    expect(await locker.tryLock(k)).toBeNull();
+    const lock = await locker.lock(k, { timeoutMs: 5000 });
+    expect(performance.now() - started).toBeGreaterThanOrEqual(guardMs - 50);
+    await lock.release();
+    expect(await locker.tryLock(k)).not.toBeNull(); // marked now: no guard any more
+    await admin.del(`${prefix}born`); // the mark gone, as on an empty restart
+    expect(await locker.tryLock(`${k}/2`)).toBeNull();
+    await admin.del(`${prefix}born`, `${prefix}restart-guard`);
+    expect(() => redisBackend({ url, restartGuardMs: -1 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
+
   it('does not close a client it was given', async () => {
     const client = new Redis(url);
     const locker = createLocker(redisBackend({ client }), { ttlMs: 1000 });

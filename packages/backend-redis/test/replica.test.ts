@@ -23,9 +23,14 @@ afterAll(async () => {
 /** Makes the replica a replica of the primary again and waits until it has caught up. */
 async function reattach(): Promise<void> {
   await replica.replicaof(host, String(port));
-  // Until the primary itself counts the replica: the replica reports its link up a little earlier.
+  // Until the replica reports its link up with no sync in progress, and a fresh write reaches it:
+  // the primary may still count the replica's old link for a moment.
   for (let i = 0; i < 100; i++) {
-    if ((await primary.wait(1, 100)) >= 1) return;
+    const info = await replica.info('replication');
+    if (/master_link_status:up/.test(info) && /master_sync_in_progress:0/.test(info)) {
+      await primary.set('replica-test/probe', String(i));
+      if ((await primary.wait(1, 200)) >= 1) return;
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error('the replica did not reattach');

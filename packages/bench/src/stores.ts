@@ -11,7 +11,7 @@ import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import { createPool } from 'mysql2/promise';
 import pg from 'pg';
-import { urls, type Store } from './subjects.js';
+import { redlockNodes, urls, type Store } from './subjects.js';
 
 export interface StoreProbe {
   /** e.g. `Redis 7.0.15`. */
@@ -63,6 +63,12 @@ function listenerCpu(port: string, withChildren = false): () => number | undefin
   };
 }
 
+/** Every command a Redis server has run (a script's inner commands included), but the INFO that asks. */
+async function redisCommands(redis: Redis): Promise<number> {
+  const stats = await redis.info('commandstats');
+  return [...stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)].filter(([, name]) => name !== 'info').reduce((sum, [, , calls]) => sum + Number(calls), 0);
+}
+
 /** ZooKeeper's four-letter-word `srvr`: version, and `Received:`, the packets it has taken in. */
 function zookeeperSrvr(): Promise<string> {
   const { hostname, port } = new URL(urls.zookeeper.replace(/^zookeeper:/, 'http:').replace(/,.*$/, ''));
@@ -86,13 +92,24 @@ export async function openProbe(store: Store): Promise<StoreProbe> {
       const redis = new Redis(urls.redis);
       return {
         version: async () => `Redis ${/redis_version:(\S+)/.exec(await redis.info('server'))?.[1]}`,
-        async requests() {
-          // Every command's call count, except the INFO this probe sends.
-          const stats = await redis.info('commandstats');
-          return [...stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)].filter(([, name]) => name !== 'info').reduce((sum, [, , calls]) => sum + Number(calls), 0);
-        },
+        requests: () => redisCommands(redis),
         cpuSeconds,
         close: async () => void redis.disconnect(),
+      };
+    }
+    case 'redlock': {
+      // Three servers: their counters and CPU added up.
+      const nodes = redlockNodes.map((url) => new Redis(url));
+      const cpus = redlockNodes.map((url) => listenerCpu(new URL(url).port));
+      return {
+        version: async () => `3 independent Redis ${/redis_version:(\S+)/.exec(await nodes[0]!.info('server'))?.[1]} nodes`,
+        requests: async () => (await Promise.all(nodes.map(redisCommands))).reduce((sum, n) => sum + n, 0),
+        cpuSeconds() {
+          let sum = 0;
+          for (const cpu of cpus) sum += cpu() ?? NaN;
+          return Number.isNaN(sum) ? undefined : sum;
+        },
+        close: async () => nodes.forEach((node) => node.disconnect()),
       };
     }
     case 'mysql': {

@@ -4,7 +4,7 @@ import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
 import { postgresBackend } from '@deadbolt/postgres';
 import pg from 'pg';
-import { redisBackend } from '@deadbolt/redis';
+import { redisBackend, redlockBackend } from '@deadbolt/redis';
 import { zookeeperBackend } from '@deadbolt/zookeeper';
 import { cassandraBackend, type CassandraAlgorithm } from '@deadbolt/cassandra';
 import cassandra from 'cassandra-driver';
@@ -15,7 +15,7 @@ import { Redlock } from '@sesamecare-oss/redlock';
 import { Redis } from 'ioredis';
 import { Mutex, Semaphore } from 'redis-semaphore';
 
-export type Store = 'memory' | 'redis' | 'mysql' | 'postgres' | 'etcd' | 'zookeeper' | 'cassandra';
+export type Store = 'memory' | 'redis' | 'redlock' | 'mysql' | 'postgres' | 'etcd' | 'zookeeper' | 'cassandra';
 
 /** Where each store listens (test-matrix's URLs unless DEADBOLT_<STORE>_URL says otherwise). */
 export const urls = {
@@ -25,7 +25,14 @@ export const urls = {
   etcd: matrixUrl('etcd'),
   zookeeper: matrixUrl('zookeeper'),
   cassandra: matrixUrl('cassandra'),
+  redlock: matrixUrl('redis-redlock'),
 };
+
+/** The three independent Redis nodes Redlock runs on (test-matrix's first three, consecutive ports). */
+export const redlockNodes = [0, 1, 2].map((i) => {
+  const url = new URL(urls.redlock);
+  return `redis://${url.hostname}:${Number(url.port) + i}`;
+});
 
 /** A lock as the benchmark holds it: how to give it back, and its fencing token where it has one. */
 export interface Held {
@@ -137,6 +144,29 @@ export function subjects(): Subject[] {
     ...(['queue', 'lwt', 'shadow'] as CassandraAlgorithm[]).map((algorithm) =>
       deadbolt(`deadbolt cassandra ${algorithm}`, 'cassandra', () => cassandraBackend({ url: urls.cassandra, algorithm })),
     ),
+    // A new node guards itself for maxTtlMs before its first grant: kept short here.
+    deadbolt('deadbolt redlock (3 nodes)', 'redlock', () => redlockBackend({ nodes: redlockNodes, maxTtlMs: 15_000 })),
+    {
+      name: '@sesamecare-oss/redlock (3 nodes, defaults, retried by caller)',
+      store: 'redlock',
+      async client() {
+        const clients = redlockNodes.map((url) => new Redis(url));
+        const redlock = new Redlock(clients);
+        return {
+          async acquire(key) {
+            for (;;) {
+              try {
+                const lock = await redlock.acquire([key], TTL_MS);
+                return { release: async () => void (await lock.release()) };
+              } catch {
+                /* retry, as a user would */
+              }
+            }
+          },
+          close: async () => clients.forEach((c) => c.disconnect()),
+        };
+      },
+    },
     ...[100, 5].map((retryMs): Subject => ({
       name: `etcd3 Lock (retry every ${retryMs} ms)`,
       store: 'etcd',
@@ -217,6 +247,19 @@ export function subjects(): Subject[] {
 /** The floors: each store's minimal acquire and release round trips, by the same client library. */
 export const floors: Partial<Record<Store, { name: string; client(): Promise<Client> }>> = {
   redis: { name: 'redis floor (SET NX PX + DEL)', client: () => redisFloor(urls.redis) },
+  redlock: {
+    name: 'redlock floor (SET NX PX + DEL on 3 nodes at once)',
+    async client() {
+      const nodes = await Promise.all(redlockNodes.map((url) => redisFloor(url)));
+      return {
+        async acquire(key) {
+          const held = await Promise.all(nodes.map((node) => node.acquire(key)));
+          return { release: async () => void (await Promise.all(held.map((h) => h.release()))) };
+        },
+        close: async () => void (await Promise.all(nodes.map((node) => node.close()))),
+      };
+    },
+  },
   mysql: {
     name: 'mysql floor (the same two UPDATEs, raw)',
     async client() {
