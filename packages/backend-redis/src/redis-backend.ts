@@ -126,6 +126,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
   /** Names this backend's waiters in the queue, so a release messages only their process. */
   readonly #id = randomUUID();
   readonly #notifier = new ReleaseNotifier();
+  /** Each queued waiter's place, as its last attempt saw it (0: the head). */
+  readonly #places = new Map<string, number>();
   readonly #allowEviction: boolean;
   /** The eviction check, once per backend (a failed check is retried); `true` once it passed. */
   #evictionChecked: Promise<void> | true | undefined;
@@ -265,9 +267,11 @@ export class RedisBackend implements LockBackend<RedisLease> {
     let queued = true;
     try {
       await this.#subscribe();
-      // Only a release message wakes a waiter early; the poll is the safety net for a lost message
-      // (and refreshes the waiter's deadline), so it does not start short and grow.
+      // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
+      // net for a lost message and for a holder that died; a waiter behind it can be handed nothing,
+      // so it only keeps its place alive (a third of its waiter ttl).
       const poll = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+      const behind = Math.max(poll, Math.floor(this.#waiterTtl(req.ttlMs) / 3));
       return await pollForLease(
         keys.lock,
         req.signal,
@@ -277,13 +281,26 @@ export class RedisBackend implements LockBackend<RedisLease> {
           return lease;
         },
         (lease) => this.release(lease),
-        { notifier: this.#notifier, owner: req.owner, minDelayMs: poll, maxDelayMs: poll },
+        {
+          notifier: this.#notifier,
+          owner: req.owner,
+          minDelayMs: poll,
+          maxDelayMs: poll,
+          nextDelayMs: () => (this.#places.get(req.owner) ?? 0) > 0 ? behind : poll,
+        },
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
       if (queued) await this.#run('release', scripts.release, keys, this.#releaseArgs(req.owner)).catch(() => undefined);
       throw error;
+    } finally {
+      this.#places.delete(req.owner);
     }
+  }
+
+  /** A queued waiter is dropped if it stays silent for this long: a ttl, or 4 poll periods if longer. */
+  #waiterTtl(ttlMs: number): number {
+    return Math.max(ttlMs, 4 * this.#maxPollDelayMs);
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
@@ -320,8 +337,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
 
   async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
-    // A queued waiter is dropped if it stays silent for a ttl (or 4 poll periods, if longer).
-    const waiterTtl = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
     const guarded = this.#restartGuardMs > 0;
     const token = await this.#run('acquire', guarded ? scripts.guardedAcquire : scripts.acquire, keys, [
       req.owner,
@@ -329,12 +344,16 @@ export class RedisBackend implements LockBackend<RedisLease> {
       !req.wait ? '0' : queued ? '2' : '1',
       this.#fifo ? '1' : '0',
       this.#id,
-      String(waiterTtl),
+      String(this.#waiterTtl(req.ttlMs)),
       // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
       req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
       ...(guarded ? [String(this.#restartGuardMs)] : []),
     ], guarded ? [`${this.#prefix}born`, `${this.#prefix}restart-guard`] : []);
     if (token === null) return null;
+    if (typeof token === 'number') {
+      this.#places.set(req.owner, token);
+      return null;
+    }
     const lease: RedisLease = { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
     await this.#synced('acquire', lease);
     return lease;

@@ -109,12 +109,14 @@ end
 
 local member = ARGV[1] .. '|' .. ARGV[5]
 
+-- Joins the queue or refreshes our place; returns our place (0: the head).
 local function enqueue(now, now_us)
   redis.call('ZADD', KEYS[3], 'NX', now_us, member)
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), member)
   stretch(KEYS[3], ARGV[6])
   stretch(KEYS[4], ARGV[6])
   redis.call('PEXPIRE', KEYS[1], ARGV[6], 'GT')
+  return redis.call('ZRANK', KEYS[3], member)
 end
 
 local function leave()
@@ -152,7 +154,10 @@ local function hand_over(now, now_us)
 end
 `;
 
-/** One attempt (ARGV: see `mutex`). Returns the token as a decimal string, or false when busy (a waiter is then queued). */
+/**
+ * One attempt (ARGV: see `mutex`). Returns the token as a decimal string; when busy, a waiter's
+ * place in the queue it joined (0: the head), or false for a one-shot attempt.
+ */
 export const ACQUIRE = `
 if ARGV[3] ~= '2' and ARGV[7] == '0' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
@@ -178,13 +183,11 @@ if holder == ARGV[1] and ends > now then
   return token
 end
 if ends > now then
-  if ARGV[3] ~= '0' then
-    if string.find(v, '|', 1, true) == nil then
-      redis.call('SET', KEYS[1], holder .. '||' .. string.format('%.0f', ends), 'KEEPTTL')
-    end
-    enqueue(now, now_us)
+  if ARGV[3] == '0' then return false end
+  if string.find(v, '|', 1, true) == nil then
+    redis.call('SET', KEYS[1], holder .. '||' .. string.format('%.0f', ends), 'KEEPTTL')
   end
-  return false
+  return enqueue(now, now_us)
 end
 -- Free: nobody holds it, its holder's lease ended, or it was left free for anyone (unordered).
 local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
@@ -196,8 +199,8 @@ end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if ARGV[4] == '1' and head ~= nil and head ~= member then
   hand_over(now, now_us)
-  if ARGV[3] ~= '0' then enqueue(now, now_us) end
-  return false
+  if ARGV[3] == '0' then return false end
+  return enqueue(now, now_us)
 end
 local granted = fence(now_us)
 leave()

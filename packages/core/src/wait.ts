@@ -47,6 +47,12 @@ export interface PollOptions {
   /** This waiter's owner id: a notification addressed to another owner does not wake it. */
   owner?: string;
   /**
+   * The pause after an attempt that was not granted, when the store told the backend how long
+   * waiting is worth (a queue position, say); `undefined` falls back to the backoff. Jittered
+   * like the backoff.
+   */
+  nextDelayMs?: () => number | undefined;
+  /**
    * How long attempts may keep failing with `BackendUnavailableError` before the wait gives up.
    * A connection reset in the middle of a wait costs one failed attempt and the wait carries on;
    * a store that stays unreachable fails the wait after this long. Default 1 000 ms.
@@ -107,7 +113,7 @@ export async function pollForLease<L extends Lease>(
         }
         return lease;
       }
-      if (!woken) await sleep(delay * (0.5 + Math.random() * 0.5), signal, (w) => (wake = w));
+      if (!woken) await sleep((options.nextDelayMs?.() ?? delay) * (0.5 + Math.random() * 0.5), signal, (w) => (wake = w));
       wake = undefined;
       delay = Math.min(max, delay * 2);
     }
