@@ -133,8 +133,9 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   }
 
   async release(lease: RedlockLease): Promise<void> {
-    const outcomes = await this.#onNodes(lease.parts, (node, part) => node.release(part).then(() => true));
-    // A majority gave it up; the rest follow in the background or expire.
+    // Every node answers before release resolves (a broken connection fails at once): nothing of
+    // the lock is left anywhere once it has.
+    const outcomes = await this.#onNodes(lease.parts, (node, part) => node.release(part).then(() => true), false);
     if (outcomes.filter((o) => 'down' in o).length >= this.#quorum) this.#failIfDown(outcomes, 'release');
   }
 
@@ -154,7 +155,10 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   async #attempt(req: AcquireRequest): Promise<RedlockLease | null> {
     const started = performance.now();
     const one = { ...req, wait: false };
-    const outcomes = await this.#onNodes(this.#nodes.map(() => true), (node) => node.acquire(one), (node, late) => void node.release(late).catch(() => undefined));
+    // A grant that comes after the majority needs nothing more: that node keeps an owner-checked
+    // part (below), so renewals and the release reach it; after a failed attempt, the give-back
+    // follows the grant on the same connection.
+    const outcomes = await this.#onNodes(this.#nodes.map(() => true), (node) => node.acquire(one));
     const keys = this.#nodes[0]!.keysFor(req.key);
     // A node that did not answer (yet) may have granted all the same: it keeps a part, so that a
     // release, renewal or lift reaches it too (each is owner-checked there).
@@ -213,16 +217,16 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   }
 
   /**
-   * Runs `step` at once on every node that has a part; never rejects. Settles as soon as a
-   * majority succeeded (a node that is down must not slow every call), the rest `pending`, whose
-   * later successes go to `late`; otherwise waits for every node, so that down nodes count as such.
+   * Runs `step` at once on every node that has a part; never rejects. With `early`, settles as
+   * soon as a majority succeeded (a slow node must not slow every call), the rest `pending`;
+   * otherwise waits for every node, so that down nodes count as such.
    */
-  #onNodes<P, T>(parts: readonly (P | undefined)[], step: (node: RedisBackend, part: P) => Promise<T | null>, late?: (node: RedisBackend, result: T) => void): Promise<Outcome<T>[]> {
+  #onNodes<P, T>(parts: readonly (P | undefined)[], step: (node: RedisBackend, part: P) => Promise<T | null>, early = true): Promise<Outcome<T>[]> {
     return new Promise((resolve) => {
       const outcomes: (Outcome<T> | undefined)[] = parts.map((part) => (part === undefined ? { busy: true } : undefined));
       let settled = false;
       const settle = () => {
-        if (settled || (outcomes.filter((o) => o && 'ok' in o).length < this.#quorum && outcomes.includes(undefined))) return;
+        if (settled || ((!early || outcomes.filter((o) => o && 'ok' in o).length < this.#quorum) && outcomes.includes(undefined))) return;
         settled = true;
         resolve(outcomes.map((o) => o ?? { pending: true }));
       };
@@ -234,7 +238,6 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
         const broken = ['reconnecting', 'close', 'end'].includes(node.client.status);
         (broken ? Promise.reject(new Error(`the connection to ${nodeName(node)} is down (${node.client.status})`)) : step(node, part)).then(
           (result) => {
-            if (settled && result !== null) late?.(node, result);
             outcomes[i] = result === null ? { busy: true } : { ok: result };
             settle();
           },

@@ -109,6 +109,11 @@ end
 
 local member = ARGV[1] .. '|' .. ARGV[5]
 
+-- Drops the waiters whose deadline has passed.
+local function purge(now_ms)
+${purgeExpired('KEYS[4]', [['ZREM', 'KEYS[3]']])}
+end
+
 -- Joins the queue or refreshes our place; returns our place (0: the head).
 local function enqueue(now, now_us)
   redis.call('ZADD', KEYS[3], 'NX', now_us, member)
@@ -128,12 +133,7 @@ end
 -- turns into its ttl); unordered leaves it free for whoever asks first. Either way one message
 -- goes to the head's process, naming the head. With nobody queued the key goes.
 local function hand_over(now, now_us)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-  for i = 1, #dead, 1000 do
-    local chunk = {unpack(dead, i, math.min(i + 999, #dead))}
-    redis.call('ZREM', KEYS[4], unpack(chunk))
-    redis.call('ZREM', KEYS[3], unpack(chunk))
-  end
+  purge(now)
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if head == nil then
     redis.call('DEL', KEYS[1])
@@ -190,12 +190,7 @@ if ends > now then
   return enqueue(now, now_us)
 end
 -- Free: nobody holds it, its holder's lease ended, or it was left free for anyone (unordered).
-local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-for i = 1, #dead, 1000 do
-  local chunk = {unpack(dead, i, math.min(i + 999, #dead))}
-  redis.call('ZREM', KEYS[4], unpack(chunk))
-  redis.call('ZREM', KEYS[3], unpack(chunk))
-end
+purge(now)
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if ARGV[4] == '1' and head ~= nil and head ~= member then
   hand_over(now, now_us)

@@ -164,7 +164,7 @@ for (const pair of migrationPairs().filter((p) => runs(6) && probes.has(p.from.s
 }
 const contendedResults: ContendedResult[] = [];
 for (const subject of available.filter(() => runs(3))) {
-  for (const clients of clientCounts) {
+  for (const clients of clientCounts.filter((n) => n <= (subject.livelocksAbove?.clients ?? Infinity))) {
     await step(`scenario 3: ${subject.name}, ${clients} clients`, () => contended(subject, clients, 1, durationMs), contendedResults);
     // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
     if (subject.store === 'memory') await step(`scenario 3: ${subject.name}, ${clients} clients, hold 0`, () => contended(subject, clients, 0, 500), contendedResults);
@@ -180,7 +180,7 @@ for (const subject of readWriteSubjects.filter(() => runs(8))) {
   await step(`scenario 8: ${subject.name}, ${SHARED_CLIENTS} clients`, () => contended(subject, SHARED_CLIENTS, 1, durationMs), readWriteResults);
 }
 const manyKeysResults: ManyKeysResult[] = [];
-for (const subject of available.filter(() => runs(4))) {
+for (const subject of available.filter((s) => runs(4) && !s.livelocksAbove)) {
   await step(`scenario 4: ${subject.name}, 200 workers over 10 000 keys`, () => manyKeys(subject, 200, 10_000, 20, durationMs, probes.get(subject.store)!), manyKeysResults);
 }
 const longHoldResults: LongHoldResult[] = [];
@@ -270,6 +270,9 @@ for (const r of contendedResults) {
   );
 }
 lines.push('', 'Times in ms. Wait = ask → granted. Handoff = previous holder starts releasing → next holder (a different client) granted.', '');
+for (const s of available.filter((s) => runs(3) && s.livelocksAbove && clientCounts.some((n) => n > s.livelocksAbove!.clients))) {
+  lines.push(`Run with at most ${s.livelocksAbove!.clients} clients: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
+}
 // Ours vs each peer on the same store and client count: holds/s and max wait as ratios.
 const peerRows: string[] = [];
 for (const r of contendedResults) {
@@ -318,6 +321,7 @@ for (const r of manyKeysResults) {
   lines.push(`| ${r.subject} | ${Math.round(r.perSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${optional(r.storeCpuPer1000, 3)} | ${optional(r.storeRequestsPerAcquisition, 1)} |`);
 }
 lines.push('', "Store CPU: user + system time of the server process listening on the store's port (this process for memory), from /proc.", '');
+for (const s of available.filter((s) => runs(4) && s.livelocksAbove)) lines.push(`Not run here: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
 lines.push(`## Scenario 5: long holds (5 locks held ${holdMs / 1000} s each by one Locker with a short ttl, then the store forgets each one)`, '');
 const noStore = '_No store was up: these scenarios need a real store (start them with `bash test-matrix/up`)._';
 if (!longHoldResults.length) lines.push(noStore, '');
