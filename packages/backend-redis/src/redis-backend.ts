@@ -126,6 +126,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
   /** Names this backend's waiters in the queue, so a release messages only their process. */
   readonly #id = randomUUID();
   readonly #notifier = new ReleaseNotifier();
+  /** The subscriber is subscribed (set once its first subscription succeeded). */
+  #listening = false;
   /** Each queued waiter's place, as its last attempt saw it (0: the head). */
   readonly #places = new Map<string, number>();
   readonly #allowEviction: boolean;
@@ -262,9 +264,11 @@ export class RedisBackend implements LockBackend<RedisLease> {
       if (!req.wait || !(error instanceof BackendUnavailableError)) throw error;
     }
     if (first || !req.wait) return first;
-    // Queued now. A handoff that came before the subscription below is found by the first attempt
-    // of the loop, which runs as soon as it is in place.
+    // Queued now. When the subscription was not in place yet, a handoff may have come before it:
+    // the loop's first attempt, at once, finds it. When it was, nothing was missed (no I/O runs
+    // until the loop listens) and the loop starts by waiting.
     let queued = true;
+    let already = this.#listening;
     try {
       await this.#subscribe();
       // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
@@ -276,6 +280,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
         keys.lock,
         req.signal,
         async () => {
+          if (already) return (already = false), null;
           const lease = await this.#attempt(req, keys, queued);
           queued ||= lease === null;
           return lease;
@@ -499,6 +504,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       this.#subscriber = subscriber;
       try {
         await subscriber.subscribe(this.#channel, `${this.#prefix}w:${this.#id}`);
+        this.#listening = true;
       } catch (error) {
         this.#subscribed = undefined;
         subscriber.disconnect();
