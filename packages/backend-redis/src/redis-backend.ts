@@ -128,8 +128,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #notifier = new ReleaseNotifier();
   /** The subscriber is subscribed (set once its first subscription succeeded). */
   #listening = false;
-  /** Each queued waiter's place, as its last attempt saw it (0: the head). */
-  readonly #places = new Map<string, number>();
   readonly #allowEviction: boolean;
   /** The eviction check, once per backend (a failed check is retried); `true` once it passed. */
   #evictionChecked: Promise<void> | true | undefined;
@@ -269,6 +267,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
     // until the loop listens) and the loop starts by waiting.
     let queued = true;
     let already = this.#listening;
+    /** Our place in the queue as the last attempt saw it (0: the head). */
+    let place = 0;
     try {
       await this.#subscribe();
       // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
@@ -281,7 +281,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
         req.signal,
         async () => {
           if (already) return (already = false), null;
-          const lease = await this.#attempt(req, keys, queued);
+          const lease = await this.#attempt(req, keys, queued, (p) => (place = p));
           queued ||= lease === null;
           return lease;
         },
@@ -291,15 +291,13 @@ export class RedisBackend implements LockBackend<RedisLease> {
           owner: req.owner,
           minDelayMs: poll,
           maxDelayMs: poll,
-          nextDelayMs: () => (this.#places.get(req.owner) ?? 0) > 0 ? behind : poll,
+          nextDelayMs: () => (place > 0 ? behind : poll),
         },
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
       if (queued) await this.#run('release', scripts.release, keys, this.#releaseArgs(req.owner)).catch(() => undefined);
       throw error;
-    } finally {
-      this.#places.delete(req.owner);
     }
   }
 
@@ -310,9 +308,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
     const { keys } = lease;
-    const renewed = lease.shared
-      ? (await this.#run('renew', scripts.sharedRenew, keys, [lease.owner, String(ttlMs)])) === 1
-      : (await this.#run('renew', scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
+    const renewed = (await this.#run('renew', lease.shared ? scripts.sharedRenew : scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
     if (renewed) await this.#synced('renew');
     return renewed;
   }
@@ -340,7 +336,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (this.#ownsClient) this.client.disconnect();
   }
 
-  async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean): Promise<RedisLease | null> {
+  /** One attempt; a queued waiter's place (0: the head) goes to `onPlace`. */
+  async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean, onPlace?: (place: number) => void): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
     const guarded = this.#restartGuardMs > 0;
     const token = await this.#run('acquire', guarded ? scripts.guardedAcquire : scripts.acquire, keys, [
@@ -356,7 +353,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     ], guarded ? [`${this.#prefix}born`, `${this.#prefix}restart-guard`] : []);
     if (token === null) return null;
     if (typeof token === 'number') {
-      this.#places.set(req.owner, token);
+      onPlace?.(token);
       return null;
     }
     const lease: RedisLease = { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };

@@ -59,7 +59,7 @@ describe('redis replica sync (syncReplicas)', () => {
       expect(settled, 'lock() resolved while the replica could not have the grant').toBe(false);
     });
     const lock = await taking;
-    // Read at once, no retry: WAIT has already confirmed the replica holds the write.
+    // One read, asserted: WAIT has already confirmed the replica holds the write.
     expect(await replica.get(keys.keysFor(k).lock)).toBe(lock.owner);
     try {
       await replica.replicaof('NO', 'ONE'); // the failover: the replica is the primary now
