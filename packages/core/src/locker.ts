@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type Lease, type LockBackend, type SharedRequest } from './backend.js';
+import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type AcquireRequest, type Lease, type LockBackend, type SharedRequest } from './backend.js';
 import {
   BackendError,
   DeadboltError,
@@ -15,7 +15,7 @@ import {
 } from './errors.js';
 import { heldInScope, ReentrantLock, runHolding } from './held-scope.js';
 import { MultiLockHandle, releaseAll, type MultiLock } from './multi-lock.js';
-import { after, raceSignal, withTimeout, type Timer } from './time.js';
+import { after, race, raceSignal, withTimeout, type Timer } from './time.js';
 import { validateKey, validateKeys, validateSignal, validateTimeout, validateTtl } from './validate.js';
 
 /** Defaults for every lock a locker takes. */
@@ -246,9 +246,22 @@ class DefaultLocker implements Locker {
   readonly #settings: HandleSettings;
   readonly #closing = new AbortController();
   readonly #held = new Set<LockHandle>();
-  readonly #pending = new Set<Promise<unknown>>();
+  /** Acquisitions under way, and how close() hears that the last one has settled. */
+  #acquiring = 0;
+  #onIdle: (() => void) | undefined;
   /** Controllers of acquisitions that have their own deadline or caller signal. */
   readonly #waits = new Set<AbortController>();
+  /**
+   * How close() fails the acquisitions that have no controller of their own (they pass the closing
+   * signal to the backend): a set entry costs far less than a listener on that shared signal.
+   */
+  readonly #onClose = new Set<(reason: unknown) => void>();
+  readonly #failOnClose = (fail: (reason: unknown) => void) => {
+    this.#onClose.add(fail);
+    return () => this.#onClose.delete(fail);
+  };
+  /** A grant that arrived after its acquisition stopped waiting goes back; if that fails it expires on its own. */
+  readonly #giveBack = (late: Lease | null) => void (late && this.backend.release(late).catch(noop));
   #closed: Promise<void> | undefined;
 
   constructor(backend: LockBackend, options: LockerOptions) {
@@ -278,9 +291,15 @@ class DefaultLocker implements Locker {
     setMaxListeners(0, this.#closing.signal);
   }
 
-  async lock(key: string, options: LockOptions = {}): Promise<Lock> {
-    validateKey(key);
-    return this.#nested(key, options) ?? this.wait(key, options);
+  lock(key: string, options: LockOptions = {}): Promise<Lock> {
+    // Not an async function: one promise fewer per lock, which an in-process store notices.
+    try {
+      validateKey(key);
+      const nested = this.#nested(key, options);
+      return nested ? Promise.resolve(nested) : this.wait(key, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   async tryLock(key: string, options: TryLockOptions = {}): Promise<Lock | null> {
@@ -386,15 +405,18 @@ class DefaultLocker implements Locker {
     return new LockerReadWriteLock(this, key);
   }
 
-  /** `lock()` for a validated key, or for a shared claim. */
-  async wait(key: string, options: LockOptions, claim?: Claim): Promise<Lock> {
-    const lease = this.#leaseOf(options);
-    const timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
-    const signal = validateSignal(options.signal);
-    signal?.throwIfAborted();
-    const lock = await this.#track(this.#acquire(key, lease, timeoutMs, signal, claim));
-    if (!lock) throw new LockTimeoutError(key, timeoutMs);
-    return lock;
+  /** `lock()` for a validated key, or for a shared claim. Bad input rejects; nothing throws. */
+  wait(key: string, options: LockOptions, claim?: Claim): Promise<Lock> {
+    let lease: LeaseTerms, timeoutMs: number, signal: AbortSignal | undefined;
+    try {
+      lease = this.#leaseOf(options);
+      timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
+      signal = validateSignal(options.signal);
+      signal?.throwIfAborted();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#acquire(key, lease, timeoutMs, signal, claim, true);
   }
 
   /** `tryLock()` for a validated key, or for a shared claim. */
@@ -402,9 +424,8 @@ class DefaultLocker implements Locker {
     const lease = this.#leaseOf(options);
     const signal = validateSignal(options.signal);
     signal?.throwIfAborted();
-    return this.#track(this.#acquire(key, lease, 0, signal, claim));
+    return this.#acquire(key, lease, 0, signal, claim, false);
   }
-
   /**
    * The lease a call asks for: its ttl and lock-delay, validated (the store keeps ttl + delay, so
    * that sum must be a ttl the backend accepts). @throws InvalidArgumentError.
@@ -468,7 +489,8 @@ class DefaultLocker implements Locker {
     const closed = new LockerClosedError('the locker was closed while waiting');
     this.#closing.abort(closed);
     for (const controller of this.#waits) controller.abort(closed);
-    await Promise.allSettled([...this.#pending]);
+    for (const fail of this.#onClose) fail(closed);
+    if (this.#acquiring > 0) await new Promise<void>((resolve) => (this.#onIdle = resolve));
     const { operationTimeoutMs } = this.#settings;
     const timeout = (operation: string) => () => noAnswer(this.backend.name, operation, operationTimeoutMs);
     const releases = Promise.allSettled([...this.#held].map((h) => h.release()));
@@ -483,20 +505,16 @@ class DefaultLocker implements Locker {
     if (failure) throw failure.reason;
   }
 
-  #track<T>(promise: Promise<T>): Promise<T> {
-    this.#pending.add(promise);
-    const untrack = () => this.#pending.delete(promise);
-    promise.then(untrack, untrack);
-    return promise;
-  }
-
   /**
    * One acquisition; `timeoutMs` 0 means a single attempt that resolves null when busy and is
    * bounded by the operation timeout. The backend call is raced against the deadline, the caller's
    * signal and close(), so a silent store can delay none of them; a grant that arrives after the
-   * race was lost is handed back.
+   * race was lost is handed back. `required`: a busy single attempt rejects with LockTimeoutError
+   * (`lock()` with timeout 0) instead of resolving null.
    */
-  async #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim?: Claim): Promise<LockHandle | null> {
+  #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: true): Promise<LockHandle>;
+  #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: false): Promise<LockHandle | null>;
+  async #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: boolean): Promise<LockHandle | null> {
     const { ttlMs, delayMs } = terms;
     if (this.#closed) throw new LockerClosedError();
     const wait = timeoutMs > 0;
@@ -520,16 +538,17 @@ class DefaultLocker implements Locker {
     }
     const signal = controller?.signal ?? this.#closing.signal;
     let attempt: Promise<Lease | null> | undefined;
+    // close() waits for this count to reach 0 (the handle is then in #held, or there is none).
+    this.#acquiring++;
     try {
       let lease: Lease | null;
       try {
         // The store keeps the lease for ttl + lock-delay; this process counts on ttl (LockOptions.lockDelayMs).
-        const request = { key, owner: randomUUID(), ttlMs: ttlMs + delayMs, wait, signal, ...(delayMs > 0 ? { lockDelayMs: delayMs } : {}) };
+        const owner = randomUUID();
+        const request: AcquireRequest =
+          delayMs > 0 ? { key, owner, ttlMs: ttlMs + delayMs, wait, signal, lockDelayMs: delayMs } : { key, owner, ttlMs, wait, signal };
         attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
-        lease = await raceSignal(attempt, signal, (late) => {
-          // Granted after we stopped waiting: give it back. If that fails the lease expires on its own.
-          if (late) this.backend.release(late).catch(() => undefined);
-        });
+        lease = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
       } catch (error) {
         if (signal.aborted) {
           // Let the backend finish removing this waiter from the store (it usually takes a round
@@ -541,12 +560,14 @@ class DefaultLocker implements Locker {
       }
       if (!lease) {
         if (wait) throw new BackendError(this.backend.name, 'acquire', { cause: 'a waiting acquire returned no lease' });
+        if (required) throw new LockTimeoutError(key, timeoutMs);
         return null;
       }
       const handle = new LockHandle(this, lease, terms, this.#settings);
       this.#held.add(handle);
       return handle;
     } finally {
+      if (--this.#acquiring === 0) this.#onIdle?.();
       if (controller) this.#waits.delete(controller);
       timer?.cancel();
       if (onCallerAbort) userSignal?.removeEventListener('abort', onCallerAbort);
@@ -649,7 +670,12 @@ class LockHandle implements Lock {
   readonly token: bigint;
   readonly #locker: DefaultLocker;
   readonly #lease: Lease;
-  readonly #controller = new AbortController();
+  /**
+   * Made when `signal` is first read (most holds never read it, and a controller costs more than
+   * the rest of an in-process lock cycle); aborted with `#lostReason` then or on loss.
+   */
+  #controller: AbortController | undefined;
+  #lostReason: LockLostError | undefined;
   readonly #settings: HandleSettings;
   #ttlMs: number;
   /** Lock-delay: every store call asks for the ttl plus this; the estimate counts on the ttl only. */
@@ -672,8 +698,11 @@ class LockHandle implements Lock {
   #released: Promise<void> | undefined;
   /** The store release under way or done (see `#releaseInStore`). */
   #storeReleased: Promise<void> | undefined;
-  /** The tail of this lease's store calls: one at a time, so a renewal and an extend or release never cross. */
-  #busy: Promise<unknown> = Promise.resolve();
+  /**
+   * The last of this lease's store calls (settled or not): each waits for the one before, so a
+   * renewal and an extend or release never cross. Undefined before the first.
+   */
+  #busy: Promise<unknown> | undefined;
   /** Our listener on `lease.lost` (a backend may share that signal between many leases). */
   #onStoreLoss: (() => void) | undefined;
 
@@ -704,6 +733,10 @@ class LockHandle implements Lock {
 
   get signal(): AbortSignal {
     this.#checkExpiry();
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.#lostReason) this.#controller.abort(this.#lostReason);
+    }
     return this.#controller.signal;
   }
 
@@ -721,7 +754,7 @@ class LockHandle implements Lock {
     this.#throwUnlessHeld(' during extend');
     if (!ok) {
       this.#lose(new LockLostError(this.key, `lock ${JSON.stringify(this.key)} is no longer held by this owner`));
-      throw this.#controller.signal.reason as LockLostError;
+      throw this.#lostReason;
     }
     this.#schedule();
   }
@@ -736,19 +769,22 @@ class LockHandle implements Lock {
   }
 
   #throwUnlessHeld(when: string): void {
-    if (this.#state === 'lost') throw this.#controller.signal.reason as LockLostError;
+    if (this.#state === 'lost') throw this.#lostReason;
     if (this.#state === 'released') throw new NotOwnerError(`lock ${JSON.stringify(this.key)} was released${when || ' already'}`);
   }
 
-  async #release(): Promise<void> {
+  #release(): Promise<void> {
     if (this.#state === 'held') this.#state = 'released';
     this.#stopTimers();
     this.#locker.forget(this);
     // After a loss with lock-delay, writes may still be in flight: the key is not freed early.
-    if (this.#state === 'lost' && this.#delayMs > 0) return this.#releaseAfterDelay();
+    if (this.#state === 'lost' && this.#delayMs > 0) {
+      this.#releaseAfterDelay();
+      return Promise.resolve();
+    }
     // Also after a loss: the release is owner-checked and clears anything we may still own. It
     // waits for a renewal in flight, so that renewal cannot land after it and revive the claim.
-    await this.#releaseInStore();
+    return this.#releaseInStore();
   }
 
   /**
@@ -763,26 +799,32 @@ class LockHandle implements Lock {
 
   /** Gives the lease back in the store once; only a failed attempt is tried again by a later call. */
   #releaseInStore(): Promise<void> {
-    this.#storeReleased ??= this.#storeCall('release', () => this.#locker.backend.release(this.#lease)).catch((error: unknown) => {
-      this.#storeReleased = undefined;
-      throw error;
-    });
+    this.#storeReleased ??= this.#storeCall('release', () => this.#locker.backend.release(this.#lease), () => (this.#storeReleased = undefined));
     return this.#storeReleased;
   }
 
   /**
    * Runs one store call for this lease after the previous one settled, bounded by the operation
-   * timeout; failures come back as typed errors.
+   * timeout; failures come back as typed errors, after `onFailure` ran.
    */
-  #storeCall<T>(operation: string, call: () => Promise<T>): Promise<T> {
+  #storeCall<T>(operation: string, call: () => Promise<T>, onFailure?: () => void): Promise<T> {
     const backend = this.#locker.backend;
     const ms = this.#settings.operationTimeoutMs;
-    const run = this.#busy.then(() =>
-      withTimeout(call(), ms, () => noAnswer(backend.name, operation, ms)).catch((error: unknown) => {
+    const go = () => {
+      let sent: Promise<T>;
+      try {
+        sent = call();
+      } catch (error) {
+        sent = Promise.reject(error);
+      }
+      return withTimeout(sent, ms, () => noAnswer(backend.name, operation, ms)).catch((error: unknown) => {
+        onFailure?.();
         throw asDeadboltError(error, backend.name, operation);
-      }),
-    );
-    this.#busy = run.then(noop, noop);
+      });
+    };
+    // The first call goes out at once (the common hold: grant, then release).
+    const run = this.#busy ? this.#busy.then(go, go) : go();
+    this.#busy = run;
     return run;
   }
 
@@ -832,7 +874,7 @@ class LockHandle implements Lock {
     // An interval after the lease's start, not after now: a grant that arrives late (a slow store,
     // a second store in a migration) may already be a third through its ttl, and is renewed at once.
     const now = performance.now();
-    this.#scheduleRenew(Math.max(0, Math.min(this.#since + interval, this.#validUntil - 1) - now));
+    this.#scheduleRenew(Math.max(0, Math.min(this.#since + interval, this.#validUntil - 1) - now), now);
   }
 
   #armExpiry(): void {
@@ -841,9 +883,9 @@ class LockHandle implements Lock {
     this.#expiryTimer = after(Math.max(0, this.#validUntil - performance.now()), () => this.#checkExpiry(), true);
   }
 
-  #scheduleRenew(delayMs: number): void {
+  #scheduleRenew(delayMs: number, now?: number): void {
     this.#renewTimer?.cancel();
-    this.#renewTimer = after(delayMs, () => void this.#renew(), true);
+    this.#renewTimer = after(delayMs, () => void this.#renew(), true, now);
   }
 
   async #renew(): Promise<void> {
@@ -894,7 +936,8 @@ class LockHandle implements Lock {
     this.#lostAt = performance.now();
     this.#stopTimers();
     this.#locker.forget(this);
-    this.#controller.abort(error);
+    this.#lostReason = error;
+    this.#controller?.abort(error);
   }
 
   #stopTimers(): void {

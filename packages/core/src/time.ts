@@ -14,29 +14,134 @@ export interface Timer {
 
 /**
  * Calls `fn` once, `ms` from now on the monotonic clock, never earlier: any non-negative length,
- * Infinity meaning never. Long delays chain Node timers; a Node timer counts whole milliseconds
- * from the event loop's cached time and can fire a fraction early, so an early one re-arms for the
- * rest. `unref`: the timer alone does not keep the process alive.
+ * Infinity meaning never. `unref`: the timer alone does not keep the process alive.
+ *
+ * Every lock arms and cancels timers (its renewal, each store call's deadline) at the rate it is
+ * taken, and a Node timer costs more than the rest of an in-process lock cycle. So calls with the
+ * same whole-millisecond delay share one Node timer: they wait in a list in the order they were
+ * armed (their deadlines are then in order too, give or take under a millisecond), and the list's
+ * one timer fires for its head. Cancelling unlinks an entry; an empty list keeps its timer only
+ * unref'd, so a cancelled timer never holds the process open. Delays too long for one Node timer
+ * chain them. `now`: the caller's `performance.now()`, if it just read it.
  */
-export function after(ms: number, fn: () => void, unref = false): Timer {
+export function after(ms: number, fn: () => void, unref = false, now = performance.now()): Timer {
+  if (ms === Infinity) return NEVER;
+  const deadline = now + ms;
+  const whole = Math.max(1, Math.ceil(ms));
+  if (whole > MAX_TIMER_MS) return chained(deadline, fn, unref);
+  const lists = unref ? unrefLists : refLists;
+  let list = lists.get(whole);
+  if (!list) lists.set(whole, (list = new TimerList(lists, whole, unref)));
+  return list.add(deadline, fn);
+}
+
+const NEVER: Timer = { cancel: () => undefined };
+
+/** A delay longer than one Node timer can wait: chain timers, re-arming for what is left. */
+function chained(deadline: number, fn: () => void, unref: boolean): Timer {
   let handle: NodeJS.Timeout | undefined;
-  const deadline = performance.now() + ms;
   const arm = () => {
     const left = deadline - performance.now();
     if (left <= 0) return fn();
     handle = setTimeout(arm, Math.min(Math.ceil(left), MAX_TIMER_MS));
     if (unref) handle.unref();
   };
-  if (ms !== Infinity) handle = setTimeout(arm, Math.min(Math.ceil(ms), MAX_TIMER_MS));
-  if (unref) handle?.unref();
+  arm();
   return { cancel: () => clearTimeout(handle) };
+}
+
+class Entry implements Timer {
+  prev: Entry | undefined;
+  next: Entry | undefined;
+
+  constructor(
+    readonly deadline: number,
+    readonly fn: () => void,
+    /** The list it waits in; undefined once it fired or was cancelled. */
+    public list: TimerList | undefined,
+  ) {}
+
+  cancel(): void {
+    this.list?.remove(this);
+  }
+}
+
+const refLists = new Map<number, TimerList>();
+const unrefLists = new Map<number, TimerList>();
+
+/** The timers of one whole-millisecond delay (see `after`). */
+class TimerList {
+  #head: Entry | undefined;
+  #tail: Entry | undefined;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly lists: Map<number, TimerList>,
+    private readonly ms: number,
+    private readonly unref: boolean,
+  ) {}
+
+  add(deadline: number, fn: () => void): Entry {
+    const entry = new Entry(deadline, fn, this);
+    entry.prev = this.#tail;
+    if (this.#tail) this.#tail.next = entry;
+    else this.#head = entry;
+    this.#tail = entry;
+    // A timer left from entries since cancelled fires no later than this one is due: it re-arms
+    // for the head then. It only has to hold the process open again.
+    if (!this.#timer) this.#arm(this.ms);
+    else if (!this.unref && this.#head === entry) this.#timer.ref();
+    return entry;
+  }
+
+  remove(entry: Entry): void {
+    if (entry.prev) entry.prev.next = entry.next;
+    else this.#head = entry.next;
+    if (entry.next) entry.next.prev = entry.prev;
+    else this.#tail = entry.prev;
+    entry.prev = entry.next = entry.list = undefined;
+    if (!this.#head) this.#timer?.unref();
+  }
+
+  #arm(ms: number): void {
+    this.#timer = setTimeout(this.#fire, ms);
+    if (this.unref) this.#timer.unref();
+  }
+
+  readonly #fire = (): void => {
+    this.#timer = undefined;
+    const now = performance.now();
+    let failure: { error: unknown } | undefined;
+    // Node timers count from a cached loop time and may fire a fraction early: the head decides.
+    for (let e = this.#head; e && e.deadline <= now; e = this.#head) {
+      this.remove(e);
+      try {
+        e.fn();
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+    // A callback that armed a timer of this delay armed the list's timer for its own entry: the
+    // head may be due sooner, so arm for the head instead.
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    if (this.#head) this.#arm(Math.max(1, Math.ceil(this.#head.deadline - performance.now())));
+    else if (this.lists.get(this.ms) === this) this.lists.delete(this.ms);
+    // As a throwing Node timer callback would: an uncaught exception, after the others ran.
+    if (failure) {
+      const { error } = failure;
+      queueMicrotask(() => {
+        throw error;
+      });
+    }
+  };
 }
 
 /**
  * Settles as `promise` does, unless `arm`'s `fail` is called first; `arm` returns how to disarm
  * once the promise settles. A value that arrives after a failure goes to `onLate`.
  */
-function race<T>(promise: Promise<T>, arm: (fail: (error: unknown) => void) => () => void, onLate?: (value: T) => void): Promise<T> {
+export function race<T>(promise: Promise<T>, arm: (fail: (error: unknown) => void) => () => void, onLate?: (value: T) => void): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let settled = false;
     const disarm = arm((error) => {

@@ -8,6 +8,8 @@ export const MAX_KEY_BYTES = 1024;
 export function validateKey(key: unknown): asserts key is string {
   if (typeof key !== 'string') throw new InvalidArgumentError(`key must be a string, got ${typeof key}`);
   if (key.length === 0) throw new InvalidArgumentError('key must not be empty');
+  // A UTF-16 code unit is at most 3 UTF-8 bytes: only a long key needs counting.
+  if (key.length <= MAX_KEY_BYTES / 3) return;
   const bytes = Buffer.byteLength(key, 'utf8');
   if (bytes > MAX_KEY_BYTES) {
     throw new InvalidArgumentError(`key must be at most ${MAX_KEY_BYTES} UTF-8 bytes, got ${bytes}`);

@@ -1,0 +1,76 @@
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { after } from '../src/time.js';
+
+describe('after(): timers that share one Node timer per delay', () => {
+  it('never fires early, fires each timer once, in deadline order, and a cancelled one never', async () => {
+    const fired: [string, number][] = [];
+    const started = performance.now();
+    const arm = (name: string, ms: number) => after(ms, () => fired.push([name, performance.now() - started]));
+    arm('a', 30);
+    const b = arm('b', 30);
+    arm('c', 30.4);
+    arm('d', 5);
+    arm('e', 0);
+    b.cancel();
+    b.cancel();
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    expect(fired.map(([name]) => name)).toEqual(['e', 'd', 'a', 'c']);
+    const at = Object.fromEntries(fired);
+    expect(at.d).toBeGreaterThanOrEqual(5);
+    expect(at.a).toBeGreaterThanOrEqual(30);
+    expect(at.c).toBeGreaterThanOrEqual(30.4);
+  });
+
+  it('a timer armed from a firing callback of the same delay waits its own full delay; an earlier one is not delayed by it', async () => {
+    const started = performance.now();
+    const times: number[] = [];
+    after(20, () => {
+      times.push(performance.now() - started);
+      after(20, () => times.push(performance.now() - started));
+    });
+    setTimeout(() => after(20, () => times.push(performance.now() - started)), 5);
+    await new Promise((resolve) => setTimeout(resolve, 90));
+    expect(times).toHaveLength(3);
+    expect(times[0]).toBeGreaterThanOrEqual(20);
+    expect(times[1]).toBeGreaterThanOrEqual(25);
+    expect(times[2]).toBeGreaterThanOrEqual(40);
+  });
+
+  it('a callback that throws does not stop the others of its list (the error is uncaught, as from a Node timer)', async () => {
+    const errors: unknown[] = [];
+    const onError = (error: unknown) => errors.push(error);
+    process.prependListener('uncaughtException', onError);
+    try {
+      const ran: string[] = [];
+      after(10, () => {
+        throw new Error('boom');
+      });
+      after(10, () => ran.push('second'));
+      await new Promise((resolve) => setTimeout(resolve, 40));
+      expect(ran).toEqual(['second']);
+      expect(errors).toHaveLength(1);
+    } finally {
+      process.removeListener('uncaughtException', onError);
+    }
+  });
+
+  it('a cancelled timer does not hold the process open; an armed one does, until it fires', () => {
+    const time = fileURLToPath(new URL('../dist/time.js', import.meta.url));
+    const run = (body: string) => {
+      const started = performance.now();
+      const child = spawnSync(process.execPath, ['--input-type=module', '-e', `import { after } from ${JSON.stringify(time)};\n${body}`], { encoding: 'utf8' });
+      return { ms: performance.now() - started, out: child.stdout.trim(), status: child.status };
+    };
+    const cancelled = run(`after(5000, () => console.log('fired')).cancel();`);
+    expect(cancelled).toMatchObject({ status: 0, out: '' });
+    expect(cancelled.ms).toBeLessThan(3000);
+    const armed = run(`const t = after(5000, () => {}); t.cancel(); after(5000, () => console.log('fired'));`);
+    expect(armed).toMatchObject({ status: 0, out: 'fired' });
+    expect(armed.ms).toBeGreaterThanOrEqual(5000);
+    const unref = run(`after(5000, () => console.log('fired'), true);`);
+    expect(unref).toMatchObject({ status: 0, out: '' });
+    expect(unref.ms).toBeLessThan(3000);
+  });
+});
