@@ -12,13 +12,18 @@ import { createRequire } from 'node:module';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import {
-  contended,
+  contendedResult,
+  interleave,
   longHolds,
-  manyKeys,
+  manyKeysResult,
+  openContended,
+  openManyKeys,
   thesis,
   uncontended,
   type Acquisition,
   type ContendedResult,
+  type ContendedSegment,
+  type Session,
   type LongHoldResult,
   type ManyKeysResult,
   type ThesisResult,
@@ -28,7 +33,7 @@ import {
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
-import { floors, migrationPairs, sharedSubjects, subjects, type Store } from './subjects.js';
+import { floors, migrationPairs, sharedSubjects, subjects, type Store, type Subject } from './subjects.js';
 
 const args = process.argv.slice(2);
 const full = args.includes('--full');
@@ -83,14 +88,18 @@ const READ_SHARE = 0.9;
 const shared = sharedSubjects(SEMAPHORE_LIMIT, READ_SHARE);
 const semaphoreSubjects = shared.semaphores.filter((s) => probes.has(s.store));
 const readWriteSubjects = shared.readWrite.filter((s) => probes.has(s.store));
+const up = stores.filter((store) => probes.has(store));
+const storesWith = (list: Subject[]) => new Set(list.map((s) => s.store)).size;
+const mostPerStore = Math.max(0, ...up.map((store) => thesisSubjects.filter((s) => s.store === store).length));
+// One progress step per interleaved group (a store's subjects in one scenario and setting).
 const steps =
-  semaphoreSubjects.length +
-  readWriteSubjects.length +
-  stores.filter((store) => probes.has(store)).length +
-  migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length +
-  available.length * (1 + clientCounts.length) +
+  up.length * (2 + clientCounts.length) +
   (probes.has('memory') ? clientCounts.length : 0) +
-  thesisSubjects.length * 4;
+  storesWith(semaphoreSubjects) +
+  storesWith(readWriteSubjects) +
+  migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length +
+  mostPerStore +
+  thesisSubjects.length * 3;
 let done = 0;
 const startedAt = performance.now();
 /** A progress bar on stderr (a terminal only): steps done, elapsed time, what runs now. */
@@ -162,30 +171,63 @@ for (const pair of migrationPairs().filter((p) => runs(6) && probes.has(p.from.s
     await Promise.allSettled(opened.map((entry) => entry.client.close()));
   }
 }
+/**
+ * Scenarios 3, 4, 7 and 8 run a store's subjects interleaved: `rounds` segments each, round-robin
+ * (see `interleave`), so ours and the peers on one store are timed in the same machine states.
+ */
+const rounds = full ? 10 : 3;
+async function interleaved<S, R>(
+  label: string,
+  group: Subject[],
+  open: (subject: Subject) => Promise<Session<S>>,
+  ms: number,
+  result: (subject: Subject, segments: S[]) => R,
+  into: R[],
+): Promise<void> {
+  if (!group.length) return;
+  progress(`${label}: ${group.map((s) => s.name).join(', ')}`);
+  const { results, failures: failed } = await interleave(group.map((subject) => ({ name: subject.name, open: () => open(subject) })), ms, rounds);
+  for (const { name, error } of failed) failures.push(`${label}: ${name}: ${describe(error)}`);
+  for (const { name, segments } of results) into.push(result(group.find((s) => s.name === name)!, segments));
+}
 const contendedResults: ContendedResult[] = [];
-for (const subject of available.filter(() => runs(3))) {
-  for (const clients of clientCounts.filter((n) => n <= (subject.livelocksAbove?.clients ?? Infinity))) {
-    await step(`scenario 3: ${subject.name}, ${clients} clients`, () => contended(subject, clients, 1, durationMs), contendedResults);
+for (const store of up.filter(() => runs(3))) {
+  for (const clients of clientCounts) {
+    const group = available.filter((s) => s.store === store && clients <= (s.livelocksAbove?.clients ?? Infinity));
+    const rows = (holdMs: number) => (subject: Subject, segments: ContendedSegment[]) => contendedResult(subject.name, clients, holdMs, segments);
+    await interleaved(`scenario 3, ${clients} clients`, group, (s) => openContended(s, clients, 1), durationMs, rows(1), contendedResults);
     // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
-    if (subject.store === 'memory') await step(`scenario 3: ${subject.name}, ${clients} clients, hold 0`, () => contended(subject, clients, 0, 500), contendedResults);
+    if (store === 'memory') await interleaved(`scenario 3, ${clients} clients, hold 0`, group, (s) => openContended(s, clients, 0, 200), 500, rows(0), contendedResults);
   }
 }
 // Scenarios 7 and 8: the shared family under contention, with scenario 3's measurements.
+const sharedRows = (subject: Subject, segments: ContendedSegment[]) => contendedResult(subject.name, SHARED_CLIENTS, 1, segments);
 const semaphoreResults: ContendedResult[] = [];
-for (const subject of semaphoreSubjects.filter(() => runs(7))) {
-  await step(`scenario 7: ${subject.name}, ${SHARED_CLIENTS} clients`, () => contended(subject, SHARED_CLIENTS, 1, durationMs), semaphoreResults);
-}
 const readWriteResults: ContendedResult[] = [];
-for (const subject of readWriteSubjects.filter(() => runs(8))) {
-  await step(`scenario 8: ${subject.name}, ${SHARED_CLIENTS} clients`, () => contended(subject, SHARED_CLIENTS, 1, durationMs), readWriteResults);
+for (const store of up) {
+  const semaphores = semaphoreSubjects.filter((s) => runs(7) && s.store === store);
+  await interleaved(`scenario 7, ${SHARED_CLIENTS} clients`, semaphores, (s) => openContended(s, SHARED_CLIENTS, 1), durationMs, sharedRows, semaphoreResults);
+  const readWrite = readWriteSubjects.filter((s) => runs(8) && s.store === store);
+  await interleaved(`scenario 8, ${SHARED_CLIENTS} clients`, readWrite, (s) => openContended(s, SHARED_CLIENTS, 1), durationMs, sharedRows, readWriteResults);
 }
 const manyKeysResults: ManyKeysResult[] = [];
-for (const subject of available.filter((s) => runs(4) && !s.livelocksAbove)) {
-  await step(`scenario 4: ${subject.name}, 200 workers over 10 000 keys`, () => manyKeys(subject, 200, 10_000, 20, durationMs, probes.get(subject.store)!), manyKeysResults);
+for (const store of up.filter(() => runs(4))) {
+  const group = available.filter((s) => s.store === store && !s.livelocksAbove);
+  const open = (s: Subject) => openManyKeys(s, 200, 10_000, 20, probes.get(store)!);
+  await interleaved('scenario 4, 200 workers over 10 000 keys', group, open, durationMs, (s, segments) => manyKeysResult(s.name, 200, 10_000, segments), manyKeysResults);
 }
+/**
+ * Scenario 5 is mostly idle (renewals every ttl / 3): one subject of every store at a time, all at
+ * once, so the subjects share machine states and the run takes a few hold times, not one each.
+ * Subjects of one store never overlap: the store's request counter is per subject.
+ */
 const longHoldResults: LongHoldResult[] = [];
-for (const subject of thesisSubjects.filter(() => runs(5))) {
-  await step(`scenario 5: ${subject.name}, 5 locks held ${holdMs / 1000} s`, () => longHolds(subject, 5, holdMs, probes.get(subject.store)!), longHoldResults);
+const waves: Subject[][] = [];
+for (const store of up) thesisSubjects.filter((s) => runs(5) && s.store === store).forEach((s, i) => (waves[i] ??= []).push(s));
+for (const wave of waves) {
+  progress(`scenario 5: ${wave.map((s) => s.name).join(', ')}: 5 locks held ${holdMs / 1000} s`);
+  const settled = await Promise.allSettled(wave.map((subject) => longHolds(subject, 5, holdMs, probes.get(subject.store)!)));
+  settled.forEach((r, i) => (r.status === 'fulfilled' ? longHoldResults.push(r.value) : failures.push(`scenario 5: ${wave[i]!.name}: ${describe(r.reason)}`)));
 }
 const thesisResults: ThesisResult[] = [];
 for (const subject of thesisSubjects.filter(() => runs(2))) {
@@ -207,8 +249,12 @@ const machine =
 const lines: string[] = [];
 lines.push('# deadbolt benchmark', '', machine, '');
 lines.push(
-  'All subjects ran in this one process (scenario 2: in forked processes), one after another, on the same servers, with the same client',
-  'libraries; every timed phase follows a discarded warm-up. Locks are taken with a 10 s ttl except in scenario 5. Store requests come',
+  'All subjects ran in this one process (scenario 2: in forked processes), on the same servers, with the same client libraries; every',
+  "timed phase follows a discarded warm-up. A store's subjects (its floor, our backends, the peers) run interleaved in scenarios 1, 3, 4,",
+  `6, 7 and 8, round-robin (scenarios 1 and 6: 10 blocks of each row's cycles; 3, 4, 7, 8: ${rounds} segments of each row's time), so a`,
+  "drift in the machine's speed reaches them alike;",
+  'scenario 5 holds one subject of every store at once; scenario 2 runs each subject alone (its point is what builds up over one long',
+  "run, which segments would cut short). Locks are taken with a 10 s ttl except in scenario 5. Store requests come",
   "from each server's own counter (Redis INFO commandstats: every command, including those a Lua script runs; MySQL Questions; etcd",
   'gRPC messages received; ZooKeeper packets received; Cassandra native-transport requests) and include background traffic (renewals,',
   'pings, the Cassandra time service).',

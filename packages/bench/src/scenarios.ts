@@ -109,13 +109,72 @@ export interface ContendedResult {
   acquisitions: Acquisition[];
 }
 
-/** Scenario 3: `clients` clients (own connections, one process) on one key, `holdMs` critical section. */
-export async function contended(subject: Subject, clients: number, holdMs: number, durationMs: number): Promise<ContendedResult> {
-  const key = `bench:contended:${subject.name}:${clients}:${process.pid}`;
+/**
+ * A subject's scenario with its clients open: `warm()` runs a discarded warm-up, each `run(ms)`
+ * times one segment. Scenarios 3, 4 and 7 interleave the sessions of one store (`interleave`).
+ */
+export interface Session<S> {
+  warm(): Promise<void>;
+  run(ms: number): Promise<S>;
+  close(): Promise<void>;
+}
+
+/**
+ * Runs the sessions round-robin: every session is warmed up, then each round times one segment of
+ * `durationMs / rounds` per session, so a drift in the machine's speed reaches every subject alike
+ * (as scenario 1 does). A subject that fails to open or run is dropped and reported in `failures`;
+ * the others go on. Every session is closed whatever happens.
+ */
+export async function interleave<S>(
+  subjects: { name: string; open: () => Promise<Session<S>> }[],
+  durationMs: number,
+  rounds: number,
+): Promise<{ results: { name: string; segments: S[] }[]; failures: { name: string; error: unknown }[] }> {
+  const failures: { name: string; error: unknown }[] = [];
+  const opened: Session<S>[] = [];
+  let live: { name: string; session: Session<S>; segments: S[] }[] = [];
+  const attempt = async (entry: (typeof live)[number], body: () => Promise<void>) => {
+    try {
+      await body();
+    } catch (error) {
+      failures.push({ name: entry.name, error });
+      live = live.filter((e) => e !== entry);
+    }
+  };
+  try {
+    for (const { name, open } of subjects) {
+      try {
+        const session = await open();
+        opened.push(session);
+        live.push({ name, session, segments: [] });
+      } catch (error) {
+        failures.push({ name, error });
+      }
+    }
+    for (const entry of live) await attempt(entry, () => entry.session.warm());
+    for (let round = 0; round < rounds; round++) {
+      for (const entry of live) await attempt(entry, async () => void entry.segments.push(await entry.session.run(durationMs / rounds)));
+    }
+    return { results: live.map(({ name, segments }) => ({ name, segments })), failures };
+  } finally {
+    await Promise.allSettled(opened.map((s) => s.close()));
+  }
+}
+
+/** One timed segment of scenario 3: its acquisitions and how long it ran. */
+export interface ContendedSegment {
+  records: Acquisition[];
+  seconds: number;
+}
+
+/** Scenario 3's session: `clients` clients (own connections, one process) on one key, `holdMs` critical section. */
+export async function openContended(subject: Subject, clients: number, holdMs: number, warmMs = 1000): Promise<Session<ContendedSegment>> {
+  const key = `bench:contended:${subject.name}:${clients}:${holdMs}:${process.pid}`;
   const made = await Promise.all(Array.from({ length: clients }, () => subject.client()));
-  const run = async (ms: number) => {
+  const run = async (ms: number): Promise<ContendedSegment> => {
     const records: Acquisition[] = [];
-    const end = performance.now() + ms;
+    const started = performance.now();
+    const end = started + ms;
     await Promise.all(
       made.map(async (client, index) => {
         while (performance.now() < end) {
@@ -130,37 +189,54 @@ export async function contended(subject: Subject, clients: number, holdMs: numbe
         }
       }),
     );
-    return records;
+    return { records, seconds: (performance.now() - started) / 1000 };
   };
-  try {
-    await run(Math.min(1000, durationMs / 3)); // warm-up, discarded
-    const started = performance.now();
-    const acquisitions = await run(durationMs);
-    const seconds = (performance.now() - started) / 1000;
-    acquisitions.sort((a, b) => a.granted - b.granted);
-    const handoffs: number[] = [];
-    for (let i = 1; i < acquisitions.length; i++) {
-      const [prev, next] = [acquisitions[i - 1]!, acquisitions[i]!];
+  return {
+    warm: async () => void (await run(warmMs)),
+    run,
+    close: async () => void (await Promise.all(made.map((c) => c.close()))),
+  };
+}
+
+/** Scenario 3's result from a subject's segments (handoffs are counted within a segment, never across the gap between two). */
+export function contendedResult(subject: string, clients: number, holdMs: number, segments: ContendedSegment[]): ContendedResult {
+  const handoffs: number[] = [];
+  for (const { records } of segments) {
+    const inOrder = [...records].sort((a, b) => a.granted - b.granted);
+    for (let i = 1; i < inOrder.length; i++) {
+      const [prev, next] = [inOrder[i - 1]!, inOrder[i]!];
       if (prev.client !== next.client) handoffs.push(Math.max(0, next.granted - prev.released));
     }
-    const counts = Array.from({ length: clients }, (_, c) => acquisitions.filter((a) => a.client === c).length);
-    const tokens = acquisitions.map((a) => a.token).filter((t) => t !== undefined).map(BigInt);
-    const violations = tokens.filter((t, i) => i > 0 && t <= tokens[i - 1]!).length;
-    return {
-      subject: subject.name,
-      clients,
-      holdMs,
-      seconds,
-      holdsPerSecond: acquisitions.length / seconds,
-      wait: summarize(acquisitions.map((a) => a.granted - a.asked)),
-      handoff: summarize(handoffs.length ? handoffs : [0]),
-      handoffsToOther: handoffs.length,
-      jain: jain(counts),
-      ...(tokens.length ? { tokenOrderViolations: violations } : {}),
-      acquisitions,
-    };
+  }
+  const acquisitions = segments.flatMap((s) => s.records).sort((a, b) => a.granted - b.granted);
+  const seconds = segments.reduce((sum, s) => sum + s.seconds, 0);
+  const counts = Array.from({ length: clients }, (_, c) => acquisitions.filter((a) => a.client === c).length);
+  // Tokens are checked across segments too: one key, so they must rise over the whole run.
+  const tokens = acquisitions.map((a) => a.token).filter((t) => t !== undefined).map(BigInt);
+  const violations = tokens.filter((t, i) => i > 0 && t <= tokens[i - 1]!).length;
+  return {
+    subject,
+    clients,
+    holdMs,
+    seconds,
+    holdsPerSecond: acquisitions.length / seconds,
+    wait: summarize(acquisitions.map((a) => a.granted - a.asked)),
+    handoff: summarize(handoffs.length ? handoffs : [0]),
+    handoffsToOther: handoffs.length,
+    jain: jain(counts),
+    ...(tokens.length ? { tokenOrderViolations: violations } : {}),
+    acquisitions,
+  };
+}
+
+/** Scenario 3 for one subject alone, in one segment (a warm-up first). */
+export async function contended(subject: Subject, clients: number, holdMs: number, durationMs: number): Promise<ContendedResult> {
+  const session = await openContended(subject, clients, holdMs, Math.min(1000, durationMs / 3));
+  try {
+    await session.warm();
+    return contendedResult(subject.name, clients, holdMs, [await session.run(durationMs)]);
   } finally {
-    await Promise.all(made.map((c) => c.close()));
+    await session.close();
   }
 }
 
@@ -233,17 +309,24 @@ export function zipf(n: number, s = 1): () => number {
   };
 }
 
+/** One timed segment of scenario 4: its acquisitions, how long it ran, and the store's counters over it. */
+export interface ManyKeysSegment {
+  records: Acquisition[];
+  seconds: number;
+  cpuSeconds?: number;
+  requests?: number;
+}
+
 /**
- * Scenario 4: `workers` workers (sharing `connections` clients) lock keys drawn from a Zipf
- * distribution over `keys` keys, empty critical section, for `durationMs`. `probe` reads the store
- * server's CPU time and request counter.
+ * Scenario 4's session: `workers` workers (sharing `connections` clients) lock keys drawn from a
+ * Zipf distribution over `keys` keys, empty critical section. `probe` reads the store server's CPU
+ * time and request counter around each segment.
  */
-export async function manyKeys(subject: Subject, workers: number, keys: number, connections: number, durationMs: number, probe: StoreProbe): Promise<ManyKeysResult> {
+export async function openManyKeys(subject: Subject, workers: number, keys: number, connections: number, probe: StoreProbe): Promise<Session<ManyKeysSegment>> {
   const made = await Promise.all(Array.from({ length: connections }, () => subject.client()));
   const draw = zipf(keys);
   const prefix = `bench:many:${subject.name}:${process.pid}:`;
-  const acquisitions: Acquisition[] = [];
-  const run = async (ms: number, record: boolean) => {
+  const go = async (ms: number, records?: Acquisition[]) => {
     const end = performance.now() + ms;
     await Promise.all(
       Array.from({ length: workers }, async (_, w) => {
@@ -253,33 +336,46 @@ export async function manyKeys(subject: Subject, workers: number, keys: number, 
           const held = await client.acquire(prefix + draw());
           const granted = performance.now();
           await held.release();
-          if (record) acquisitions.push({ client: w, asked, granted, released: granted, ...(held.token === undefined ? {} : { token: String(held.token) }) });
+          records?.push({ client: w, asked, granted, released: granted, ...(held.token === undefined ? {} : { token: String(held.token) }) });
         }
       }),
     );
   };
-  try {
-    await run(Math.min(1000, durationMs / 3), false); // warm-up
-    const [cpuBefore, requestsBefore] = [probe.cpuSeconds(), await probe.requests()];
-    const started = performance.now();
-    await run(durationMs, true);
-    const seconds = (performance.now() - started) / 1000;
-    const cpu = perOperation(cpuBefore, probe.cpuSeconds(), acquisitions.length / 1000);
-    const requests = perOperation(requestsBefore, await probe.requests(), acquisitions.length);
-    return {
-      subject: subject.name,
-      workers,
-      keys,
-      seconds,
-      perSecond: acquisitions.length / seconds,
-      wait: summarize(acquisitions.map((a) => a.granted - a.asked)),
-      ...(cpu === undefined ? {} : { storeCpuPer1000: cpu }),
-      ...(requests === undefined ? {} : { storeRequestsPerAcquisition: requests }),
-      acquisitions,
-    };
-  } finally {
-    await Promise.all(made.map((c) => c.close()));
-  }
+  return {
+    warm: () => go(1000),
+    async run(ms) {
+      const records: Acquisition[] = [];
+      const [cpuBefore, requestsBefore] = [probe.cpuSeconds(), await probe.requests()];
+      const started = performance.now();
+      await go(ms, records);
+      const seconds = (performance.now() - started) / 1000;
+      const cpu = perOperation(cpuBefore, probe.cpuSeconds(), 1);
+      const requests = perOperation(requestsBefore, await probe.requests(), 1);
+      return { records, seconds, ...(cpu === undefined ? {} : { cpuSeconds: cpu }), ...(requests === undefined ? {} : { requests }) };
+    },
+    close: async () => void (await Promise.all(made.map((c) => c.close()))),
+  };
+}
+
+/** Scenario 4's result from a subject's segments. */
+export function manyKeysResult(subject: string, workers: number, keys: number, segments: ManyKeysSegment[]): ManyKeysResult {
+  const acquisitions = segments.flatMap((s) => s.records);
+  const seconds = segments.reduce((sum, s) => sum + s.seconds, 0);
+  // A counter is reported only when every segment read it.
+  const total = (field: 'cpuSeconds' | 'requests') => (segments.every((s) => s[field] !== undefined) ? segments.reduce((sum, s) => sum + s[field]!, 0) : undefined);
+  const cpu = perOperation(0, total('cpuSeconds'), acquisitions.length / 1000);
+  const requests = perOperation(0, total('requests'), acquisitions.length);
+  return {
+    subject,
+    workers,
+    keys,
+    seconds,
+    perSecond: acquisitions.length / seconds,
+    wait: summarize(acquisitions.map((a) => a.granted - a.asked)),
+    ...(cpu === undefined ? {} : { storeCpuPer1000: cpu }),
+    ...(requests === undefined ? {} : { storeRequestsPerAcquisition: requests }),
+    acquisitions,
+  };
 }
 
 export interface LongHoldResult {
