@@ -59,7 +59,8 @@ export async function uncontended(entries: UncontendedEntry[], probe?: StoreProb
   };
   for (const run of runs) {
     await attempt(run, async () => {
-      for (let i = 0; i < Math.min(500, run.cycles / 10); i++) await (await run.client.acquire(run.key)).release();
+      // A tenth of the cycles, at most 10 000 (in-process subjects need that many for the JIT to settle).
+      for (let i = 0; i < Math.min(10_000, run.cycles / 10); i++) await (await run.client.acquire(run.key)).release();
     });
   }
   for (let round = 0; round < rounds; round++) {
