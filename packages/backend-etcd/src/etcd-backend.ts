@@ -1,4 +1,5 @@
 import {
+  after,
   BackendError,
   BackendUnavailableError,
   grantable,
@@ -9,6 +10,7 @@ import {
   type Lease,
   type LockBackend,
   type SharedRequest,
+  type Timer,
 } from '@deadbolt/core';
 import { Etcd3, type Lease as EtcdLease, type Watcher } from 'etcd3';
 
@@ -41,12 +43,28 @@ export interface EtcdLockLease extends Lease {
   etcdLease: EtcdLease;
   ttlSeconds: number;
   lost: AbortSignal;
-  /** Watches our own key; its deletion (release, revocation, expiry, anyone) means the lock is gone. */
+  /**
+   * Watches our own key, from the grant's revision on; its deletion (release, revocation, expiry,
+   * anyone) means the lock is gone. Made `LOSS_WATCH_DELAY_MS` after the grant (see there);
+   * undefined if the lease ended first or the watch could not be made.
+   */
   watcher: Promise<Watcher | undefined>;
+  /** Stops the loss watch (or keeps it from being made). */
+  stopWatch: () => void;
 }
+
+/**
+ * How long after a grant the loss watch is made. Most holds are short, and for them a watch is two
+ * more messages (create, cancel) and client work on the critical path of the next lock; the watch
+ * starts from the grant's revision, so a deletion in the first moments of a hold is still reported,
+ * at most this much later. Renewal finds a loss within ttl / 3 in any case.
+ */
+export const LOSS_WATCH_DELAY_MS = 100;
 
 /** A stored offset (decimal text), or 0 when the key has none. */
 const offsetOf = (value: Buffer | string | undefined) => (value === undefined ? 0n : BigInt(value.toString()));
+
+const noop = () => undefined;
 
 /** etcd3 rejects keep-alives of a revoked or expired lease with a plain Error saying so. */
 const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.test(String((error as Error)?.message));
@@ -205,7 +223,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       const lost = new AbortController();
       return {
         key: req.key, owner: req.owner, token: mine + offset, revision: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal, shared: true,
-        watcher: this.#watchLoss(path, revision, lost),
+        ...this.#watchLoss(path, revision, lost),
       };
     } catch (error) {
       if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(() => undefined);
@@ -221,57 +239,55 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     const offsetKey = this.offsetKeyFor(req.key);
     const path = lockPrefix + req.owner;
     const ttlSeconds = req.ttlMs / 1000;
-    let acquiredAt = performance.now();
+    // When our lease was last set to its full ttl (a request's send time): the lease counts from here.
+    let refreshedAt = performance.now();
     const etcdLease = this.client.lease(ttlSeconds, { autoKeepAlive: false });
     etcdLease.on('lost', () => undefined);
     let created = false;
     try {
       const leaseId = await this.#call('grant lease', () => etcdLease.grant());
+      // One transaction: the newest key before ours (the one a waiter watches), our key, the holder
+      // (the oldest key) and the token offset. A retried call finds its key already there.
       const result = await this.#call('acquire', () =>
         this.client
           .if(path, 'Create', '==', 0)
-          .then(this.client.put(path).value(req.owner).lease(leaseId), this.#holderQuery(lockPrefix), this.client.get(offsetKey))
-          .else(this.client.get(path), this.#holderQuery(lockPrefix), this.client.get(offsetKey))
+          .then(this.client.getAll().prefix(lockPrefix).sort('Create', 'Descend').limit(1), this.client.put(path).value(req.owner).lease(leaseId), this.#holderQuery(lockPrefix), this.client.get(offsetKey))
+          .else(this.client.get(path), this.client.get(path), this.#holderQuery(lockPrefix), this.client.get(offsetKey))
           .commit(),
       );
       created = true;
       const revision = BigInt(result.header.revision);
       const mine = result.succeeded ? revision : BigInt(result.responses[0]!.response_range.kvs[0]!.create_revision);
-      const holder = BigInt(result.responses[1]!.response_range.kvs[0]?.create_revision ?? -1);
-      let offset = offsetOf(result.responses[2]!.response_range.kvs[0]?.value);
+      const holder = BigInt(result.responses[2]!.response_range.kvs[0]?.create_revision ?? -1);
+      let offset = offsetOf(result.responses[3]!.response_range.kvs[0]?.value);
       if (holder !== mine) {
         if (!req.wait) {
           await this.#call('acquire', () => this.client.delete().key(path).exec());
-          await etcdLease.revoke().catch(() => undefined);
+          await etcdLease.revoke().catch(noop);
           return null;
         }
-        // Waiting can outlast the ttl: keep our lease alive meanwhile, then refresh it and make sure
-        // our key survived the wait before calling the lock ours.
-        const keepAlive = setInterval(() => void etcdLease.keepaliveOnce().catch(() => undefined), (ttlSeconds * 1000) / 3);
+        // Waiting can outlast the ttl: keep our lease alive meanwhile (each confirmed keep-alive
+        // restarts its ttl from when it was sent).
+        const keepAlive = setInterval(() => {
+          const sentAt = performance.now();
+          etcdLease.keepaliveOnce().then((r) => void (Number(r.TTL) > 0 && (refreshedAt = Math.max(refreshedAt, sentAt))), noop);
+        }, (ttlSeconds * 1000) / 3);
         try {
-          await this.#waitForPredecessors(lockPrefix, mine, revision, req.signal);
+          const newest = result.succeeded ? result.responses[0]!.response_range.kvs[0] : undefined;
+          offset = await this.#waitForPredecessors(lockPrefix, offsetKey, path, mine, revision, req.signal, newest?.key);
         } finally {
           clearInterval(keepAlive);
         }
-        acquiredAt = performance.now();
-        const [alive, stored] = await Promise.all([
-          this.#call('acquire', () => etcdLease.keepaliveOnce()).then((r) => Number(r.TTL) > 0, (e: unknown) => (isLeaseGone(e) ? false : Promise.reject(e))),
-          // We hold the lock now, so the offset is as the last holder left it.
-          this.#call('acquire', () => this.client.get(offsetKey).exec()),
-        ]);
-        offset = offsetOf(stored.kvs[0]?.value);
-        if (!alive) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the waiter\'s lease expired while it waited') });
       }
       const lost = new AbortController();
-      const lease: EtcdLockLease = {
-        key: req.key, owner: req.owner, token: mine + offset, revision: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal,
-        watcher: this.#watchLoss(path, revision, lost),
+      return {
+        key: req.key, owner: req.owner, token: mine + offset, revision: mine, acquiredAt: refreshedAt, path, etcdLease, ttlSeconds, lost: lost.signal,
+        ...this.#watchLoss(path, revision, lost),
       };
-      return lease;
     } catch (error) {
       // A cancelled, timed-out or failed waiter removes its key and lease before reporting.
-      if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(() => undefined);
-      await etcdLease.revoke().catch(() => undefined);
+      if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(noop);
+      await etcdLease.revoke().catch(noop);
       throw error;
     }
   }
@@ -280,21 +296,20 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     const l = lease;
     const ttlSeconds = ttlMs / 1000;
     if (ttlSeconds !== l.ttlSeconds) return this.#rebind(l, ttlSeconds);
-    let alive: boolean;
-    try {
-      const response = await this.#call('renew', () => l.etcdLease.keepaliveOnce());
-      alive = Number(response.TTL) > 0;
-    } catch (error) {
-      if (isLeaseGone(error)) return false;
-      throw error;
-    }
-    // The lease alone is not the claim: the key may have been deleted under it.
-    return alive && (await this.#ownsKey(l));
+    // The lease alone is not the claim: the key may have been deleted under it. Both at once.
+    const [alive, owned] = await Promise.all([
+      this.#call('renew', () => l.etcdLease.keepaliveOnce()).then(
+        (response) => Number(response.TTL) > 0,
+        (error: unknown) => (isLeaseGone(error) ? false : Promise.reject(error)),
+      ),
+      this.#ownsKey(l),
+    ]);
+    return alive && owned;
   }
 
   async release(lease: EtcdLockLease): Promise<void> {
     const l = lease;
-    void l.watcher.then((w) => w?.cancel()).catch(() => undefined);
+    l.stopWatch();
     // Revoking the lease deletes our key with it: one write. A lease that is already gone took the key along.
     try {
       await this.#call('release', () => l.etcdLease.revoke());
@@ -347,12 +362,29 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     if (this.#ownsClient) this.client.close();
   }
 
-  /** Aborts `lost` when our key is deleted after `fromRevision`. Started without waiting for it. */
-  async #watchLoss(path: string, fromRevision: bigint, lost: AbortController): Promise<Watcher | undefined> {
+  /**
+   * The loss watch of a lease (see `EtcdLockLease.watcher`): aborts `lost` when our key is deleted
+   * after `fromRevision`. Made `LOSS_WATCH_DELAY_MS` from now unless stopped first.
+   */
+  #watchLoss(path: string, fromRevision: bigint, lost: AbortController): Pick<EtcdLockLease, 'watcher' | 'stopWatch'> {
+    let timer: Timer | undefined;
+    let begin: (watcher: Promise<Watcher | undefined>) => void = noop;
+    const watcher = new Promise<Watcher | undefined>((resolve) => (begin = resolve));
+    timer = after(LOSS_WATCH_DELAY_MS, () => begin(this.#lossWatch(path, fromRevision, lost)), true);
+    const stopWatch = () => {
+      timer?.cancel();
+      timer = undefined;
+      begin(Promise.resolve(undefined));
+      void watcher.then((w) => w?.cancel()).catch(noop);
+    };
+    return { watcher, stopWatch };
+  }
+
+  async #lossWatch(path: string, fromRevision: bigint, lost: AbortController): Promise<Watcher | undefined> {
     try {
       const watcher = await this.client.watch().key(path).startRevision((fromRevision + 1n).toString()).create();
       watcher.on('delete', () => lost.abort(new Error(`etcd key ${path} was deleted (lease revoked or expired)`)));
-      watcher.on('error', () => undefined);
+      watcher.on('error', noop);
       return watcher;
     } catch {
       // No push notice then; renewal still finds the loss within one period.
@@ -392,18 +424,27 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   /**
    * Wait until no key under the prefix has a create revision below ours: watch the nearest earlier
    * one for deletion (from the revision we read it at, so its deletion cannot slip by), then look
-   * again. Rejects with `signal.reason` on abort.
+   * again, in one transaction that also checks our key is still there (so our lease is alive) and
+   * reads the token offset, which is final once we hold. Resolves with that offset; rejects with
+   * `signal.reason` on abort. `first`: the nearest earlier key, if the grant's transaction read it
+   * (at `seenAt`).
    */
-  async #waitForPredecessors(lockPrefix: string, mine: bigint, seenAt: bigint, signal: AbortSignal): Promise<void> {
+  async #waitForPredecessors(lockPrefix: string, offsetKey: string, path: string, mine: bigint, seenAt: bigint, signal: AbortSignal, first?: Buffer): Promise<bigint> {
+    let predecessor = first;
+    let at = seenAt;
     for (;;) {
       signal.throwIfAborted();
+      if (predecessor) await this.#deleted({ key: predecessor }, at + 1n, signal);
       const found = await this.#call('wait', () =>
-        this.client.getAll().prefix(lockPrefix).maxCreateRevision((mine - 1n).toString()).sort('Create', 'Descend').limit(1).exec(),
+        this.client
+          .if(path, 'Create', '==', mine.toString())
+          .then(this.client.getAll().prefix(lockPrefix).maxCreateRevision((mine - 1n).toString()).sort('Create', 'Descend').limit(1), this.client.get(offsetKey))
+          .commit(),
       );
-      const predecessor = found.kvs[0];
-      if (!predecessor) return;
-      const at = BigInt(found.header.revision);
-      await this.#deleted({ key: predecessor.key }, (at > seenAt ? at : seenAt) + 1n, signal);
+      if (!found.succeeded) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the waiter's key is gone: its lease expired while it waited") });
+      predecessor = found.responses[0]!.response_range.kvs[0]?.key;
+      if (!predecessor) return offsetOf(found.responses[1]!.response_range.kvs[0]?.value);
+      at = BigInt(found.header.revision);
     }
   }
 
@@ -425,7 +466,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         watcher.on('error', done);
       });
     } finally {
-      await watcher.cancel().catch(() => undefined);
+      // Not awaited: the waiter's next step need not wait a round trip for the cancel's answer.
+      void watcher.cancel().catch(noop);
     }
   }
 
