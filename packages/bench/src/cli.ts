@@ -180,13 +180,12 @@ async function interleaved<S, R>(
   label: string,
   group: Subject[],
   open: (subject: Subject) => Promise<Session<S>>,
-  ms: number,
   result: (subject: Subject, segments: S[]) => R,
   into: R[],
 ): Promise<void> {
   if (!group.length) return;
   progress(`${label}: ${group.map((s) => s.name).join(', ')}`);
-  const { results, failures: failed } = await interleave(group.map((subject) => ({ name: subject.name, open: () => open(subject) })), ms, rounds);
+  const { results, failures: failed } = await interleave(group.map((subject) => ({ name: subject.name, open: () => open(subject) })), rounds);
   for (const { name, error } of failed) failures.push(`${label}: ${name}: ${describe(error)}`);
   for (const { name, segments } of results) into.push(result(group.find((s) => s.name === name)!, segments));
 }
@@ -195,9 +194,9 @@ for (const store of up.filter(() => runs(3))) {
   for (const clients of clientCounts) {
     const group = available.filter((s) => s.store === store && clients <= (s.livelocksAbove?.clients ?? Infinity));
     const rows = (holdMs: number) => (subject: Subject, segments: ContendedSegment[]) => contendedResult(subject.name, clients, holdMs, segments);
-    await interleaved(`scenario 3, ${clients} clients`, group, (s) => openContended(s, clients, 1), durationMs, rows(1), contendedResults);
+    await interleaved(`scenario 3, ${clients} clients`, group, (s) => openContended(s, clients, 1, durationMs / rounds), rows(1), contendedResults);
     // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
-    if (store === 'memory') await interleaved(`scenario 3, ${clients} clients, hold 0`, group, (s) => openContended(s, clients, 0, 200), 500, rows(0), contendedResults);
+    if (store === 'memory') await interleaved(`scenario 3, ${clients} clients, hold 0`, group, (s) => openContended(s, clients, 0, 500 / rounds, 200), rows(0), contendedResults);
   }
 }
 // Scenarios 7 and 8: the shared family under contention, with scenario 3's measurements.
@@ -206,15 +205,15 @@ const semaphoreResults: ContendedResult[] = [];
 const readWriteResults: ContendedResult[] = [];
 for (const store of up) {
   const semaphores = semaphoreSubjects.filter((s) => runs(7) && s.store === store);
-  await interleaved(`scenario 7, ${SHARED_CLIENTS} clients`, semaphores, (s) => openContended(s, SHARED_CLIENTS, 1), durationMs, sharedRows, semaphoreResults);
+  await interleaved(`scenario 7, ${SHARED_CLIENTS} clients`, semaphores, (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds), sharedRows, semaphoreResults);
   const readWrite = readWriteSubjects.filter((s) => runs(8) && s.store === store);
-  await interleaved(`scenario 8, ${SHARED_CLIENTS} clients`, readWrite, (s) => openContended(s, SHARED_CLIENTS, 1), durationMs, sharedRows, readWriteResults);
+  await interleaved(`scenario 8, ${SHARED_CLIENTS} clients`, readWrite, (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds), sharedRows, readWriteResults);
 }
 const manyKeysResults: ManyKeysResult[] = [];
 for (const store of up.filter(() => runs(4))) {
   const group = available.filter((s) => s.store === store && !s.livelocksAbove);
-  const open = (s: Subject) => openManyKeys(s, 200, 10_000, 20, probes.get(store)!);
-  await interleaved('scenario 4, 200 workers over 10 000 keys', group, open, durationMs, (s, segments) => manyKeysResult(s.name, 200, 10_000, segments), manyKeysResults);
+  const open = (s: Subject) => openManyKeys(s, 200, 10_000, 20, durationMs / rounds, probes.get(store)!);
+  await interleaved('scenario 4, 200 workers over 10 000 keys', group, open, (s, segments) => manyKeysResult(s.name, 200, 10_000, segments), manyKeysResults);
 }
 /**
  * Scenario 5 is mostly idle (renewals every ttl / 3): one subject of every store at a time, all at

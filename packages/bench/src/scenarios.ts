@@ -31,6 +31,24 @@ export interface UncontendedResult {
 const perOperation = (before: number | undefined, after: number | undefined, n: number) =>
   before === undefined || after === undefined || n === 0 ? undefined : (after - before) / n;
 
+/** A store counter's total over a row's segments; undefined unless every segment read it. */
+function total<K extends string>(segments: Partial<Record<K, number>>[], field: K): number | undefined {
+  let sum = 0;
+  for (const segment of segments) {
+    const value = segment[field];
+    if (value === undefined) return undefined;
+    sum += value;
+  }
+  return sum;
+}
+
+/** A timed row's segments taken together: every acquisition in grant order, the time, the rate and the waits. */
+function overall(segments: { records: Acquisition[]; seconds: number }[]) {
+  const acquisitions = segments.flatMap((s) => s.records).sort((a, b) => a.granted - b.granted);
+  const seconds = segments.reduce((sum, s) => sum + s.seconds, 0);
+  return { acquisitions, seconds, perSecond: acquisitions.length / seconds, wait: summarize(acquisitions.map((a) => a.granted - a.asked)) };
+}
+
 /** One subject of scenario 1: a client already open, and how many cycles it is timed for. */
 export interface UncontendedEntry {
   name: string;
@@ -46,52 +64,56 @@ export interface UncontendedEntry {
  * fails is dropped from later rounds and reported in `failures`; the others go on.
  */
 export async function uncontended(entries: UncontendedEntry[], probe?: StoreProbe, rounds = 10): Promise<{ results: UncontendedResult[]; failures: { name: string; error: unknown }[] }> {
-  const failures: { name: string; error: unknown }[] = [];
-  const runs = entries.map((entry) => ({ ...entry, key: `bench:uncontended:${entry.name}:${process.pid}`, times: [] as number[], busyMs: 0, requests: 0 as number | undefined }));
-  let live = runs;
-  const attempt = async (run: (typeof runs)[number], body: () => Promise<void>) => {
-    try {
-      await body();
-    } catch (error) {
-      failures.push({ name: run.name, error });
-      live = live.filter((r) => r !== run);
-    }
-  };
-  for (const run of runs) {
-    await attempt(run, async () => {
+  const { results, failures } = await interleave(entries.map((entry) => ({ name: entry.name, open: async () => uncontendedSession(entry, rounds, probe) })), rounds);
+  return { results: results.map(({ name, segments }) => uncontendedResult(name, segments)), failures };
+}
+
+/** One block of scenario 1: each cycle's time, the block's time, and the store's requests over it. */
+interface UncontendedBlock {
+  times: number[];
+  busyMs: number;
+  requests?: number;
+}
+
+/** Scenario 1's session over an open client (which its caller closes): block `round` is that round's share of the cycles. */
+function uncontendedSession(entry: UncontendedEntry, rounds: number, probe?: StoreProbe): Session<UncontendedBlock> {
+  const key = `bench:uncontended:${entry.name}:${process.pid}`;
+  const cycle = async () => (await entry.client.acquire(key)).release();
+  return {
+    async warm() {
       // A tenth of the cycles, at most 10 000 (in-process subjects need that many for the JIT to settle).
-      for (let i = 0; i < Math.min(10_000, run.cycles / 10); i++) await (await run.client.acquire(run.key)).release();
-    });
-  }
-  for (let round = 0; round < rounds; round++) {
-    for (const run of live) {
-      const n = Math.floor(run.cycles / rounds) + (round < run.cycles % rounds ? 1 : 0);
-      await attempt(run, async () => {
-        const before = await probe?.requests();
-        const started = performance.now();
-        for (let i = 0; i < n; i++) {
-          const t = performance.now();
-          await (await run.client.acquire(run.key)).release();
-          run.times.push(performance.now() - t);
-        }
-        run.busyMs += performance.now() - started;
-        const after = await probe?.requests();
-        run.requests = before === undefined || after === undefined || run.requests === undefined ? undefined : run.requests + (after - before);
-      });
-    }
-  }
-  const results = live.map((run): UncontendedResult => {
-    const requests = perOperation(0, run.requests, run.times.length);
-    return {
-      subject: run.name,
-      cycles: run.times.length,
-      perSecond: run.times.length / (run.busyMs / 1000),
-      cycle: summarize(run.times),
-      cycleMs: run.times,
-      ...(requests === undefined ? {} : { storeRequestsPerCycle: requests }),
-    };
-  });
-  return { results, failures };
+      for (let i = 0; i < Math.min(10_000, entry.cycles / 10); i++) await cycle();
+    },
+    async run(round) {
+      const n = Math.floor(entry.cycles / rounds) + (round < entry.cycles % rounds ? 1 : 0);
+      const times: number[] = [];
+      const before = await probe?.requests();
+      const started = performance.now();
+      for (let i = 0; i < n; i++) {
+        const t = performance.now();
+        await cycle();
+        times.push(performance.now() - t);
+      }
+      const busyMs = performance.now() - started;
+      const requests = perOperation(before, await probe?.requests(), 1);
+      return { times, busyMs, ...(requests === undefined ? {} : { requests }) };
+    },
+    close: async () => undefined,
+  };
+}
+
+function uncontendedResult(subject: string, blocks: UncontendedBlock[]): UncontendedResult {
+  const times = blocks.flatMap((b) => b.times);
+  const busyMs = blocks.reduce((sum, b) => sum + b.busyMs, 0);
+  const requests = perOperation(0, total(blocks, 'requests'), times.length);
+  return {
+    subject,
+    cycles: times.length,
+    perSecond: times.length / (busyMs / 1000),
+    cycle: summarize(times),
+    cycleMs: times,
+    ...(requests === undefined ? {} : { storeRequestsPerCycle: requests }),
+  };
 }
 
 export interface ContendedResult {
@@ -111,24 +133,23 @@ export interface ContendedResult {
 }
 
 /**
- * A subject's scenario with its clients open: `warm()` runs a discarded warm-up, each `run(ms)`
- * times one segment. Scenarios 3, 4 and 7 interleave the sessions of one store (`interleave`).
+ * A subject's scenario with its clients open: `warm()` runs a discarded warm-up, `run(round)` times
+ * that round's segment (a share of the row's cycles or time).
  */
 export interface Session<S> {
   warm(): Promise<void>;
-  run(ms: number): Promise<S>;
+  run(round: number): Promise<S>;
   close(): Promise<void>;
 }
 
 /**
- * Runs the sessions round-robin: every session is warmed up, then each round times one segment of
- * `durationMs / rounds` per session, so a drift in the machine's speed reaches every subject alike
- * (as scenario 1 does). A subject that fails to open or run is dropped and reported in `failures`;
- * the others go on. Every session is closed whatever happens.
+ * Runs the sessions of one store's subjects round-robin: every session is warmed up, then each of
+ * `rounds` rounds times one segment per session, so a drift in the machine's speed reaches every
+ * subject alike. A subject that fails to open or run is dropped and reported in `failures`; the
+ * others go on. Every session is closed whatever happens.
  */
 export async function interleave<S>(
   subjects: { name: string; open: () => Promise<Session<S>> }[],
-  durationMs: number,
   rounds: number,
 ): Promise<{ results: { name: string; segments: S[] }[]; failures: { name: string; error: unknown }[] }> {
   const failures: { name: string; error: unknown }[] = [];
@@ -154,7 +175,7 @@ export async function interleave<S>(
     }
     for (const entry of live) await attempt(entry, () => entry.session.warm());
     for (let round = 0; round < rounds; round++) {
-      for (const entry of live) await attempt(entry, async () => void entry.segments.push(await entry.session.run(durationMs / rounds)));
+      for (const entry of live) await attempt(entry, async () => void entry.segments.push(await entry.session.run(round)));
     }
     return { results: live.map(({ name, segments }) => ({ name, segments })), failures };
   } finally {
@@ -169,10 +190,10 @@ export interface ContendedSegment {
 }
 
 /** Scenario 3's session: `clients` clients (own connections, one process) on one key, `holdMs` critical section. */
-export async function openContended(subject: Subject, clients: number, holdMs: number, warmMs = 1000): Promise<Session<ContendedSegment>> {
+export async function openContended(subject: Subject, clients: number, holdMs: number, segmentMs: number, warmMs = 1000): Promise<Session<ContendedSegment>> {
   const key = `bench:contended:${subject.name}:${clients}:${holdMs}:${process.pid}`;
   const made = await Promise.all(Array.from({ length: clients }, () => subject.client()));
-  const run = async (ms: number): Promise<ContendedSegment> => {
+  const time = async (ms: number): Promise<ContendedSegment> => {
     const records: Acquisition[] = [];
     const started = performance.now();
     const end = started + ms;
@@ -193,8 +214,8 @@ export async function openContended(subject: Subject, clients: number, holdMs: n
     return { records, seconds: (performance.now() - started) / 1000 };
   };
   return {
-    warm: async () => void (await run(warmMs)),
-    run,
+    warm: async () => void (await time(warmMs)),
+    run: () => time(segmentMs),
     close: async () => void (await Promise.all(made.map((c) => c.close()))),
   };
 }
@@ -209,8 +230,7 @@ export function contendedResult(subject: string, clients: number, holdMs: number
       if (prev.client !== next.client) handoffs.push(Math.max(0, next.granted - prev.released));
     }
   }
-  const acquisitions = segments.flatMap((s) => s.records).sort((a, b) => a.granted - b.granted);
-  const seconds = segments.reduce((sum, s) => sum + s.seconds, 0);
+  const { acquisitions, seconds, perSecond, wait } = overall(segments);
   const counts = Array.from({ length: clients }, (_, c) => acquisitions.filter((a) => a.client === c).length);
   // Tokens are checked across segments too: one key, so they must rise over the whole run.
   const tokens = acquisitions.map((a) => a.token).filter((t) => t !== undefined).map(BigInt);
@@ -220,8 +240,8 @@ export function contendedResult(subject: string, clients: number, holdMs: number
     clients,
     holdMs,
     seconds,
-    holdsPerSecond: acquisitions.length / seconds,
-    wait: summarize(acquisitions.map((a) => a.granted - a.asked)),
+    holdsPerSecond: perSecond,
+    wait,
     handoff: summarize(handoffs.length ? handoffs : [0]),
     handoffsToOther: handoffs.length,
     jain: jain(counts),
@@ -232,10 +252,10 @@ export function contendedResult(subject: string, clients: number, holdMs: number
 
 /** Scenario 3 for one subject alone, in one segment (a warm-up first). */
 export async function contended(subject: Subject, clients: number, holdMs: number, durationMs: number): Promise<ContendedResult> {
-  const session = await openContended(subject, clients, holdMs, Math.min(1000, durationMs / 3));
+  const session = await openContended(subject, clients, holdMs, durationMs, Math.min(1000, durationMs / 3));
   try {
     await session.warm();
-    return contendedResult(subject.name, clients, holdMs, [await session.run(durationMs)]);
+    return contendedResult(subject.name, clients, holdMs, [await session.run(0)]);
   } finally {
     await session.close();
   }
@@ -323,7 +343,7 @@ export interface ManyKeysSegment {
  * Zipf distribution over `keys` keys, empty critical section. `probe` reads the store server's CPU
  * time and request counter around each segment.
  */
-export async function openManyKeys(subject: Subject, workers: number, keys: number, connections: number, probe: StoreProbe): Promise<Session<ManyKeysSegment>> {
+export async function openManyKeys(subject: Subject, workers: number, keys: number, connections: number, segmentMs: number, probe: StoreProbe): Promise<Session<ManyKeysSegment>> {
   const made = await Promise.all(Array.from({ length: connections }, () => subject.client()));
   const draw = zipf(keys);
   const prefix = `bench:many:${subject.name}:${process.pid}:`;
@@ -344,11 +364,11 @@ export async function openManyKeys(subject: Subject, workers: number, keys: numb
   };
   return {
     warm: () => go(1000),
-    async run(ms) {
+    async run() {
       const records: Acquisition[] = [];
       const [cpuBefore, requestsBefore] = [probe.cpuSeconds(), await probe.requests()];
       const started = performance.now();
-      await go(ms, records);
+      await go(segmentMs, records);
       const seconds = (performance.now() - started) / 1000;
       const cpu = perOperation(cpuBefore, probe.cpuSeconds(), 1);
       const requests = perOperation(requestsBefore, await probe.requests(), 1);
@@ -360,19 +380,16 @@ export async function openManyKeys(subject: Subject, workers: number, keys: numb
 
 /** Scenario 4's result from a subject's segments. */
 export function manyKeysResult(subject: string, workers: number, keys: number, segments: ManyKeysSegment[]): ManyKeysResult {
-  const acquisitions = segments.flatMap((s) => s.records);
-  const seconds = segments.reduce((sum, s) => sum + s.seconds, 0);
-  // A counter is reported only when every segment read it.
-  const total = (field: 'cpuSeconds' | 'requests') => (segments.every((s) => s[field] !== undefined) ? segments.reduce((sum, s) => sum + s[field]!, 0) : undefined);
-  const cpu = perOperation(0, total('cpuSeconds'), acquisitions.length / 1000);
-  const requests = perOperation(0, total('requests'), acquisitions.length);
+  const { acquisitions, seconds, perSecond, wait } = overall(segments);
+  const cpu = perOperation(0, total(segments, 'cpuSeconds'), acquisitions.length / 1000);
+  const requests = perOperation(0, total(segments, 'requests'), acquisitions.length);
   return {
     subject,
     workers,
     keys,
     seconds,
-    perSecond: acquisitions.length / seconds,
-    wait: summarize(acquisitions.map((a) => a.granted - a.asked)),
+    perSecond,
+    wait,
     ...(cpu === undefined ? {} : { storeCpuPer1000: cpu }),
     ...(requests === undefined ? {} : { storeRequestsPerAcquisition: requests }),
     acquisitions,
