@@ -50,7 +50,7 @@ export interface MysqlBackendOptions {
   commandTimeoutMs?: number;
 }
 
-const STATEMENTS = ['createTable', 'takeOver', 'insertFirst', 'renew', 'release', 'sessionToken', 'sessionTokenFirst', 'sessionDelayLeft', 'sessionDelayMark', 'raiseFloor'] as const;
+const STATEMENTS = ['createTable', 'acquire', 'renew', 'release', 'sessionToken', 'sessionTokenFirst', 'sessionDelayLeft', 'sessionDelayMark', 'raiseFloor'] as const;
 type Statements = Record<(typeof STATEMENTS)[number], string>;
 const SHARED_STATEMENTS = [
   'createSharedKeys', 'createSharedClaims', 'sharedKeyRow', 'sharedLockKey', 'sharedPurge', 'sharedQueue', 'sharedNextToken', 'sharedInsert', 'sharedRenew', 'sharedRelease', 'sharedRaiseFloor',
@@ -349,15 +349,9 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const micros = req.ttlMs * 1000;
     const keyBytes = Buffer.from(req.key, 'utf8');
     const least = (req.minToken ?? 0n).toString();
-    let result = await this.#run('acquire', this.#sql.takeOver, [least, req.owner, micros, hash, keyBytes]);
-    if (result.affectedRows !== 1) {
-      try {
-        result = await this.#run('acquire', this.#sql.insertFirst, [hash, keyBytes, req.owner, micros, least]);
-      } catch (error) {
-        if ((error as { cause?: { errno?: number } }).cause?.errno === 1062) return null; // the row exists: held
-        throw error;
-      }
-    }
+    const result = await this.#run('acquire', this.#sql.acquire, [hash, keyBytes, req.owner, micros, least, least]);
+    // Insert id 0: the row is held (see queries.ts).
+    if (!result.insertId) return null;
     return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash };
   }
 

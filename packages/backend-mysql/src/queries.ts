@@ -17,16 +17,23 @@ export const createTable = `CREATE TABLE IF NOT EXISTS ?? (
 ) ENGINE=InnoDB`;
 
 /**
- * Take a free or expired row. `LAST_INSERT_ID(expr)` hands the new token back with the reply, so
- * acquire is one statement when the row exists. The token is one more than the last, or the
- * caller's least token if that is higher (a migration's hint; 0 for none).
- * Params: least token, owner, ttl µs, hash, key.
+ * One attempt, one statement: insert the key's row (its first use) or take it over if free or
+ * expired. `LAST_INSERT_ID(expr)` hands the new token back with the reply: one more than the last,
+ * or the caller's least token if that is higher (a migration's hint; 0 for none). A held row (or
+ * another key with the same hash) is left as it is and reports insert id 0 (`LAST_INSERT_ID(0)`):
+ * tokens start at 1, and the affected-rows count cannot tell "held" from "inserted" when the
+ * connection counts matched rows (mysql2's default). The assignments run in order, each seeing the
+ * ones before: token and owner test the old row; expires_at follows owner, which is ours only if
+ * we just took it (every attempt has a fresh owner).
+ * `VALUES(col)` is the form both servers accept (MySQL 8 deprecates it for a row alias, which
+ * MariaDB does not have). Params: hash, key, owner, ttl µs, least token, least token.
  */
-export const takeOver = `UPDATE ?? SET token = LAST_INSERT_ID(GREATEST(token + 1, ?)), owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-  WHERE key_hash = ? AND lock_key = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))`;
-
-/** First use of a key: the row does not exist yet. A duplicate-key error means someone else got there. Params: hash, key, owner, ttl µs, least token. */
-export const insertFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(GREATEST(1, ?)))`;
+export const acquire = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token)
+  VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(GREATEST(1, ?)))
+  ON DUPLICATE KEY UPDATE
+  token = IF(lock_key = VALUES(lock_key) AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)), LAST_INSERT_ID(GREATEST(token + 1, ?)), token + LAST_INSERT_ID(0)),
+  owner = IF(lock_key = VALUES(lock_key) AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)), VALUES(owner), owner),
+  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)`;
 
 /** Params: ttl µs, hash, owner. One row changed = still ours. */
 export const renew = `UPDATE ?? SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE key_hash = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`;
