@@ -88,6 +88,8 @@ interface Slot {
 }
 
 const { consistencies } = cassandra.types;
+/** One statement of a batch. */
+type Statement = { query: string; params: unknown[] };
 const TOKEN_CACHE_KEYS = 1000;
 const NOT_YET = null;
 /** A shared claim lost the race to join: read the partition again at once. */
@@ -361,16 +363,16 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     if (checkFirst && (await this.#owners('acquire', 'lock_holders', id)).length > 0) return NOT_YET;
     const acquiredAt = performance.now();
     const timestamp = this.#timestamp();
-    await Promise.all([
-      this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, req.owner, ttl, timestamp]),
-      this.#writeQueueCell(id, slot, entry, req.owner, ttl, timestamp),
+    await this.#batch('acquire', [
+      { query: `INSERT INTO ${this.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, params: [id, slot.name, req.owner, ttl, timestamp] },
+      this.#queueCell(id, slot, entry, req.owner, ttl, timestamp),
     ]);
     const owners = await this.#owners('acquire', 'lock_holders', id);
     if (owners.length !== 1 || owners[0] !== req.owner) {
       await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
       return NOT_YET;
     }
-    return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders', req.minToken);
+    return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders', req);
   }
 
   /** The owners of the first `n` queue cells, in arrival order (the partition holds few rows: see schema.ts). */
@@ -381,7 +383,12 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   #writeQueueCell(id: Buffer, slot: Slot, entry: string, owner: string, ttl: number, timestamp = this.#timestamp()) {
-    return this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, entry, owner, ttl, timestamp]);
+    const { query, params } = this.#queueCell(id, slot, entry, owner, ttl, timestamp);
+    return this.#run('acquire', query, params);
+  }
+
+  #queueCell(id: Buffer, slot: Slot, entry: string, owner: string, ttl: number, timestamp: number): Statement {
+    return { query: `INSERT INTO ${this.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`, params: [id, slot.name, entry, owner, ttl, timestamp] };
   }
 
   /**
@@ -392,9 +399,9 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     if (slot.released) return;
     const timestamp = this.#timestamp();
     this.#freeSlot(id, slot); // any later write to the slot has a later timestamp than this delete
-    await Promise.all([
-      this.#run('release', `DELETE FROM ${this.keyspace}.lock_waiters USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [timestamp, id, slot.name]),
-      this.#run('release', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [timestamp, id, slot.name]),
+    await this.#batch('release', [
+      { query: `DELETE FROM ${this.keyspace}.lock_waiters USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, params: [timestamp, id, slot.name] },
+      { query: `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, params: [timestamp, id, slot.name] },
     ]);
   }
 
@@ -456,7 +463,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       await this.#run('acquire', `DELETE FROM ${this.keyspace}.shadow_claims USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
     }
     if (!won) return 'concurrent';
-    return this.#fence({ key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n }, 'shadow_holders', req.minToken);
+    return this.#fence({ key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n }, 'shadow_holders', req);
   }
 
   /** Removes our shadow main cell, once per slot (as `#leave` does for the queue). */
@@ -480,7 +487,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       throw error;
     }
     if (!result.wasApplied()) return null;
-    return this.#fence({ key: req.key, owner: req.owner, id, acquiredAt, token: 0n }, 'lock_lwt', req.minToken);
+    return this.#fence({ key: req.key, owner: req.owner, id, acquiredAt, token: 0n }, 'lock_lwt', req);
   }
 
   // --- semaphores and read-write locks -----------------------------------------------------------
@@ -590,10 +597,13 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
    * the first time this process sees the key), then check the lock is still ours, so a holder
    * paused between winning and counting can never carry a token newer than its successor's.
    */
-  async #fence(lease: Omit<CassandraLease, 'token'> & { token: bigint }, table: HolderTable, least = 0n): Promise<CassandraLease> {
+  async #fence(lease: Omit<CassandraLease, 'token'> & { token: bigint }, table: HolderTable, req: AcquireRequest): Promise<CassandraLease> {
     try {
-      const token = await this.#setToken(lease.id, (current) => maxOf((current ?? 0n) + 1n, least));
-      if (!(await this.#stillOurs(lease, table))) {
+      const token = await this.#setToken(lease.id, (current) => maxOf((current ?? 0n) + 1n, req.minToken ?? 0n));
+      // Our holder cell was written after `acquiredAt` with the full ttl and only our own release
+      // deletes it, so while less than half the ttl has passed here it is certainly still there
+      // (half: room for any difference in clock rates); only a slow token round needs the read.
+      if (performance.now() - lease.acquiredAt >= req.ttlMs / 2 && !(await this.#stillOurs(lease, table))) {
         throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the lease expired while its fencing token was being taken') });
       }
       return { ...lease, token };
@@ -678,6 +688,18 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       }
     })();
     return this.#ready;
+  }
+
+  /**
+   * Writes in one request (an unlogged batch): the same as sending them side by side, each applied
+   * on its own, for one request instead of several.
+   */
+  async #batch(operation: string, statements: Statement[]): Promise<void> {
+    try {
+      await this.client.batch(statements, { prepare: true, logged: false, consistency: this.#consistency });
+    } catch (error) {
+      throw this.#error(operation, error);
+    }
   }
 
   async #run(operation: string, query: string, params: unknown[], how: { lwt?: boolean; serialRead?: boolean } = {}): Promise<types.ResultSet> {
