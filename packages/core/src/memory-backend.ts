@@ -321,8 +321,12 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
   // Not async: the store answers with a settled promise, and an async wrapper would add two more
   // turns of the microtask queue to every in-process lock.
   acquire(req: AcquireRequest): Promise<Lease | null> {
-    if (this.#closed) return Promise.reject(new LockerClosedError('the memory backend is closed'));
-    return this.store.acquire(req);
+    try {
+      if (this.#closed) throw new LockerClosedError('the memory backend is closed');
+      return this.store.acquire(req);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   async acquireShared(req: SharedRequest): Promise<MemoryLease | null> {

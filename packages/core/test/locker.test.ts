@@ -117,6 +117,34 @@ describe('Locker renewal', () => {
     await locker.close();
   });
 
+  it('a lease lost before anyone read lock.signal gives a signal already aborted with the LockLostError; extend rejects with that same error', async () => {
+    const store = new MemoryLockStore();
+    const locker = createLocker(memoryBackend({ store }), { ttlMs: 300 });
+    const lock = await locker.lock('k');
+    store.evictAll();
+    // The next renewal (at ttl / 3) finds the lease gone; nothing has read the signal yet.
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    const signal = lock.signal;
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+    expect(lock.held).toBe(false);
+    await expect(lock.extend()).rejects.toBe(signal.reason);
+    await lock.release();
+    await locker.close();
+  });
+
+  it('close() ends a wait that has no deadline and no caller signal, and releases what it holds', async () => {
+    const store = new MemoryLockStore();
+    const [a, b] = [createLocker(memoryBackend({ store })), createLocker(memoryBackend({ store }))];
+    const held = await a.lock('k');
+    const waiting = b.lock('k');
+    await b.close();
+    await expect(waiting).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
+    expect(store.inspect('k')).toEqual({ holder: held.owner, waiters: [] });
+    await a.close();
+    expect(store.size).toBe(0);
+  });
+
   it('withLock: the body error wins and the lock is released', async () => {
     const store = new MemoryLockStore();
     const locker = createLocker(memoryBackend({ store }), { ttlMs: 1000 });
