@@ -214,7 +214,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         }
         // Waiting can outlast the ttl: keep our lease alive meanwhile.
         keepAlive ??= setInterval(() => void etcdLease.keepaliveOnce().catch(() => undefined), (ttlSeconds * 1000) / 3);
-        await this.#deleted({ prefix }, seenAt + 1n, req.signal);
+        await this.#deleted(prefix, seenAt + 1n, req.signal);
         const now = await this.#call('wait', () => this.client.if(path, 'Create', '>', 0).then(claims(), this.client.get(offsetKey)).else(claims(), this.client.get(offsetKey)).commit());
         kvs = now.responses[0]!.response_range.kvs;
         offset = offsetOf(now.responses[1]!.response_range.kvs[0]?.value);
@@ -274,7 +274,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         }, (ttlSeconds * 1000) / 3);
         try {
           const newest = result.succeeded ? result.responses[0]!.response_range.kvs[0] : undefined;
-          offset = await this.#waitForPredecessors(lockPrefix, offsetKey, path, mine, revision, req.signal, newest?.key);
+          offset = await this.#waitForPredecessors(lockPrefix, offsetKey, path, mine, req.signal, newest?.key);
         } finally {
           clearInterval(keepAlive);
         }
@@ -422,36 +422,85 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   }
 
   /**
-   * Wait until no key under the prefix has a create revision below ours: watch the nearest earlier
-   * one for deletion (from the revision we read it at, so its deletion cannot slip by), then look
-   * again, in one transaction that also checks our key is still there (so our lease is alive) and
-   * reads the token offset, which is final once we hold. Resolves with that offset; rejects with
-   * `signal.reason` on abort. `first`: the nearest earlier key, if the grant's transaction read it
-   * (at `seenAt`).
+   * Wait until no key under the prefix has a create revision below ours, watching only the nearest
+   * earlier key. Each look is one transaction that also checks our key is still there (so our
+   * lease is alive) and reads the token offset, which is final once we hold; resolves with that
+   * offset. A watch is made before the look that finds its key still there, so the key's deletion
+   * comes after the watch began and is delivered at once (see `#watchDeletion`). After a deletion,
+   * the next look is the grant: the handoff is one event and one transaction, the watch's cancel
+   * going out beside it. Rejects with `signal.reason` on abort. `first`: the nearest earlier key as
+   * the grant's transaction read it.
    */
-  async #waitForPredecessors(lockPrefix: string, offsetKey: string, path: string, mine: bigint, seenAt: bigint, signal: AbortSignal, first?: Buffer): Promise<bigint> {
-    let predecessor = first;
-    let at = seenAt;
-    for (;;) {
-      signal.throwIfAborted();
-      if (predecessor) await this.#deleted({ key: predecessor }, at + 1n, signal);
-      const found = await this.#call('wait', () =>
-        this.client
-          .if(path, 'Create', '==', mine.toString())
-          .then(this.client.getAll().prefix(lockPrefix).maxCreateRevision((mine - 1n).toString()).sort('Create', 'Descend').limit(1), this.client.get(offsetKey))
-          .commit(),
-      );
-      if (!found.succeeded) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the waiter's key is gone: its lease expired while it waited") });
-      predecessor = found.responses[0]!.response_range.kvs[0]?.key;
-      if (!predecessor) return offsetOf(found.responses[1]!.response_range.kvs[0]?.value);
-      at = BigInt(found.header.revision);
+  async #waitForPredecessors(lockPrefix: string, offsetKey: string, path: string, mine: bigint, signal: AbortSignal, first?: Buffer): Promise<bigint> {
+    let watch = first && { key: first, ...(await this.#watchDeletion(first)) };
+    let cancelled: Promise<void> | undefined;
+    try {
+      for (;;) {
+        signal.throwIfAborted();
+        const found = await this.#call('wait', () =>
+          this.client
+            .if(path, 'Create', '==', mine.toString())
+            .then(this.client.getAll().prefix(lockPrefix).maxCreateRevision((mine - 1n).toString()).sort('Create', 'Descend').limit(1), this.client.get(offsetKey))
+            .commit(),
+        );
+        // etcd3 holds a watch made while another is being cancelled (about 100 ms here): the
+        // cancel sent beside that look must be done before the next watch, or before we return.
+        await cancelled;
+        cancelled = undefined;
+        if (!found.succeeded) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the waiter's key is gone: its lease expired while it waited") });
+        const predecessor = found.responses[0]!.response_range.kvs[0]?.key;
+        if (!predecessor) return offsetOf(found.responses[1]!.response_range.kvs[0]?.value);
+        if (watch && predecessor.equals(watch.key)) {
+          await watch.deleted(signal);
+        } else {
+          if (watch) await watch.cancel();
+          watch = { key: predecessor, ...(await this.#watchDeletion(predecessor)) };
+          continue;
+        }
+        cancelled = watch.cancel();
+        watch = undefined;
+      }
+    } finally {
+      await cancelled;
+      await watch?.cancel();
     }
   }
 
-  /** Resolves when `key` (or any key under `prefix`) is deleted at or after `fromRevision`; rejects with the abort reason. */
-  async #deleted(target: { key: Buffer } | { prefix: string }, fromRevision: bigint, signal: AbortSignal): Promise<void> {
-    const watch = () => ('key' in target ? this.client.watch().key(target.key) : this.client.watch().prefix(target.prefix));
-    const watcher = await this.#call('watch', () => watch().startRevision(fromRevision.toString()).create());
+  /**
+   * A watch for the deletion of `key` from now on. Not from an earlier revision: etcd hands a watch
+   * that starts behind its current revision to a catch-up loop that runs every 100 ms, which held
+   * handoffs up to that long (p50 86 ms with two clients). `deleted(signal)` resolves once the key
+   * is deleted (or the watch failed: look again), rejects with the abort reason.
+   */
+  async #watchDeletion(key: Buffer): Promise<{ deleted: (signal: AbortSignal) => Promise<void>; cancel: () => Promise<void> }> {
+    const watcher = await this.#call('watch', () => this.client.watch().key(key).create());
+    let gone = false;
+    let wake: () => void = noop;
+    const done = () => {
+      gone = true;
+      wake();
+    };
+    watcher.on('delete', done);
+    watcher.on('error', done);
+    return {
+      deleted: (signal) =>
+        new Promise<void>((resolve, reject) => {
+          if (gone) return resolve();
+          const onAbort = () => reject(signal.reason);
+          if (signal.aborted) return onAbort();
+          signal.addEventListener('abort', onAbort, { once: true });
+          wake = () => {
+            signal.removeEventListener('abort', onAbort);
+            resolve();
+          };
+        }),
+      cancel: () => watcher.cancel().then(noop, noop),
+    };
+  }
+
+  /** Resolves when any key under `prefix` is deleted at or after `fromRevision`; rejects with the abort reason. */
+  async #deleted(prefix: string, fromRevision: bigint, signal: AbortSignal): Promise<void> {
+    const watcher = await this.#call('watch', () => this.client.watch().prefix(prefix).startRevision(fromRevision.toString()).create());
     try {
       await new Promise<void>((resolve, reject) => {
         const onAbort = () => reject(signal.reason);
@@ -466,8 +515,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         watcher.on('error', done);
       });
     } finally {
-      // Not awaited: the waiter's next step need not wait a round trip for the cancel's answer.
-      void watcher.cancel().catch(noop);
+      await watcher.cancel().catch(noop);
     }
   }
 
