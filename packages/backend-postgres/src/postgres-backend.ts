@@ -12,6 +12,7 @@ import {
   raceSignal,
   ReleaseNotifier,
   sleep,
+  UnavailableGrace,
   withTimeout,
   type AcquireRequest,
   type Capabilities,
@@ -90,6 +91,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly pids = new Set<number>();
   readonly #ownsPool: boolean;
   readonly #maxPollDelayMs: number;
+  /** How long a session waiter keeps trying to get a connection (see `#acquireSession`). */
+  readonly #connectGraceMs: number;
   readonly #commandTimeoutMs: number;
   readonly #namespace: number;
   readonly #channel: string;
@@ -127,6 +130,9 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     if (!Number.isSafeInteger(namespace) || namespace < 0 || namespace > 0x7fffffff) throw new InvalidArgumentError('advisoryNamespace must be an integer in 0..2^31-1');
     this.#namespace = namespace;
+    // Two connect timeouts: a connect that fails takes one itself, so a shorter grace would allow
+    // no second try.
+    this.#connectGraceMs = 2 * positive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs');
     if (options.pool) {
       this.pool = options.pool;
       this.#ownsPool = false;
@@ -320,8 +326,20 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
    * waiting statement (`pg_cancel_backend`, repeated until it ends, in case it had not started).
    */
   async #acquireSession(req: AcquireRequest, keyBytes: Buffer): Promise<PostgresLease | null> {
+    // A waiter whose connection could not be had in time (a hundred session locks asked for at
+    // once open a hundred connections, which took over 2 s on a loaded 2-core machine) tries again
+    // while such failures have lasted less than two connect timeouts, as a polling waiter rides
+    // out a reset; a server that stays unreachable still fails the wait.
+    const grace = new UnavailableGrace(this.#connectGraceMs);
     for (;;) {
-      const outcome = await this.#sessionAttempt(req, keyBytes);
+      let outcome: PostgresLease | null | typeof AGAIN;
+      try {
+        outcome = await this.#sessionAttempt(req, keyBytes);
+      } catch (error) {
+        if (!req.wait || req.signal.aborted) throw error;
+        grace.failed(error);
+        outcome = AGAIN;
+      }
       if (outcome !== AGAIN) return outcome;
       await sleep(20, req.signal);
     }
