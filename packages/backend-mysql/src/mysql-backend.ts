@@ -83,7 +83,8 @@ const UNAVAILABLE_ERRNOS = new Set([1040, 1053, 2002, 2003, 2006, 2013, 1927]);
  * MySQL / MariaDB lease backend. One row per key holds the owner, the lease end by the server's
  * clock, and the fencing counter; acquire, renew and release are one statement each (two on a
  * key's first use). Waiters poll with core's jittered backoff and are woken at once by releases
- * in the same process.
+ * in the same process. Session mode (`GET_LOCK` on a connection per lock) waits in the server
+ * instead, first come first served.
  */
 export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly name = 'mysql';
@@ -118,8 +119,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     this.capabilities =
       mode === 'lease'
         ? { fencing: 'strict', fairness: 'none', lease: 'ttl', wake: 'poll', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true, semaphore: true, readWrite: true }
-        : // wait_timeout is in whole seconds; a waiter blocks inside GET_LOCK and wakes when the lock frees.
-          { fencing: 'strict', fairness: 'none', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true, minToken: true };
+        : // wait_timeout is in whole seconds; a waiter blocks inside GET_LOCK and wakes when the lock
+          // frees. The server queues a name's waiters in arrival order and hands a freed lock to the
+          // first (its metadata-lock queue appends each waiter at the back): FIFO, checked by 13a/13b.
+          { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true, minToken: true };
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
     if (!Number.isFinite(this.#maxPollDelayMs) || this.#maxPollDelayMs < 1) throw new InvalidArgumentError('maxPollDelayMs must be a number ≥ 1');
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
@@ -409,15 +412,29 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
         await this.#releaseSession(connection, lockName, req.key, false);
         return null;
       }
-      await this.#waitOutDelay(connection, hash, req);
-      // The server's idle clock restarts with each statement: count the lease from this one.
-      const acquiredAt = performance.now();
       const keyBytes = Buffer.from(req.key, 'utf8');
       const least = (req.minToken ?? 0n).toString();
       const mark = req.lockDelayMs ? req.ttlMs * 1000 : 0;
-      let result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionToken, [least, req.owner, mark, mark, hash, keyBytes]);
-      if (result.affectedRows !== 1) result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner, mark, mark, least]);
-      return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash, connection, lockName, ...(mark ? { lockDelay: true as const } : {}) };
+      for (let ranOut = false; ; ) {
+        // The server's idle clock restarts with each statement: count the lease from this one.
+        const acquiredAt = performance.now();
+        let result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionToken, [least, req.owner, mark, mark, hash, keyBytes]);
+        if (result.affectedRows !== 1) {
+          const leftMs = await this.#delayLeft(connection, hash);
+          if (leftMs > 0) {
+            await sleep(Math.min(leftMs, req.ttlMs / 3), req.signal);
+            continue;
+          }
+          // 0: the marker ran out between the two statements, so the next update lands (once: a row
+          // that still refuses it holds another key under our hash, and the insert reports that).
+          if (leftMs === 0 && !ranOut) {
+            ranOut = true;
+            continue;
+          }
+          result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner, mark, mark, least]);
+        }
+        return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash, connection, lockName, ...(mark ? { lockDelay: true as const } : {}) };
+      }
     } catch (error) {
       if (!this.#broken.has(connection)) await this.#releaseSession(connection, lockName, req.key, held).catch(() => undefined);
       if (req.signal.aborted) throw req.signal.reason;
@@ -428,24 +445,20 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   /**
    * Lock-delay in session mode: the server frees a named lock the moment its connection closes (a
    * killed process), so a holder that asked for lock-delay leaves a marker in the key's row, renewed
-   * with its session and cleared by its release. Having won the named lock, we wait until the
-   * previous holder's marker has run out (every acquirer does, whatever its own setting), pinging
-   * our own connection meanwhile so its idle limit does not end it.
+   * with its session and cleared by its release. Having won the named lock, we take the token only
+   * once the previous holder's marker has run out (every acquirer does, whatever its own setting),
+   * the statements meanwhile keeping our own connection from its idle limit. This tells how long
+   * the marker still runs: ms, 0 if none, -1 when the key has no row yet.
    */
-  async #waitOutDelay(connection: PoolConnection, hash: Buffer, req: AcquireRequest): Promise<void> {
-    for (;;) {
-      const rows = await this.#on<RowDataPacket[]>(connection, this.#sql.sessionDelayLeft, [hash]);
-      const leftMs = Number(rows[0]?.['left_us'] ?? 0) / 1000;
-      if (leftMs <= 0) return;
-      await sleep(Math.min(leftMs, req.ttlMs / 3), req.signal);
-    }
+  async #delayLeft(connection: PoolConnection, hash: Buffer): Promise<number> {
+    const rows = await this.#on<RowDataPacket[]>(connection, this.#sql.sessionDelayLeft, [hash]);
+    return rows[0] ? Number(rows[0]['left_us'] ?? 0) / 1000 : -1;
   }
 
   /** Give the named lock back and return the connection to the pool as it was (or drop it if it broke). */
   async #releaseSession(connection: PoolConnection, lockName: string, key: string, held = true): Promise<void> {
     try {
-      if (held) await this.#on(connection, sql.releaseLock, [lockName]);
-      await this.#on(connection, sql.sessionIdleReset, []);
+      await (held ? this.#on(connection, sql.releaseLock, [lockName]) : this.#on(connection, sql.sessionIdleReset, []));
       connection.release();
       this.#notifier.notify(key);
     } catch (error) {

@@ -57,19 +57,26 @@ export const sessionIdleReset = `SET SESSION wait_timeout = @@GLOBAL.wait_timeou
 export const getLock = `SELECT GET_LOCK(?, ?) AS got`;
 /** Params: name. 1 while this connection holds it. */
 export const holdsLock = `SELECT IS_USED_LOCK(?) = CONNECTION_ID() AS mine`;
-export const releaseLock = `SELECT RELEASE_LOCK(?) AS released`;
+/**
+ * Params: name. Gives the named lock back and the connection its usual idle limit in one statement
+ * (the pool's next user expects it); the answer of `RELEASE_LOCK` is not needed.
+ */
+export const releaseLock = `SET @deadbolt_released = RELEASE_LOCK(?), SESSION wait_timeout = @@GLOBAL.wait_timeout`;
 /**
  * Params: least token, owner, lock-delay lease µs (0: none), same again, hash, key. Bumps the counter
  * for a named-lock holder. In session mode `expires_at` is the lock-delay marker: NULL, or how long a
  * holder that asked for lock-delay keeps the key from the next one if its connection dies (renewed
- * with the session, cleared by its release).
+ * with the session, cleared by its release). It changes nothing while a previous holder's marker
+ * still runs (0 rows: that, or the key's first use; `sessionDelayLeft` tells them apart), so the
+ * common handoff is this one statement.
  */
 export const sessionToken = `UPDATE ?? SET token = LAST_INSERT_ID(GREATEST(token + 1, ?)), owner = ?,
-  expires_at = IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL) WHERE key_hash = ? AND lock_key = ?`;
+  expires_at = IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL)
+  WHERE key_hash = ? AND lock_key = ? AND (expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))`;
 /** Params: hash, key, owner, lock-delay lease µs (0: none), same again, least token. */
 export const sessionTokenFirst = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token)
   VALUES (?, ?, ?, IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL), LAST_INSERT_ID(GREATEST(1, ?)))`;
-/** Params: hash. How long (µs, server clock) the previous holder's lock-delay marker still runs; 0 or no row: none. */
+/** Params: hash. How long (µs, server clock) the previous holder's lock-delay marker still runs: 0 if none, no row on the key's first use. */
 export const sessionDelayLeft = `SELECT GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) AS left_us FROM ?? WHERE key_hash = ?`;
 /** Params: lease µs, hash, owner. Renews (µs > 0) or clears (NULL via 0) a holder's lock-delay marker. */
 export const sessionDelayMark = `UPDATE ?? SET expires_at = IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL) WHERE key_hash = ? AND owner = ?`;
