@@ -8,6 +8,7 @@ import type { LockBackend } from '@deadbolt/core';
 import { CLAIM_TABLES, type CassandraBackend } from '@deadbolt/cassandra';
 import type { EtcdBackend } from '@deadbolt/etcd';
 import { MysqlBackend } from '@deadbolt/mysql';
+import type { RowDataPacket } from 'mysql2/promise';
 import type { PostgresBackend } from '@deadbolt/postgres';
 import type { RedisBackend } from '@deadbolt/redis';
 import type { ZooKeeperBackend } from '@deadbolt/zookeeper';
@@ -20,7 +21,15 @@ export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: strin
     await redis.client.del(redis.keysFor(key).lock);
   },
   async mysql(backend, key) {
-    await (backend as MysqlBackend).pool.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [MysqlBackend.hash(key)]);
+    const mysql = backend as MysqlBackend;
+    if (mysql.mode === 'lease') {
+      await mysql.pool.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [MysqlBackend.hash(key)]);
+      return;
+    }
+    // Session mode: the claim is the named lock; end the connection that holds it.
+    const [rows] = await mysql.pool.query<RowDataPacket[]>('SELECT IS_USED_LOCK(?) AS id', [MysqlBackend.lockName(key)]);
+    const id = rows[0]?.['id'] as number | null | undefined;
+    if (id) await mysql.pool.query('KILL ?', [id]);
   },
   async postgres(backend, key) {
     const pg = backend as PostgresBackend;

@@ -143,6 +143,8 @@ export function subjects(): Subject[] {
     deadbolt('deadbolt redis', 'redis', () => redisBackend({ url: redisUrl })),
     deadbolt('deadbolt redis unordered', 'redis', () => redisBackend({ url: redisUrl, fifo: false })),
     deadbolt('deadbolt mysql', 'mysql', () => mysqlBackend({ url: urls.mysql, connectionLimit: 1 })), // one connection per client, like every other store
+    // Session mode holds a connection per held lock and per waiter: at most one or two per client here.
+    deadbolt('deadbolt mysql session', 'mysql', () => mysqlBackend({ url: urls.mysql, mode: 'session' })),
     deadbolt('deadbolt postgres', 'postgres', () => postgresBackend({ url: urls.postgres, connectionLimit: 1 })),
     deadbolt('deadbolt postgres session', 'postgres', () => postgresBackend({ url: urls.postgres, mode: 'session' })),
     deadbolt('deadbolt etcd', 'etcd', () => etcdBackend({ url: urls.etcd })),
