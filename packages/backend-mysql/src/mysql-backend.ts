@@ -166,6 +166,16 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     return `deadbolt:${MysqlBackend.hash(key).toString('base64url')}`;
   }
 
+  /**
+   * Session mode: the server thread (connection id) that holds `key`'s named lock, or null. For
+   * diagnostics and fault injection: `KILL` it and the holder loses its lock as a crashed one would.
+   * Runs on `pool` (any pool on the same server); rejects with the driver's error if that fails.
+   */
+  static async holderThread(pool: Pool, key: string): Promise<number | null> {
+    const [rows] = await pool.query<RowDataPacket[]>(sql.holderThread, [MysqlBackend.lockName(key)]);
+    return (rows[0]?.['thread'] as number | null | undefined) ?? null;
+  }
+
   acquire(req: AcquireRequest): Promise<MysqlLease | null> {
     return this.#acquiring.track(this.#acquire(req));
   }

@@ -55,6 +55,8 @@ export const sessionIdleLimit = `SET SESSION wait_timeout = ?`;
 export const sessionIdleReset = `SET SESSION wait_timeout = @@GLOBAL.wait_timeout`;
 /** Params: name, seconds (0 = one attempt). 1 = granted, 0 = timed out, NULL = error or killed. */
 export const getLock = `SELECT GET_LOCK(?, ?) AS got`;
+/** Params: name. The connection id holding it, or NULL. */
+export const holderThread = `SELECT IS_USED_LOCK(?) AS thread`;
 /** Params: name. 1 while this connection holds it. */
 export const holdsLock = `SELECT IS_USED_LOCK(?) = CONNECTION_ID() AS mine`;
 /**

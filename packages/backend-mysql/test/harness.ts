@@ -32,10 +32,7 @@ export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', t
 
 /** In session mode the claim is the named lock: who holds it, and killing that connection. */
 function sessionHarness(admin: Pool, table: string): Pick<ConformanceHarness, 'inspect' | 'loseClaim'> {
-  const holder = async (key: string) => {
-    const [rows] = await admin.query<any[]>('SELECT IS_USED_LOCK(?) AS thread', [MysqlBackend.lockName(key)]);
-    return rows[0]?.thread as number | null;
-  };
+  const holder = (key: string) => MysqlBackend.holderThread(admin, key);
   return {
     async inspect(key) {
       if ((await holder(key)) === null) return [];

@@ -8,7 +8,6 @@ import type { LockBackend } from '@deadbolt/core';
 import { CLAIM_TABLES, type CassandraBackend } from '@deadbolt/cassandra';
 import type { EtcdBackend } from '@deadbolt/etcd';
 import { MysqlBackend } from '@deadbolt/mysql';
-import type { RowDataPacket } from 'mysql2/promise';
 import type { PostgresBackend } from '@deadbolt/postgres';
 import type { RedisBackend } from '@deadbolt/redis';
 import type { ZooKeeperBackend } from '@deadbolt/zookeeper';
@@ -27,9 +26,8 @@ export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: strin
       return;
     }
     // Session mode: the claim is the named lock; end the connection that holds it.
-    const [rows] = await mysql.pool.query<RowDataPacket[]>('SELECT IS_USED_LOCK(?) AS id', [MysqlBackend.lockName(key)]);
-    const id = rows[0]?.['id'] as number | null | undefined;
-    if (id) await mysql.pool.query('KILL ?', [id]);
+    const thread = await MysqlBackend.holderThread(mysql.pool, key);
+    if (thread !== null) await mysql.pool.query('KILL ?', [thread]);
   },
   async postgres(backend, key) {
     const pg = backend as PostgresBackend;
