@@ -68,6 +68,8 @@ const KEY_ID_CACHE = 1000;
 
 /** What a session-mode attempt returns when it should try again (connection cut, key's row renewed). */
 const AGAIN = Symbol('again');
+/** How many session connections a backend opens at once (see `#sessionConnect`). */
+const OPENING_AT_ONCE = 8;
 
 /**
  * PostgreSQL backend.
@@ -105,8 +107,14 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly #releasedSessions = new WeakSet<Lease>();
   /** Session mode: advisory lock ids of recently used keys (base64 of the key → id). */
   readonly #ids = new Map<string, number>();
-  /** Session mode: the connections taken from the pool for a wait or a held lock, until given back. */
-  readonly #sessionClients = new Set<PoolClient>();
+  /**
+   * Session mode: the connections taken from the pool for a wait or a held lock, until given back,
+   * each with the function that gives its place among the pool's connections back.
+   */
+  readonly #sessionClients = new Map<PoolClient, () => void>();
+  /** Session mode: places among the pool's connections, and turns to open one (see `#sessionConnect`). */
+  readonly #places: Gate;
+  readonly #opening = new Gate(OPENING_AT_ONCE);
   #ready: Promise<void> | undefined;
   #listener: Promise<pg.Client> | undefined;
   #closed = false;
@@ -149,6 +157,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       });
       this.#ownsPool = true;
     }
+    this.#places = new Gate((this.pool as unknown as { options: { max?: number } }).options.max ?? 10);
     // Errors of idle pooled connections reach callers through their next statement; this only
     // keeps them from being thrown as unhandled.
     this.pool.on('error', () => undefined);
@@ -300,7 +309,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     if (this.#closed) return;
     this.#closed = true;
     await withTimeout(this.#acquiring.settled(), this.#commandTimeoutMs, () => new Error('cleanup')).catch(() => undefined);
-    for (const client of [...this.#sessionClients]) this.#giveBack(client, new Error('the backend was closed'));
+    for (const client of [...this.#sessionClients.keys()]) this.#giveBack(client, new Error('the backend was closed'));
     const listener = this.#listener;
     this.#listener = undefined;
     await listener?.then((client) => client.end()).catch(() => undefined);
@@ -346,14 +355,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   }
 
   async #sessionAttempt(req: AcquireRequest, keyBytes: Buffer): Promise<PostgresLease | null | typeof AGAIN> {
-    let client: PoolClient;
-    try {
-      client = await raceSignal(this.pool.connect(), req.signal, (late) => late.release());
-    } catch (error) {
-      if (req.signal.aborted) throw req.signal.reason;
-      throw this.#error('acquire', error);
-    }
-    this.#sessionClients.add(client);
+    const client = await this.#sessionConnect(req.signal);
     let held = false;
     let id = 0;
     try {
@@ -443,6 +445,38 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     throw new BackendError(this.name, 'acquire', { cause: new Error('the key row could not be read') });
   }
 
+  /**
+   * A connection for a session wait or lock, taken from the pool and added to `#sessionClients`.
+   * Two queues, both bounded by the caller's deadline (`signal`) rather than the connect timeout:
+   * - a place among the pool's connections, so that waiters beyond the pool's size wait for a
+   *   held lock to be given back instead of failing when the pool's own queue times out;
+   * - a turn to open a new connection. The server starts a process per connection: two hundred
+   *   opened at once (two hundred waiters arriving together) took over 2 s each, the connect
+   *   timeout, on a loaded 2-core machine, while a few at a time open in milliseconds. The connect
+   *   timeout then bounds the opening alone. An opening that fails for want of the server fails
+   *   those waiting for their turn with it, so that a server that does not answer fails them as
+   *   soon as it would have without the queue (each retries within its grace, `#acquireSession`).
+   */
+  async #sessionConnect(signal: AbortSignal): Promise<PoolClient> {
+    const leavePool = await this.#places.enter(signal).catch((error: unknown) => {
+      throw signal.aborted ? signal.reason : error;
+    });
+    let leaveOpening: (() => void) | undefined;
+    try {
+      if (this.pool.idleCount === 0) leaveOpening = await this.#opening.enter(signal);
+      const client = await raceSignal(this.pool.connect(), signal, (late) => late.release());
+      this.#sessionClients.set(client, leavePool);
+      return client;
+    } catch (error) {
+      leavePool();
+      if (signal.aborted) throw signal.reason;
+      if (leaveOpening && this.#unavailable(error)) this.#opening.failQueued(error);
+      throw this.#error('acquire', error);
+    } finally {
+      leaveOpening?.();
+    }
+  }
+
   /** Give the advisory lock back and return the connection to the pool as it was (or drop it if it broke). */
   async #releaseSession(client: PoolClient, id: number, held: boolean): Promise<void> {
     if (!this.#sessionClients.has(client)) return; // given back already (the backend was closed)
@@ -458,7 +492,10 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
 
   /** Returns a session connection to the pool, once; with an error, the pool closes it instead. */
   #giveBack(client: PoolClient, error?: unknown): void {
-    if (!this.#sessionClients.delete(client)) return;
+    const leavePool = this.#sessionClients.get(client);
+    if (!leavePool) return;
+    this.#sessionClients.delete(client);
+    leavePool();
     client.release(error === undefined ? undefined : error instanceof Error ? error : new Error(String(error)));
   }
 
@@ -586,4 +623,56 @@ function positive(value: number, name: string): number {
  */
 export function postgresBackend(options: PostgresBackendOptions): PostgresBackend {
   return new PostgresBackend(options);
+}
+
+/** At most `limit` holders at a time; the others wait their turn in arrival order. */
+class Gate {
+  #free: number;
+  readonly #queue: Array<{ admit(): void; fail(error: unknown): void }> = [];
+
+  constructor(limit: number) {
+    this.#free = limit;
+  }
+
+  /**
+   * Resolves to the function that gives the place back, once it is this caller's turn.
+   * @throws the signal's reason if it aborts first (the caller leaves the queue).
+   */
+  async enter(signal: AbortSignal): Promise<() => void> {
+    signal.throwIfAborted();
+    if (this.#free > 0) this.#free--;
+    else {
+      await new Promise<void>((resolve, reject) => {
+        const waiter = {
+          admit: () => {
+            signal.removeEventListener('abort', abort);
+            resolve();
+          },
+          fail: (error: unknown) => {
+            signal.removeEventListener('abort', abort);
+            reject(error);
+          },
+        };
+        const abort = () => {
+          this.#queue.splice(this.#queue.indexOf(waiter), 1);
+          reject(signal.reason);
+        };
+        this.#queue.push(waiter);
+        signal.addEventListener('abort', abort, { once: true });
+      });
+    }
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      const next = this.#queue.shift();
+      if (next) next.admit(); // the place passes straight to the next in line
+      else this.#free++;
+    };
+  }
+
+  /** Rejects everyone waiting for a place with `error`. */
+  failQueued(error: unknown): void {
+    for (const waiter of this.#queue.splice(0)) waiter.fail(error);
+  }
 }

@@ -1,5 +1,5 @@
-import { createLocker, sleep } from '@deadbolt/core';
-import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
+import { BackendUnavailableError, createLocker, sleep } from '@deadbolt/core';
+import { closeLockersAfterEach, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { postgresBackend, type PostgresBackend } from '@deadbolt/postgres';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -129,4 +129,26 @@ describe('postgres backend', () => {
     expect(lock.token).toBeGreaterThan(held.token);
     await lock.release();
   });
+
+  it('session mode: waiters queued to open connections fail with the opening when the server stops answering, not one batch after another', async () => {
+    const proxy = await FaultProxy.start(storeAddress(url));
+    try {
+      const backend = postgresBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 300, commandTimeoutMs: 1000 });
+      const locker = track(createLocker(backend, { ttlMs: 5000 }));
+      await (await locker.lock(key())).release(); // the tables exist; one connection stays idle
+      proxy.blackhole();
+      // 80 waiters open connections 8 at a time. Were the queued ones to wait their turn, each
+      // batch would take a connect timeout before the next could even start failing: 3 s for
+      // the last batch to fail once, and each waiter retries for two connect timeouts after that.
+      const started = performance.now();
+      const outcomes = await Promise.allSettled(Array.from({ length: 80 }, () => locker.lock(key())));
+      const elapsed = performance.now() - started;
+      expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(0);
+      for (const o of outcomes) expect((o as PromiseRejectedResult).reason).toBeInstanceOf(BackendUnavailableError);
+      expect(elapsed).toBeLessThan(2500);
+    } finally {
+      await proxy.close();
+    }
+  }, 30_000);
 });
+
