@@ -11,6 +11,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
+import { parseArgs } from 'node:util';
 import {
   contendedResult,
   interleave,
@@ -35,10 +36,29 @@ import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
 import { floors, migrationPairs, sharedSubjects, subjects, type Store, type Subject } from './subjects.js';
 
-const args = process.argv.slice(2);
-const full = args.includes('--full');
-const only = args.includes('--only') ? args[args.indexOf('--only') + 1]!.split(',') : undefined;
-const chosen = args.includes('--scenarios') ? args[args.indexOf('--scenarios') + 1]!.split(',') : undefined;
+const usage = 'usage: pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]';
+let args: ReturnType<typeof parseCli>;
+/** The command line; an unknown option or a bad value ends the run before anything starts. */
+function parseCli() {
+  return parseArgs({
+    options: { full: { type: 'boolean' }, only: { type: 'string' }, scenarios: { type: 'string' }, thesis: { type: 'string' }, help: { type: 'boolean' } },
+    allowPositionals: false,
+  }).values;
+}
+try {
+  args = parseCli();
+  if (args.thesis !== undefined && !(Number.isInteger(Number(args.thesis)) && Number(args.thesis) > 0)) throw new Error('--thesis needs a positive integer');
+} catch (error) {
+  console.error(`${(error as Error).message}\n${usage}`);
+  process.exit(2);
+}
+if (args.help) {
+  console.log(usage);
+  process.exit(0);
+}
+const full = args.full === true;
+const only = args.only?.split(',');
+const chosen = args.scenarios?.split(',');
 /** Whether scenario `n` runs (all do unless --scenarios names some). */
 const runs = (n: number) => !chosen || chosen.includes(String(n));
 const cycles = full ? 5000 : 2000;
@@ -46,7 +66,7 @@ const durationMs = full ? 10_000 : 3000;
 const clientCounts = full ? [2, 8, 32] : [2, 8];
 const holdMs = full ? 60_000 : 6000;
 // The thesis ran 5000 per process; the polling stores need minutes per 1000 at 5 processes.
-const thesisCount = args.includes('--thesis') ? Number(args[args.indexOf('--thesis') + 1]) : full ? 1000 : 100;
+const thesisCount = args.thesis !== undefined ? Number(args.thesis) : full ? 1000 : 100;
 
 const f = (n: number, digits = 2) => n.toFixed(digits);
 const optional = (n: number | undefined, digits = 2) => (n === undefined ? 'n/a' : f(n, digits));

@@ -80,4 +80,15 @@ describe('bench', () => {
     expect(results.contended.length).toBeGreaterThan(0);
     expect(results.contended.every((r: { tokenOrderViolations: number }) => r.tokenOrderViolations === 0)).toBe(true);
   }, 150_000);
+
+  it('`pnpm bench` rejects an unknown option before running anything, and --help prints the usage', async () => {
+    const cli = new URL('../dist/cli.js', import.meta.url).pathname;
+    const run = promisify(execFile);
+    const bad = await run(process.execPath, [cli, '--scenario', '1'], { timeout: 10_000 }).catch((error: { code: number; stderr: string }) => error);
+    expect(bad).toMatchObject({ code: 2 });
+    expect((bad as { stderr: string }).stderr).toMatch(/Unknown option '--scenario'[\s\S]*usage: pnpm bench/);
+    const help = await run(process.execPath, [cli, '--help'], { timeout: 10_000 });
+    expect(help.stdout).toMatch(/^usage: pnpm bench/);
+  });
 });
+
