@@ -128,28 +128,41 @@ local function leave()
   if redis.call('ZREM', KEYS[3], member) == 1 then redis.call('ZREM', KEYS[4], member) end
 end
 
+-- The queue's first live member and its deadline (nil when nobody waits). Waiters whose deadline
+-- has passed are dropped when one of them is at the head, where it would be handed the key;
+-- further back they cost nothing until they get there, so the common case is two reads.
+local function live_head(now)
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head == nil then return nil end
+  local deadline = tonumber(redis.call('ZSCORE', KEYS[4], head))
+  if deadline ~= nil and deadline > now then return head, deadline end
+  purge(now)
+  head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head == nil then return nil end
+  return head, tonumber(redis.call('ZSCORE', KEYS[4], head))
+end
+
 -- The key is free (released, or its holder's lease ended): FIFO gives it to the queue's live head
 -- (with the head's own deadline as a provisional lease end, which the head's confirming attempt
 -- turns into its ttl); unordered leaves it free for whoever asks first. Either way one message
--- goes to the head's process, naming the head. With nobody queued the key goes.
-local function hand_over(now, now_us)
-  purge(now)
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+-- goes to the head's process, naming the head. With nobody queued the key goes. When the lock key
+-- \`existed\`, its expiry already covers every waiter's deadline (a waiter stretches it whenever it
+-- joins or keeps its place), so the new value keeps that expiry as it is.
+local function hand_over(now, now_us, existed, head, deadline)
   if head == nil then
     redis.call('DEL', KEYS[1])
     return
   end
   local owner, backend = string.match(head, '^(.*)|([^|]*)$')
   if ARGV[4] == '1' then
-    local deadline = tonumber(redis.call('ZSCORE', KEYS[4], head))
     local token = fence(now_us)
     redis.call('ZREM', KEYS[3], head)
     redis.call('ZREM', KEYS[4], head)
     redis.call('SET', KEYS[1], owner .. '|' .. token .. '|' .. string.format('%.0f', deadline), 'KEEPTTL')
-    cover(now, deadline)
   else
     redis.call('SET', KEYS[1], '|0|0', 'KEEPTTL')
   end
+  if not existed then cover(now, deadline or 0) end
   redis.call('PUBLISH', string.match(KEYS[1], '^(.-){') .. 'w:' .. backend, KEYS[1] .. '\\n' .. owner)
 end
 `;
@@ -190,10 +203,9 @@ if ends > now then
   return enqueue(now, now_us)
 end
 -- Free: nobody holds it, its holder's lease ended, or it was left free for anyone (unordered).
-purge(now)
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local head, deadline = live_head(now)
 if ARGV[4] == '1' and head ~= nil and head ~= member then
-  hand_over(now, now_us)
+  hand_over(now, now_us, v ~= nil, head, deadline)
   if ARGV[3] == '0' then return false end
   return enqueue(now, now_us)
 end
@@ -268,12 +280,12 @@ end
 local now_us = server_us()
 local now = math.floor(now_us / 1000)
 if holder == ARGV[1] and ends > now then
-  hand_over(now, now_us)
+  hand_over(now, now_us, true, live_head(now))
   return 1
 end
 leave()
 -- A waiter left, or a lease that had ended was given back: if the key is free, the next waiter is owed it.
-if holder == '' or ends <= now then hand_over(now, now_us) end
+if holder == '' or ends <= now then hand_over(now, now_us, true, live_head(now)) end
 return 0
 `;
 

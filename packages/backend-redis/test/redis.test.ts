@@ -1,6 +1,6 @@
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl, restartMatrixServer } from '@deadbolt/conformance';
-import { redisBackend } from '@deadbolt/redis';
+import { redisBackend, type RedisBackend } from '@deadbolt/redis';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 
@@ -81,6 +81,34 @@ describe('redis backend', () => {
     await (await waiting).release();
     // Polling alone would take seconds here; a generous bound still tells the two apart.
     expect(performance.now() - releasedAt).toBeLessThan(1000);
+  });
+
+  it('a handoff skips a waiter that died at the head of the queue, and the lock key outlives the waiters left', async () => {
+    const make = () => track(createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 }));
+    const [a, b, c] = [make(), make(), make()];
+    const k = key();
+    const keys = (a.backend as RedisBackend).keysFor(k);
+    const held = await a.lock(k);
+    const waiting = b.lock(k);
+    const behind = c.lock(k, { timeoutMs: 60_000 });
+    await new Promise((r) => setTimeout(r, 300));
+    // A waiter that died: first in arrival order, its deadline long past.
+    const dead = 'dead-owner|dead-backend';
+    await admin.zadd(keys.queue, 1, dead);
+    await admin.zadd(keys.deadlines, 1, dead);
+    const releasedAt = performance.now();
+    await held.release();
+    const lock = await waiting;
+    // Handed over at the release and woken by its message, not by the 5 s re-check.
+    expect(performance.now() - releasedAt).toBeLessThan(1000);
+    expect(await admin.zscore(keys.queue, dead)).toBeNull();
+    // The handoff kept the lock key's expiry, which must still cover the last waiter's deadline.
+    const [, last] = await admin.zrange(keys.deadlines, -1, -1, 'WITHSCORES');
+    const [seconds, micros] = await admin.time();
+    const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    expect(await admin.pttl(keys.lock)).toBeGreaterThanOrEqual(Number(last) - nowMs - 5);
+    await lock.release();
+    await (await behind).release();
   });
 
   it('puts every key of a lock in one cluster hash slot, whatever the user key contains', async () => {
