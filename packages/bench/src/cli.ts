@@ -64,7 +64,10 @@ const runs = (n: number) => !chosen || chosen.includes(String(n));
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
 const clientCounts = full ? [2, 8, 32] : [2, 8];
-const holdMs = full ? 60_000 : 6000;
+const holdMs = full ? 60_000 : 4000;
+// The discarded warm-up before a store's subjects are timed in scenarios 3, 4, 7 and 8 (the quick
+// profile's is shorter to keep the whole run within ten minutes with every store up).
+const warmMs = full ? 1000 : 500;
 // The thesis ran 5000 per process; the polling stores need minutes per 1000 at 5 processes.
 const thesisCount = args.thesis !== undefined ? Number(args.thesis) : full ? 1000 : 100;
 
@@ -122,8 +125,11 @@ const steps =
   thesisSubjects.length * 3;
 let done = 0;
 const startedAt = performance.now();
+/** When each step started (seconds into the run), kept in results.json: what makes a run long. */
+const timeline: [startedS: number, step: string][] = [];
 /** A progress bar on stderr (a terminal only): steps done, elapsed time, what runs now. */
 const progress = (text: string) => {
+  timeline.push([Math.round(performance.now() - startedAt) / 1000, text || 'done']);
   if (!process.stderr.isTTY) return;
   if (text === '') return void process.stderr.write('\r\x1b[K');
   const width = 24;
@@ -214,7 +220,7 @@ for (const store of up.filter(() => runs(3))) {
   for (const clients of clientCounts) {
     const group = available.filter((s) => s.store === store && clients <= (s.livelocksAbove?.clients ?? Infinity));
     const rows = (holdMs: number) => (subject: Subject, segments: ContendedSegment[]) => contendedResult(subject.name, clients, holdMs, segments);
-    await interleaved(`scenario 3, ${clients} clients`, group, (s) => openContended(s, clients, 1, durationMs / rounds), rows(1), contendedResults);
+    await interleaved(`scenario 3, ${clients} clients`, group, (s) => openContended(s, clients, 1, durationMs / rounds, warmMs), rows(1), contendedResults);
     // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
     if (store === 'memory') await interleaved(`scenario 3, ${clients} clients, hold 0`, group, (s) => openContended(s, clients, 0, 500 / rounds, 200), rows(0), contendedResults);
   }
@@ -225,14 +231,14 @@ const semaphoreResults: ContendedResult[] = [];
 const readWriteResults: ContendedResult[] = [];
 for (const store of up) {
   const semaphores = semaphoreSubjects.filter((s) => runs(7) && s.store === store);
-  await interleaved(`scenario 7, ${SHARED_CLIENTS} clients`, semaphores, (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds), sharedRows, semaphoreResults);
+  await interleaved(`scenario 7, ${SHARED_CLIENTS} clients`, semaphores, (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs), sharedRows, semaphoreResults);
   const readWrite = readWriteSubjects.filter((s) => runs(8) && s.store === store);
-  await interleaved(`scenario 8, ${SHARED_CLIENTS} clients`, readWrite, (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds), sharedRows, readWriteResults);
+  await interleaved(`scenario 8, ${SHARED_CLIENTS} clients`, readWrite, (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs), sharedRows, readWriteResults);
 }
 const manyKeysResults: ManyKeysResult[] = [];
 for (const store of up.filter(() => runs(4))) {
   const group = available.filter((s) => s.store === store && !s.livelocksAbove);
-  const open = (s: Subject) => openManyKeys(s, 200, 10_000, 20, durationMs / rounds, probes.get(store)!);
+  const open = (s: Subject) => openManyKeys(s, 200, 10_000, 20, durationMs / rounds, probes.get(store)!, warmMs);
   await interleaved('scenario 4, 200 workers over 10 000 keys', group, open, (s, segments) => manyKeysResult(s.name, 200, 10_000, segments), manyKeysResults);
 }
 /**
@@ -454,6 +460,7 @@ writeFileSync(
       longHolds: longHoldResults,
       thesis: thesisResults,
       failures,
+      timeline,
     },
     null,
     1,

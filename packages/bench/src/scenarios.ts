@@ -343,7 +343,7 @@ export interface ManyKeysSegment {
  * Zipf distribution over `keys` keys, empty critical section. `probe` reads the store server's CPU
  * time and request counter around each segment.
  */
-export async function openManyKeys(subject: Subject, workers: number, keys: number, connections: number, segmentMs: number, probe: StoreProbe): Promise<Session<ManyKeysSegment>> {
+export async function openManyKeys(subject: Subject, workers: number, keys: number, connections: number, segmentMs: number, probe: StoreProbe, warmMs = 1000): Promise<Session<ManyKeysSegment>> {
   const made = await Promise.all(Array.from({ length: connections }, () => subject.client()));
   const draw = zipf(keys);
   const prefix = `bench:many:${subject.name}:${process.pid}:`;
@@ -363,7 +363,7 @@ export async function openManyKeys(subject: Subject, workers: number, keys: numb
     );
   };
   return {
-    warm: () => go(1000),
+    warm: () => go(warmMs),
     async run() {
       const records: Acquisition[] = [];
       const [cpuBefore, requestsBefore] = [probe.cpuSeconds(), await probe.requests()];
