@@ -24,14 +24,17 @@ export const createTable = `CREATE TABLE IF NOT EXISTS ?? (
  * tokens start at 1, and the affected-rows count cannot tell "held" from "inserted" when the
  * connection counts matched rows (mysql2's default). The assignments run in order, each seeing the
  * ones before: token and owner test the old row; expires_at follows owner, which is ours only if
- * we just took it (every attempt has a fresh owner).
+ * we just took it or an earlier attempt of the same wait did (same owner) and its answer never
+ * came: then the row's token is handed back as this attempt's grant (it went out in no answer, so
+ * nobody used it), with the lease counting from this attempt.
  * `VALUES(col)` is the form both servers accept (MySQL 8 deprecates it for a row alias, which
  * MariaDB does not have). Params: hash, key, owner, ttl µs, least token, least token.
  */
 export const acquire = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token)
   VALUES (?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(GREATEST(1, ?)))
   ON DUPLICATE KEY UPDATE
-  token = IF(lock_key = VALUES(lock_key) AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)), LAST_INSERT_ID(GREATEST(token + 1, ?)), token + LAST_INSERT_ID(0)),
+  token = IF(lock_key = VALUES(lock_key) AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)), LAST_INSERT_ID(GREATEST(token + 1, ?)),
+    IF(lock_key = VALUES(lock_key) AND owner = VALUES(owner), LAST_INSERT_ID(token), token + LAST_INSERT_ID(0))),
   owner = IF(lock_key = VALUES(lock_key) AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)), VALUES(owner), owner),
   expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)`;
 

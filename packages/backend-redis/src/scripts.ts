@@ -190,7 +190,10 @@ else
   holder, token, ends = '', '', 0
 end
 if holder == ARGV[1] and ends > now then
-  -- Handed to us on a release: the lease counts from now.
+  -- Handed to us on a release, or granted to an earlier attempt of ours whose answer never came
+  -- (no token in the value: a plain grant's token went out only in that answer, so we take a new
+  -- one, above it). The lease counts from now.
+  if token == '' then token = fence(now_us) end
   redis.call('SET', KEYS[1], holder .. '|' .. token .. '|' .. string.format('%.0f', now + tonumber(ARGV[2])), 'KEEPTTL')
   redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT')
   return token

@@ -22,7 +22,9 @@ interface Parked {
  * A loopback TCP proxy between a client and a real store that stages the network faults
  * production has: `delay` (every chunk arrives late, in order), `blackhole` (a silent partition:
  * nothing is forwarded and no socket is closed, so both ends see a peer that stopped answering;
- * held data is delivered on `heal`, as TCP would after a partition ends), and `reset` (every
+ * held data is delivered on `heal`, as TCP would after a partition ends), `muteReplies` (requests
+ * still reach the store, its answers are held until `heal`: a write that lands while its reply
+ * is lost), and `reset` (every
  * connection is cut with a TCP RST). It listens on 127.0.0.1 only and forwards only to its
  * targets: one listener per target, for a store of several nodes (a Redis Cluster), every fault
  * applying to all of them at once.
@@ -32,6 +34,8 @@ export class FaultProxy {
   readonly #pipes = new Set<Pipe>();
   #delayMs = 0;
   #silent = false;
+  /** The store's answers are held (requests still go through) until `heal`. */
+  #muted = false;
   /** Connections accepted during a blackhole, connected upstream on heal. */
   #parked: Parked[] = [];
 
@@ -86,9 +90,19 @@ export class FaultProxy {
     }
   }
 
+  /**
+   * Requests still reach the store, but its answers are held, without closing anything, until
+   * `heal()`: the store carries out a call whose reply the client never gets in time.
+   */
+  muteReplies(): void {
+    this.#muted = true;
+    for (const { upstream } of this.#pipes) upstream.pause();
+  }
+
   /** Forward again (held data first) and connect the connections accepted meanwhile. */
   heal(): void {
     this.#silent = false;
+    this.#muted = false;
     this.#delayMs = 0;
     for (const { client, upstream } of this.#pipes) {
       client.resume();
@@ -138,10 +152,8 @@ export class FaultProxy {
     upstream.on('close', end);
     this.#forward(client, upstream);
     this.#forward(upstream, client);
-    if (this.#silent) {
-      client.pause();
-      upstream.pause();
-    }
+    if (this.#silent) client.pause();
+    if (this.#silent || this.#muted) upstream.pause();
   }
 
   /** Copies `from` to `to`, each chunk after the current delay, never overtaking an earlier one. */

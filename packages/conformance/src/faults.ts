@@ -207,6 +207,41 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await lock!.release();
     }, 60_000);
 
+    netIt('19b. lost replies: a wait whose grant landed but whose answer was held fails typed or ends holding alone, with a larger token', async () => {
+      const key = freshKey();
+      const direct = await makeLocker();
+      const before = await direct.lock(key);
+      await before.release();
+      const proxy = await startProxy();
+      // A lease that outlives the held answers, so a retry finds the grant still standing.
+      const ttlMs = roundTtl(Math.min(Math.max(T, 15_000), capabilities.maxTtlMs ?? DEFAULT_MAX_TTL_MS));
+      const waiter = await makeLockerVia(proxy, { ttlMs });
+      // Connected first, so the wait's first request goes straight to the store.
+      await waiter.tryLock(freshKey('warm-up')).then((l) => l?.release());
+      proxy.muteReplies();
+      const waiting = settle(waiter.lock(key, { timeoutMs: 60_000 }));
+      // The store has the request (and grants it: the key was free) but the answer is held past a
+      // command timeout of 5 s; a backend that waits longer for answers sees a late one instead.
+      await sleep(6000);
+      proxy.heal();
+      const { value: lock, error } = await waiting;
+      let last = before.token;
+      if (error) {
+        expect(error.code, 'a wait that could not learn its outcome fails with a typed error').toMatch(/^BACKEND_/);
+      } else {
+        expect(lock!.held).toBe(true);
+        expect(lock!.token, 'the token of a grant that followed a lost answer').toBeGreaterThan(before.token);
+        expect(await direct.tryLock(key), 'another client took a key the waiter reports held').toBeNull();
+        await expectExclusive(lock!, direct, T);
+        last = lock!.token;
+        await lock!.release();
+      }
+      // Whatever was granted to the unanswered request ends (released, or its ttl), and tokens go on rising.
+      const next = await direct.lock(key, { timeoutMs: ttlMs + 3 * T + 5000 });
+      expect(next.token).toBeGreaterThan(last);
+      await next.release();
+    }, 120_000);
+
     netIt('20a. operations cross: extend() issued while a renewal is in flight leaves the store with the ttl the client counts on', async () => {
       const { lock, b, delay, probe } = await slowHolder();
       const renewal = probe.nextRenewal(true);
