@@ -258,8 +258,14 @@ export class RedisBackend implements LockBackend<RedisLease> {
     try {
       first = await this.#attempt(req, keys, false);
     } catch (error) {
+      if (!(error instanceof BackendUnavailableError)) throw error;
+      // A one-shot attempt with no answer may still have been granted: give it back in the
+      // background (owner-checked), so a late grant does not block the key for its whole ttl.
+      if (!req.wait) {
+        void this.#run('release', scripts.release, keys, this.#releaseArgs(req.owner)).catch(() => undefined);
+        throw error;
+      }
       // A waiter rides out a reset in the wait loop below, as it would at any later attempt.
-      if (!req.wait || !(error instanceof BackendUnavailableError)) throw error;
     }
     if (first || !req.wait) return first;
     // Queued now. When the subscription was not in place yet, a handoff may have come before it:

@@ -1,5 +1,5 @@
 import { createLocker } from '@deadbolt/core';
-import { abortedWithin, closeLockersAfterEach, matrixUrl, restartMatrixServer } from '@deadbolt/conformance';
+import { abortedWithin, closeLockersAfterEach, FaultProxy, matrixUrl, restartMatrixServer } from '@deadbolt/conformance';
 import { redisBackend, type RedisBackend } from '@deadbolt/redis';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -109,6 +109,29 @@ describe('redis backend', () => {
     expect(await admin.pttl(keys.lock)).toBeGreaterThanOrEqual(Number(last) - nowMs - 5);
     await lock.release();
     await (await behind).release();
+  });
+
+  it('a tryLock whose answer never came gives back what it may have been granted, instead of blocking the key for its ttl', async () => {
+    const { hostname, port } = new URL(url);
+    const proxy = await FaultProxy.start({ host: hostname, port: Number(port) });
+    try {
+      const k = key();
+      const backend = redisBackend({ url: `redis://${proxy.hostPort}`, commandTimeoutMs: 500 });
+      const trier = track(createLocker(backend, { ttlMs: 30_000 }));
+      await (await trier.lock(key())).release(); // connected and checked first
+      proxy.muteReplies();
+      const error = await trier.tryLock(k).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+      // The request was carried out (the grant wrote the key's token counter), only its answer was held.
+      expect(await admin.exists(backend.keysFor(k).token)).toBe(1);
+      // Still muted: the give-back reaches the store all the same, and the key is free long before its 30 s ttl.
+      const started = performance.now();
+      const lock = await newLocker().lock(k, { timeoutMs: 10_000 });
+      expect(performance.now() - started, 'the key stayed blocked by the unanswered grant').toBeLessThan(5000);
+      await lock.release();
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('puts every key of a lock in one cluster hash slot, whatever the user key contains', async () => {
