@@ -220,9 +220,10 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await waiter.tryLock(freshKey('warm-up')).then((l) => l?.release());
       proxy.muteReplies();
       const waiting = settle(waiter.lock(key, { timeoutMs: 60_000 }));
-      // The store has the request (and grants it: the key was free) but the answer is held past a
-      // command timeout of 5 s; a backend that waits longer for answers sees a late one instead.
-      await sleep(6000);
+      // The store has the request (and grants it: the key was free) but the answer is held past
+      // every backend's default request timeout (5 s; Cassandra's 8 s); a backend that waits
+      // longer for answers sees a late one instead.
+      await sleep(9000);
       proxy.heal();
       const { value: lock, error } = await waiting;
       let last = before.token;
