@@ -24,10 +24,9 @@ interface Parked {
  * nothing is forwarded and no socket is closed, so both ends see a peer that stopped answering;
  * held data is delivered on `heal`, as TCP would after a partition ends), `muteReplies` (requests
  * still reach the store, its answers are held until `heal`: a write that lands while its reply
- * is lost), and `reset` (every
- * connection is cut with a TCP RST). It listens on 127.0.0.1 only and forwards only to its
- * targets: one listener per target, for a store of several nodes (a Redis Cluster), every fault
- * applying to all of them at once.
+ * is lost), and `reset` (every connection is cut with a TCP RST). It listens on 127.0.0.1 only
+ * and forwards only to its targets: one listener per target, for a store of several nodes (a
+ * Redis Cluster), every fault applying to all of them at once.
  */
 export class FaultProxy {
   readonly #servers: Server[] = [];
