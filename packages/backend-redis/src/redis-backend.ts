@@ -262,7 +262,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       // A one-shot attempt with no answer may still have been granted: give it back in the
       // background (owner-checked), so a late grant does not block the key for its whole ttl.
       if (!req.wait) {
-        void this.#run('release', scripts.release, keys, this.#releaseArgs(req.owner)).catch(() => undefined);
+        void this.#releaseOwner(keys, req.owner).catch(() => undefined);
         throw error;
       }
       // A waiter rides out a reset in the wait loop below, as it would at any later attempt.
@@ -302,7 +302,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      if (queued) await this.#run('release', scripts.release, keys, this.#releaseArgs(req.owner)).catch(() => undefined);
+      if (queued) await this.#releaseOwner(keys, req.owner).catch(() => undefined);
       throw error;
     }
   }
@@ -324,7 +324,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     const { keys } = lease;
     await this.#behindAcquires();
     if (lease.shared) await this.#run('release', scripts.sharedRelease, keys, [lease.owner, this.#channel, keys.lock]);
-    else await this.#run('release', scripts.release, keys, this.#releaseArgs(lease.owner));
+    else await this.#releaseOwner(keys, lease.owner);
   }
 
   /** See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */
@@ -370,9 +370,13 @@ export class RedisBackend implements LockBackend<RedisLease> {
     return lease;
   }
 
-  /** The release script's ARGV (see `mutex` in scripts.ts). */
-  #releaseArgs(owner: string): string[] {
-    return [owner, '0', '0', this.#fifo ? '1' : '0', this.#id];
+  /**
+   * The release script for `owner` (see `mutex` in scripts.ts): gives back the lock if `owner`
+   * holds it and drops its queue entry, so it also serves a waiter that leaves and an attempt whose
+   * answer never came.
+   */
+  #releaseOwner(keys: RedisKeys, owner: string): Promise<unknown> {
+    return this.#run('release', scripts.release, keys, [owner, '0', '0', this.#fifo ? '1' : '0', this.#id]);
   }
 
   /**

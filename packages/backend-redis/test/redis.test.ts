@@ -1,5 +1,5 @@
 import { createLocker } from '@deadbolt/core';
-import { abortedWithin, closeLockersAfterEach, FaultProxy, matrixUrl, restartMatrixServer } from '@deadbolt/conformance';
+import { abortedWithin, closeLockersAfterEach, FaultProxy, matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { redisBackend, type RedisBackend } from '@deadbolt/redis';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -112,11 +112,10 @@ describe('redis backend', () => {
   });
 
   it('a tryLock whose answer never came gives back what it may have been granted, instead of blocking the key for its ttl', async () => {
-    const { hostname, port } = new URL(url);
-    const proxy = await FaultProxy.start({ host: hostname, port: Number(port) });
+    const proxy = await FaultProxy.start(storeAddress(url));
     try {
       const k = key();
-      const backend = redisBackend({ url: `redis://${proxy.hostPort}`, commandTimeoutMs: 500 });
+      const backend = redisBackend({ url: viaUrl(url, proxy.address), commandTimeoutMs: 500 });
       const trier = track(createLocker(backend, { ttlMs: 30_000 }));
       await (await trier.lock(key())).release(); // connected and checked first
       proxy.muteReplies();
