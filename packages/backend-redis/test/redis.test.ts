@@ -90,6 +90,9 @@ describe('redis backend', () => {
     const keys = (a.backend as RedisBackend).keysFor(k);
     const held = await a.lock(k);
     const waiting = b.lock(k);
+    // c must queue behind b. Calls made together can join in either order (each backend first
+    // checks the server's eviction settings on its own connection), so c starts once b is queued.
+    while ((await admin.zcard(keys.queue)) < 1) await new Promise((r) => setTimeout(r, 5));
     const behind = c.lock(k, { timeoutMs: 60_000 });
     await new Promise((r) => setTimeout(r, 300));
     // A waiter that died: first in arrival order, its deadline long past.
