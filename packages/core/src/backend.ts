@@ -45,6 +45,22 @@ export interface LockBackend<L extends Lease = Lease> {
   release(lease: L): Promise<void>;
 
   /**
+   * Optional, for a store in this process (it answers without I/O, so it can answer at once):
+   * `acquire`'s answer on the spot, when it has one. A lease, or `null` for a one-shot attempt
+   * (`wait: false`) on a busy key; `undefined` when a waiting request has to wait, and core then
+   * calls `acquire` with the same owner. `req.signal` is not listened to (nothing waits here).
+   * Core then arms no deadline and races nothing: an in-process lock pays for no promise but the
+   * one the caller awaits. Throws only what `acquire` would reject with.
+   */
+  acquireNow?(req: AcquireRequest): L | null | undefined;
+
+  /**
+   * Optional, with `acquireNow`: `release` done on the spot. Core calls it only when no other
+   * call on the lease is under way. Throws only what `release` would reject with.
+   */
+  releaseNow?(lease: L): void;
+
+  /**
    * Optional; `migratingBackend` needs it (see migrating-backend.ts). Make every later grant of
    * `lease.key` in this store carry a token above `floor` (which is above `lease.token`), checked
    * against the store having granted the key to anybody since `lease` (or `lease` being released).

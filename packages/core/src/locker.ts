@@ -16,6 +16,7 @@ import {
 import { heldInScope, ReentrantLock, runHolding } from './held-scope.js';
 import { MultiLockHandle, releaseAll, type MultiLock } from './multi-lock.js';
 import { after, race, raceSignal, withTimeout, type Timer } from './time.js';
+import { DONE } from './wait.js';
 import { validateKey, validateKeys, validateSignal, validateTimeout, validateTtl } from './validate.js';
 
 /** Defaults for every lock a locker takes. */
@@ -243,6 +244,8 @@ class DefaultLocker implements Locker {
   readonly #timeoutMs: number;
   readonly #reentrant: boolean;
   readonly #lockDelayMs: number;
+  /** The terms of a call that sets neither `ttlMs` nor `lockDelayMs`, validated once. */
+  readonly #defaultTerms: LeaseTerms;
   readonly #settings: HandleSettings;
   readonly #closing = new AbortController();
   readonly #held = new Set<LockHandle>();
@@ -285,7 +288,7 @@ class DefaultLocker implements Locker {
     if (options.reentrant !== undefined && typeof options.reentrant !== 'boolean') throw new InvalidArgumentError('reentrant must be a boolean');
     this.#reentrant = options.reentrant ?? false;
     this.#lockDelayMs = validateDelay(orDefault(options.lockDelayMs, 0));
-    this.#leaseOf({});
+    this.#defaultTerms = this.#leaseOf({});
     // Every waiter without a deadline of its own listens to this one signal; that is not a leak
     // (each listener goes when its wait ends), so lift Node's warning threshold of 10.
     setMaxListeners(0, this.#closing.signal);
@@ -431,6 +434,8 @@ class DefaultLocker implements Locker {
    * that sum must be a ttl the backend accepts). @throws InvalidArgumentError.
    */
   #leaseOf(options: LockOptions | TryLockOptions): LeaseTerms {
+    // Unset during the constructor's own call, which validates the defaults.
+    if (options.ttlMs === undefined && options.lockDelayMs === undefined && this.#defaultTerms) return this.#defaultTerms;
     const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
     const delayMs = options.lockDelayMs === undefined ? this.#lockDelayMs : validateDelay(options.lockDelayMs);
     if (delayMs > 0) validateTtl(ttlMs + delayMs, this.backend.capabilities, 'ttlMs + lockDelayMs');
@@ -507,16 +512,54 @@ class DefaultLocker implements Locker {
 
   /**
    * One acquisition; `timeoutMs` 0 means a single attempt that resolves null when busy and is
-   * bounded by the operation timeout. The backend call is raced against the deadline, the caller's
-   * signal and close(), so a silent store can delay none of them; a grant that arrives after the
-   * race was lost is handed back. `required`: a busy single attempt rejects with LockTimeoutError
-   * (`lock()` with timeout 0) instead of resolving null.
+   * bounded by the operation timeout. `required`: a busy single attempt rejects with
+   * LockTimeoutError (`lock()` with timeout 0) instead of resolving null. A store in this process
+   * answers first on the spot (`acquireNow`): a grant there needs no deadline, no race and no
+   * promise but the caller's; only a request that has to wait goes on to `#wait`.
    */
   #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: true): Promise<LockHandle>;
   #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: false): Promise<LockHandle | null>;
-  async #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: boolean): Promise<LockHandle | null> {
+  #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: boolean): Promise<LockHandle | null> {
+    if (this.#closed) return Promise.reject(new LockerClosedError());
+    const owner = randomUUID();
+    if (this.backend.acquireNow && !claim) {
+      let lease: Lease | null | undefined;
+      try {
+        lease = this.backend.acquireNow(this.#request(key, owner, terms, timeoutMs > 0, userSignal ?? this.#closing.signal));
+      } catch (error) {
+        return Promise.reject(asDeadboltError(error, this.backend.name, 'acquire'));
+      }
+      if (lease) return Promise.resolve(this.#hold(lease, terms));
+      if (lease === null) return this.#notGranted(key, timeoutMs, required);
+    }
+    return this.#wait(key, owner, terms, timeoutMs, userSignal, claim, required);
+  }
+
+  /** What `acquire` sends the store: the store keeps the lease for ttl + lock-delay; this process counts on ttl (LockOptions.lockDelayMs). */
+  #request(key: string, owner: string, terms: LeaseTerms, wait: boolean, signal: AbortSignal): AcquireRequest {
     const { ttlMs, delayMs } = terms;
-    if (this.#closed) throw new LockerClosedError();
+    return delayMs > 0 ? { key, owner, ttlMs: ttlMs + delayMs, wait, signal, lockDelayMs: delayMs } : { key, owner, ttlMs, wait, signal };
+  }
+
+  /** A granted lease becomes a handle this locker tracks (close() releases it). */
+  #hold(lease: Lease, terms: LeaseTerms): LockHandle {
+    const handle = new LockHandle(this, lease, terms, this.#settings);
+    this.#held.add(handle);
+    return handle;
+  }
+
+  /** The answer to a store that said "busy" (`null`): a wait must never hear it; a single attempt resolves null, or rejects when `required`. */
+  #notGranted(key: string, timeoutMs: number, required: boolean): Promise<null> {
+    if (timeoutMs > 0) return Promise.reject(new BackendError(this.backend.name, 'acquire', { cause: 'a waiting acquire returned no lease' }));
+    return required ? Promise.reject(new LockTimeoutError(key, timeoutMs)) : Promise.resolve(null);
+  }
+
+  /**
+   * `#acquire` through the store's `acquire`: the call is raced against the deadline, the caller's
+   * signal and close(), so a silent store can delay none of them; a grant that arrives after the
+   * race was lost is handed back.
+   */
+  async #wait(key: string, owner: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: boolean): Promise<LockHandle | null> {
     const wait = timeoutMs > 0;
     const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
     // The common case (a wait with no deadline, no caller signal) shares the locker's close signal;
@@ -543,10 +586,7 @@ class DefaultLocker implements Locker {
     try {
       let lease: Lease | null;
       try {
-        // The store keeps the lease for ttl + lock-delay; this process counts on ttl (LockOptions.lockDelayMs).
-        const owner = randomUUID();
-        const request: AcquireRequest =
-          delayMs > 0 ? { key, owner, ttlMs: ttlMs + delayMs, wait, signal, lockDelayMs: delayMs } : { key, owner, ttlMs, wait, signal };
+        const request = this.#request(key, owner, terms, wait, signal);
         attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
         lease = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
       } catch (error) {
@@ -558,14 +598,7 @@ class DefaultLocker implements Locker {
         }
         throw asDeadboltError(error, this.backend.name, 'acquire');
       }
-      if (!lease) {
-        if (wait) throw new BackendError(this.backend.name, 'acquire', { cause: 'a waiting acquire returned no lease' });
-        if (required) throw new LockTimeoutError(key, timeoutMs);
-        return null;
-      }
-      const handle = new LockHandle(this, lease, terms, this.#settings);
-      this.#held.add(handle);
-      return handle;
+      return lease ? this.#hold(lease, terms) : await this.#notGranted(key, timeoutMs, required);
     } finally {
       if (--this.#acquiring === 0) this.#onIdle?.();
       if (controller) this.#waits.delete(controller);
@@ -797,9 +830,22 @@ class LockHandle implements Lock {
     this.#delayedRelease = after(Math.max(0, this.#lostAt + this.#delayMs - performance.now()), () => void this.#releaseInStore().catch(noop), true);
   }
 
-  /** Gives the lease back in the store once; only a failed attempt is tried again by a later call. */
+  /**
+   * Gives the lease back in the store once; only a failed attempt is tried again by a later call.
+   * A store in this process does it on the spot when no other call on the lease is under way.
+   */
   #releaseInStore(): Promise<void> {
-    this.#storeReleased ??= this.#storeCall('release', () => this.#locker.backend.release(this.#lease), () => (this.#storeReleased = undefined));
+    if (this.#storeReleased) return this.#storeReleased;
+    const backend = this.#locker.backend;
+    if (backend.releaseNow && !this.#busy) {
+      try {
+        backend.releaseNow(this.#lease);
+      } catch (error) {
+        return Promise.reject(asDeadboltError(error, backend.name, 'release'));
+      }
+      return (this.#storeReleased = DONE);
+    }
+    this.#storeReleased = this.#storeCall('release', () => backend.release(this.#lease), () => (this.#storeReleased = undefined));
     return this.#storeReleased;
   }
 

@@ -1,6 +1,7 @@
 import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest } from './backend.js';
 import { LimitMismatchError, LockerClosedError } from './errors.js';
 import { grantable } from './shared.js';
+import { DONE } from './wait.js';
 
 /** A memory lease; `shared` marks a semaphore permit or read-write lock. */
 export interface MemoryLease extends Lease {
@@ -86,15 +87,24 @@ export class MemoryLockStore {
     });
   }
 
+  /** `LockBackend.acquireNow`: a grant or a busy one-shot answer at once; undefined when the request must wait. Never throws. */
+  acquireNow(req: AcquireRequest): Lease | null | undefined {
+    this.#expireIfDue(req.key);
+    const state = this.#keys.get(req.key);
+    if (!state) {
+      const fresh: KeyState = { holder: undefined, waiters: [] };
+      this.#keys.set(req.key, fresh);
+      return this.#grant(req.key, fresh, req);
+    }
+    if (!state.holder && state.waiters.length === 0) return this.#grant(req.key, state, req);
+    return req.wait ? undefined : null;
+  }
+
   acquire(req: AcquireRequest): Promise<Lease | null> {
     req.signal.throwIfAborted();
-    this.#expireIfDue(req.key);
+    const now = this.acquireNow(req);
+    if (now !== undefined) return Promise.resolve(now);
     const state = this.#state(req.key);
-    if (!state.holder && state.waiters.length === 0) return Promise.resolve(this.#grant(req.key, state, req));
-    if (!req.wait) {
-      this.#dropIfUnused(req.key, state);
-      return Promise.resolve(null);
-    }
     return new Promise((resolve, reject) => {
       const onAbort = () => {
         const i = state.waiters.indexOf(waiter);
@@ -285,9 +295,6 @@ export class MemoryLockStore {
   }
 }
 
-/** What a release answers: already settled, and one for all (an in-process release has nothing to wait for). */
-const DONE = Promise.resolve();
-
 /** The table every `memoryBackend()` without an explicit `store` shares: one per process. */
 const processStore = new MemoryLockStore();
 
@@ -338,9 +345,18 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
     return this.store.renew(lease, ttlMs);
   }
 
+  acquireNow(req: AcquireRequest): Lease | null | undefined {
+    if (this.#closed) throw new LockerClosedError('the memory backend is closed');
+    return this.store.acquireNow(req);
+  }
+
   release(lease: MemoryLease): Promise<void> {
     this.store.release(lease);
     return DONE;
+  }
+
+  releaseNow(lease: MemoryLease): void {
+    this.store.release(lease);
   }
 
   async raiseTokenFloor(lease: MemoryLease, floor: bigint): Promise<boolean> {

@@ -66,6 +66,9 @@ export interface PollOptions {
  */
 export const POLL_SOON: unique symbol = Symbol('deadbolt.pollSoon');
 
+/** Already settled, one for all: what a call that has nothing to wait for (an in-process release) answers. */
+export const DONE: Promise<void> = Promise.resolve();
+
 /**
  * The shared wait loop for backends that can only poll: calls `attempt` until it yields a lease,
  * sleeping a jittered, growing delay in between (restarting from the minimum when it returns `POLL_SOON`),

@@ -155,6 +155,93 @@ describe('Locker renewal', () => {
   });
 });
 
+/** The memory backend, logging which of its entry points core calls; renewals wait for `gate`. */
+function loggedBackend() {
+  const inner = memoryBackend({ store: new MemoryLockStore() });
+  const state: { calls: string[]; gate: Promise<void> | undefined; failNow: boolean } = { calls: [], gate: undefined, failNow: false };
+  const backend: LockBackend = {
+    name: 'logged',
+    capabilities: inner.capabilities,
+    acquireNow: (req) => {
+      state.calls.push(`acquireNow ${req.owner}`);
+      if (state.failNow) throw new Error('table broken');
+      return inner.acquireNow(req);
+    },
+    acquire: (req) => (state.calls.push(`acquire ${req.owner}`), inner.acquire(req)),
+    renew: async (lease: Lease, ttl: number) => {
+      state.calls.push('renew');
+      await state.gate;
+      return inner.renew(lease, ttl);
+    },
+    release: (lease) => (state.calls.push('release'), inner.release(lease)),
+    releaseNow: (lease) => {
+      state.calls.push('releaseNow');
+      if (state.failNow) throw new Error('table broken');
+      inner.releaseNow(lease);
+    },
+    close: () => inner.close(),
+  };
+  return { backend, state, store: inner.store };
+}
+
+describe('in-process answers (acquireNow, releaseNow)', () => {
+  it('a free key is granted and given back on the spot; a busy single attempt is answered there; a wait goes on to acquire with the same owner', async () => {
+    const { backend, state, store } = loggedBackend();
+    const locker = createLocker(backend, { ttlMs: 10_000 });
+    const first = await locker.lock('k', { timeoutMs: 1000 });
+    expect(state.calls).toEqual([`acquireNow ${first.owner}`]);
+    expect(await locker.tryLock('k')).toBeNull();
+    expect(state.calls.slice(1)).toEqual([expect.stringMatching(/^acquireNow /)]);
+    state.calls.length = 0;
+    const waiting = locker.lock('k');
+    await first.release();
+    const second = await waiting;
+    const [asked, queued, released] = state.calls;
+    expect(asked).toBe(`acquireNow ${second.owner}`);
+    expect(queued).toBe(`acquire ${second.owner}`);
+    expect(released).toBe('releaseNow');
+    expect(second.token).toBeGreaterThan(first.token);
+    await second.release();
+    expect(store.size).toBe(0);
+    await locker.close();
+  });
+
+  it('a release waits behind a renewal under way, through release (one store call per lease at a time)', async () => {
+    const { backend, state, store } = loggedBackend();
+    const locker = createLocker(backend, { ttlMs: 10_000 });
+    const lock = await locker.lock('k');
+    let open!: () => void;
+    state.gate = new Promise<void>((resolve) => (open = resolve));
+    const extending = lock.extend();
+    const releasing = lock.release();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(state.calls.slice(1)).toEqual(['renew']);
+    expect(store.inspect('k')?.holder).toBe(lock.owner);
+    open();
+    await extending.catch(() => undefined);
+    await releasing;
+    expect(state.calls.slice(1)).toEqual(['renew', 'release']);
+    expect(store.size).toBe(0);
+    await locker.close();
+  });
+
+  it('a store that throws there rejects with a typed error carrying the cause, and reports nothing held', async () => {
+    const { backend, state, store } = loggedBackend();
+    const locker = createLocker(backend, { ttlMs: 10_000 });
+    state.failNow = true;
+    await expect(locker.lock('k')).rejects.toMatchObject({ code: 'BACKEND_ERROR', cause: { message: 'table broken' } });
+    expect(store.size).toBe(0);
+    state.failNow = false;
+    const lock = await locker.lock('k');
+    state.failNow = true;
+    await expect(lock.release()).rejects.toMatchObject({ code: 'BACKEND_ERROR', cause: { message: 'table broken' } });
+    // As for a store that could not be reached: the handle is done with, and the lease runs out in the store.
+    expect(lock.held).toBe(false);
+    expect(store.inspect('k')?.holder).toBe(lock.owner);
+    await locker.close();
+  });
+});
+
 describe('pollForLease', () => {
   it('is woken by a release notification long before its backoff', async () => {
     const notifier = new ReleaseNotifier();
