@@ -248,7 +248,7 @@ class DefaultLocker implements Locker {
   readonly #defaultTerms: LeaseTerms;
   readonly #settings: HandleSettings;
   readonly #closing = new AbortController();
-  readonly #held = new Set<LockHandle>();
+  readonly #held = new HeldHandles();
   /** Acquisitions under way, and how close() hears that the last one has settled. */
   #acquiring = 0;
   #onIdle: (() => void) | undefined;
@@ -529,7 +529,8 @@ class DefaultLocker implements Locker {
       } catch (error) {
         return Promise.reject(asDeadboltError(error, this.backend.name, 'acquire'));
       }
-      if (lease) return Promise.resolve(this.#hold(lease, terms));
+      // The store read the clock for this grant a moment ago, in this same call.
+      if (lease) return Promise.resolve(this.#hold(lease, terms, lease.acquiredAt));
       if (lease === null) return this.#notGranted(key, timeoutMs, required);
     }
     return this.#wait(key, owner, terms, timeoutMs, userSignal, claim, required);
@@ -541,9 +542,12 @@ class DefaultLocker implements Locker {
     return delayMs > 0 ? { key, owner, ttlMs: ttlMs + delayMs, wait, signal, lockDelayMs: delayMs } : { key, owner, ttlMs, wait, signal };
   }
 
-  /** A granted lease becomes a handle this locker tracks (close() releases it). */
-  #hold(lease: Lease, terms: LeaseTerms): LockHandle {
-    const handle = new LockHandle(this, lease, terms, this.#settings);
+  /**
+   * A granted lease becomes a handle this locker tracks (close() releases it). `now`: the caller's
+   * `performance.now()`, if it just read it.
+   */
+  #hold(lease: Lease, terms: LeaseTerms, now?: number): LockHandle {
+    const handle = new LockHandle(this, lease, terms, this.#settings, now);
     this.#held.add(handle);
     return handle;
   }
@@ -697,6 +701,40 @@ function safeLifetime(ttlMs: number): number {
   return ttlMs - Math.max(2, ttlMs * 0.01);
 }
 
+/**
+ * The handles a locker holds (close() releases them), linked through the handles themselves:
+ * adding and removing one is a few field writes, where a Set first hashes each new handle, a tenth
+ * of an in-process lock cycle.
+ */
+class HeldHandles {
+  #head: LockHandle | undefined;
+
+  add(handle: LockHandle): void {
+    handle.heldNext = this.#head;
+    if (this.#head) this.#head.heldPrev = handle;
+    this.#head = handle;
+  }
+
+  /** Idempotent: a handle not in the list is left alone. */
+  delete(handle: LockHandle): void {
+    const { heldPrev: prev, heldNext: next } = handle;
+    if (prev) prev.heldNext = next;
+    else if (this.#head === handle) this.#head = next;
+    else return;
+    if (next) next.heldPrev = prev;
+    handle.heldPrev = handle.heldNext = undefined;
+  }
+
+  *[Symbol.iterator](): Iterator<LockHandle> {
+    // The next link is read before yielding: a caller may remove the handle it was given.
+    for (let h = this.#head; h; ) {
+      const next: LockHandle | undefined = h.heldNext;
+      yield h;
+      h = next;
+    }
+  }
+}
+
 class LockHandle implements Lock {
   readonly key: string;
   readonly owner: string;
@@ -739,7 +777,11 @@ class LockHandle implements Lock {
   /** Our listener on `lease.lost` (a backend may share that signal between many leases). */
   #onStoreLoss: (() => void) | undefined;
 
-  constructor(locker: DefaultLocker, lease: Lease, terms: LeaseTerms, settings: HandleSettings) {
+  /** Links in the locker's list of held handles (`HeldHandles`); not part of the `Lock` API. */
+  heldPrev: LockHandle | undefined;
+  heldNext: LockHandle | undefined;
+
+  constructor(locker: DefaultLocker, lease: Lease, terms: LeaseTerms, settings: HandleSettings, now?: number) {
     const { ttlMs } = terms;
     this.#locker = locker;
     this.#lease = lease;
@@ -761,7 +803,7 @@ class LockHandle implements Lock {
         this.#lose(new LockLostError(this.key, `the store reported lock ${JSON.stringify(this.key)} lost`, { cause: lost.reason }));
       lost.addEventListener('abort', this.#onStoreLoss, { once: true });
     }
-    this.#schedule();
+    this.#schedule(now);
   }
 
   get signal(): AbortSignal {
@@ -913,13 +955,13 @@ class LockHandle implements Lock {
    * One timer at a time: with auto-renew, the next renewal (the expiry timer is armed only while a
    * renewal is in flight); without it, the expiry of the local estimate.
    */
-  #schedule(): void {
+  #schedule(now?: number): void {
     this.#stopTimers();
     if (!this.#settings.autoRenew) return this.#armExpiry();
     const interval = Math.min(this.#settings.renewIntervalMs ?? Infinity, this.#ttlMs / 3);
     // An interval after the lease's start, not after now: a grant that arrives late (a slow store,
     // a second store in a migration) may already be a third through its ttl, and is renewed at once.
-    const now = performance.now();
+    now ??= performance.now();
     this.#scheduleRenew(Math.max(0, Math.min(this.#since + interval, this.#validUntil - 1) - now), now);
   }
 
