@@ -96,6 +96,12 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly #ownsClient: boolean;
   readonly #prefix: string;
   #closed = false;
+  /**
+   * Watch cancels still under way. etcd3 holds a watch made while another is being cancelled
+   * (about 100 ms here), so each watch of ours is made only once they are done (`#settledWatches`);
+   * nothing else waits for a cancel, a grant least of all.
+   */
+  readonly #cancelling = new Set<Promise<void>>();
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(options: EtcdBackendOptions) {
@@ -321,13 +327,19 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   /**
    * See `LockBackend.raiseTokenFloor`. Later holders' keys are newer than ours, so an offset of
    * `floor - our revision` puts every later token above `floor`; written only if our key (so our
-   * hold: nobody is granted before it goes) still exists.
+   * hold: nobody is granted before it goes) still exists. Our key is written again (same value,
+   * same lease) in the same step: a waiter watching it then knows the offset it read may be old
+   * (see `#waitForPredecessors`).
    */
   async raiseTokenFloor(lease: EtcdLockLease, floor: bigint): Promise<boolean> {
     const l = lease;
     if (l.shared) return this.#raiseSharedFloor(l, floor);
+    const leaseId = await this.#call('raise token floor', () => l.etcdLease.grant());
     const result = await this.#call('raise token floor', () =>
-      this.client.if(l.path, 'Create', '==', l.revision.toString()).then(this.client.put(this.offsetKeyFor(l.key)).value((floor - l.revision).toString())).commit(),
+      this.client
+        .if(l.path, 'Create', '==', l.revision.toString())
+        .then(this.client.put(this.offsetKeyFor(l.key)).value((floor - l.revision).toString()), this.client.put(l.path).value(l.owner).lease(leaseId))
+        .commit(),
     );
     return result.succeeded;
   }
@@ -375,13 +387,14 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       timer?.cancel();
       timer = undefined;
       begin(Promise.resolve(undefined));
-      void watcher.then((w) => w?.cancel()).catch(noop);
+      void watcher.then((w) => w && this.#cancel(w));
     };
     return { watcher, stopWatch };
   }
 
   async #lossWatch(path: string, fromRevision: bigint, lost: AbortController): Promise<Watcher | undefined> {
     try {
+      await this.#settledWatches();
       const watcher = await this.client.watch().key(path).startRevision((fromRevision + 1n).toString()).create();
       watcher.on('delete', () => lost.abort(new Error(`etcd key ${path} was deleted (lease revoked or expired)`)));
       watcher.on('error', noop);
@@ -430,71 +443,112 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * the next look is the grant: the handoff is one event and one transaction, the watch's cancel
    * going out beside it. Rejects with `signal.reason` on abort. `first`: the nearest earlier key as
    * the grant's transaction read it.
+   *
+   * When the look found that key alone ahead of ours (it is the holder's), its deletion is the
+   * grant itself, with no look after it, provided the watch saw nothing else first: no write to
+   * that key and nothing on ours. Why that is enough: no key can join ahead of ours (a new key gets
+   * a newer revision), so with the holder's key gone none is ahead; ours was there throughout (its
+   * deletion would have come first, on the same watch, which keeps revision order); and the offset
+   * read by the look is still the offset, since only a holder raises it (`raiseTokenFloor` checks
+   * the raiser's key), the only holder was that key's, and a raise writes that key too.
    */
   async #waitForPredecessors(lockPrefix: string, offsetKey: string, path: string, mine: bigint, signal: AbortSignal, first?: Buffer): Promise<bigint> {
-    let watch = first && { key: first, ...(await this.#watchDeletion(first)) };
-    let cancelled: Promise<void> | undefined;
+    let watch = first && { key: first, ...(await this.#watchDeletion(first, path)) };
     try {
       for (;;) {
         signal.throwIfAborted();
         const found = await this.#call('wait', () =>
           this.client
             .if(path, 'Create', '==', mine.toString())
-            .then(this.client.getAll().prefix(lockPrefix).maxCreateRevision((mine - 1n).toString()).sort('Create', 'Descend').limit(1), this.client.get(offsetKey))
+            .then(
+              this.client.getAll().prefix(lockPrefix).maxCreateRevision((mine - 1n).toString()).sort('Create', 'Descend').limit(1),
+              this.client.get(offsetKey),
+              this.#holderQuery(lockPrefix),
+            )
             .commit(),
         );
-        // etcd3 holds a watch made while another is being cancelled (about 100 ms here): the
-        // cancel sent beside that look must be done before the next watch, or before we return.
-        await cancelled;
-        cancelled = undefined;
         if (!found.succeeded) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the waiter's key is gone: its lease expired while it waited") });
         const predecessor = found.responses[0]!.response_range.kvs[0]?.key;
-        if (!predecessor) return offsetOf(found.responses[1]!.response_range.kvs[0]?.value);
+        const offset = offsetOf(found.responses[1]!.response_range.kvs[0]?.value);
+        if (!predecessor) return offset;
         if (watch && predecessor.equals(watch.key)) {
-          await watch.deleted(signal);
+          const alone = found.responses[2]!.response_range.kvs[0]?.key.equals(predecessor) === true;
+          if ((await watch.deleted(signal)) && alone) return offset;
         } else {
-          if (watch) await watch.cancel();
-          watch = { key: predecessor, ...(await this.#watchDeletion(predecessor)) };
+          void watch?.cancel();
+          watch = { key: predecessor, ...(await this.#watchDeletion(predecessor, path)) };
           continue;
         }
-        cancelled = watch.cancel();
+        void watch.cancel();
         watch = undefined;
       }
     } finally {
-      await cancelled;
-      await watch?.cancel();
+      void watch?.cancel();
     }
+  }
+
+  /** Resolves once no cancel of ours is under way (see `#cancelling`). */
+  async #settledWatches(): Promise<void> {
+    while (this.#cancelling.size > 0) await Promise.all(this.#cancelling);
+  }
+
+  /** Cancels `watcher` in the background, where `#settledWatches` finds it; never rejects. */
+  #cancel(watcher: Watcher): Promise<void> {
+    const done: Promise<void> = watcher
+      .cancel()
+      .then(noop, noop)
+      .finally(() => this.#cancelling.delete(done));
+    this.#cancelling.add(done);
+    return done;
   }
 
   /**
    * A watch for the deletion of `key` from now on. Not from an earlier revision: etcd hands a watch
    * that starts behind its current revision to a catch-up loop that runs every 100 ms, which held
-   * handoffs up to that long (p50 86 ms with two clients). `deleted(signal)` resolves once the key
-   * is deleted (or the watch failed: look again), rejects with the abort reason.
+   * handoffs up to that long (p50 86 ms with two clients). One watch over the byte range from
+   * `key` to `own` (our own key) sees both in revision order (other waiters' keys in between are
+   * ignored). `deleted(signal)` resolves once `key` or our own key is deleted (or the watch failed: look again)
+   * with whether that deletion was all that happened to the two keys since the watch began (see
+   * `#waitForPredecessors`); rejects with the abort reason.
    */
-  async #watchDeletion(key: Buffer): Promise<{ deleted: (signal: AbortSignal) => Promise<void>; cancel: () => Promise<void> }> {
-    const watcher = await this.#call('watch', () => this.client.watch().key(key).create());
-    let gone = false;
+  async #watchDeletion(key: Buffer, own: string): Promise<{ deleted: (signal: AbortSignal) => Promise<boolean>; cancel: () => Promise<void> }> {
+    const ours = Buffer.from(own);
+    const [low, high] = Buffer.compare(key, ours) < 0 ? [key, ours] : [ours, key];
+    await this.#settledWatches();
+    const watcher = await this.#call('watch', () =>
+      this.client.watch().inRange({ start: low, end: Buffer.concat([high, Buffer.from([0])]) }).create(),
+    );
+    let quiet = true;
+    /** Set when `key` went (or the watch failed): whether all was quiet until then. */
+    let outcome: boolean | undefined;
     let wake: () => void = noop;
-    const done = () => {
-      gone = true;
+    const done = (quietUntilNow: boolean) => {
+      if (outcome !== undefined) return;
+      outcome = quietUntilNow;
       wake();
     };
-    watcher.on('delete', done);
-    watcher.on('error', done);
+    watcher.on('put', (kv) => {
+      if (kv.key.equals(key) || kv.key.equals(ours)) quiet = false;
+    });
+    watcher.on('delete', (kv) => {
+      // Our own key gone: look at once (the look then finds it gone and fails the wait).
+      if (kv.key.equals(ours)) done((quiet = false));
+      else if (kv.key.equals(key)) done(quiet);
+    });
+    watcher.on('error', () => done(false));
     return {
       deleted: (signal) =>
-        new Promise<void>((resolve, reject) => {
-          if (gone) return resolve();
+        new Promise<boolean>((resolve, reject) => {
+          if (outcome !== undefined) return resolve(outcome);
           const onAbort = () => reject(signal.reason);
           if (signal.aborted) return onAbort();
           signal.addEventListener('abort', onAbort, { once: true });
           wake = () => {
             signal.removeEventListener('abort', onAbort);
-            resolve();
+            resolve(outcome!);
           };
         }),
-      cancel: () => watcher.cancel().then(noop, noop),
+      cancel: () => this.#cancel(watcher),
     };
   }
 

@@ -1,6 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
-import { etcdBackend } from '@deadbolt/etcd';
+import { etcdBackend, type EtcdBackend } from '@deadbolt/etcd';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const url = matrixUrl('etcd');
@@ -72,5 +73,38 @@ describe('etcd backend', () => {
     const ttl = await admin.client.leaseClient.leaseTimeToLive({ ID: kv.lease });
     expect(Number(ttl.grantedTTL)).toBe(6);
     await lock.release();
+  });
+
+  it('a waiter behind the holder alone is granted on its deletion, and a token floor the holder raised meanwhile still counts', async () => {
+    // The holder through the backend itself, to raise its floor as a migration's dual phase does.
+    const backend = track(createLocker(etcdBackend({ url }))).backend as EtcdBackend;
+    const k = key();
+    const holder = (await backend.acquire({ key: k, owner: randomUUID(), ttlMs: 10_000, wait: false, signal: new AbortController().signal }))!;
+    const waiting = newLocker(10_000).lock(k);
+    await new Promise((r) => setTimeout(r, 500)); // the waiter has looked and watches the holder's key
+    const floor = holder.token + 1_000_000n;
+    expect(await backend.raiseTokenFloor(holder, floor)).toBe(true);
+    await backend.release(holder);
+    const lock = await waiting;
+    // The offset the waiter read before the raise is stale: the raise wrote the holder's key too, so
+    // the waiter looked again instead of granting on the deletion alone.
+    expect(lock.token).toBeGreaterThan(floor);
+    await lock.release();
+  });
+
+  it("a waiter whose own key is deleted fails at once with BackendUnavailableError, not when the holder leaves", async () => {
+    const [a, b] = [newLocker(10_000), newLocker(10_000)];
+    const k = key();
+    const held = await a.lock(k);
+    const waiting = b.lock(k).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 500));
+    const keys = await admin.client.getAll().prefix(admin.prefixFor(k)).keys();
+    const theirs = keys.find((name) => !name.endsWith(held.owner))!;
+    const deletedAt = performance.now();
+    await admin.client.delete().key(theirs).exec();
+    expect(await waiting).toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+    expect(performance.now() - deletedAt).toBeLessThan(3000);
+    expect(held.held).toBe(true);
+    await held.release();
   });
 });
