@@ -49,14 +49,17 @@ export interface LockBackend<L extends Lease = Lease> {
    * `acquire`'s answer on the spot, when it has one. A lease, or `null` for a one-shot attempt
    * (`wait: false`) on a busy key; `undefined` when a waiting request has to wait, and core then
    * calls `acquire` with the same owner. `req.signal` is not listened to (nothing waits here).
-   * Core then arms no deadline and races nothing: an in-process lock pays for no promise but the
-   * one the caller awaits. Throws only what `acquire` would reject with.
+   * The lease's `acquiredAt` is read in this call (core counts its renewal timer from it). Core
+   * then arms no deadline and races nothing: an in-process lock pays for no promise but the one
+   * the caller awaits. Throws only what `acquire` would reject with.
    */
   acquireNow?(req: AcquireRequest): L | null | undefined;
 
   /**
-   * Optional, with `acquireNow`: `release` done on the spot. Core calls it only when no other
-   * call on the lease is under way. Throws only what `release` would reject with.
+   * Optional, with `acquireNow`: `release` done on the spot. Core calls it only for a lease that
+   * has made no store call since its grant (the common hold: grant, then release); a renewed or
+   * extended lease is given back through `release`, behind its last call. Throws only what
+   * `release` would reject with.
    */
   releaseNow?(lease: L): void;
 

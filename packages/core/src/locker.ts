@@ -874,7 +874,8 @@ class LockHandle implements Lock {
 
   /**
    * Gives the lease back in the store once; only a failed attempt is tried again by a later call.
-   * A store in this process does it on the spot when no other call on the lease is under way.
+   * A store in this process does it on the spot for a lease that has made no store call yet;
+   * otherwise it goes behind the last call (`#busy`), so two never cross.
    */
   #releaseInStore(): Promise<void> {
     if (this.#storeReleased) return this.#storeReleased;

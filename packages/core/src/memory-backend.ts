@@ -91,13 +91,8 @@ export class MemoryLockStore {
   acquireNow(req: AcquireRequest): Lease | null | undefined {
     this.#expireIfDue(req.key);
     const state = this.#keys.get(req.key);
-    if (!state) {
-      const fresh: KeyState = { holder: undefined, waiters: [] };
-      this.#keys.set(req.key, fresh);
-      return this.#grant(req.key, fresh, req);
-    }
-    if (!state.holder && state.waiters.length === 0) return this.#grant(req.key, state, req);
-    return req.wait ? undefined : null;
+    if (state && (state.holder || state.waiters.length > 0)) return req.wait ? undefined : null;
+    return this.#grant(req.key, state ?? this.#newState(req.key), req);
   }
 
   acquire(req: AcquireRequest): Promise<Lease | null> {
@@ -254,8 +249,12 @@ export class MemoryLockStore {
   }
 
   #state(key: string): KeyState {
-    let state = this.#keys.get(key);
-    if (!state) this.#keys.set(key, (state = { holder: undefined, waiters: [] }));
+    return this.#keys.get(key) ?? this.#newState(key);
+  }
+
+  #newState(key: string): KeyState {
+    const state: KeyState = { holder: undefined, waiters: [] };
+    this.#keys.set(key, state);
     return state;
   }
 
@@ -351,7 +350,7 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
   }
 
   release(lease: MemoryLease): Promise<void> {
-    this.store.release(lease);
+    this.releaseNow(lease);
     return DONE;
   }
 
