@@ -85,6 +85,9 @@ export interface RedisKeys {
   readonly deadlines: string;
 }
 
+/** How many keys' names `keysFor` keeps (the oldest goes first). */
+const KEY_NAMES_KEPT = 1024;
+
 /** The largest token a Lua number (a double) holds exactly. */
 const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
 
@@ -126,6 +129,9 @@ export class RedisBackend implements LockBackend<RedisLease> {
   /** Names this backend's waiters in the queue, so a release messages only their process. */
   readonly #id = randomUUID();
   readonly #notifier = new ReleaseNotifier();
+  readonly #keyNames = new Map<string, RedisKeys>();
+  /** The release script's options (see `mutex` in scripts.ts): the same for every release. */
+  readonly #releaseOptions: string;
   /** The subscriber is subscribed (set once its first subscription succeeded). */
   #listening = false;
   readonly #allowEviction: boolean;
@@ -200,6 +206,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     this.#fifo = options.fifo ?? true;
     this.#maxPollDelayMs = maxPoll;
     this.#channel = `${prefix}released`;
+    this.#releaseOptions = `-0${this.#fifo ? '1' : '0'}|${this.#id}|0|0`;
     this.capabilities = {
       fencing: 'strict',
       fairness: this.#fifo ? 'fifo' : 'none',
@@ -219,16 +226,27 @@ export class RedisBackend implements LockBackend<RedisLease> {
    * the key itself follows, so two keys never share names.
    */
   keysFor(key: string): RedisKeys {
-    const tag = createHash('sha256').update(key).digest('base64url').slice(0, 22);
-    const base = `${this.#prefix}{${tag}}`;
-    return { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
+    let keys = this.#keyNames.get(key);
+    if (!keys) {
+      const base = this.#base(key);
+      keys = { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
+      // A digest per acquisition is a tenth of this process's share of an uncontended cycle, and a
+      // busy key is taken again and again: keep the names of the keys last used.
+      if (this.#keyNames.size >= KEY_NAMES_KEPT) this.#keyNames.delete(this.#keyNames.keys().next().value!);
+      this.#keyNames.set(key, keys);
+    }
+    return keys;
   }
 
   /** Redis key names for a shared key (semaphore or read-write lock); see scripts.ts. `lock` names the claims. */
   sharedKeysFor(key: string): RedisKeys {
-    const tag = createHash('sha256').update(key).digest('base64url').slice(0, 22);
-    const base = `${this.#prefix}{${tag}}`;
+    const base = this.#base(key);
     return { lock: `${base}claims:${key}`, token: `${base}stoken:${key}`, queue: `${base}sexp:${key}`, deadlines: `${base}smeta:${key}` };
+  }
+
+  /** `<prefix>{<22-char digest of the key>}`: the hash tag every key of one lock shares. */
+  #base(key: string): string {
+    return `${this.#prefix}{${createHash('sha256').update(key).digest('base64url').slice(0, 22)}}`;
   }
 
   async acquireShared(req: SharedRequest): Promise<RedisLease | null> {
@@ -314,15 +332,15 @@ export class RedisBackend implements LockBackend<RedisLease> {
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
     const { keys } = lease;
-    await this.#behindAcquires();
+    if (this.#evictionChecked !== true) await this.#behindAcquires();
     const renewed = (await this.#run('renew', lease.shared ? scripts.sharedRenew : scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
-    if (renewed) await this.#synced('renew');
+    if (renewed && this.#syncReplicas > 0) await this.#synced('renew');
     return renewed;
   }
 
   async release(lease: RedisLease): Promise<void> {
     const { keys } = lease;
-    await this.#behindAcquires();
+    if (this.#evictionChecked !== true) await this.#behindAcquires();
     if (lease.shared) await this.#run('release', scripts.sharedRelease, keys, [lease.owner, this.#channel, keys.lock]);
     else await this.#releaseOwner(keys, lease.owner);
   }
@@ -333,7 +351,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (floor > MAX_EXACT_TOKEN) {
       throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`) });
     }
-    await this.#behindAcquires();
+    if (this.#evictionChecked !== true) await this.#behindAcquires();
     if (lease.shared) return (await this.#run('raise token floor', scripts.sharedRaiseFloor, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) === 1;
     return (await this.#run('raise token floor', scripts.raiseFloor, keys, [lease.owner, floor.toString()])) === 1;
   }
@@ -349,24 +367,27 @@ export class RedisBackend implements LockBackend<RedisLease> {
   async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean, onPlace?: (place: number) => void): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
     const guarded = this.#restartGuardMs > 0;
-    const token = await this.#run('acquire', guarded ? scripts.guardedAcquire : scripts.acquire, keys, [
-      req.owner,
-      String(req.ttlMs),
-      !req.wait ? '0' : queued ? '2' : '1',
-      this.#fifo ? '1' : '0',
-      this.#id,
-      String(this.#waiterTtl(req.ttlMs)),
-      // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
-      req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
-      ...(guarded ? [String(this.#restartGuardMs)] : []),
-    ], guarded ? [`${this.#prefix}born`, `${this.#prefix}restart-guard`] : []);
+    // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
+    const least = req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0';
+    const mode = !req.wait ? '0' : queued ? '2' : '1';
+    // The common case (SET NX PX) may be tried unless we are queued (our turn comes through the
+    // queue) or a least token was asked for (the full step honours it).
+    const fast = mode !== '2' && least === '0' ? '+' : '-';
+    const options = `${fast}${mode}${this.#fifo ? '1' : '0'}|${this.#id}|${this.#waiterTtl(req.ttlMs)}|${least}`;
+    const token = await this.#run(
+      'acquire',
+      guarded ? scripts.guardedAcquire : scripts.acquire,
+      keys,
+      guarded ? [req.owner, String(req.ttlMs), options, String(this.#restartGuardMs)] : [req.owner, String(req.ttlMs), options],
+      guarded ? [`${this.#prefix}born`, `${this.#prefix}restart-guard`] : [],
+    );
     if (token === null) return null;
     if (typeof token === 'number') {
       onPlace?.(token);
       return null;
     }
     const lease: RedisLease = { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
-    await this.#synced('acquire', lease);
+    if (this.#syncReplicas > 0) await this.#synced('acquire', lease);
     return lease;
   }
 
@@ -376,7 +397,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
    * answer never came.
    */
   #releaseOwner(keys: RedisKeys, owner: string): Promise<unknown> {
-    return this.#run('release', scripts.release, keys, [owner, '0', '0', this.#fifo ? '1' : '0', this.#id]);
+    return this.#run('release', scripts.release, keys, [owner, '0', this.#releaseOptions]);
   }
 
   /**
@@ -385,7 +406,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
    * and rejects with BackendError; otherwise it rejects with BackendUnavailableError.
    */
   async #synced(operation: string, lease?: RedisLease): Promise<void> {
-    if (this.#syncReplicas === 0) return;
     let acknowledged: number;
     try {
       acknowledged = (await (this.client as Redis).wait(this.#syncReplicas, this.#syncTimeoutMs)) as number;
@@ -420,7 +440,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     }
     if (reply[0] !== 1) return null;
     const lease: RedisLease = { key: req.key, owner: req.owner, token: BigInt(reply[1]!), acquiredAt, keys, shared: true };
-    await this.#synced('acquire', lease);
+    if (this.#syncReplicas > 0) await this.#synced('acquire', lease);
     return lease;
   }
 

@@ -74,10 +74,15 @@ redis.call('SET', KEYS[2], ${text}, 'PX', string.format('%.0f', math.max(tonumbe
 
 /**
  * Functions the mutex scripts share (defined after each script's common case). ARGV of acquire and
- * release: 1 owner, 2 ttl ms, 3 mode (0 one attempt, 1 a waiter's first attempt, 2 a queued
- * waiter's), 4 fifo (0|1), 5 backend id, 6 waiter ttl ms, 7 least token ('0' for none).
+ * release: 1 owner, 2 ttl ms ('0' for a release), 3 the options in one string (each argument
+ * costs the server a little on every call, and only the uncommon cases read these):
+ * `<fast><mode><fifo>|<backend id>|<waiter ttl ms>|<least token>`, where fast is `+` when the
+ * common case may be tried (`-` otherwise), mode 0 one attempt, 1 a waiter's first attempt, 2 a
+ * queued waiter's; fifo 0|1; least token '0' for none. Guarded acquire: 4 guard ms.
  */
 const mutex = `
+local mode, fifo, backend_id, waiter_ttl, least = string.match(ARGV[3], '^.(.)(.)|([^|]*)|(%d+)|(%d+)$')
+
 local function server_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -89,7 +94,7 @@ local function stretch(key, ms)
 end
 
 local function fence(now_us)
-${nextToken('token', "tonumber(ARGV[7] or '0')")}
+${nextToken('token', 'tonumber(least)')}
   return token
 end
 
@@ -107,7 +112,7 @@ local function cover(now, ends)
   redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.max(1, until_ms - now)), 'GT')
 end
 
-local member = ARGV[1] .. '|' .. ARGV[5]
+local member = ARGV[1] .. '|' .. backend_id
 
 -- Drops the waiters whose deadline has passed.
 local function purge(now_ms)
@@ -117,10 +122,10 @@ end
 -- Joins the queue or refreshes our place; returns our place (0: the head).
 local function enqueue(now, now_us)
   redis.call('ZADD', KEYS[3], 'NX', now_us, member)
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), member)
-  stretch(KEYS[3], ARGV[6])
-  stretch(KEYS[4], ARGV[6])
-  redis.call('PEXPIRE', KEYS[1], ARGV[6], 'GT')
+  redis.call('ZADD', KEYS[4], now + tonumber(waiter_ttl), member)
+  stretch(KEYS[3], waiter_ttl)
+  stretch(KEYS[4], waiter_ttl)
+  redis.call('PEXPIRE', KEYS[1], waiter_ttl, 'GT')
   return redis.call('ZRANK', KEYS[3], member)
 end
 
@@ -154,7 +159,7 @@ local function hand_over(now, now_us, existed, head, deadline)
     return
   end
   local owner, backend = string.match(head, '^(.*)|([^|]*)$')
-  if ARGV[4] == '1' then
+  if fifo == '1' then
     local token = fence(now_us)
     redis.call('ZREM', KEYS[3], head)
     redis.call('ZREM', KEYS[4], head)
@@ -172,7 +177,7 @@ end
  * place in the queue it joined (0: the head), or false for a one-shot attempt.
  */
 export const ACQUIRE = `
-if ARGV[3] ~= '2' and ARGV[7] == '0' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if string.byte(ARGV[3]) == 43 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
   local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 ${nextToken('token', '0')}
@@ -199,7 +204,7 @@ if holder == ARGV[1] and ends > now then
   return token
 end
 if ends > now then
-  if ARGV[3] == '0' then return false end
+  if mode == '0' then return false end
   if string.find(v, '|', 1, true) == nil then
     redis.call('SET', KEYS[1], holder .. '||' .. string.format('%.0f', ends), 'KEEPTTL')
   end
@@ -207,9 +212,9 @@ if ends > now then
 end
 -- Free: nobody holds it, its holder's lease ended, or it was left free for anyone (unordered).
 local head, deadline = live_head(now)
-if ARGV[4] == '1' and head ~= nil and head ~= member then
+if fifo == '1' and head ~= nil and head ~= member then
   hand_over(now, now_us, v ~= nil, head, deadline)
-  if ARGV[3] == '0' then return false end
+  if mode == '0' then return false end
   return enqueue(now, now_us)
 end
 local granted = fence(now_us)
@@ -225,7 +230,7 @@ return granted
 `;
 
 /**
- * ACQUIRE behind the restart guard. KEYS 5 birth mark, 6 guard; ARGV[8] guard ms. A node with
+ * ACQUIRE behind the restart guard. KEYS 5 birth mark, 6 guard; ARGV[4] guard ms. A node with
  * neither lost its data (or is new): it is marked, and refuses every grant until the guard
  * expires, by when every lease it may have forgotten has ended. Checked in the grant's own step,
  * so no grant can slip in between a restart and the check.
@@ -235,7 +240,7 @@ local marks = redis.call('EXISTS', KEYS[5], KEYS[6])
 if marks ~= 1 then
   if marks == 0 then
     redis.call('SET', KEYS[5], '1')
-    redis.call('SET', KEYS[6], '1', 'PX', ARGV[8])
+    redis.call('SET', KEYS[6], '1', 'PX', ARGV[4])
   end
   return false
 end
@@ -260,7 +265,7 @@ return 1
 `;
 
 /**
- * ARGV: see `mutex` (1 owner, 4 fifo, 5 backend id). Gives the lock up if it is ours and drops our
+ * ARGV: see `mutex` (1 owner, 3 the options). Gives the lock up if it is ours and drops our
  * queue entry (a waiter giving up uses the same script). A queued-form lock goes to the next
  * waiter. Returns 1 when it was ours.
  */
