@@ -26,19 +26,19 @@
 export const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
 
 /**
- * The next token, in `var` (a decimal string) and `var_n` (the number), given `now_us`: the
- * counter is set to the clock and read in one command; only when it already stood at or above it
- * (a lifted floor, a hint, a clock that stepped back) is it written again. `least` is a Lua
- * expression for the least token wanted (0 for none).
+ * The next token, in `name` (a decimal string), given `now_us` (and `now_text`, the same as
+ * digits, when the caller has it): the counter is set to the clock and read in one command; only
+ * when it already stood at or above it (a lifted floor, a hint, a clock that stepped back) is it
+ * written again. `least` is a Lua expression for the least token wanted (0 for none).
  */
-const nextToken = (name: string, least: string) => `
-local ${name}_n = now_us
-local ${name}_last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', now_us), 'PX', ${COUNTER_TTL_MS}, 'GET') or '0')
-if ${name}_last >= ${name}_n or ${least} > ${name}_n then
-  ${name}_n = math.max(${name}_last + 1, ${least}, now_us)
+const nextToken = (name: string, least: string, nowText = "string.format('%.0f', now_us)") => `
+local ${name} = ${nowText}
+local ${name}_last = redis.call('SET', KEYS[2], ${name}, 'PX', ${COUNTER_TTL_MS}, 'GET')
+if (${name}_last and tonumber(${name}_last) >= now_us) or ${least} > now_us then
+  local ${name}_n = math.max(tonumber(${name}_last or '0') + 1, ${least}, now_us)
   redis.call('SET', KEYS[2], string.format('%.0f', ${name}_n), 'PX', string.format('%.0f', math.floor((${name}_n - now_us) / 1000) + ${COUNTER_TTL_MS}))
+  ${name} = string.format('%.0f', ${name}_n)
 end
-local ${name} = string.format('%.0f', ${name}_n)
 `;
 
 const clock = `
@@ -179,8 +179,10 @@ end
 export const ACQUIRE = `
 if string.byte(ARGV[3]) == 43 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-${nextToken('token', '0')}
+  -- The clock as digits straight from TIME's seconds and microseconds: no float formatting.
+  local now_text = t[1] .. string.sub('00000' .. t[2], -6)
+  local now_us = tonumber(now_text)
+${nextToken('token', '0', 'now_text')}
   return token
 end
 ${mutex}
