@@ -78,6 +78,18 @@ export interface RedisLease extends Lease {
   readonly shared?: true;
 }
 
+/** A grant carried by a handoff message: the token, and the lease end the release set (server ms). */
+interface HandedGrant {
+  readonly token: string;
+  readonly deadline: number;
+}
+
+/** An attempt that left a waiter queued: its send time (`performance.now()`) and the deadline it set (server ms). */
+interface Placed {
+  readonly sentAt: number;
+  readonly deadline: number;
+}
+
 export interface RedisKeys {
   readonly lock: string;
   readonly token: string;
@@ -129,6 +141,11 @@ export class RedisBackend implements LockBackend<RedisLease> {
   /** Names this backend's waiters in the queue, so a release messages only their process. */
   readonly #id = randomUUID();
   readonly #notifier = new ReleaseNotifier();
+  /**
+   * The grant a handoff message brought, by the owner of each `lock()` of this backend under way
+   * (null until a message comes): see `#handedLease`.
+   */
+  readonly #handed = new Map<string, HandedGrant | null>();
   readonly #keyNames = new Map<string, RedisKeys>();
   /** The release script's options (see `mutex` in scripts.ts): the same for every release. */
   readonly #releaseOptions: string;
@@ -269,12 +286,29 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   async acquire(req: AcquireRequest): Promise<RedisLease | null> {
+    if (!req.wait) return this.#acquire(req);
+    // Listened for before the first attempt: a handoff to us can reach this process before that
+    // attempt's own answer does (they come on two connections).
+    this.#handed.set(req.owner, null);
+    try {
+      return await this.#acquire(req);
+    } finally {
+      this.#handed.delete(req.owner);
+    }
+  }
+
+  async #acquire(req: AcquireRequest): Promise<RedisLease | null> {
     if (this.#evictionChecked !== true) await this.#checkEviction();
     const keys = this.keysFor(req.key);
+    /** Our place in the queue as the last attempt saw it (0: the head). */
+    let place = 0;
+    /** The last attempt that left us queued: when it was sent, and the deadline it set us. */
+    let placed: Placed | undefined;
+    const onPlace = (p: number, at: Placed) => void ((place = p), (placed = at));
     // The first attempt before any wait bookkeeping: uncontended, it is the whole acquisition.
     let first: RedisLease | null = null;
     try {
-      first = await this.#attempt(req, keys, false);
+      first = await this.#attempt(req, keys, false, onPlace);
     } catch (error) {
       if (!(error instanceof BackendUnavailableError)) throw error;
       // A one-shot attempt with no answer may still have been granted: give it back in the
@@ -287,12 +321,12 @@ export class RedisBackend implements LockBackend<RedisLease> {
     }
     if (first || !req.wait) return first;
     // Queued now. When the subscription was not in place yet, a handoff may have come before it:
-    // the loop's first attempt, at once, finds it. When it was, nothing was missed (no I/O runs
-    // until the loop listens) and the loop starts by waiting.
+    // the loop's first attempt, at once, finds it. When it was, the loop starts by waiting, unless a
+    // FIFO handoff reached us before our first attempt's answer did (kept in `#handed`, the loop's
+    // first call takes it). An unordered wake-up that came that early is lost; the head's next
+    // re-check, within `poll`, makes up for it.
     let queued = true;
     let already = this.#listening;
-    /** Our place in the queue as the last attempt saw it (0: the head). */
-    let place = 0;
     try {
       await this.#subscribe();
       // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
@@ -304,8 +338,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
         keys.lock,
         req.signal,
         async () => {
+          const handed = this.#handedLease(req, keys, placed);
+          if (handed) return handed;
           if (already) return (already = false), null;
-          const lease = await this.#attempt(req, keys, queued, (p) => (place = p));
+          const lease = await this.#attempt(req, keys, queued, onPlace);
           queued ||= lease === null;
           return lease;
         },
@@ -323,6 +359,29 @@ export class RedisBackend implements LockBackend<RedisLease> {
       if (queued) await this.#releaseOwner(keys, req.owner).catch(() => undefined);
       throw error;
     }
+  }
+
+  /**
+   * The grant a handoff message brought `req`'s waiter, as a lease, when it can be trusted without
+   * asking the store; undefined otherwise (the next attempt then finds the grant, or that there is
+   * none). The release that handed us the key ended our lease at our queue deadline, which the
+   * attempt that last left us queued set to the server's time (in whole ms) + the waiter ttl (at
+   * least our ttl). That attempt was sent no later than it ran, so a lease counted from 1 ms before
+   * its send time ends no later than the store's. The message must carry that attempt's deadline:
+   * an attempt of ours that ran after the handoff would have been granted, not queued, unless the
+   * handed lease had already ended, and then it set a later deadline; so a match also shows the
+   * message is not an old one. With replica sync the grant must be waited for on our own
+   * connection, so the attempt confirms it instead.
+   */
+  #handedLease(req: AcquireRequest, keys: RedisKeys, placed: Placed | undefined): RedisLease | undefined {
+    const grant = this.#handed.get(req.owner);
+    if (!grant || !placed) return undefined;
+    this.#handed.set(req.owner, null);
+    if (grant.deadline !== placed.deadline || this.#syncReplicas > 0) return undefined;
+    const acquiredAt = placed.sentAt - 1;
+    // With less than half the lease left, the attempt confirms instead (and renews it to a full ttl).
+    if (performance.now() - acquiredAt > req.ttlMs / 2) return undefined;
+    return { key: req.key, owner: req.owner, token: BigInt(grant.token), acquiredAt, keys };
   }
 
   /** A queued waiter is dropped if it stays silent for this long: a ttl, or 4 poll periods if longer. */
@@ -363,8 +422,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (this.#ownsClient) this.client.disconnect();
   }
 
-  /** One attempt; a queued waiter's place (0: the head) goes to `onPlace`. */
-  async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean, onPlace?: (place: number) => void): Promise<RedisLease | null> {
+  /** One attempt; a queued waiter's place (0: the head), send time and new deadline go to `onPlace`. */
+  async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean, onPlace: (place: number, at: Placed) => void): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
     const guarded = this.#restartGuardMs > 0;
     // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
@@ -382,8 +441,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
       guarded ? [`${this.#prefix}born`, `${this.#prefix}restart-guard`] : [],
     );
     if (token === null) return null;
-    if (typeof token === 'number') {
-      onPlace?.(token);
+    if (Array.isArray(token)) {
+      onPlace(token[0] as number, { sentAt: acquiredAt, deadline: token[1] as number });
       return null;
     }
     const lease: RedisLease = { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
@@ -534,9 +593,13 @@ export class RedisBackend implements LockBackend<RedisLease> {
     this.#subscribed ??= (async () => {
       const subscriber = this.client instanceof Cluster ? this.client.duplicate() : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false });
       subscriber.on('error', () => undefined);
+      // `<lock key>\n<owner>`, and for a FIFO handoff `<lock key>\n<owner> <token> <deadline>`
+      // (see hand_over in scripts.ts); a shared key's release names no owner.
       subscriber.on('message', (_channel: string, message: string) => {
         const split = message.lastIndexOf('\n');
-        this.#notifier.notify(message.slice(0, split), message.slice(split + 1) || undefined);
+        const [owner, token, deadline] = message.slice(split + 1).split(' ');
+        if (token !== undefined && this.#handed.has(owner!)) this.#handed.set(owner!, { token, deadline: Number(deadline) });
+        this.#notifier.notify(message.slice(0, split), owner || undefined);
       });
       let ready = 0;
       subscriber.on('ready', () => {

@@ -14,7 +14,8 @@
  *   lease is judged by the end in the value, and the key's own expiry is stretched over every
  *   waiter's deadline (`PEXPIRE … GT`), so the key exists while anybody waits and a newcomer's
  *   `SET NX` can never slip past the queue. A release then hands the key to the queue's head itself
- *   (FIFO) and sends one message, to the head's process; the head's next attempt confirms it.
+ *   (FIFO) and sends one message, to the head's process, carrying its token: that message is the
+ *   head's grant (no request of its own), or, lost, the head's next attempt finds the grant.
  * Each script's common case comes first, before any function is defined, so it pays for nothing else.
  *
  * Fencing tokens: token = max(last + 1, server time in µs). The counter key makes tokens strictly
@@ -119,14 +120,15 @@ local function purge(now_ms)
 ${purgeExpired('KEYS[4]', [['ZREM', 'KEYS[3]']])}
 end
 
--- Joins the queue or refreshes our place; returns our place (0: the head).
+-- Joins the queue or refreshes our place; returns our place (0: the head) and our new deadline.
 local function enqueue(now, now_us)
+  local deadline = now + tonumber(waiter_ttl)
   redis.call('ZADD', KEYS[3], 'NX', now_us, member)
-  redis.call('ZADD', KEYS[4], now + tonumber(waiter_ttl), member)
+  redis.call('ZADD', KEYS[4], deadline, member)
   stretch(KEYS[3], waiter_ttl)
   stretch(KEYS[4], waiter_ttl)
   redis.call('PEXPIRE', KEYS[1], waiter_ttl, 'GT')
-  return redis.call('ZRANK', KEYS[3], member)
+  return {redis.call('ZRANK', KEYS[3], member), deadline}
 end
 
 local function leave()
@@ -147,10 +149,12 @@ local function live_head(now)
   return head, tonumber(redis.call('ZSCORE', KEYS[4], head))
 end
 
--- The key is free (released, or its holder's lease ended): FIFO gives it to the queue's live head
--- (with the head's own deadline as a provisional lease end, which the head's confirming attempt
--- turns into its ttl); unordered leaves it free for whoever asks first. Either way one message
--- goes to the head's process, naming the head. With nobody queued the key goes. When the lock key
+-- The key is free (released, or its holder's lease ended): FIFO gives it to the queue's live head,
+-- its lease ending at the head's own deadline (see RedisBackend's #handedLease), and the message
+-- to the head's process names the head, its token and that deadline (the lock key, a newline, then
+-- \`<owner> <token> <deadline>\`); unordered leaves the key free for whoever asks first, and the
+-- message names only the head (the lock key, a newline, the owner). With nobody queued the key
+-- goes. When the lock key
 -- \`existed\`, its expiry already covers every waiter's deadline (a waiter stretches it whenever it
 -- joins or keeps its place), so the new value keeps that expiry as it is.
 local function hand_over(now, now_us, existed, head, deadline)
@@ -159,22 +163,26 @@ local function hand_over(now, now_us, existed, head, deadline)
     return
   end
   local owner, backend = string.match(head, '^(.*)|([^|]*)$')
+  local message = KEYS[1] .. '\\n' .. owner
   if fifo == '1' then
     local token = fence(now_us)
+    local ends = string.format('%.0f', deadline)
     redis.call('ZREM', KEYS[3], head)
     redis.call('ZREM', KEYS[4], head)
-    redis.call('SET', KEYS[1], owner .. '|' .. token .. '|' .. string.format('%.0f', deadline), 'KEEPTTL')
+    redis.call('SET', KEYS[1], owner .. '|' .. token .. '|' .. ends, 'KEEPTTL')
+    message = message .. ' ' .. token .. ' ' .. ends
   else
     redis.call('SET', KEYS[1], '|0|0', 'KEEPTTL')
   end
   if not existed then cover(now, deadline or 0) end
-  redis.call('PUBLISH', string.match(KEYS[1], '^(.-){') .. 'w:' .. backend, KEYS[1] .. '\\n' .. owner)
+  redis.call('PUBLISH', string.match(KEYS[1], '^(.-){') .. 'w:' .. backend, message)
 end
 `;
 
 /**
  * One attempt (ARGV: see `mutex`). Returns the token as a decimal string; when busy, a waiter's
- * place in the queue it joined (0: the head), or false for a one-shot attempt.
+ * place in the queue it joined (0: the head) and its new deadline (server ms), or false for a
+ * one-shot attempt.
  */
 export const ACQUIRE = `
 if string.byte(ARGV[3]) == 43 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then

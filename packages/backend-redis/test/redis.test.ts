@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, FaultProxy, matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { redisBackend, type RedisBackend } from '@deadbolt/redis';
@@ -81,6 +82,41 @@ describe('redis backend', () => {
     await (await waiting).release();
     // Polling alone would take seconds here; a generous bound still tells the two apart.
     expect(performance.now() - releasedAt).toBeLessThan(1000);
+  });
+
+  it("a FIFO handoff message is the head's grant: it sends nothing to take it, and its lease ends no later than the store's", async () => {
+    const holder = track(createLocker(redisBackend({ url }), { ttlMs: 20_000 }));
+    const client = new Redis(url);
+    try {
+      const backend = redisBackend({ client, maxPollDelayMs: 5000 });
+      const k = key();
+      const keys = backend.keysFor(k);
+      const held = await holder.lock(k);
+      const ttlMs = 20_000;
+      const waiting = backend.acquire({ key: k, owner: randomUUID(), ttlMs, wait: true, signal: new AbortController().signal });
+      while ((await admin.zcard(keys.queue)) < 1) await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 300));
+      // What the waiter's connection sends from here on (its re-check is 5 s away).
+      const sent: string[] = [];
+      const send = client.sendCommand.bind(client);
+      client.sendCommand = (command, stream) => (sent.push(command.name), send(command, stream));
+      await held.release();
+      const lease = (await waiting)!;
+      expect(sent).toEqual([]);
+      // The grant in the store is the one the message carried.
+      const [owner, token, ends] = (await client.get(keys.lock))!.split('|');
+      expect([owner, token]).toEqual([lease.owner, lease.token.toString()]);
+      // The lease as the waiter counts it ends no later than the store's (1 ms: the server's time in whole ms).
+      const localLeft = lease.acquiredAt + ttlMs - performance.now();
+      const [seconds, micros] = await admin.time();
+      const storeLeft = Number(ends) - (Number(seconds) * 1000 + Number(micros) / 1000);
+      expect(localLeft).toBeLessThanOrEqual(storeLeft + 1);
+      await backend.release(lease);
+      expect(await admin.exists(keys.lock)).toBe(0);
+      await backend.close();
+    } finally {
+      client.disconnect();
+    }
   });
 
   it('a handoff skips a waiter that died at the head of the queue, and the lock key outlives the waiters left', async () => {
