@@ -90,8 +90,14 @@ local function server_us()
 end
 
 -- PEXPIRE that only ever lengthens (GT), or sets a first expiry (NX: GT counts none as infinite).
-local function stretch(key, ms)
-  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then redis.call('PEXPIRE', key, ms, 'NX') end
+-- \`new\`: the key is likely new (no expiry yet), so NX is tried first; either order does the same.
+-- Returns whether the first try set it.
+local function stretch(key, ms, new)
+  local first, second = 'GT', 'NX'
+  if new then first, second = 'NX', 'GT' end
+  if redis.call('PEXPIRE', key, ms, first) == 1 then return true end
+  redis.call('PEXPIRE', key, ms, second)
+  return false
 end
 
 local function fence(now_us)
@@ -121,13 +127,18 @@ ${purgeExpired('KEYS[4]', [['ZREM', 'KEYS[3]']])}
 end
 
 -- Joins the queue or refreshes our place; returns our place (0: the head) and our new deadline.
-local function enqueue(now, now_us)
+-- \`first\`: we are the first waiter (the lock key was in its plain form), so the queue is most
+-- likely new.
+local function enqueue(now, now_us, first)
   local deadline = now + tonumber(waiter_ttl)
   redis.call('ZADD', KEYS[3], 'NX', now_us, member)
   redis.call('ZADD', KEYS[4], deadline, member)
-  stretch(KEYS[3], waiter_ttl)
-  stretch(KEYS[4], waiter_ttl)
+  -- The queue gets its expiry in the step that creates it, so one that had none was made just now,
+  -- by our ZADD: we are all of it.
+  local alone = stretch(KEYS[3], waiter_ttl, first) and first
+  stretch(KEYS[4], waiter_ttl, first)
   redis.call('PEXPIRE', KEYS[1], waiter_ttl, 'GT')
+  if alone then return {0, deadline} end
   return {redis.call('ZRANK', KEYS[3], member), deadline}
 end
 
@@ -215,10 +226,11 @@ if holder == ARGV[1] and ends > now then
 end
 if ends > now then
   if mode == '0' then return false end
-  if string.find(v, '|', 1, true) == nil then
+  local plain = string.find(v, '|', 1, true) == nil
+  if plain then
     redis.call('SET', KEYS[1], holder .. '||' .. string.format('%.0f', ends), 'KEEPTTL')
   end
-  return enqueue(now, now_us)
+  return enqueue(now, now_us, plain)
 end
 -- Free: nobody holds it, its holder's lease ended, or it was left free for anyone (unordered).
 local head, deadline = live_head(now)
