@@ -165,9 +165,8 @@ end
 -- to the head's process names the head, its token and that deadline (the lock key, a newline, then
 -- \`<owner> <token> <deadline>\`); unordered leaves the key free for whoever asks first, and the
 -- message names only the head (the lock key, a newline, the owner). With nobody queued the key
--- goes. When the lock key
--- \`existed\`, its expiry already covers every waiter's deadline (a waiter stretches it whenever it
--- joins or keeps its place), so the new value keeps that expiry as it is.
+-- goes. When the lock key \`existed\`, its expiry already covers every waiter's deadline (a waiter
+-- stretches it whenever it joins or keeps its place), so the new value keeps that expiry as it is.
 local function hand_over(now, now_us, existed, head, deadline)
   if head == nil then
     redis.call('DEL', KEYS[1])
