@@ -100,6 +100,9 @@ export interface RedisKeys {
 /** How many keys' names `keysFor` keeps (the oldest goes first). */
 const KEY_NAMES_KEPT = 1024;
 
+/** How many handoff grants `#handed` keeps for waiters that have not taken them (the oldest goes first). */
+const HANDED_KEPT = 1024;
+
 /** The largest token a Lua number (a double) holds exactly. */
 const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
 
@@ -142,10 +145,13 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #id = randomUUID();
   readonly #notifier = new ReleaseNotifier();
   /**
-   * The grant a handoff message brought, by the owner of each `lock()` of this backend under way
-   * (null until a message comes): see `#handedLease`.
+   * Grants that handoff messages brought, by `<lock key>\n<owner>`, until the waiter takes them
+   * (see `#handedLease`). A message can come before the answer to the attempt that queued its
+   * waiter (they come on two connections), so grants are kept whether or not anyone is known to
+   * wait for them yet; a waiter that gave up first leaves one behind, so only the newest
+   * `HANDED_KEPT` are kept.
    */
-  readonly #handed = new Map<string, HandedGrant | null>();
+  readonly #handed = new Map<string, HandedGrant>();
   readonly #keyNames = new Map<string, RedisKeys>();
   /** The release script's options (see `mutex` in scripts.ts): the same for every release. */
   readonly #releaseOptions: string;
@@ -286,18 +292,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   async acquire(req: AcquireRequest): Promise<RedisLease | null> {
-    if (!req.wait) return this.#acquire(req);
-    // Listened for before the first attempt: a handoff to us can reach this process before that
-    // attempt's own answer does (they come on two connections).
-    this.#handed.set(req.owner, null);
-    try {
-      return await this.#acquire(req);
-    } finally {
-      this.#handed.delete(req.owner);
-    }
-  }
-
-  async #acquire(req: AcquireRequest): Promise<RedisLease | null> {
     if (this.#evictionChecked !== true) await this.#checkEviction();
     const keys = this.keysFor(req.key);
     /** Our place in the queue as the last attempt saw it (0: the head). */
@@ -322,9 +316,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (first || !req.wait) return first;
     // Queued now. When the subscription was not in place yet, a handoff may have come before it:
     // the loop's first attempt, at once, finds it. When it was, the loop starts by waiting, unless a
-    // FIFO handoff reached us before our first attempt's answer did (kept in `#handed`, the loop's
+    // FIFO handoff reached us before our first attempt's answer did (kept in `#handed`: the loop's
     // first call takes it). An unordered wake-up that came that early is lost; the head's next
     // re-check, within `poll`, makes up for it.
+    const handedId = `${keys.lock}\n${req.owner}`;
     let queued = true;
     let already = this.#listening;
     try {
@@ -338,7 +333,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
         keys.lock,
         req.signal,
         async () => {
-          const handed = this.#handedLease(req, keys, placed);
+          const handed = this.#handedLease(req, keys, handedId, placed);
           if (handed) return handed;
           if (already) return (already = false), null;
           const lease = await this.#attempt(req, keys, queued, onPlace);
@@ -358,6 +353,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
       if (queued) await this.#releaseOwner(keys, req.owner).catch(() => undefined);
       throw error;
+    } finally {
+      this.#handed.delete(handedId);
     }
   }
 
@@ -373,10 +370,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
    * message is not an old one. With replica sync the grant must be waited for on our own
    * connection, so the attempt confirms it instead.
    */
-  #handedLease(req: AcquireRequest, keys: RedisKeys, placed: Placed | undefined): RedisLease | undefined {
-    const grant = this.#handed.get(req.owner);
+  #handedLease(req: AcquireRequest, keys: RedisKeys, id: string, placed: Placed | undefined): RedisLease | undefined {
+    const grant = this.#handed.get(id);
     if (!grant || !placed) return undefined;
-    this.#handed.set(req.owner, null);
+    this.#handed.delete(id);
     if (grant.deadline !== placed.deadline || this.#syncReplicas > 0) return undefined;
     const acquiredAt = placed.sentAt - 1;
     // With less than half the lease left, the attempt confirms instead (and renews it to a full ttl).
@@ -590,24 +587,35 @@ export class RedisBackend implements LockBackend<RedisLease> {
    * After a reconnect every waiter re-checks at once, since messages sent meanwhile are lost.
    */
   #subscribe(): Promise<void> {
+    const channels = [this.#channel, `${this.#prefix}w:${this.#id}`];
     this.#subscribed ??= (async () => {
-      const subscriber = this.client instanceof Cluster ? this.client.duplicate() : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false });
+      // A single-node subscriber subscribes again itself after a reconnect: ioredis's own
+      // re-subscription leaves its promise unhandled, and a close before its answer (a backend
+      // closed just after a reconnect) then surfaces as an unhandled rejection in the user's process.
+      const subscriber = this.client instanceof Cluster ? this.client.duplicate() : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
       subscriber.on('error', () => undefined);
       // `<lock key>\n<owner>`, and for a FIFO handoff `<lock key>\n<owner> <token> <deadline>`
       // (see hand_over in scripts.ts); a shared key's release names no owner.
       subscriber.on('message', (_channel: string, message: string) => {
         const split = message.lastIndexOf('\n');
         const [owner, token, deadline] = message.slice(split + 1).split(' ');
-        if (token !== undefined && this.#handed.has(owner!)) this.#handed.set(owner!, { token, deadline: Number(deadline) });
-        this.#notifier.notify(message.slice(0, split), owner || undefined);
+        const key = message.slice(0, split);
+        if (token !== undefined) {
+          if (this.#handed.size >= HANDED_KEPT) this.#handed.delete(this.#handed.keys().next().value!);
+          this.#handed.set(`${key}\n${owner}`, { token, deadline: Number(deadline) });
+        }
+        this.#notifier.notify(key, owner || undefined);
       });
       let ready = 0;
       subscriber.on('ready', () => {
-        if (ready++ > 0) this.#notifier.notifyAll();
+        if (ready++ === 0) return;
+        if (subscriber instanceof Cluster) return this.#notifier.notifyAll();
+        // Once subscribed again; a failure means the connection went again, and its next 'ready' retries.
+        subscriber.subscribe(...channels).then(() => this.#notifier.notifyAll(), () => undefined);
       });
       this.#subscriber = subscriber;
       try {
-        await subscriber.subscribe(this.#channel, `${this.#prefix}w:${this.#id}`);
+        await subscriber.subscribe(...channels);
         this.#listening = true;
       } catch (error) {
         this.#subscribed = undefined;
