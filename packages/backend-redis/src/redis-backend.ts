@@ -103,6 +103,12 @@ const KEY_NAMES_KEPT = 1024;
 /** How many handoff grants `#handed` keeps for waiters that have not taken them (the oldest goes first). */
 const HANDED_KEPT = 1024;
 
+/** Sets `key` in `map`, first dropping the oldest entry when the map already holds `limit`. */
+function keepNewest<K, V>(map: Map<K, V>, key: K, value: V, limit: number): void {
+  if (map.size >= limit) map.delete(map.keys().next().value!);
+  map.set(key, value);
+}
+
 /** The largest token a Lua number (a double) holds exactly. */
 const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
 
@@ -255,8 +261,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       keys = { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
       // A digest per acquisition is a tenth of this process's share of an uncontended cycle, and a
       // busy key is taken again and again: keep the names of the keys last used.
-      if (this.#keyNames.size >= KEY_NAMES_KEPT) this.#keyNames.delete(this.#keyNames.keys().next().value!);
-      this.#keyNames.set(key, keys);
+      keepNewest(this.#keyNames, key, keys, KEY_NAMES_KEPT);
     }
     return keys;
   }
@@ -601,8 +606,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
         const [owner, token, deadline] = message.slice(split + 1).split(' ');
         const key = message.slice(0, split);
         if (token !== undefined) {
-          if (this.#handed.size >= HANDED_KEPT) this.#handed.delete(this.#handed.keys().next().value!);
-          this.#handed.set(`${key}\n${owner}`, { token, deadline: Number(deadline) });
+          keepNewest(this.#handed, `${key}\n${owner}`, { token, deadline: Number(deadline) }, HANDED_KEPT);
         }
         this.#notifier.notify(key, owner || undefined);
       });
