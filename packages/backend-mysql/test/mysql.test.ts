@@ -1,5 +1,5 @@
-import { createLocker } from '@deadbolt/core';
-import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
+import { createLocker, sleep } from '@deadbolt/core';
+import { closeLockersAfterEach, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { mysqlBackend, type MysqlBackend } from '@deadbolt/mysql';
 import { createPool } from 'mysql2/promise';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -62,6 +62,30 @@ describe('mysql backend', () => {
     const next = await x.lock(k3, { timeoutMs: 3000 }); // fails if that connection sits in GET_LOCK
     await next.release();
     await other.release();
+  });
+
+  it('session mode: a waiter whose connection is not accepted within the connect timeout keeps waiting, and gets the lock', async () => {
+    // In CI, 250 waiters opening 200 connections at once on the loaded machine took longer than a
+    // connect timeout, and the waiters whose connect timed out failed as unavailable.
+    const proxy = await FaultProxy.start(storeAddress(url));
+    try {
+      const holder = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+      const waiter = track(createLocker(mysqlBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }));
+      const k = key();
+      const held = await holder.lock(k);
+      proxy.blackhole(); // connections are accepted, the handshake never comes: the connect times out
+      const waiting = waiter.lock(k, { timeoutMs: 10_000 });
+      waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
+      await sleep(700);
+      proxy.heal();
+      await sleep(500);
+      await held.release();
+      const lock = await waiting;
+      expect(lock.token).toBeGreaterThan(held.token);
+      await lock.release();
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('stores a 1024-byte key with any characters, binary-exact', async () => {

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import {
+  AGAIN,
   BackendError,
   backendFailure,
   BackendUnavailableError,
@@ -12,7 +13,7 @@ import {
   raceSignal,
   ReleaseNotifier,
   sleep,
-  UnavailableGrace,
+  waitOnConnections,
   withTimeout,
   type AcquireRequest,
   type Capabilities,
@@ -38,7 +39,7 @@ export interface PostgresBackendOptions {
   mode?: 'lease' | 'session';
   /** The longest a waiter goes without re-checking, should a notification be lost. Default 250 ms. */
   maxPollDelayMs?: number;
-  /** Connect timeout for a pool created from `url`. Default 2000 ms. */
+  /** Connect timeout for a pool created from `url` (a session-mode waiter rides out failures to get a connection for twice this). Default 2000 ms. */
   connectTimeoutMs?: number;
   /** Connections of a pool created from `url`. Session mode holds one per held lock and per waiter. Default 10 (lease), 200 (session). */
   connectionLimit?: number;
@@ -66,8 +67,6 @@ export interface PostgresLease extends Lease {
 /** How many keys' advisory lock ids a backend remembers. */
 const KEY_ID_CACHE = 1000;
 
-/** What a session-mode attempt returns when it should try again (connection cut, key's row renewed). */
-const AGAIN = Symbol('again');
 /** How many session connections a backend opens at once (see `#sessionConnect`). */
 const OPENING_AT_ONCE = 8;
 
@@ -228,9 +227,9 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   }
 
   async #acquire(req: AcquireRequest): Promise<PostgresLease | null> {
-    await this.#ensureTables();
     const keyBytes = Buffer.from(req.key, 'utf8');
     if (this.mode === 'session') return this.#acquireSession(req, keyBytes);
+    await this.#ensureTables();
     const first = await this.#attempt(req, keyBytes, false);
     if (first || !req.wait) return first;
     await this.#listen();
@@ -337,24 +336,12 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   async #acquireSession(req: AcquireRequest, keyBytes: Buffer): Promise<PostgresLease | null> {
     // A waiter whose connection could not be had in time (a hundred session locks asked for at
     // once open a hundred connections, which took over 2 s on a loaded 2-core machine) tries again
-    // while such failures have lasted less than two connect timeouts, as a polling waiter rides
-    // out a reset; a server that stays unreachable still fails the wait.
-    const grace = new UnavailableGrace(this.#connectGraceMs);
-    for (;;) {
-      let outcome: PostgresLease | null | typeof AGAIN;
-      try {
-        outcome = await this.#sessionAttempt(req, keyBytes);
-      } catch (error) {
-        if (!req.wait || req.signal.aborted) throw error;
-        grace.failed(error);
-        outcome = AGAIN;
-      }
-      if (outcome !== AGAIN) return outcome;
-      await sleep(20, req.signal);
-    }
+    // while such failures have lasted less than two connect timeouts.
+    return waitOnConnections(req.wait, req.signal, this.#connectGraceMs, () => this.#sessionAttempt(req, keyBytes));
   }
 
   async #sessionAttempt(req: AcquireRequest, keyBytes: Buffer): Promise<PostgresLease | null | typeof AGAIN> {
+    await this.#ensureTables(); // in each attempt, so a wait rides out a failed first try like any other
     const client = await this.#sessionConnect(req.signal);
     let held = false;
     let id = 0;

@@ -130,6 +130,28 @@ describe('postgres backend', () => {
     await lock.release();
   });
 
+  it('session mode: a waiter whose connection is not accepted within the connect timeout keeps waiting, and gets the lock', async () => {
+    const proxy = await FaultProxy.start(storeAddress(url));
+    try {
+      const holder = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+      const waiter = track(createLocker(postgresBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }));
+      const k = key();
+      const held = await holder.lock(k);
+      proxy.blackhole(); // connections are accepted, the handshake never comes: the connect times out
+      const waiting = waiter.lock(k, { timeoutMs: 10_000 });
+      waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
+      await sleep(700);
+      proxy.heal();
+      await sleep(500);
+      await held.release();
+      const lock = await waiting;
+      expect(lock.token).toBeGreaterThan(held.token);
+      await lock.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('session mode: waiters queued to open connections fail with the opening when the server stops answering, not one batch after another', async () => {
     const proxy = await FaultProxy.start(storeAddress(url));
     try {

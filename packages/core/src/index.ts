@@ -39,5 +39,5 @@ export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOption
 export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS, validateKey, validateKeys, validateTimeout, validateTtl } from './validate.js';
 export type { MultiLock } from './multi-lock.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
-export { cancelOnAbort, InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, type PollOptions } from './wait.js';
+export { AGAIN, cancelOnAbort, InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, waitOnConnections, type PollOptions } from './wait.js';
 export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './migrating-backend.js';

@@ -125,6 +125,33 @@ export async function pollForLease<L extends Lease>(
   }
 }
 
+/** What one attempt of a {@link waitOnConnections} wait returns when its connection was cut: wait again on a new one. */
+export const AGAIN: unique symbol = Symbol('deadbolt.again');
+
+/**
+ * The wait loop of a backend whose waiter blocks inside the store on a connection of its own (a
+ * session-mode lock): runs `attempt` until it returns a lease, or null for a one-shot attempt.
+ * An attempt that returns `AGAIN` (its connection was cut) is tried again on a new connection.
+ * A waiting attempt that fails as unavailable is tried again too, until such failures have lasted
+ * `graceMs` in a row. That covers a connection not had in time: a crowd of waiters opening
+ * connections at once on a loaded machine can outlast a connect timeout. A store that stays
+ * unreachable still fails the wait. Rejects with `signal.reason` when `signal` aborts, and with
+ * any other error (or any error of a one-shot attempt) at once.
+ */
+export async function waitOnConnections<L>(wait: boolean, signal: AbortSignal, graceMs: number, attempt: () => Promise<L | typeof AGAIN>): Promise<L> {
+  const grace = new UnavailableGrace(graceMs);
+  for (;;) {
+    try {
+      const outcome = await attempt();
+      if (outcome !== AGAIN) return outcome;
+    } catch (error) {
+      if (!wait || signal.aborted) throw error;
+      grace.failed(error);
+    }
+    await sleep(20, signal);
+  }
+}
+
 /**
  * How a waiting loop rides out connection resets: an attempt that fails with
  * `BackendUnavailableError` is forgiven until such failures have lasted `graceMs` in a row (a
