@@ -1,5 +1,5 @@
-import { createLocker, sleep } from '@deadbolt/core';
-import { closeLockersAfterEach, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
+import { createLocker } from '@deadbolt/core';
+import { closeLockersAfterEach, expectWaitThroughSlowConnect, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { mysqlBackend, type MysqlBackend } from '@deadbolt/mysql';
 import { createPool } from 'mysql2/promise';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -71,18 +71,7 @@ describe('mysql backend', () => {
     try {
       const holder = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
       const waiter = track(createLocker(mysqlBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }));
-      const k = key();
-      const held = await holder.lock(k);
-      proxy.blackhole(); // connections are accepted, the handshake never comes: the connect times out
-      const waiting = waiter.lock(k, { timeoutMs: 10_000 });
-      waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
-      await sleep(700);
-      proxy.heal();
-      await sleep(500);
-      await held.release();
-      const lock = await waiting;
-      expect(lock.token).toBeGreaterThan(held.token);
-      await lock.release();
+      await expectWaitThroughSlowConnect(holder, waiter, proxy, key());
     } finally {
       await proxy.close();
     }

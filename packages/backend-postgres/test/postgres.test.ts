@@ -1,5 +1,5 @@
 import { BackendUnavailableError, createLocker, sleep } from '@deadbolt/core';
-import { closeLockersAfterEach, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
+import { closeLockersAfterEach, expectWaitThroughSlowConnect, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { postgresBackend, type PostgresBackend } from '@deadbolt/postgres';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -135,18 +135,7 @@ describe('postgres backend', () => {
     try {
       const holder = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
       const waiter = track(createLocker(postgresBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }));
-      const k = key();
-      const held = await holder.lock(k);
-      proxy.blackhole(); // connections are accepted, the handshake never comes: the connect times out
-      const waiting = waiter.lock(k, { timeoutMs: 10_000 });
-      waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
-      await sleep(700);
-      proxy.heal();
-      await sleep(500);
-      await held.release();
-      const lock = await waiting;
-      expect(lock.token).toBeGreaterThan(held.token);
-      await lock.release();
+      await expectWaitThroughSlowConnect(holder, waiter, proxy, key());
     } finally {
       await proxy.close();
     }

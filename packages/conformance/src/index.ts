@@ -1,4 +1,4 @@
-export { abortedWithin, closeLockersAfterEach, defineConformanceSuite, type ConformanceHarness, type ConformanceOptions } from './suite.js';
+export { abortedWithin, closeLockersAfterEach, defineConformanceSuite, expectWaitThroughSlowConnect, type ConformanceHarness, type ConformanceOptions } from './suite.js';
 export { FencedRegister } from './register.js';
 export { FaultProxy, type Address } from './fault-proxy.js';
 export type { SuiteContext } from './faults.js';

@@ -9,7 +9,7 @@ import {
 } from '@deadbolt/core';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder, type ChildBackendConfig } from './children.js';
-import type { Address } from './fault-proxy.js';
+import type { Address, FaultProxy } from './fault-proxy.js';
 import { countingBackend } from './counting.js';
 import { defineFaultBehaviours } from './faults.js';
 import { defineMultiBehaviours } from './multi-behaviours.js';
@@ -733,4 +733,25 @@ export async function abortedWithin(lock: Lock, ms: number): Promise<void> {
       resolve();
     }, { once: true });
   });
+}
+
+/**
+ * For a backend whose waiter blocks in the store on a connection of its own: `waiter` (its store
+ * reached through `proxy`, with a connect timeout under 700 ms) starts waiting for `key`, which
+ * `holder` holds, while the proxy accepts connections and forwards nothing, so a connect gets no
+ * handshake and times out. The proxy heals 700 ms later; the wait must carry on and be granted,
+ * with a larger token, once `holder` releases. Fails the calling test otherwise.
+ */
+export async function expectWaitThroughSlowConnect(holder: Locker, waiter: Locker, proxy: FaultProxy, key: string): Promise<void> {
+  const held = await holder.lock(key);
+  proxy.blackhole();
+  const waiting = waiter.lock(key, { timeoutMs: 10_000 });
+  waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
+  await sleep(700);
+  proxy.heal();
+  await sleep(500);
+  await held.release();
+  const lock = await waiting;
+  expect(lock.token).toBeGreaterThan(held.token);
+  await lock.release();
 }
