@@ -75,7 +75,6 @@ export interface MysqlLease extends Lease {
 
 const noop = () => undefined;
 
-
 /** Server error numbers that mean the connection, not the statement, failed. */
 const UNAVAILABLE_ERRNOS = new Set([1040, 1053, 2002, 2003, 2006, 2013, 1927]);
 

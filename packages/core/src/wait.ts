@@ -125,13 +125,13 @@ export async function pollForLease<L extends Lease>(
   }
 }
 
-/** What one attempt of a {@link waitOnConnections} wait returns when its connection was cut: wait again on a new one. */
+/** What one attempt of a {@link waitOnConnections} wait returns to start again on a new connection (its connection was cut, or what it waited on changed). */
 export const AGAIN: unique symbol = Symbol('deadbolt.again');
 
 /**
  * The wait loop of a backend whose waiter blocks inside the store on a connection of its own (a
  * session-mode lock): runs `attempt` until it returns a lease, or null for a one-shot attempt.
- * An attempt that returns `AGAIN` (its connection was cut) is tried again on a new connection.
+ * An attempt that returns `AGAIN` (say its connection was cut) is tried again on a new connection.
  * A waiting attempt that fails as unavailable is tried again too, until such failures have lasted
  * `graceMs` in a row. That covers a connection not had in time: a crowd of waiters opening
  * connections at once on a loaded machine can outlast a connect timeout. A store that stays
