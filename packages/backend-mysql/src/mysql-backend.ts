@@ -14,6 +14,7 @@ import {
   raceSignal,
   ReleaseNotifier,
   sleep,
+  validatePositive,
   waitOnConnections,
   withTimeout,
   type AcquireRequest,
@@ -124,12 +125,9 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
           // frees. The server queues a name's waiters in arrival order and hands a freed lock to the
           // first (its metadata-lock queue appends each waiter at the back): FIFO, checked by 13a/13b.
           { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true, minToken: true };
-    this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
-    if (!Number.isFinite(this.#maxPollDelayMs) || this.#maxPollDelayMs < 1) throw new InvalidArgumentError('maxPollDelayMs must be a number ≥ 1');
-    this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
-    if (!Number.isFinite(this.#commandTimeoutMs) || this.#commandTimeoutMs < 1) throw new InvalidArgumentError('commandTimeoutMs must be a number ≥ 1');
-    const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
-    if (!Number.isFinite(connectTimeoutMs) || connectTimeoutMs < 1) throw new InvalidArgumentError('connectTimeoutMs must be a number ≥ 1');
+    this.#maxPollDelayMs = validatePositive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
+    this.#commandTimeoutMs = validatePositive(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
+    const connectTimeoutMs = validatePositive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs');
     this.#connectGraceMs = 2 * connectTimeoutMs;
     if (options.pool) {
       this.pool = options.pool;

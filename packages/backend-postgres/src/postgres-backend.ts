@@ -13,6 +13,7 @@ import {
   raceSignal,
   ReleaseNotifier,
   sleep,
+  validatePositive,
   waitOnConnections,
   withTimeout,
   type AcquireRequest,
@@ -132,14 +133,14 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
         ? { fencing: 'strict', fairness: 'fifo', lease: 'ttl', wake: 'push', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true, semaphore: true, readWrite: true }
         : // idle_session_timeout is an int of ms; the server's lock manager queues waiters in order.
           { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1, maxTtlMs: 2 ** 31 - 1, crossProcess: true, minToken: true };
-    this.#maxPollDelayMs = positive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
-    this.#commandTimeoutMs = positive(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
+    this.#maxPollDelayMs = validatePositive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
+    this.#commandTimeoutMs = validatePositive(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
     const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     if (!Number.isSafeInteger(namespace) || namespace < 0 || namespace > 0x7fffffff) throw new InvalidArgumentError('advisoryNamespace must be an integer in 0..2^31-1');
     this.#namespace = namespace;
     // Two connect timeouts: a connect that fails takes one itself, so a shorter grace would allow
     // no second try.
-    this.#connectGraceMs = 2 * positive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs');
+    this.#connectGraceMs = 2 * validatePositive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs');
     if (options.pool) {
       this.pool = options.pool;
       this.#ownsPool = false;
@@ -149,7 +150,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       }
       this.pool = new pg.Pool({
         connectionString: options.url,
-        connectionTimeoutMillis: positive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs'),
+        connectionTimeoutMillis: validatePositive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs'),
         max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
         // TCP keep-alive probes find a peer that vanished without closing the socket.
         keepAlive: true,
@@ -597,11 +598,6 @@ function statementName(text: string): string {
   let name = statementNames.get(text);
   if (!name) statementNames.set(text, (name = `deadbolt_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`));
   return name;
-}
-
-function positive(value: number, name: string): number {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 1) throw new InvalidArgumentError(`${name} must be a number ≥ 1`);
-  return value;
 }
 
 /**

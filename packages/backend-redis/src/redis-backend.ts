@@ -5,6 +5,7 @@ import {
   InvalidArgumentError,
   pollForLease,
   ReleaseNotifier,
+  validatePositive,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -180,12 +181,9 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
       throw new InvalidArgumentError('prefix must be a string without { or } (they would change the hash slot)');
     }
-    const maxPoll = options.maxPollDelayMs ?? 250;
-    if (!Number.isFinite(maxPoll) || maxPoll < 1) throw new InvalidArgumentError('maxPollDelayMs must be a number ≥ 1');
-    const connectTimeout = options.connectTimeoutMs ?? 2000;
-    if (!Number.isFinite(connectTimeout) || connectTimeout < 1) throw new InvalidArgumentError('connectTimeoutMs must be a number ≥ 1');
-    const commandTimeout = options.commandTimeoutMs ?? 5000;
-    if (!Number.isFinite(commandTimeout) || commandTimeout < 1) throw new InvalidArgumentError('commandTimeoutMs must be a number ≥ 1');
+    const maxPoll = validatePositive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
+    const connectTimeout = validatePositive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs');
+    const commandTimeout = validatePositive(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
     this.#allowEviction = options.allowEviction ?? false;
     this.#connectTimeoutMs = connectTimeout;
     this.#syncReplicas = options.syncReplicas ?? 0;

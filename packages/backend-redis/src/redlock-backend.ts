@@ -2,6 +2,7 @@ import {
   BackendUnavailableError,
   InvalidArgumentError,
   pollForLease,
+  validatePositive,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -75,8 +76,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     if (!Number.isSafeInteger(maxTtl) || maxTtl < 1) throw new InvalidArgumentError('maxTtlMs must be a whole number of ms ≥ 1');
     const drift = options.driftFactor ?? 0.01;
     if (!Number.isFinite(drift) || drift < 0 || drift >= 0.5) throw new InvalidArgumentError('driftFactor must be a number from 0 to below 0.5');
-    const retry = options.retryDelayMs ?? 100;
-    if (!Number.isFinite(retry) || retry < 1) throw new InvalidArgumentError('retryDelayMs must be a number ≥ 1');
+    const retry = validatePositive(options.retryDelayMs ?? 100, 'retryDelayMs');
     const prefix = options.prefix ?? 'deadbolt:';
     this.#nodes = nodes.map((node) =>
       redisNode(node, {

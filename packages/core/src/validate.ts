@@ -48,6 +48,12 @@ export function validateTimeout(value: unknown, name = 'timeoutMs'): number {
   return value;
 }
 
+/** For a backend's numeric options (delays, timeouts in ms): @throws InvalidArgumentError unless `value` is a finite number ≥ 1. */
+export function validatePositive(value: unknown, name: string): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 1) throw new InvalidArgumentError(`${name} must be a number ≥ 1`);
+  return value;
+}
+
 /** @throws InvalidArgumentError unless `value` is undefined or an AbortSignal. */
 export function validateSignal(value: unknown): AbortSignal | undefined {
   if (value === undefined) return undefined;
