@@ -151,7 +151,10 @@ export class FaultProxy {
     upstream.on('close', end);
     this.#forward(client, upstream);
     this.#forward(upstream, client);
+    // A connection parked during a blackhole was paused; adding a 'data' listener does not undo an
+    // explicit pause, so it has to be resumed here, or it would stay silent after the heal.
     if (this.#silent) client.pause();
+    else client.resume();
     if (this.#silent || this.#muted) upstream.pause();
   }
 
