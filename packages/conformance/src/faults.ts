@@ -218,6 +218,30 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await lock!.release();
     }, 60_000);
 
+    netIt('19d. a wait that starts while the store is silent rides out the silence and is granted after the release', async () => {
+      const key = freshKey();
+      const holder = await makeLocker();
+      const held = await holder.lock(key);
+      const proxy = await startProxy();
+      // A fresh locker: its first connection (and any setup it does) meets the silence.
+      const waiter = await makeLockerVia(proxy);
+      proxy.blackhole();
+      const waiting = settle(waiter.lock(key, { timeoutMs: 30_000 }));
+      await sleep(2500);
+      proxy.heal();
+      await sleep(500);
+      const releasedAt = performance.now();
+      await held.release();
+      const { value: lock, error, at } = await waiting;
+      expect(error, 'the wait failed after a short silence').toBeUndefined();
+      const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
+      expect(at - releasedAt).toBeLessThanOrEqual(bound);
+      expect(lock!.held).toBe(true);
+      expect(lock!.token).toBeGreaterThan(held.token);
+      expect(await (await makeLocker()).tryLock(key)).toBeNull();
+      await lock!.release();
+    }, 60_000);
+
     /**
      * A wait whose request reaches the store (the key is free, so it is granted) while the store's
      * answers are held past every backend's default request timeout (5 s; Cassandra's 8 s; a

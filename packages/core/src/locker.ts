@@ -3,6 +3,7 @@ import { setMaxListeners } from 'node:events';
 import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type AcquireRequest, type Lease, type LockBackend, type SharedRequest } from './backend.js';
 import {
   BackendError,
+  BackendUnavailableError,
   DeadboltError,
   InvalidArgumentError,
   LockerClosedError,
@@ -16,7 +17,7 @@ import {
 import { heldInScope, ReentrantLock, runHolding } from './held-scope.js';
 import { MultiLockHandle, releaseAll, type MultiLock } from './multi-lock.js';
 import { after, race, raceSignal, withTimeout, type Timer } from './time.js';
-import { DONE } from './wait.js';
+import { DONE, sleep, UnavailableGrace } from './wait.js';
 import { validateKey, validateKeys, validateSignal, validateTimeout, validateTtl } from './validate.js';
 
 /** Defaults for every lock a locker takes. */
@@ -39,6 +40,17 @@ export interface LockerOptions {
    * partition) fails the call with `BackendUnavailableError`. Default 4 000 ms.
    */
   operationTimeoutMs?: number;
+  /**
+   * How long a wait (`lock()` with a timeout above 0, a semaphore's or read-write lock's
+   * `acquire()`) rides out a store it cannot reach. An attempt that fails with
+   * `BackendUnavailableError` (a connect that timed out, a store that went silent while the
+   * backend set up or waited) is made again, with a new owner id, after a pause of 50 ms doubling
+   * up to 1 s, until such failures have gone on for this long in a row, counted from the first;
+   * then the wait rejects with the last of them. The caller's deadline and signal still end the wait
+   * at any time. 0 fails the wait at the first such error. One-shot calls (`tryLock()`) are never
+   * retried. Default 5 000 ms.
+   */
+  unavailableGraceMs?: number;
   /**
    * Let a caller take again a key it holds (see `LockOptions.reentrant`). Default false: such a
    * `lock()` rejects with `SelfDeadlockError` instead of waiting for itself.
@@ -220,6 +232,10 @@ export interface Locker extends AsyncDisposable {
 
 const DEFAULT_TTL_MS = 15_000;
 const DEFAULT_OPERATION_TIMEOUT_MS = 4_000;
+const DEFAULT_UNAVAILABLE_GRACE_MS = 5_000;
+/** The first pause before a wait tries an unreachable store again; later pauses double up to the max. */
+const UNAVAILABLE_PAUSE_MS = 50;
+const UNAVAILABLE_PAUSE_MAX_MS = 1_000;
 /** How long an aborted acquisition waits for the backend's cleanup before rejecting. */
 const ABORT_CLEANUP_MS = 50;
 
@@ -244,6 +260,7 @@ class DefaultLocker implements Locker {
   readonly #timeoutMs: number;
   readonly #reentrant: boolean;
   readonly #lockDelayMs: number;
+  readonly #unavailableGraceMs: number;
   /** The terms of a call that sets neither `ttlMs` nor `lockDelayMs`, validated once. */
   readonly #defaultTerms: LeaseTerms;
   readonly #settings: HandleSettings;
@@ -285,6 +302,7 @@ class DefaultLocker implements Locker {
     }
     this.#settings = { renewIntervalMs: options.renewIntervalMs, autoRenew: options.autoRenew ?? true, operationTimeoutMs };
     this.#timeoutMs = validateTimeout(orDefault(options.timeoutMs, Infinity));
+    this.#unavailableGraceMs = validateTimeout(orDefault(options.unavailableGraceMs, DEFAULT_UNAVAILABLE_GRACE_MS), 'unavailableGraceMs');
     if (options.reentrant !== undefined && typeof options.reentrant !== 'boolean') throw new InvalidArgumentError('reentrant must be a boolean');
     this.#reentrant = options.reentrant ?? false;
     this.#lockDelayMs = validateDelay(orDefault(options.lockDelayMs, 0));
@@ -536,6 +554,24 @@ class DefaultLocker implements Locker {
     return this.#wait(key, owner, terms, timeoutMs, userSignal, claim, required);
   }
 
+  /**
+   * Renews a grant once; resolves the renewal's send time (the lease's ttl counts from there).
+   * Rejects with BackendUnavailableError when the store no longer holds it (it ran out before its
+   * answer came; the wait may try again), or with the renewal's error (the grant is given back).
+   */
+  async #renewGrant(lease: Lease, terms: LeaseTerms): Promise<number> {
+    const sentAt = performance.now();
+    let renewed: boolean;
+    try {
+      renewed = await this.backend.renew(lease, terms.ttlMs + terms.delayMs);
+    } catch (error) {
+      this.#giveBack(lease);
+      throw error;
+    }
+    if (!renewed) throw new BackendUnavailableError(this.backend.name, 'acquire', { cause: new Error('the grant ran out before its answer came') });
+    return sentAt;
+  }
+
   /** What `acquire` sends the store: the store keeps the lease for ttl + lock-delay; this process counts on ttl (LockOptions.lockDelayMs). */
   #request(key: string, owner: string, terms: LeaseTerms, wait: boolean, signal: AbortSignal): AcquireRequest {
     const { ttlMs, delayMs } = terms;
@@ -546,8 +582,8 @@ class DefaultLocker implements Locker {
    * A granted lease becomes a handle this locker tracks (close() releases it). `now`: the caller's
    * `performance.now()`, if it just read it.
    */
-  #hold(lease: Lease, terms: LeaseTerms, now?: number): LockHandle {
-    const handle = new LockHandle(this, lease, terms, this.#settings, now);
+  #hold(lease: Lease, terms: LeaseTerms, now?: number, since?: number): LockHandle {
+    const handle = new LockHandle(this, lease, terms, this.#settings, now, since);
     this.#held.add(handle);
     return handle;
   }
@@ -585,24 +621,50 @@ class DefaultLocker implements Locker {
     }
     const signal = controller?.signal ?? this.#closing.signal;
     let attempt: Promise<Lease | null> | undefined;
+    // A wait rides out a store it cannot reach for a while (LockerOptions.unavailableGraceMs).
+    const grace = wait ? new UnavailableGrace(this.#unavailableGraceMs) : undefined;
+    let pauseMs = UNAVAILABLE_PAUSE_MS;
     // close() waits for this count to reach 0 (the handle is then in #held, or there is none).
     this.#acquiring++;
     try {
-      let lease: Lease | null;
-      try {
-        const request = this.#request(key, owner, terms, wait, signal);
-        attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
-        lease = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
-      } catch (error) {
-        if (signal.aborted) {
-          // Let the backend finish removing this waiter from the store (it usually takes a round
-          // trip), so the caller who hears "aborted" finds nothing left; a silent store gets no more.
-          await withTimeout((attempt ?? Promise.resolve()).then(noop, noop), ABORT_CLEANUP_MS, () => new Error('cleanup')).catch(noop);
-          throw signal.reason;
+      // Each attempt has an owner id of its own: a failed attempt may still have a call of its own
+      // under way in the store (a cleanup, a request held in a driver's queue), and with a new id
+      // nothing of it can touch a later attempt's grant. At worst a trace of it stays until its ttl.
+      for (let who = owner; ; who = randomUUID()) {
+        let lease: Lease | null;
+        let since: number | undefined;
+        try {
+          const request = this.#request(key, who, terms, wait, signal);
+          attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
+          lease = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
+          if (lease && lease.acquiredAt + safeLifetime(terms.ttlMs) - performance.now() < terms.ttlMs / 3) {
+            // The grant came so late (a store that held its answer) that this process could count
+            // on less than a renewal period of it: renew it before reporting it, or give it up.
+            const grant = lease;
+            lease = null;
+            const renewal = this.#renewGrant(grant, terms);
+            attempt = renewal.then(() => grant, () => null); // for the abort path's wait; never rejects
+            since = await (controller ? raceSignal(renewal, signal, () => this.#giveBack(grant)) : race(renewal, this.#failOnClose, () => this.#giveBack(grant)));
+            lease = grant;
+          }
+        } catch (error) {
+          if (signal.aborted) {
+            // Let the backend finish removing this waiter from the store (it usually takes a round
+            // trip), so the caller who hears "aborted" finds nothing left; a silent store gets no more.
+            await withTimeout((attempt ?? Promise.resolve()).then(noop, noop), ABORT_CLEANUP_MS, () => new Error('cleanup')).catch(noop);
+            throw signal.reason;
+          }
+          const failure = asDeadboltError(error, this.backend.name, 'acquire');
+          if (!grace) throw failure;
+          grace.failed(failure); // throws unless it is an unavailable store, and not for too long yet
+          await sleep(pauseMs * (0.5 + Math.random() * 0.5), signal).catch(() => {
+            throw signal.reason;
+          });
+          pauseMs = Math.min(UNAVAILABLE_PAUSE_MAX_MS, pauseMs * 2);
+          continue;
         }
-        throw asDeadboltError(error, this.backend.name, 'acquire');
+        return lease ? this.#hold(lease, terms, undefined, since) : await this.#notGranted(key, timeoutMs, required);
       }
-      return lease ? this.#hold(lease, terms) : await this.#notGranted(key, timeoutMs, required);
     } finally {
       if (--this.#acquiring === 0) this.#onIdle?.();
       if (controller) this.#waits.delete(controller);
@@ -781,7 +843,8 @@ class LockHandle implements Lock {
   heldPrev: LockHandle | undefined;
   heldNext: LockHandle | undefined;
 
-  constructor(locker: DefaultLocker, lease: Lease, terms: LeaseTerms, settings: HandleSettings, now?: number) {
+  /** `since`: when the lease's ttl last started, if after `lease.acquiredAt` (a renewal before the grant was reported). */
+  constructor(locker: DefaultLocker, lease: Lease, terms: LeaseTerms, settings: HandleSettings, now?: number, since = lease.acquiredAt) {
     const { ttlMs } = terms;
     this.#locker = locker;
     this.#lease = lease;
@@ -791,8 +854,8 @@ class LockHandle implements Lock {
     this.#ttlMs = ttlMs;
     this.#delayMs = terms.delayMs;
     this.#settings = settings;
-    this.#validUntil = lease.acquiredAt + safeLifetime(ttlMs);
-    this.#since = lease.acquiredAt;
+    this.#validUntil = since + safeLifetime(ttlMs);
+    this.#since = since;
     if (lease.lost?.aborted) {
       this.#lose(new LockLostError(this.key, 'the store reported the lease lost', { cause: lease.lost.reason }));
       return;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createLocker, memoryBackend, MemoryLockStore, type Lease, type LockBackend } from '../src/index.js';
+import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type Lease, type LockBackend } from '../src/index.js';
 import { cancelOnAbort, pollForLease, ReleaseNotifier } from '../src/wait.js';
 
 /** The memory backend with a switch that makes renewals fail as an unreachable store would. */
@@ -151,6 +151,108 @@ describe('Locker renewal', () => {
     await expect(locker.withLock('k', () => Promise.reject(new Error('body')))).rejects.toThrow('body');
     expect(store.size).toBe(0);
     expect(await locker.withLock('k', () => 42)).toBe(42);
+    await locker.close();
+  });
+});
+
+/**
+ * The memory backend whose next `failures` acquisitions fail with `error` (an unreachable store by
+ * default) before reaching the store; logs each acquisition's owner.
+ */
+function unreachableFor(failures: number, error: () => Error = () => new BackendUnavailableError('down', 'connect', { cause: new Error('connect ETIMEDOUT') })) {
+  const inner = memoryBackend({ store: new MemoryLockStore() });
+  const owners: string[] = [];
+  let left = failures;
+  const backend: LockBackend = {
+    name: 'down',
+    capabilities: inner.capabilities,
+    acquire: async (req) => {
+      owners.push(req.owner);
+      if (left-- > 0) throw error();
+      return inner.acquire(req);
+    },
+    renew: (lease: Lease, ttl: number) => inner.renew(lease, ttl),
+    release: (lease) => inner.release(lease),
+    close: () => inner.close(),
+  };
+  return { backend, owners };
+}
+
+describe('Locker: a wait rides out an unreachable store (unavailableGraceMs)', () => {
+  it('tries again with a new owner id each time, and is granted once the store answers', async () => {
+    const { backend, owners } = unreachableFor(3);
+    const locker = createLocker(backend, { ttlMs: 1000 });
+    const lock = await locker.lock('k', { timeoutMs: 5000 });
+    expect(lock.held).toBe(true);
+    expect(owners).toHaveLength(4);
+    expect(new Set(owners).size).toBe(4);
+    expect(lock.owner).toBe(owners[3]);
+    await locker.close();
+  });
+
+  it('rejects with the last error once failures have gone on for the grace; 0 fails at the first', async () => {
+    const { backend, owners } = unreachableFor(1000);
+    const started = performance.now();
+    await expect(createLocker(backend, { unavailableGraceMs: 300 }).lock('k', { timeoutMs: 10_000 })).rejects.toBeInstanceOf(BackendUnavailableError);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(300);
+    expect(performance.now() - started).toBeLessThan(3000);
+    expect(owners.length).toBeGreaterThan(1);
+    owners.length = 0;
+    await expect(createLocker(backend, { unavailableGraceMs: 0 }).lock('k', { timeoutMs: 10_000 })).rejects.toBeInstanceOf(BackendUnavailableError);
+    expect(owners).toHaveLength(1);
+  });
+
+  it('never retries a one-shot attempt, another kind of error, or past the deadline', async () => {
+    const down = unreachableFor(1000);
+    const locker = createLocker(down.backend);
+    await expect(locker.tryLock('k')).rejects.toBeInstanceOf(BackendUnavailableError);
+    expect(down.owners).toHaveLength(1);
+    const started = performance.now();
+    await expect(locker.lock('k', { timeoutMs: 200 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
+    expect(performance.now() - started).toBeLessThan(450);
+    const broken = unreachableFor(1, () => new BackendError('broken', 'acquire', { cause: new Error('syntax error') }));
+    await expect(createLocker(broken.backend).lock('k', { timeoutMs: 5000 })).rejects.toBeInstanceOf(BackendError);
+    expect(broken.owners).toHaveLength(1);
+    expect(() => createLocker(memoryBackend(), { unavailableGraceMs: -1 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
+
+  it('a grant whose answer came after its ttl ran out is renewed before it is reported; one the store let go is waited for again', async () => {
+    const store = new MemoryLockStore();
+    const inner = memoryBackend({ store });
+    let renewals = 0;
+    let lateGrants = 1;
+    let letGo = false;
+    const backend: LockBackend = {
+      name: 'late',
+      capabilities: inner.capabilities,
+      // The store started the lease a whole ttl before its answer arrived.
+      acquire: async (req) => {
+        const lease = await inner.acquire(req);
+        return lease && lateGrants-- > 0 ? { ...lease, acquiredAt: lease.acquiredAt - 1000 } : lease;
+      },
+      renew: async (lease: Lease, ttl: number) => {
+        renewals++;
+        if (letGo) {
+          letGo = false;
+          await inner.release(lease);
+          return false;
+        }
+        return inner.renew(lease, ttl);
+      },
+      release: (lease) => inner.release(lease),
+      close: () => inner.close(),
+    };
+    const locker = createLocker(backend, { ttlMs: 1000 });
+    const lock = await locker.lock('k', { timeoutMs: 5000 });
+    expect(renewals).toBe(1);
+    expect(lock.held).toBe(true);
+    expect(lock.signal.aborted).toBe(false);
+    await lock.release();
+    [lateGrants, letGo, renewals] = [1, true, 0];
+    const again = await locker.lock('k', { timeoutMs: 5000 });
+    expect(renewals).toBe(1); // the first grant was gone; the second came in time
+    expect(again.held).toBe(true);
+    expect(again.token).toBeGreaterThan(lock.token + 1n);
     await locker.close();
   });
 });
