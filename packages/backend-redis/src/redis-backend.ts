@@ -62,7 +62,9 @@ export interface RedisBackendOptions {
   connectTimeoutMs?: number;
   /**
    * The longest a command may wait for its reply on connections created from `url`; one that gets
-   * none (a silent server or partition) fails with `BackendUnavailableError`. Default 5000 ms.
+   * none (a silent server or partition) fails with `BackendUnavailableError`, and a connection
+   * that has had commands waiting this long without a byte back is closed and opened again, so a
+   * connection that went silent for good is not used on. Default 5000 ms.
    */
   commandTimeoutMs?: number;
   /**
@@ -208,6 +210,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
         // A reply that never comes (the connection silently dead) fails the command instead of
         // waiting for the OS to notice; TCP keep-alive probes find a peer that vanished.
         commandTimeout: commandTimeout,
+        // ...and a connection that has commands out but answers nothing for as long is replaced:
+        // one that went silent for good (a middlebox that lost its state) would otherwise fail
+        // every command until keep-alive probes gave up on it, minutes later if ever.
+        socketTimeout: commandTimeout,
         keepAlive: 10_000,
         // Fail a command after one reconnect attempt instead of queueing it while Redis is down:
         // the caller gets BackendUnavailableError, never an endless wait.

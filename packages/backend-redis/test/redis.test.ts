@@ -152,6 +152,24 @@ describe('redis backend', () => {
     await (await behind).release();
   });
 
+  it('a connection that goes silent for good (never closed) is replaced within a command timeout, and the wait goes on on a new one', async () => {
+    const proxy = await FaultProxy.start(storeAddress(url));
+    try {
+      const locker = track(createLocker(redisBackend({ url: viaUrl(url, proxy.address), commandTimeoutMs: 1000 }), { ttlMs: 5000 }));
+      await (await locker.lock(key())).release(); // connected and checked first
+      proxy.strand(); // the open connection answers nothing from now on; a new one works
+      const started = performance.now();
+      const lock = await locker.lock(key(), { timeoutMs: 20_000 });
+      // One command timeout to give up on the dead connection, then a reconnect. Without ioredis's
+      // socketTimeout every retry went out on the dead connection again until the locker's grace ran out.
+      expect(performance.now() - started).toBeLessThan(3000);
+      expect(lock.held).toBe(true);
+      await lock.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('a tryLock whose answer never came gives back what it may have been granted, instead of blocking the key for its ttl', async () => {
     const proxy = await FaultProxy.start(storeAddress(url));
     try {

@@ -24,7 +24,8 @@ interface Parked {
  * nothing is forwarded and no socket is closed, so both ends see a peer that stopped answering;
  * held data is delivered on `heal`, as TCP would after a partition ends), `muteReplies` (requests
  * still reach the store, its answers are held until `heal`: a write that lands while its reply
- * is lost), and `reset` (every connection is cut with a TCP RST). It listens on 127.0.0.1 only
+ * is lost), `strand` (the connections open now go silent for good, new ones pass), and `reset`
+ * (every connection is cut with a TCP RST). It listens on 127.0.0.1 only
  * and forwards only to its targets: one listener per target, for a store of several nodes (a
  * Redis Cluster), every fault applying to all of them at once.
  */
@@ -37,6 +38,8 @@ export class FaultProxy {
   #muted = false;
   /** Connections accepted during a blackhole, connected upstream on heal. */
   #parked: Parked[] = [];
+  /** Connections silent for good (`strand`): never forwarded again, cut by `reset` and `close`. */
+  readonly #stranded = new Set<Pipe>();
 
   private constructor() {}
 
@@ -98,6 +101,20 @@ export class FaultProxy {
     for (const { upstream } of this.#pipes) upstream.pause();
   }
 
+  /**
+   * The connections open now go silent for good, nothing forwarded and nothing closed (a middlebox
+   * that lost their state, a store host gone without a reset), while new connections pass. The
+   * client has to notice and open new ones; `heal()` does not revive these.
+   */
+  strand(): void {
+    for (const pipe of this.#pipes) {
+      pipe.client.pause();
+      pipe.upstream.pause();
+      this.#stranded.add(pipe);
+    }
+    this.#pipes.clear();
+  }
+
   /** Forward again (held data first) and connect the connections accepted meanwhile. */
   heal(): void {
     this.#silent = false;
@@ -114,11 +131,12 @@ export class FaultProxy {
 
   /** Cut every open connection with a TCP reset, as a restarted middlebox or peer does. */
   reset(): void {
-    for (const { client, upstream } of this.#pipes) {
+    for (const { client, upstream } of [...this.#pipes, ...this.#stranded]) {
       client.resetAndDestroy();
       upstream.destroy();
     }
     this.#pipes.clear();
+    this.#stranded.clear();
     for (const { client } of this.#parked.splice(0)) client.resetAndDestroy();
   }
 
@@ -143,7 +161,7 @@ export class FaultProxy {
     this.#pipes.add(pipe);
     upstream.on('error', () => undefined);
     const end = () => {
-      if (!this.#pipes.delete(pipe)) return;
+      if (!this.#pipes.delete(pipe) && !this.#stranded.delete(pipe)) return;
       client.destroy();
       upstream.destroy();
     };
