@@ -350,8 +350,11 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       id = await this.#keyId(client, keyBytes);
       req.signal.throwIfAborted();
       const params = [this.#namespace, id, `${req.ttlMs}ms`];
-      let got: unknown;
-      if (req.wait) {
+      // A try first, bounded by the command timeout like every statement: a free key is granted at
+      // once, and a connection that went silent for good (an idle one from the pool, say) is found
+      // out there and replaced, rather than by a blocking wait that would never end on it.
+      let got: unknown = (await this.#on(client, this.#sql.lockTry, params)).rows[0]?.['got'];
+      if (req.wait && got !== true) {
         const pid = (client as unknown as { processID: number }).processID;
         const stopCancelling = cancelOnAbort(req.signal, () => this.#run('cancel', 'SELECT pg_cancel_backend($1)', [pid]));
         try {
@@ -365,8 +368,6 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
         } finally {
           stopCancelling();
         }
-      } else {
-        got = (await this.#on(client, this.#sql.lockTry, params)).rows[0]?.['got'];
       }
       held = got === true;
       req.signal.throwIfAborted();

@@ -141,6 +141,27 @@ describe('postgres backend', () => {
     }
   });
 
+  it('session mode: a pooled connection that went silent for good is found out within a command timeout and the wait goes on on a new one', async () => {
+    const proxy = await FaultProxy.start(storeAddress(url));
+    try {
+      const backend = postgresBackend({ url: viaUrl(url, proxy.address), mode: 'session', commandTimeoutMs: 1000 });
+      const locker = track(createLocker(backend, { ttlMs: 5000 }));
+      const k = key();
+      // The tables exist and the key's id is known; the connection goes back to the pool idle.
+      await (await locker.lock(k)).release();
+      proxy.strand(); // it answers nothing from now on (never closed); a new connection works
+      const started = performance.now();
+      // Before, the wait's first statement was the blocking advisory lock (no timeout: it may rightly
+      // wait for ever), sent on the dead connection, and only the caller's deadline ended it.
+      const lock = await locker.lock(k, { timeoutMs: 10_000 });
+      expect(performance.now() - started).toBeLessThan(5000);
+      expect(lock.held).toBe(true);
+      await lock.release();
+    } finally {
+      await proxy.close();
+    }
+  }, 30_000);
+
   it('session mode: waiters queued to open connections fail with the opening when the server stops answering, not one batch after another', async () => {
     const proxy = await FaultProxy.start(storeAddress(url));
     try {
