@@ -53,10 +53,13 @@ describe('redis replica sync (syncReplicas)', () => {
     const locker = track(createLocker(redisBackend({ url, syncReplicas: 1, syncTimeoutMs: 5000 }), { ttlMs: 2000 }));
     const k = key();
     let settled = false;
-    const taking = locker.lock(k).finally(() => (settled = true));
-    await replicaStopped(async () => {
+    // Asked for once the replica is stopped: started before, the grant and its WAIT could beat the
+    // stop (a race this test lost once in CI).
+    const { taking } = await replicaStopped(async () => {
+      const pending = locker.lock(k).finally(() => (settled = true));
       await new Promise((r) => setTimeout(r, 300));
       expect(settled, 'lock() resolved while the replica could not have the grant').toBe(false);
+      return { taking: pending }; // wrapped: returned bare, it would be awaited with the replica still stopped
     });
     const lock = await taking;
     // One read, asserted: WAIT has already confirmed the replica holds the write.
