@@ -17,7 +17,7 @@ import {
 import { heldInScope, ReentrantLock, runHolding } from './held-scope.js';
 import { MultiLockHandle, releaseAll, type MultiLock } from './multi-lock.js';
 import { after, race, raceSignal, withTimeout, type Timer } from './time.js';
-import { DONE, sleep, UnavailableGrace } from './wait.js';
+import { DONE, waitOnConnections } from './wait.js';
 import { validateKey, validateKeys, validateSignal, validateTimeout, validateTtl } from './validate.js';
 
 /** Defaults for every lock a locker takes. */
@@ -44,7 +44,7 @@ export interface LockerOptions {
    * How long a wait (`lock()` with a timeout above 0, a semaphore's or read-write lock's
    * `acquire()`) rides out a store it cannot reach. An attempt that fails with
    * `BackendUnavailableError` (a connect that timed out, a store that went silent while the
-   * backend set up or waited) is made again, with a new owner id, after a pause of 50 ms doubling
+   * backend set up or waited) is made again, with a new owner id, after a pause of 20 ms doubling
    * up to 1 s, until such failures have gone on for this long in a row, counted from the first;
    * then the wait rejects with the last of them. The caller's deadline and signal still end the wait
    * at any time. 0 fails the wait at the first such error. One-shot calls (`tryLock()`) are never
@@ -233,9 +233,6 @@ export interface Locker extends AsyncDisposable {
 const DEFAULT_TTL_MS = 15_000;
 const DEFAULT_OPERATION_TIMEOUT_MS = 4_000;
 const DEFAULT_UNAVAILABLE_GRACE_MS = 5_000;
-/** The first pause before a wait tries an unreachable store again; later pauses double up to the max. */
-const UNAVAILABLE_PAUSE_MS = 50;
-const UNAVAILABLE_PAUSE_MAX_MS = 1_000;
 /** How long an aborted acquisition waits for the backend's cleanup before rejecting. */
 const ABORT_CLEANUP_MS = 50;
 
@@ -621,50 +618,43 @@ class DefaultLocker implements Locker {
     }
     const signal = controller?.signal ?? this.#closing.signal;
     let attempt: Promise<Lease | null> | undefined;
-    // A wait rides out a store it cannot reach for a while (LockerOptions.unavailableGraceMs).
-    const grace = wait ? new UnavailableGrace(this.#unavailableGraceMs) : undefined;
-    let pauseMs = UNAVAILABLE_PAUSE_MS;
     // close() waits for this count to reach 0 (the handle is then in #held, or there is none).
     this.#acquiring++;
     try {
-      // Each attempt has an owner id of its own: a failed attempt may still have a call of its own
-      // under way in the store (a cleanup, a request held in a driver's queue), and with a new id
-      // nothing of it can touch a later attempt's grant. At worst a trace of it stays until its ttl.
-      for (let who = owner; ; who = randomUUID()) {
-        let lease: Lease | null;
-        let since: number | undefined;
-        try {
+      let lease: Lease | null;
+      let since: number | undefined;
+      let who: string | undefined;
+      try {
+        // A wait rides out a store it cannot reach for a while (LockerOptions.unavailableGraceMs).
+        lease = await waitOnConnections(wait, signal, this.#unavailableGraceMs, async () => {
+          // Each attempt has an owner id of its own: a failed attempt may still have a call of its
+          // own under way in the store (a cleanup, a request held in a driver's queue), and with a
+          // new id nothing of it can touch a later attempt's grant. At worst a trace of it stays
+          // until its ttl.
+          who = who === undefined ? owner : randomUUID();
+          since = undefined;
           const request = this.#request(key, who, terms, wait, signal);
           attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
-          lease = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
-          if (lease && lease.acquiredAt + safeLifetime(terms.ttlMs) - performance.now() < terms.ttlMs / 3) {
+          const grant = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
+          if (grant && grant.acquiredAt + safeLifetime(terms.ttlMs) - performance.now() < terms.ttlMs / 3) {
             // The grant came so late (a store that held its answer) that this process could count
             // on less than a renewal period of it: renew it before reporting it, or give it up.
-            const grant = lease;
-            lease = null;
             const renewal = this.#renewGrant(grant, terms);
             attempt = renewal.then(() => grant, () => null); // for the abort path's wait; never rejects
             since = await (controller ? raceSignal(renewal, signal, () => this.#giveBack(grant)) : race(renewal, this.#failOnClose, () => this.#giveBack(grant)));
-            lease = grant;
           }
-        } catch (error) {
-          if (signal.aborted) {
-            // Let the backend finish removing this waiter from the store (it usually takes a round
-            // trip), so the caller who hears "aborted" finds nothing left; a silent store gets no more.
-            await withTimeout((attempt ?? Promise.resolve()).then(noop, noop), ABORT_CLEANUP_MS, () => new Error('cleanup')).catch(noop);
-            throw signal.reason;
-          }
-          const failure = asDeadboltError(error, this.backend.name, 'acquire');
-          if (!grace) throw failure;
-          grace.failed(failure); // throws unless it is an unavailable store, and not for too long yet
-          await sleep(pauseMs * (0.5 + Math.random() * 0.5), signal).catch(() => {
-            throw signal.reason;
-          });
-          pauseMs = Math.min(UNAVAILABLE_PAUSE_MAX_MS, pauseMs * 2);
-          continue;
+          return grant;
+        });
+      } catch (error) {
+        if (signal.aborted) {
+          // Let the backend finish removing this waiter from the store (it usually takes a round
+          // trip), so the caller who hears "aborted" finds nothing left; a silent store gets no more.
+          await withTimeout((attempt ?? Promise.resolve()).then(noop, noop), ABORT_CLEANUP_MS, () => new Error('cleanup')).catch(noop);
+          throw signal.reason;
         }
-        return lease ? this.#hold(lease, terms, undefined, since) : await this.#notGranted(key, timeoutMs, required);
+        throw asDeadboltError(error, this.backend.name, 'acquire');
       }
+      return lease ? this.#hold(lease, terms, undefined, since) : await this.#notGranted(key, timeoutMs, required);
     } finally {
       if (--this.#acquiring === 0) this.#onIdle?.();
       if (controller) this.#waits.delete(controller);

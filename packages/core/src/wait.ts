@@ -128,27 +128,36 @@ export async function pollForLease<L extends Lease>(
 /** What one attempt of a {@link waitOnConnections} wait returns to start again on a new connection (its connection was cut, or what it waited on changed). */
 export const AGAIN: unique symbol = Symbol('deadbolt.again');
 
+/** The pause before an attempt is made again: the first, and the most it doubles up to after failures. */
+const AGAIN_PAUSE_MS = 20;
+const AGAIN_PAUSE_MAX_MS = 1000;
+
 /**
- * The wait loop of a backend whose waiter blocks inside the store on a connection of its own (a
- * session-mode lock): runs `attempt` until it returns a lease, or null for a one-shot attempt.
- * An attempt that returns `AGAIN` (say its connection was cut) is tried again on a new connection.
- * A waiting attempt that fails as unavailable is tried again too, until such failures have lasted
- * `graceMs` in a row. That covers a connection not had in time: a crowd of waiters opening
- * connections at once on a loaded machine can outlast a connect timeout. A store that stays
- * unreachable still fails the wait. Rejects with `signal.reason` when `signal` aborts, and with
- * any other error (or any error of a one-shot attempt) at once.
+ * Runs `attempt` until it returns something other than `AGAIN`, for a wait that must ride out a
+ * store it cannot reach for a while. Core's `lock()` runs every acquisition through it; a backend
+ * whose waiter blocks inside the store on a connection of its own (a session-mode lock) runs its
+ * waits through it too. An attempt that returns `AGAIN` (say its connection was cut) is made again.
+ * A waiting attempt that fails as unavailable is made again as well, after a pause that doubles
+ * with each failure (jittered, 20 ms up to 1 s), until such failures have lasted `graceMs` in a
+ * row; a store that stays unreachable still fails the wait. That also covers a connection not had
+ * in time: a crowd of waiters opening connections at once on a loaded machine can outlast a
+ * connect timeout. Rejects with `signal.reason` when `signal` aborts, and with any other error (or
+ * any error of a one-shot attempt, `wait` false) at once.
  */
 export async function waitOnConnections<L>(wait: boolean, signal: AbortSignal, graceMs: number, attempt: () => Promise<L | typeof AGAIN>): Promise<L> {
   const grace = new UnavailableGrace(graceMs);
+  let pauseMs = AGAIN_PAUSE_MS;
   for (;;) {
     try {
       const outcome = await attempt();
       if (outcome !== AGAIN) return outcome;
+      pauseMs = AGAIN_PAUSE_MS;
     } catch (error) {
       if (!wait || signal.aborted) throw error;
       grace.failed(error);
+      pauseMs = Math.min(AGAIN_PAUSE_MAX_MS, pauseMs * 2);
     }
-    await sleep(20, signal);
+    await sleep(pauseMs * (0.5 + Math.random() * 0.5), signal);
   }
 }
 
