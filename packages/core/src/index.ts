@@ -38,6 +38,7 @@ export { grantable } from './shared.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS, validateKey, validateKeys, validatePositive, validateTimeout, validateTtl } from './validate.js';
 export type { MultiLock } from './multi-lock.js';
+export { StrandedConnections } from './stranded.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
-export { AGAIN, cancelOnAbort, InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, waitOnConnections, type PollOptions } from './wait.js';
+export { AGAIN, cancelOnAbort, InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, waitOnConnections, watchBlocked, type PollOptions } from './wait.js';
 export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './migrating-backend.js';

@@ -1,5 +1,6 @@
 import type { Lease } from './backend.js';
 import { BackendUnavailableError } from './errors.js';
+import { after, race, type Timer } from './time.js';
 
 /**
  * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
@@ -234,6 +235,43 @@ export function cancelOnAbort(signal: AbortSignal, cancel: () => Promise<unknown
     signal.removeEventListener('abort', repeat);
     clearTimeout(timer);
   };
+}
+
+/**
+ * For a wait that blocks inside the server on a connection of its own (a named or advisory lock):
+ * settles as `blocked` does, or rejects with `BackendUnavailableError` once `suspect` has said yes
+ * for `graceMs` in a row. `suspect` is a check made from another connection about every `everyMs`
+ * (jittered): is the lock already ours, or is our wait gone from the server? A connection that
+ * went silent for good (a partition, a middlebox that lost its state) carries nothing more, not
+ * even the grant, and nothing closes it: without this check such a wait would never end, while
+ * the server keeps the lock for a client that is not listening. A check that fails counts as a no
+ * (an unreachable store is not this); a grant on its way is given `graceMs` to arrive. The caller
+ * then closes the connection and has the server end its session, which frees the lock.
+ */
+export function watchBlocked<T>(backend: string, blocked: Promise<T>, suspect: () => Promise<boolean>, graceMs: number, everyMs = 2000): Promise<T> {
+  return race(blocked, (fail) => {
+    let stopped = false;
+    let since: number | undefined;
+    const next = () => after(everyMs * (0.75 + Math.random() / 2), check);
+    const check = () => {
+      const sentAt = performance.now();
+      void suspect()
+        .catch(() => false)
+        .then((yes) => {
+          if (stopped) return;
+          if (!yes) since = undefined;
+          else if (performance.now() - (since ??= sentAt) >= graceMs) {
+            return fail(new BackendUnavailableError(backend, 'acquire', { cause: new Error(`a blocked wait got no answer although the server showed it granted or gone for ${graceMs} ms`) }));
+          }
+          timer = next();
+        });
+    };
+    let timer: Timer = next();
+    return () => {
+      stopped = true;
+      timer.cancel();
+    };
+  });
 }
 
 /**

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type Lease, type LockBackend } from '../src/index.js';
-import { cancelOnAbort, pollForLease, ReleaseNotifier } from '../src/wait.js';
+import { cancelOnAbort, pollForLease, ReleaseNotifier, watchBlocked } from '../src/wait.js';
 
 /** The memory backend with a switch that makes renewals fail as an unreachable store would. */
 function flakyBackend() {
@@ -411,5 +411,36 @@ describe('cancelOnAbort', () => {
     expect(overlapped).toBe(false);
     await new Promise((r) => setTimeout(r, 80));
     expect(calls).toBeLessThanOrEqual(atStop + 1); // at most the attempt already running when stopped
+  });
+});
+
+describe('watchBlocked: a wait blocked in the store on a connection that went silent', () => {
+  const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const never = new Promise<never>(() => undefined);
+
+  it('fails the wait, typed, once the store has shown it granted or gone for the grace; checks stop once it settles', async () => {
+    let checks = 0;
+    const started = performance.now();
+    const outcome = await watchBlocked('store', never, async () => (checks++, true), 100, 20).catch((e: unknown) => e);
+    expect(outcome).toBeInstanceOf(BackendUnavailableError);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(100);
+    const atEnd = checks;
+    await pause(80);
+    expect(checks).toBe(atEnd);
+  });
+
+  it('settles as the blocked statement does while the store shows it waiting, a check fails, or the suspicion lifts', async () => {
+    let checks = 0;
+    // Yes, no, failing, yes, ...: never yes for the grace in a row.
+    const suspect = async () => {
+      const n = checks++ % 3;
+      if (n === 2) throw new Error('check failed');
+      return n === 0;
+    };
+    const granted = pause(300).then(() => 'granted');
+    expect(await watchBlocked('store', granted, suspect, 50, 10)).toBe('granted');
+    expect(checks).toBeGreaterThanOrEqual(6);
+    const cut = new Error('connection cut');
+    await expect(watchBlocked('store', Promise.reject(cut), async () => true, 50, 10)).rejects.toBe(cut);
   });
 });
