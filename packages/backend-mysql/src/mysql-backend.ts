@@ -14,8 +14,10 @@ import {
   raceSignal,
   ReleaseNotifier,
   sleep,
+  StrandedConnections,
   validatePositive,
   waitOnConnections,
+  watchBlocked,
   withTimeout,
   type AcquireRequest,
   type Capabilities,
@@ -100,6 +102,8 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly #connectGraceMs: number;
   /** Connections destroyed after a timeout or a connection error: never handed back to the pool. */
   readonly #broken = new WeakSet<PoolConnection>();
+  /** Idle connections that sat through a silence are dropped when taken (the mysql2 pool wraps each checkout anew). */
+  readonly #stranded = new StrandedConnections<PoolConnection>((c) => c.connection);
   /** Session leases already released: their connection is back in the pool. */
   readonly #releasedSessions = new WeakSet<Lease>();
   readonly #notifier = new ReleaseNotifier();
@@ -253,7 +257,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   async #keyTransaction<T>(operation: string, hash: Buffer, body: (connection: PoolConnection, storedLimit: number) => Promise<{ commit: boolean; value: T }>): Promise<T> {
     let connection: PoolConnection;
     try {
-      connection = await withTimeout(this.pool.getConnection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
+      connection = await withTimeout(this.#connection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
     } catch (error) {
       throw this.#wrap(operation, error);
     }
@@ -389,7 +393,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const lockName = MysqlBackend.lockName(req.key);
     let connection: PoolConnection;
     try {
-      connection = await raceSignal(this.pool.getConnection(), req.signal, (late) => late.release());
+      connection = await raceSignal(this.#connection(), req.signal, (late) => late.release());
     } catch (error) {
       if (req.signal.aborted) throw req.signal.reason;
       throw this.#wrap('acquire', error);
@@ -403,7 +407,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       const stopKilling = req.wait ? cancelOnAbort(req.signal, () => this.pool.query('KILL QUERY ?', [connection.threadId])) : () => undefined;
       let got: unknown;
       try {
-        const [rows] = await connection.execute<RowDataPacket[]>(sql.getLock, [lockName, req.wait ? 365 * 24 * 3600 : 0]);
+        const blocked = connection.execute<RowDataPacket[]>(sql.getLock, [lockName, req.wait ? 365 * 24 * 3600 : 0]);
+        // A waiter's connection may go silent for good while it blocks: watched from the pool.
+        const thread = connection.threadId;
+        const [rows] = req.wait ? await watchBlocked(this.name, blocked, () => this.#waitStranded(lockName, thread), this.#commandTimeoutMs) : await blocked;
         got = rows[0]?.got;
       } catch (error) {
         if (!req.signal.aborted) {
@@ -452,6 +459,12 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       if (req.signal.aborted) throw req.signal.reason;
       throw this.#wrap('acquire', error);
     }
+  }
+
+  /** Whether the named lock `thread` blocks on is already its own or free, or `thread` is gone: its answer should have come. */
+  async #waitStranded(lockName: string, thread: number): Promise<boolean> {
+    const [row] = await this.#run<RowDataPacket[]>('watch', sql.waitState, [lockName, thread]);
+    return !Number(row?.['alive']) || row?.['holder'] === null || Number(row?.['holder']) === thread;
   }
 
   /**
@@ -509,17 +522,25 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     }
   }
 
+  /** A connection from the pool, past any that may have been stranded (`StrandedConnections`). */
+  #connection(): Promise<PoolConnection> {
+    return this.#stranded.take(
+      () => this.pool.getConnection(),
+      (connection) => connection.destroy(),
+    );
+  }
+
   /** One statement on a pooled connection, bounded by the command timeout. */
-  async #run(operation: string, statement: string, params: unknown[]): Promise<ResultSetHeader> {
+  async #run<T extends ResultSetHeader | RowDataPacket[] = ResultSetHeader>(operation: string, statement: string, params: unknown[]): Promise<T> {
     let connection: PoolConnection;
     try {
       // A pool whose connections all hang waits here; they are destroyed within a command timeout.
-      connection = await withTimeout(this.pool.getConnection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
+      connection = await withTimeout(this.#connection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
     } catch (error) {
       throw this.#wrap(operation, error);
     }
     try {
-      const result = await this.#on<ResultSetHeader>(connection, statement, params);
+      const result = await this.#on<T>(connection, statement, params);
       connection.release();
       return result;
     } catch (error) {
@@ -534,9 +555,14 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    */
   async #on<T extends ResultSetHeader | RowDataPacket[]>(connection: PoolConnection, statement: string, params: unknown[]): Promise<T> {
     // `SET` and transaction control cannot be prepared: they go as text.
+    const sentAt = performance.now();
     const sent = /^(SET|START|COMMIT|ROLLBACK)\b/.test(statement) ? connection.query<T>(statement, params) : connection.execute<T>(statement, params as never[]);
     try {
-      const [result] = await withTimeout(sent, this.#commandTimeoutMs, () => noAnswer(this.name, 'statement', this.#commandTimeoutMs));
+      const [result] = await withTimeout(sent, this.#commandTimeoutMs, () => {
+        this.#stranded.silent(sentAt);
+        return noAnswer(this.name, 'statement', this.#commandTimeoutMs);
+      });
+      this.#stranded.answered(connection);
       return result;
     } catch (error) {
       if (this.#classify(error) === 'unavailable') {

@@ -13,8 +13,10 @@ import {
   raceSignal,
   ReleaseNotifier,
   sleep,
+  StrandedConnections,
   validatePositive,
   waitOnConnections,
+  watchBlocked,
   withTimeout,
   type AcquireRequest,
   type Capabilities,
@@ -96,6 +98,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   /** How long a session waiter keeps trying to get a connection (see `#acquireSession`). */
   readonly #connectGraceMs: number;
   readonly #commandTimeoutMs: number;
+  /** Idle connections that sat through a silence are dropped when taken. */
+  readonly #stranded = new StrandedConnections<PoolClient>((c) => c);
   readonly #namespace: number;
   readonly #channel: string;
   readonly #sql: Record<keyof typeof sql, string>;
@@ -358,11 +362,18 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
         const pid = (client as unknown as { processID: number }).processID;
         const stopCancelling = cancelOnAbort(req.signal, () => this.#run('cancel', 'SELECT pg_cancel_backend($1)', [pid]));
         try {
-          got = (await client.query(this.#sql.lockWait, params)).rows[0]?.['got'];
+          // The connection may go silent for good while it blocks: watched from the pool.
+          const blocked = client.query(this.#sql.lockWait, params);
+          const suspect = async () => (await this.#run('watch', this.#sql.waitStranded, [pid, this.#namespace, id])).rows[0]?.['stranded'] === true;
+          got = (await watchBlocked(this.name, blocked, suspect, this.#commandTimeoutMs)).rows[0]?.['got'];
         } catch (error) {
           if (!req.signal.aborted) {
             if (!this.#unavailable(error)) throw error;
-            this.#giveBack(client, error); // a cut connection: the server frees what it held
+            // A cut connection: the server frees what it held. A silent one it may never see cut,
+            // so its session (if it still waits on or holds this lock) is ended from another.
+            PostgresBackend.#cut(client);
+            this.#giveBack(client, error);
+            void this.#run('watch', this.#sql.endStranded, [pid, this.#namespace, id]).catch(() => undefined);
             return AGAIN;
           }
         } finally {
@@ -453,7 +464,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     let leaveOpening: (() => void) | undefined;
     try {
       if (this.pool.idleCount === 0) leaveOpening = await this.#opening.enter(signal);
-      const client = await raceSignal(this.pool.connect(), signal, (late) => late.release());
+      const client = await raceSignal(this.#connection(), signal, (late) => late.release());
       this.#sessionClients.set(client, leavePool);
       return client;
     } catch (error) {
@@ -536,11 +547,27 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     return this.#ready;
   }
 
+  /** A connection from the pool, past any that may have been stranded (`StrandedConnections`). */
+  #connection(): Promise<PoolClient> {
+    return this.#stranded.take(
+      () => this.pool.connect(),
+      (client) => {
+        PostgresBackend.#cut(client);
+        client.release(new Error('stranded by a silence'));
+      },
+    );
+  }
+
+  /** Ends `client`'s socket, so nothing can answer on it any more (ending it politely would wait on the store). */
+  static #cut(client: PoolClient): void {
+    (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+  }
+
   /** One statement on a pooled connection, bounded by the command timeout. */
   async #run(operation: string, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
     let client: PoolClient;
     try {
-      client = await withTimeout(this.pool.connect(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
+      client = await withTimeout(this.#connection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
     } catch (error) {
       throw this.#error(operation, error);
     }
@@ -562,13 +589,15 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     // With parameters, as a named prepared statement, parsed and planned once per connection
     // (node-postgres would otherwise parse every one anew); without, as a simple query (the table
     // creation is several statements).
+    const sentAt = performance.now();
     const sent = params.length ? client.query({ name: statementName(statement), text: statement, values: params }) : client.query(statement);
-    return withTimeout(sent, this.#commandTimeoutMs, () => {
-      const error = noAnswer(this.name, 'statement', this.#commandTimeoutMs);
-      // Ends the connection (its socket), so nothing can answer on it any more.
-      (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
-      return error;
+    const result = await withTimeout(sent, this.#commandTimeoutMs, () => {
+      this.#stranded.silent(sentAt);
+      PostgresBackend.#cut(client);
+      return noAnswer(this.name, 'statement', this.#commandTimeoutMs);
     });
+    this.#stranded.answered(client);
+    return result;
   }
 
   #track(client: pg.Client | PoolClient): void {

@@ -219,6 +219,12 @@ SELECT id FROM created UNION ALL SELECT id FROM {locks} WHERE lock_key = $1`;
  */
 export const lockWait = `SELECT true AS got, set_config('idle_session_timeout', $3, false) FROM pg_advisory_lock($1::int, $2::int)`;
 export const lockTry = `SELECT pg_try_advisory_lock($1::int, $2::int) AS got, set_config('idle_session_timeout', $3, false)`;
+/** Params: pid, namespace, id. True unless `pid` is still queued for the lock: it holds it already, or its wait is gone. */
+export const waitStranded = `SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = $1
+  AND classid = $2::bigint::oid AND objid = $3::bigint::oid AND objsubid = 2 AND NOT granted) AS stranded`;
+/** Params: pid, namespace, id. Ends the session of `pid` if it still holds or waits for the lock (never another's). */
+export const endStranded = `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1
+  AND classid = $2::bigint::oid AND objid = $3::bigint::oid AND objsubid = 2`;
 
 /**
  * Params: least token, owner, key, id, lock-delay lease ms (0: none). Bumps the counter for the
