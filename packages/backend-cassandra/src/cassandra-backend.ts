@@ -54,7 +54,8 @@ export interface CassandraBackendOptions {
   /**
    * The longest a request of a client made from `url` waits for its answer; a silent node fails it
    * with `BackendUnavailableError`. Above the server's own timeouts (2 s for writes, 5 s for reads
-   * by default), so a slow but working cluster answers first. Default 8000 ms.
+   * by default), so a slow but working cluster answers first. A connection with a request left
+   * unanswered that long is closed and opened again. Default 8000 ms.
    */
   requestTimeoutMs?: number;
   /** The queue algorithm's time service. */
@@ -180,7 +181,10 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       this.client = new cassandra.Client({
         contactPoints: match[1]!.split(','),
         localDataCenter: options.localDataCenter ?? 'datacenter1',
-        socketOptions: { connectTimeout: timeout, readTimeout: requestTimeout },
+        // A connection that leaves one request unanswered for the request timeout is closed and
+        // opened again: a partition or a middlebox that lost its state strands a connection silently,
+        // and the driver's default (64 timeouts in a row) would send every retry of a wait into it.
+        socketOptions: { connectTimeout: timeout, readTimeout: requestTimeout, defunctReadTimeoutThreshold: 0 },
         // After a restart, come back within half a second rather than the default's growing delays.
         policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
       });

@@ -12,7 +12,8 @@ import {
   type SharedRequest,
   type Timer,
 } from '@deadbolt/core';
-import { Etcd3, type Lease as EtcdLease, type Watcher } from 'etcd3';
+import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
+import { Etcd3, isRecoverableError, type Lease as EtcdLease, type Watcher } from 'etcd3';
 
 export interface EtcdBackendOptions {
   /** `etcd://host:port[,host:port...]` (or `http://…`). The backend creates and closes its client. */
@@ -126,9 +127,16 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         // A deadline on a watch stream would tear down every watch of the client each time it
         // passed. (gRPC takes deadlines as wall-clock dates; only the difference matters here.)
         defaultCallOptions: (call) => (call.isStream ? {} : { deadline: Date.now() + callTimeout }),
-        // Ping a quiet connection so a silent peer is found within ~15 s, not the OS's minutes.
-        // Only while calls are open: etcd refuses pings on an idle connection more often than 5 s.
-        grpcOptions: { 'grpc.keepalive_time_ms': 10_000, 'grpc.keepalive_timeout_ms': 5_000 },
+        // Ping a quiet connection so a silent peer (a partition, a middlebox that lost the
+        // connection's state) is found within ~11 s, not the OS's minutes: a waiter's watch and
+        // keep-alives are streams without deadlines, so nothing else would ever end them. Only while
+        // calls are open, and not more often than etcd allows (5 s; more often, it hangs up).
+        grpcOptions: { 'grpc.keepalive_time_ms': 6_000, 'grpc.keepalive_timeout_ms': 5_000 },
+        // After three failed calls the client stops sending to a host for a while; its default 5 s
+        // turned every reconnect into a 5 s outage for a client of one host (a wait on a
+        // connection found dead re-queued only after it). One second still steers a pool of hosts
+        // away from a dead one.
+        faultHandling: { host: () => circuitBreaker(handleWhen(isRecoverableError), { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(3) }) },
       });
       this.#ownsClient = true;
     }

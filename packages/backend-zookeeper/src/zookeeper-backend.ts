@@ -1,4 +1,5 @@
 import { setMaxListeners } from 'node:events';
+import type { Socket } from 'node:net';
 import {
   BackendError,
   backendFailure,
@@ -99,6 +100,33 @@ const REAP_DELAY_MS = 1000;
  * used many ttls does not keep a session, and its server-side state and heartbeats, for each.
  */
 const SESSION_IDLE_MS = 2000;
+
+/**
+ * node-zookeeper-client pings a quiet connection every third of the session timeout but never
+ * checks that the pings are answered: a connection that went silent for good (a partition, a
+ * middlebox that lost its state: no reset, no close) would stay "connected" for ever, and a waiter
+ * on it would never hear its turn. Like ZooKeeper's own clients, this cuts the connection once
+ * nothing has been read on it for `silentMs` while connected (two thirds of the session timeout);
+ * the client then reports it lost and connects again. Returns how to stop watching.
+ */
+function cutWhenSilent(client: ZooKeeperClient, silentMs: number, connected: () => boolean): () => void {
+  const manager = (client as unknown as { connectionManager?: { socket?: Socket } }).connectionManager;
+  let socket: Socket | undefined;
+  let bytes = 0;
+  let since = performance.now();
+  const timer = setInterval(() => {
+    const now = manager?.socket;
+    if (!now || !connected() || now !== socket || now.bytesRead !== bytes) {
+      socket = now;
+      bytes = now?.bytesRead ?? 0;
+      since = performance.now();
+    } else if (performance.now() - since >= silentMs) {
+      now.destroy();
+    }
+  }, silentMs / 4);
+  timer.unref();
+  return () => clearInterval(timer);
+}
 
 /**
  * ZooKeeper backend: Curator's InterProcessMutex recipe. Each acquirer creates an
@@ -373,9 +401,11 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     setMaxListeners(0, controller.signal); // every lock and waiter on the session listens to it
     let connected = false;
     let closed = false;
+    const stopWatchdog = cutWhenSilent(client, (2 * ttlMs) / 3, () => connected);
     const close = () => {
       if (closed) return;
       closed = true;
+      stopWatchdog();
       client.close();
     };
     /** Stops using the session; closes it now if connected, else once it reconnects (see below). */
