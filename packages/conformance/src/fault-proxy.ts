@@ -104,7 +104,8 @@ export class FaultProxy {
   /**
    * The connections open now go silent for good, nothing forwarded and nothing closed (a middlebox
    * that lost their state, a store host gone without a reset), while new connections pass. The
-   * client has to notice and open new ones; `heal()` does not revive these.
+   * client has to notice and open new ones; `heal()` does not revive these, and neither end learns
+   * when the other closes.
    */
   strand(): void {
     for (const pipe of this.#pipes) {
@@ -161,7 +162,9 @@ export class FaultProxy {
     this.#pipes.add(pipe);
     upstream.on('error', () => undefined);
     const end = () => {
-      if (!this.#pipes.delete(pipe) && !this.#stranded.delete(pipe)) return;
+      // A stranded end learns nothing, not even that the other end closed: the middlebox that lost
+      // the connection's state drops that too.
+      if (!this.#pipes.delete(pipe)) return;
       client.destroy();
       upstream.destroy();
     };
