@@ -219,12 +219,14 @@ SELECT id FROM created UNION ALL SELECT id FROM {locks} WHERE lock_key = $1`;
  */
 export const lockWait = `SELECT true AS got, set_config('idle_session_timeout', $3, false) FROM pg_advisory_lock($1::int, $2::int)`;
 export const lockTry = `SELECT pg_try_advisory_lock($1::int, $2::int) AS got, set_config('idle_session_timeout', $3, false)`;
+/** `pg_locks`' condition for the entry of session `pid` on the two-int advisory lock (namespace, id): held or queued. */
+function advisoryEntry(pid: string, namespace: string, id: string): string {
+  return `locktype = 'advisory' AND pid = ${pid} AND classid = ${namespace}::bigint::oid AND objid = ${id}::bigint::oid AND objsubid = 2`;
+}
 /** Params: pid, namespace, id. True unless `pid` is still queued for the lock: it holds it already, or its wait is gone. */
-export const waitStranded = `SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = $1
-  AND classid = $2::bigint::oid AND objid = $3::bigint::oid AND objsubid = 2 AND NOT granted) AS stranded`;
+export const waitStranded = `SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE ${advisoryEntry('$1', '$2', '$3')} AND NOT granted) AS stranded`;
 /** Params: pid, namespace, id. Ends the session of `pid` if it still holds or waits for the lock (never another's). */
-export const endStranded = `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1
-  AND classid = $2::bigint::oid AND objid = $3::bigint::oid AND objsubid = 2`;
+export const endStranded = `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE ${advisoryEntry('$1', '$2', '$3')}`;
 
 /**
  * Params: least token, owner, key, id, lock-delay lease ms (0: none). Bumps the counter for the
@@ -246,8 +248,8 @@ export const sessionDelayMark = `UPDATE {locks} SET expires_at = CASE WHEN $3::f
   WHERE lock_key = $1 AND owner = $2`;
 
 /** Params: namespace, id, idle timeout. Any statement resets the idle clock; this one also proves we hold the lock. */
-export const sessionRenew = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-  AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2 AND granted) AS mine, set_config('idle_session_timeout', $3, false)`;
+export const sessionRenew = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE ${advisoryEntry('pg_backend_pid()', '$1', '$2')} AND granted) AS mine,
+  set_config('idle_session_timeout', $3, false)`;
 
 /** Puts the idle limit back as it was, before a connection that took no lock goes back to the pool. */
 export const sessionReset = `SELECT set_config('idle_session_timeout', (SELECT reset_val FROM pg_settings WHERE name = 'idle_session_timeout'), false)`;
