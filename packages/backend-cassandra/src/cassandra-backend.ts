@@ -86,6 +86,12 @@ interface Slot {
   readonly index: number;
   /** Set by the first release: the slot may be reused after that, so no later call may delete in it. */
   released: boolean;
+  /**
+   * When (local monotonic ms) our main cell in the slot was last written, the write sent, and the
+   * least time it lives from its landing (its ttl): how a renewal knows the cell never lapsed.
+   * 0 until a queue algorithm write.
+   */
+  written: { at: number; ttlMs: number };
 }
 
 const { consistencies } = cassandra.types;
@@ -138,6 +144,8 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
    * wrong one costs one more round), so it keeps the most recent TOKEN_CACHE_KEYS keys and no more.
    */
   readonly #tokens = new Map<string, bigint>();
+  /** Keys (base64) whose last first look found others queued: see `#queueAtOnce`. Bounded like `#tokens`. */
+  readonly #crowded = new Set<string>();
   /** This backend's rows are named after it (see schema.ts). */
   readonly #instance = randomUUID();
   /** Per key (base64), the slot indices its acquisitions are using now. */
@@ -235,15 +243,26 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     // timestamps only grow) then wins over this write, so a renewal that read "still ours" just
     // before the release can never put the released cell back.
     const timestamp = this.#timestamp();
+    const previous = slot.written;
+    const sentAt = performance.now();
     if ((await this.#owners('renew', main, l.id)).includes(l.owner)) {
       await Promise.all([
         this.#run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [l.id, slot.name, l.owner, ttl, timestamp]),
         l.entry && this.#writeQueueCell(l.id, slot, l.entry, l.owner, ttl, timestamp),
       ]);
       // Check again: had our cell expired between the read and the write (a pause), someone else
-      // may hold the lock now; take ours back out rather than stand beside them.
+      // may hold the lock now; take ours back out rather than stand beside them. Another cell
+      // beside ours is no holder, though, if ours provably never lapsed: nobody is alone in main
+      // while our cell is in it. It is then a taker's that backs off at its own read (a newcomer's
+      // first attempt writes main before it knows its place: see `#queueAtOnce`). Never lapsed:
+      // our last write was sent less than half its ttl ago (half: room for any difference in clock
+      // rates), so it is still there, and so was it when this write landed.
       const owners = await this.#owners('renew', main, l.id);
-      if (owners.length === 1 && owners[0] === l.owner) return true;
+      const unbroken = performance.now() - previous.at < previous.ttlMs / 2;
+      if (owners.includes(l.owner) && (owners.length === 1 || unbroken)) {
+        slot.written = { at: sentAt, ttlMs };
+        return true;
+      }
     }
     // Lost: clear our rows now (they are ours alone) and give the slot back.
     await this.release(lease);
@@ -284,7 +303,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     let index = 0;
     while (used.has(index)) index++;
     used.add(index);
-    return { name: `${this.#instance}/${index}`, index, released: false };
+    return { name: `${this.#instance}/${index}`, index, released: false, written: { at: 0, ttlMs: 0 } };
   }
 
   /**
@@ -308,10 +327,18 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const ttl = ttlSeconds(req.ttlMs);
     const slot = this.#takeSlot(id);
     const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
+    const cacheKey = id.toString('base64');
     let queueWrittenAt = performance.now();
     let position = Infinity;
+    let firstLook = true;
     try {
-      await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
+      if (this.#crowded.has(cacheKey)) {
+        await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
+      } else {
+        const lease = await this.#queueAtOnce(req, id, slot, entry);
+        if (typeof lease === 'object') return lease;
+        firstLook = false;
+      }
       return await this.#pollLease(req, async () => {
         // A long wait must not let our place in the queue expire: rewrite it like a renewal would.
         if (performance.now() - queueWrittenAt > req.ttlMs / 3) {
@@ -320,7 +347,9 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         }
         // Poll often right after moving up (first or second in line), then back off: the queue
         // reacts quickly to a handoff while a long hold costs only a few reads per second.
-        const head = await this.#queueHead(id, 2);
+        const head = await this.#queueHead(id);
+        if (firstLook) this.#noteCrowd(cacheKey, head.length > 1);
+        firstLook = false;
         const now = head[0] === req.owner ? 0 : head[1] === req.owner ? 1 : 2;
         const moved = now < position;
         position = now;
@@ -336,16 +365,60 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     }
   }
 
+  /**
+   * The first attempt on a key this process last found uncontended: the queue cell and the main
+   * cell in one write, then the queue and main read side by side. Ours if we are first in the queue
+   * and alone in main: the same two conditions as the usual path, whose main write-then-read is
+   * still what excludes a second holder (the queue only orders the takers), in two round trips
+   * instead of four. Otherwise our main cell goes again, and the answer is whether we were first in the queue.
+   * A key found with others queued is left to the usual path until a first look finds it quiet
+   * again, so a newcomer's cell does not keep spoiling the queue head's take under contention.
+   */
+  async #queueAtOnce(req: AcquireRequest, id: Buffer, slot: Slot, entry: string): Promise<CassandraLease | boolean> {
+    const ttl = ttlSeconds(req.ttlMs);
+    const acquiredAt = performance.now();
+    const timestamp = this.#timestamp();
+    await this.#batch('acquire', [this.#mainCell(id, slot, req.owner, ttl, timestamp), this.#queueCell(id, slot, entry, req.owner, ttl, timestamp)]);
+    slot.written = { at: acquiredAt, ttlMs: req.ttlMs };
+    const [queue, owners] = await Promise.all([this.#queueHead(id), this.#owners('acquire', 'lock_holders', id)]);
+    this.#noteCrowd(id.toString('base64'), queue.length > 1);
+    if (queue[0] === req.owner && owners.length === 1 && owners[0] === req.owner) {
+      return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders', req);
+    }
+    await this.#dropMainCell(id, slot);
+    return queue[0] === req.owner;
+  }
+
+  /** Remembers whether a first look at a key found others queued (see `#queueAtOnce`), for the most recent keys only. */
+  #noteCrowd(cacheKey: string, crowded: boolean): void {
+    if (!crowded) {
+      this.#crowded.delete(cacheKey);
+      return;
+    }
+    this.#crowded.add(cacheKey);
+    if (this.#crowded.size > TOKEN_CACHE_KEYS) this.#crowded.delete(this.#crowded.values().next().value!);
+  }
+
   /** TryGetLock: never waits; on failure removes what it wrote. */
   async #queueTryLock(req: AcquireRequest, id: Buffer): Promise<CassandraLease | null> {
     if ((await this.#owners('acquire', 'lock_holders', id)).length > 0) return null;
     const ttl = ttlSeconds(req.ttlMs);
     const slot = this.#takeSlot(id);
     const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
+    const quiet = !this.#crowded.has(id.toString('base64'));
     try {
-      await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
+      if (quiet) {
+        const first = await this.#queueAtOnce(req, id, slot, entry);
+        if (typeof first === 'object') return first;
+        if (!first) {
+          await this.#leave(id, slot);
+          return null;
+        }
+      } else {
+        await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
+      }
       // First in the queue but not alone in main: another TryGetLock raced us; look a few times.
-      for (let i = 0; i < 3 && (await this.#queueHead(id))[0] === req.owner; i++) {
+      for (let i = quiet ? 1 : 0; i < 3 && (await this.#queueHead(id))[0] === req.owner; i++) {
         const lease = await this.#takeMain(req, id, slot, entry, i > 0); // main was just read empty
         if (lease) return lease;
       }
@@ -367,23 +440,30 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     if (checkFirst && (await this.#owners('acquire', 'lock_holders', id)).length > 0) return NOT_YET;
     const acquiredAt = performance.now();
     const timestamp = this.#timestamp();
-    await this.#batch('acquire', [
-      { query: `INSERT INTO ${this.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, params: [id, slot.name, req.owner, ttl, timestamp] },
-      this.#queueCell(id, slot, entry, req.owner, ttl, timestamp),
-    ]);
+    await this.#batch('acquire', [this.#mainCell(id, slot, req.owner, ttl, timestamp), this.#queueCell(id, slot, entry, req.owner, ttl, timestamp)]);
+    slot.written = { at: acquiredAt, ttlMs: req.ttlMs };
     const owners = await this.#owners('acquire', 'lock_holders', id);
     if (owners.length !== 1 || owners[0] !== req.owner) {
-      await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
+      await this.#dropMainCell(id, slot);
       return NOT_YET;
     }
     return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders', req);
   }
 
-  /** The owners of the first `n` queue cells, in arrival order (the partition holds few rows: see schema.ts). */
-  async #queueHead(id: Buffer, n = 1): Promise<(string | undefined)[]> {
+  /** The owners of every queue cell, in arrival order (the partition holds few rows: see schema.ts). */
+  async #queueHead(id: Buffer): Promise<(string | undefined)[]> {
     const result = await this.#run('acquire', `SELECT entry, owner FROM ${this.keyspace}.lock_waiters WHERE lock_id = ?`, [id]);
     const rows = result.rows.map((r) => ({ entry: r['entry'] as string, owner: r['owner'] as string }));
-    return rows.sort((a, b) => (a.entry < b.entry ? -1 : a.entry > b.entry ? 1 : 0)).slice(0, n).map((r) => r.owner);
+    return rows.sort((a, b) => (a.entry < b.entry ? -1 : a.entry > b.entry ? 1 : 0)).map((r) => r.owner);
+  }
+
+  #mainCell(id: Buffer, slot: Slot, owner: string, ttl: number, timestamp: number): Statement {
+    return { query: `INSERT INTO ${this.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, params: [id, slot.name, owner, ttl, timestamp] };
+  }
+
+  /** Takes our main cell back out after a lost take (a later timestamp than its write). */
+  async #dropMainCell(id: Buffer, slot: Slot): Promise<void> {
+    await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
   }
 
   #writeQueueCell(id: Buffer, slot: Slot, entry: string, owner: string, ttl: number, timestamp = this.#timestamp()) {

@@ -68,6 +68,65 @@ describe('cassandra backend', () => {
     });
   }
 
+  it('queue: a first attempt on a quiet key is one batch, then the queue and main side by side; a busy key sends it to wait in the queue', async () => {
+    const [a, b] = [cassandraBackend({ url }), cassandraBackend({ url })];
+    try {
+      const k = key();
+      const ask = (backend: typeof a, wait: boolean, signal = new AbortController().signal) => backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait, signal });
+      await ask(a, false).then((lease) => a.release(lease!)); // connects, prepares, sees the token
+      // Each request a's client starts, with how many of them were in flight then.
+      const sent: string[] = [];
+      let inFlight = 0;
+      const client = a.client as unknown as Record<'batch' | 'execute', (...args: unknown[]) => Promise<unknown>>;
+      for (const name of ['batch', 'execute'] as const) {
+        const original = client[name]!.bind(a.client);
+        client[name] = (...args) => {
+          sent.push(`${name}@${inFlight++}`);
+          return original(...args).finally(() => inFlight--);
+        };
+      }
+      const held = (await ask(a, true))!;
+      // Both cells in one batch; the queue and main read side by side; the token's compare-and-set.
+      expect(sent).toEqual(['batch@0', 'execute@0', 'execute@1', 'execute@0']);
+      // b has not seen the key: its first attempt writes main beside the holder, finds both, takes
+      // its cell out again and waits in the queue.
+      const waiting = ask(b, true);
+      await new Promise((r) => setTimeout(r, 300));
+      const main = await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [admin.idFor(k)]);
+      expect(main.rows.map((r) => r['owner'])).toEqual([held.owner]);
+      expect(await harness.inspect(k)).toHaveLength(2); // b's queue cell
+      expect(await a.renew(held, 3000)).toBe(true);
+      await a.release(held);
+      const next = (await waiting)!;
+      expect(next.token).toBeGreaterThan(held.token);
+      await b.release(next);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('queue: a renewal keeps the lock beside a taker\'s cell while its own cell never lapsed, and gives it up after a longer gap', async () => {
+    const backend = cassandraBackend({ url });
+    try {
+      const k = key();
+      const lease = (await backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 2000, wait: false, signal: new AbortController().signal }))!;
+      const taker = async () =>
+        cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 3`, [admin.idFor(k), 'someone/0', 'taker']);
+      // A newcomer's first attempt has its main cell in for a moment: not a holder.
+      await taker();
+      expect(await backend.renew(lease, 2000)).toBe(true);
+      // More than half the ttl since our last write: our cell may have lapsed meanwhile, so a cell
+      // beside it may be a holder's; the renewal gives the lock up and takes its cells out.
+      await new Promise((r) => setTimeout(r, 1100));
+      await taker();
+      expect(await backend.renew(lease, 2000)).toBe(false);
+      const main = (await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [admin.idFor(k)])).rows.map((r) => r['owner']);
+      expect(main).toEqual(['taker']);
+    } finally {
+      await backend.close();
+    }
+  });
+
   it('tokens come from the token row and continue from it, for every algorithm on the same key', async () => {
     const k = key();
     let last = 0n;
