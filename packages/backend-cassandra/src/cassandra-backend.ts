@@ -89,7 +89,7 @@ interface Slot {
   /**
    * When (local monotonic ms) our main cell in the slot was last written, the write sent, and the
    * least time it lives from its landing (its ttl): how a renewal knows the cell never lapsed.
-   * 0 until a queue algorithm write.
+   * Zeros (never) until the queue algorithm or a renewal writes it.
    */
   written: { at: number; ttlMs: number };
 }
@@ -347,7 +347,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         }
         // Poll often right after moving up (first or second in line), then back off: the queue
         // reacts quickly to a handoff while a long hold costs only a few reads per second.
-        const head = await this.#queueHead(id);
+        const head = await this.#queueOrder(id);
         if (firstLook) this.#noteCrowd(cacheKey, head.length > 1);
         firstLook = false;
         const now = head[0] === req.owner ? 0 : head[1] === req.owner ? 1 : 2;
@@ -370,9 +370,9 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
    * cell in one write, then the queue and main read side by side. Ours if we are first in the queue
    * and alone in main: the same two conditions as the usual path, whose main write-then-read is
    * still what excludes a second holder (the queue only orders the takers), in two round trips
-   * instead of four. Otherwise our main cell goes again, and the answer is whether we were first in the queue.
-   * A key found with others queued is left to the usual path until a first look finds it quiet
-   * again, so a newcomer's cell does not keep spoiling the queue head's take under contention.
+   * instead of four. Otherwise our main cell goes again, and the answer is whether we were first
+   * in the queue. A key found with others queued is left to the usual path until a first look
+   * finds it quiet again, so a newcomer's cell does not keep spoiling the queue head's take.
    */
   async #queueAtOnce(req: AcquireRequest, id: Buffer, slot: Slot, entry: string): Promise<CassandraLease | boolean> {
     const ttl = ttlSeconds(req.ttlMs);
@@ -380,7 +380,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const timestamp = this.#timestamp();
     await this.#batch('acquire', [this.#mainCell(id, slot, req.owner, ttl, timestamp), this.#queueCell(id, slot, entry, req.owner, ttl, timestamp)]);
     slot.written = { at: acquiredAt, ttlMs: req.ttlMs };
-    const [queue, owners] = await Promise.all([this.#queueHead(id), this.#owners('acquire', 'lock_holders', id)]);
+    const [queue, owners] = await Promise.all([this.#queueOrder(id), this.#owners('acquire', 'lock_holders', id)]);
     this.#noteCrowd(id.toString('base64'), queue.length > 1);
     if (queue[0] === req.owner && owners.length === 1 && owners[0] === req.owner) {
       return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders', req);
@@ -418,7 +418,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
       }
       // First in the queue but not alone in main: another TryGetLock raced us; look a few times.
-      for (let i = quiet ? 1 : 0; i < 3 && (await this.#queueHead(id))[0] === req.owner; i++) {
+      for (let i = quiet ? 1 : 0; i < 3 && (await this.#queueOrder(id))[0] === req.owner; i++) {
         const lease = await this.#takeMain(req, id, slot, entry, i > 0); // main was just read empty
         if (lease) return lease;
       }
@@ -451,7 +451,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   /** The owners of every queue cell, in arrival order (the partition holds few rows: see schema.ts). */
-  async #queueHead(id: Buffer): Promise<(string | undefined)[]> {
+  async #queueOrder(id: Buffer): Promise<(string | undefined)[]> {
     const result = await this.#run('acquire', `SELECT entry, owner FROM ${this.keyspace}.lock_waiters WHERE lock_id = ?`, [id]);
     const rows = result.rows.map((r) => ({ entry: r['entry'] as string, owner: r['owner'] as string }));
     return rows.sort((a, b) => (a.entry < b.entry ? -1 : a.entry > b.entry ? 1 : 0)).map((r) => r.owner);
