@@ -97,7 +97,8 @@ interface Slot {
 const { consistencies } = cassandra.types;
 /** One statement of a batch. */
 type Statement = { query: string; params: unknown[] };
-const TOKEN_CACHE_KEYS = 1000;
+/** How many keys this process's guesses (`#tokens`, `#crowded`) remember: the most recently used. */
+const RECENT_KEYS = 1000;
 const NOT_YET = null;
 /** A shared claim lost the race to join: read the partition again at once. */
 const POLL_AGAIN = Symbol('again');
@@ -141,10 +142,10 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   readonly #notifier = new ReleaseNotifier();
   /**
    * The last token this process saw per key: the first compare-and-set guess. Only a guess (a
-   * wrong one costs one more round), so it keeps the most recent TOKEN_CACHE_KEYS keys and no more.
+   * wrong one costs one more round), so it keeps the most recent RECENT_KEYS keys and no more.
    */
   readonly #tokens = new Map<string, bigint>();
-  /** Keys (base64) whose last first look found others queued: see `#queueAtOnce`. Bounded like `#tokens`. */
+  /** Keys (base64) whose last first look found others queued: see `#queueAtOnce`. The newest RECENT_KEYS only. */
   readonly #crowded = new Set<string>();
   /** This backend's rows are named after it (see schema.ts). */
   readonly #instance = randomUUID();
@@ -254,12 +255,10 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       // may hold the lock now; take ours back out rather than stand beside them. Another cell
       // beside ours is no holder, though, if ours provably never lapsed: nobody is alone in main
       // while our cell is in it. It is then a taker's that backs off at its own read (a newcomer's
-      // first attempt writes main before it knows its place: see `#queueAtOnce`). Never lapsed:
-      // our last write was sent less than half its ttl ago (half: room for any difference in clock
-      // rates), so it is still there, and so was it when this write landed.
+      // first attempt writes main before it knows its place: see `#queueAtOnce`). Our last write
+      // still stands now, so it did when this write landed.
       const owners = await this.#owners('renew', main, l.id);
-      const unbroken = performance.now() - previous.at < previous.ttlMs / 2;
-      if (owners.includes(l.owner) && (owners.length === 1 || unbroken)) {
+      if (owners.includes(l.owner) && (owners.length === 1 || stillStands(previous))) {
         slot.written = { at: sentAt, ttlMs };
         return true;
       }
@@ -327,12 +326,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const ttl = ttlSeconds(req.ttlMs);
     const slot = this.#takeSlot(id);
     const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
-    const cacheKey = id.toString('base64');
     let queueWrittenAt = performance.now();
     let position = Infinity;
     let firstLook = true;
     try {
-      if (this.#crowded.has(cacheKey)) {
+      if (this.#isCrowded(id)) {
         await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
       } else {
         const lease = await this.#queueAtOnce(req, id, slot, entry);
@@ -348,7 +346,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         // Poll often right after moving up (first or second in line), then back off: the queue
         // reacts quickly to a handoff while a long hold costs only a few reads per second.
         const head = await this.#queueOrder(id);
-        if (firstLook) this.#noteCrowd(cacheKey, head.length > 1);
+        if (firstLook) this.#noteCrowd(id, head.length > 1);
         firstLook = false;
         const now = head[0] === req.owner ? 0 : head[1] === req.owner ? 1 : 2;
         const moved = now < position;
@@ -375,28 +373,23 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
    * finds it quiet again, so a newcomer's cell does not keep spoiling the queue head's take.
    */
   async #queueAtOnce(req: AcquireRequest, id: Buffer, slot: Slot, entry: string): Promise<CassandraLease | boolean> {
-    const ttl = ttlSeconds(req.ttlMs);
-    const acquiredAt = performance.now();
-    const timestamp = this.#timestamp();
-    await this.#batch('acquire', [this.#mainCell(id, slot, req.owner, ttl, timestamp), this.#queueCell(id, slot, entry, req.owner, ttl, timestamp)]);
-    slot.written = { at: acquiredAt, ttlMs: req.ttlMs };
+    const acquiredAt = await this.#writeCells(req, id, slot, entry);
     const [queue, owners] = await Promise.all([this.#queueOrder(id), this.#owners('acquire', 'lock_holders', id)]);
-    this.#noteCrowd(id.toString('base64'), queue.length > 1);
-    if (queue[0] === req.owner && owners.length === 1 && owners[0] === req.owner) {
-      return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders', req);
-    }
+    this.#noteCrowd(id, queue.length > 1);
+    if (queue[0] === req.owner && owners.length === 1 && owners[0] === req.owner) return this.#fenceQueued(req, id, slot, entry, acquiredAt);
     await this.#dropMainCell(id, slot);
     return queue[0] === req.owner;
   }
 
-  /** Remembers whether a first look at a key found others queued (see `#queueAtOnce`), for the most recent keys only. */
-  #noteCrowd(cacheKey: string, crowded: boolean): void {
-    if (!crowded) {
-      this.#crowded.delete(cacheKey);
-      return;
-    }
-    this.#crowded.add(cacheKey);
-    if (this.#crowded.size > TOKEN_CACHE_KEYS) this.#crowded.delete(this.#crowded.values().next().value!);
+  #isCrowded(id: Buffer): boolean {
+    return this.#crowded.has(id.toString('base64'));
+  }
+
+  /** Remembers whether a first look at a key found others queued (see `#queueAtOnce`). */
+  #noteCrowd(id: Buffer, crowded: boolean): void {
+    const key = id.toString('base64');
+    this.#crowded.delete(key);
+    if (crowded) keepNewest(this.#crowded.add(key));
   }
 
   /** TryGetLock: never waits; on failure removes what it wrote. */
@@ -405,7 +398,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const ttl = ttlSeconds(req.ttlMs);
     const slot = this.#takeSlot(id);
     const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
-    const quiet = !this.#crowded.has(id.toString('base64'));
+    const quiet = !this.#isCrowded(id);
     try {
       if (quiet) {
         const first = await this.#queueAtOnce(req, id, slot, entry);
@@ -436,17 +429,27 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
    * what makes it safe).
    */
   async #takeMain(req: AcquireRequest, id: Buffer, slot: Slot, entry: string, checkFirst: boolean): Promise<CassandraLease | null> {
-    const ttl = ttlSeconds(req.ttlMs);
     if (checkFirst && (await this.#owners('acquire', 'lock_holders', id)).length > 0) return NOT_YET;
-    const acquiredAt = performance.now();
-    const timestamp = this.#timestamp();
-    await this.#batch('acquire', [this.#mainCell(id, slot, req.owner, ttl, timestamp), this.#queueCell(id, slot, entry, req.owner, ttl, timestamp)]);
-    slot.written = { at: acquiredAt, ttlMs: req.ttlMs };
+    const acquiredAt = await this.#writeCells(req, id, slot, entry);
     const owners = await this.#owners('acquire', 'lock_holders', id);
     if (owners.length !== 1 || owners[0] !== req.owner) {
       await this.#dropMainCell(id, slot);
       return NOT_YET;
     }
+    return this.#fenceQueued(req, id, slot, entry, acquiredAt);
+  }
+
+  /** Writes our main cell and refreshes our queue cell in one batch; resolves when (local ms) it was sent. */
+  async #writeCells(req: AcquireRequest, id: Buffer, slot: Slot, entry: string): Promise<number> {
+    const ttl = ttlSeconds(req.ttlMs);
+    const sentAt = performance.now();
+    const timestamp = this.#timestamp();
+    await this.#batch('acquire', [this.#mainCell(id, slot, req.owner, ttl, timestamp), this.#queueCell(id, slot, entry, req.owner, ttl, timestamp)]);
+    slot.written = { at: sentAt, ttlMs: req.ttlMs };
+    return sentAt;
+  }
+
+  #fenceQueued(req: AcquireRequest, id: Buffer, slot: Slot, entry: string, acquiredAt: number): Promise<CassandraLease> {
     return this.#fence({ key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n }, 'lock_holders', req);
   }
 
@@ -685,9 +688,8 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     try {
       const token = await this.#setToken(lease.id, (current) => maxOf((current ?? 0n) + 1n, req.minToken ?? 0n));
       // Our holder cell was written after `acquiredAt` with the full ttl and only our own release
-      // deletes it, so while less than half the ttl has passed here it is certainly still there
-      // (half: room for any difference in clock rates); only a slow token round needs the read.
-      if (performance.now() - lease.acquiredAt >= req.ttlMs / 2 && !(await this.#stillOurs(lease, table))) {
+      // deletes it: only a slow token round needs the read.
+      if (!stillStands({ at: lease.acquiredAt, ttlMs: req.ttlMs }) && !(await this.#stillOurs(lease, table))) {
         throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the lease expired while its fencing token was being taken') });
       }
       return { ...lease, token };
@@ -732,8 +734,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       if (result.wasApplied()) {
         // Map order is insertion order: re-insert to keep the newest last, drop the oldest.
         this.#tokens.delete(cacheKey);
-        this.#tokens.set(cacheKey, value);
-        if (this.#tokens.size > TOKEN_CACHE_KEYS) this.#tokens.delete(this.#tokens.keys().next().value!);
+        keepNewest(this.#tokens.set(cacheKey, value));
         return value;
       }
       const seen = result.first()?.['fencing_token'];
@@ -816,6 +817,20 @@ function containRefreshRace(client: Client): void {
   const refresh = control?._refresh;
   if (!control || typeof refresh !== 'function') return;
   control._refresh = (...args: unknown[]) => refresh.apply(control, args).catch(() => undefined);
+}
+
+/** Drops the oldest entry (Maps and Sets iterate in insertion order) once there are more than RECENT_KEYS. */
+function keepNewest(recent: Map<string, unknown> | Set<string>): void {
+  if (recent.size > RECENT_KEYS) recent.delete(recent.keys().next().value!);
+}
+
+/**
+ * Whether a cell written at `written.at` (local monotonic ms, when the write was sent) with a ttl
+ * of at least `written.ttlMs` from its landing is certainly still there, barring a delete: less
+ * than half its ttl has passed here (half: room for any difference in clock rates).
+ */
+function stillStands(written: { at: number; ttlMs: number }): boolean {
+  return performance.now() - written.at < written.ttlMs / 2;
 }
 
 /** Cell TTL for a lease of `ttlMs`: Cassandra may expire a cell up to a second early, so one more. */
