@@ -41,16 +41,24 @@ interface Waiter {
 interface KeyState {
   holder: Holder | undefined;
   readonly waiters: Waiter[];
+  /** Listed among the freed entries kept for reuse (`MemoryLockStore.#kept`); it may be in use again since. */
+  kept: boolean;
 }
 
+/** How many freed entries the lock table keeps for reuse (see `MemoryLockStore.#dropIfUnused`). */
+const KEPT_FREE = 1024;
+
 /**
- * The process's lock table: per key a holder and a FIFO queue of waiters. A key's entry exists
- * only while it is held or waited for (reference-counted, seed 002), so the table never grows with
- * the number of keys ever used. Tokens come from one counter for the whole table, which makes them
- * strictly increasing per key even though a key's entry is dropped between uses.
+ * The process's lock table: per key a holder and a FIFO queue of waiters. A key's entry lives
+ * while it is held or waited for (reference-counted, seed 002); of the freed ones, only the newest
+ * KEPT_FREE stay, for reuse. So the table never grows with the number of keys ever used. Tokens
+ * come from one counter for the whole table, which makes them strictly increasing per key even
+ * though a key's entry is dropped between uses.
  */
 export class MemoryLockStore {
   readonly #keys = new Map<string, KeyState>();
+  /** The keys of freed entries kept for reuse, oldest first (at most KEPT_FREE). */
+  readonly #kept = new Set<string>();
   readonly #shared = new Map<string, SharedState>();
   #lastToken = 0n;
 
@@ -89,10 +97,12 @@ export class MemoryLockStore {
 
   /** `LockBackend.acquireNow`: a grant or a busy one-shot answer at once; undefined when the request must wait. Never throws. */
   acquireNow(req: AcquireRequest): Lease | null | undefined {
-    this.#expireIfDue(req.key);
     const state = this.#keys.get(req.key);
-    if (state && (state.holder || state.waiters.length > 0)) return req.wait ? undefined : null;
-    return this.#grant(req.key, state ?? this.#newState(req.key), req);
+    if (!state) return this.#grant(req.key, this.#newState(req.key), req);
+    if (state.holder && performance.now() >= state.holder.expiresAt) this.#vacate(req.key, state);
+    if (state.holder || state.waiters.length > 0) return req.wait ? undefined : null;
+    // The lapsed lease's entry may have gone with it.
+    return this.#grant(req.key, this.#state(req.key), req);
   }
 
   acquire(req: AcquireRequest): Promise<Lease | null> {
@@ -181,11 +191,18 @@ export class MemoryLockStore {
   inspect(key: string): { holder: string | undefined; waiters: string[] } | undefined {
     this.#expireIfDue(key);
     const state = this.#keys.get(key);
-    return state && { holder: state.holder?.owner, waiters: state.waiters.map((w) => w.req.owner) };
+    return state && inUse(state) ? { holder: state.holder?.owner, waiters: state.waiters.map((w) => w.req.owner) } : undefined;
   }
 
-  /** Number of keys with an entry (held or waited for; mutex and shared keys). */
+  /** Number of keys held or waited for (mutex and shared keys); freed entries kept for reuse do not count. O(keys). */
   get size(): number {
+    let used = 0;
+    for (const state of this.#keys.values()) if (inUse(state)) used++;
+    return used + this.#shared.size;
+  }
+
+  /** Number of entries the table holds: the keys in use and up to KEPT_FREE (1 024) freed ones kept for reuse. */
+  get retained(): number {
     return this.#keys.size + this.#shared.size;
   }
 
@@ -253,7 +270,7 @@ export class MemoryLockStore {
   }
 
   #newState(key: string): KeyState {
-    const state: KeyState = { holder: undefined, waiters: [] };
+    const state: KeyState = { holder: undefined, waiters: [], kept: false };
     this.#keys.set(key, state);
     return state;
   }
@@ -289,9 +306,26 @@ export class MemoryLockStore {
     else this.#dropIfUnused(key, state);
   }
 
+  /**
+   * A freed entry stays for reuse among the newest KEPT_FREE: a key taken again soon (a job's lock
+   * in a loop) then costs no table insert and delete per cycle, which is a sixth of an in-process
+   * lock cycle. The oldest kept entry goes when it is still free.
+   */
   #dropIfUnused(key: string, state: KeyState): void {
-    if (!state.holder && state.waiters.length === 0 && this.#keys.get(key) === state) this.#keys.delete(key);
+    if (inUse(state) || state.kept || this.#keys.get(key) !== state) return;
+    state.kept = true;
+    this.#kept.add(key);
+    if (this.#kept.size <= KEPT_FREE) return;
+    const oldest: string = this.#kept.values().next().value!;
+    this.#kept.delete(oldest);
+    const old = this.#keys.get(oldest)!;
+    old.kept = false;
+    if (!inUse(old)) this.#keys.delete(oldest);
   }
+}
+
+function inUse(state: KeyState): boolean {
+  return state.holder !== undefined || state.waiters.length > 0;
 }
 
 /** The table every `memoryBackend()` without an explicit `store` shares: one per process. */

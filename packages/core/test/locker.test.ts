@@ -145,6 +145,30 @@ describe('Locker renewal', () => {
     expect(store.size).toBe(0);
   });
 
+  it('the lock table keeps at most 1 024 freed entries, and one kept entry taken again works as a new one', async () => {
+    const store = new MemoryLockStore();
+    const locker = createLocker(memoryBackend({ store }), { ttlMs: 1000 });
+    // Taken again while kept, then held while 2 000 other keys pass through: it is not dropped
+    // while held, and waiters on it are served in order.
+    const first = await locker.lock('again');
+    await first.release();
+    const held = await locker.lock('again');
+    expect(held.token).toBeGreaterThan(first.token);
+    for (let i = 0; i < 2000; i++) await (await locker.lock(`k${i}`)).release();
+    expect(store.retained).toBe(1024 + 1);
+    expect(store.size).toBe(1);
+    expect(store.inspect('k1999')).toBeUndefined();
+    const waiting = locker.lock('again');
+    expect(store.inspect('again')).toEqual({ holder: held.owner, waiters: [expect.any(String)] });
+    await held.release();
+    const next = await waiting;
+    expect(next.token).toBeGreaterThan(held.token);
+    await next.release();
+    expect(store.size).toBe(0);
+    expect(store.retained).toBeLessThanOrEqual(1024);
+    await locker.close();
+  });
+
   it('withLock: the body error wins and the lock is released', async () => {
     const store = new MemoryLockStore();
     const locker = createLocker(memoryBackend({ store }), { ttlMs: 1000 });
