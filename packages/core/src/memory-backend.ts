@@ -50,14 +50,14 @@ const KEPT_FREE = 1024;
 
 /**
  * The process's lock table: per key a holder and a FIFO queue of waiters. A key's entry lives
- * while it is held or waited for (reference-counted, seed 002); of the freed ones, only the newest
- * KEPT_FREE stay, for reuse. So the table never grows with the number of keys ever used. Tokens
+ * while it is held or waited for (reference-counted, seed 002); at most KEPT_FREE freed ones stay
+ * besides, for reuse. So the table never grows with the number of keys ever used. Tokens
  * come from one counter for the whole table, which makes them strictly increasing per key even
  * though a key's entry is dropped between uses.
  */
 export class MemoryLockStore {
   readonly #keys = new Map<string, KeyState>();
-  /** The keys of freed entries kept for reuse, oldest first (at most KEPT_FREE). */
+  /** The keys of the entries kept for reuse, in the order they were listed (at most KEPT_FREE; some may be in use again). */
   readonly #kept = new Set<string>();
   readonly #shared = new Map<string, SharedState>();
   #lastToken = 0n;
@@ -307,9 +307,11 @@ export class MemoryLockStore {
   }
 
   /**
-   * A freed entry stays for reuse among the newest KEPT_FREE: a key taken again soon (a job's lock
-   * in a loop) then costs no table insert and delete per cycle, which is a sixth of an in-process
-   * lock cycle. The oldest kept entry goes when it is still free.
+   * A freed entry stays for reuse: a key taken again soon (a job's lock in a loop) then costs no
+   * table insert and delete per cycle, a sixth of an in-process lock cycle. An entry is listed once,
+   * when first freed, and stays listed while it is reused; once KEPT_FREE are listed, each new one
+   * delists the one listed longest ago, which goes from the table unless it is in use (then it is
+   * listed again when next freed).
    */
   #dropIfUnused(key: string, state: KeyState): void {
     if (inUse(state) || state.kept || this.#keys.get(key) !== state) return;
