@@ -101,7 +101,7 @@ export class MemoryLockStore {
     if (!state) return this.#grant(req.key, this.#newState(req.key), req);
     if (state.holder && performance.now() >= state.holder.expiresAt) this.#vacate(req.key, state);
     if (state.holder || state.waiters.length > 0) return req.wait ? undefined : null;
-    // The lapsed lease's entry may have gone with it.
+    // The lapsed lease's entry normally stays, kept for reuse; looked up again rather than counted on.
     return this.#grant(req.key, this.#state(req.key), req);
   }
 
