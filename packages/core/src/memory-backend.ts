@@ -99,8 +99,8 @@ export class MemoryLockStore {
   acquireNow(req: AcquireRequest): Lease | null | undefined {
     const state = this.#keys.get(req.key);
     if (!state) return this.#grant(req.key, this.#newState(req.key), req);
-    if (state.holder && performance.now() >= state.holder.expiresAt) this.#vacate(req.key, state);
-    if (state.holder || state.waiters.length > 0) return req.wait ? undefined : null;
+    this.#expireIfDue(req.key, state);
+    if (inUse(state)) return req.wait ? undefined : null;
     // The lapsed lease's entry normally stays, kept for reuse; looked up again rather than counted on.
     return this.#grant(req.key, this.#state(req.key), req);
   }
@@ -260,8 +260,7 @@ export class MemoryLockStore {
   }
 
   /** Leases end lazily: whoever looks at a key first after its expiry frees it. */
-  #expireIfDue(key: string): void {
-    const state = this.#keys.get(key);
+  #expireIfDue(key: string, state = this.#keys.get(key)): void {
     if (state?.holder && performance.now() >= state.holder.expiresAt) this.#vacate(key, state);
   }
 
