@@ -19,9 +19,12 @@ import { Etcd3, EtcdLockFailedError } from 'etcd3';
 const url = process.env.ETCD_URL ?? 'etcd://127.0.0.1:2379';
 const key = 'handoff-steps';
 const at = () => performance.timeOrigin + performance.now();
-const [role, rounds, subject = 'deadbolt'] = process.argv[2] === 'waiter' ? ['waiter', 0, process.argv[3]] : ['parent', Number(process.argv[2] ?? 200), process.argv[3]];
+// The parent is called with [rounds] [subject], the waiter it forks with `waiter <subject>`.
+const isWaiter = process.argv[2] === 'waiter';
+const rounds = isWaiter ? 0 : Number(process.argv[2] ?? 200);
+const subject = process.argv[3] ?? 'deadbolt';
 
-/** Takes the lock (waiting as long as it takes) and returns its release. */
+/** A subject: `acquire` takes the lock (waiting as long as it takes) and returns its release; `close` ends its connection. */
 function openSubject(name) {
   if (name === 'deadbolt') {
     const locker = createLocker(etcdBackend({ url }), { ttlMs: 10_000 });
@@ -56,7 +59,7 @@ function openSubject(name) {
 
 const held = openSubject(subject);
 
-if (role === 'waiter') {
+if (isWaiter) {
   process.on('message', async (message) => {
     if (message === 'stop') {
       await held.close();
