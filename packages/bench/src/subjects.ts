@@ -42,7 +42,13 @@ export interface Held {
 
 /** Something that takes and gives back one lock, the way its library's user would write it. */
 export interface Client {
-  acquire(key: string): Promise<Held>;
+  /**
+   * Waits until granted. A subject that retries in a loop of its own checks `signal` before each
+   * attempt and, once it has aborted, rejects with its reason (an attempt under way may still be
+   * granted first); subjects whose waits end by themselves ignore it. Rejects with the library's
+   * own error when the store fails.
+   */
+  acquire(key: string, signal?: AbortSignal): Promise<Held>;
   close(): Promise<void>;
 }
 
@@ -70,7 +76,9 @@ function deadbolt(name: string, store: Subject['store'], make: () => LockBackend
     backend: make,
     async client() {
       const locker = createLocker(make(), { ttlMs: TTL_MS });
-      // A Lock is already what the benchmark holds (release, token): no wrapper to time.
+      // A Lock is already what the benchmark holds (release, token): no wrapper to time. The
+      // give-up signal is not passed: our waits end by themselves (every store operation is bounded
+      // by the locker), and a signal would add its listener to every timed wait.
       return { acquire: (key) => locker.lock(key), close: () => locker.close() };
     },
   };
@@ -155,8 +163,9 @@ export function subjects(): Subject[] {
         const clients = redlockNodes.map((url) => new Redis(url));
         const redlock = new Redlock(clients);
         return {
-          async acquire(key) {
+          async acquire(key, signal) {
             for (;;) {
+              signal?.throwIfAborted();
               try {
                 const lock = await redlock.acquire([key], TTL_MS);
                 return { release: async () => void (await lock.release()) };
@@ -175,9 +184,10 @@ export function subjects(): Subject[] {
       async client() {
         const etcd = new Etcd3({ hosts: urls.etcd.replace(/^etcd:/, 'http:') });
         return {
-          async acquire(key) {
+          async acquire(key, signal) {
             // etcd3's Lock only try-locks; a user retries it.
             for (;;) {
+              signal?.throwIfAborted();
               const lock = etcd.lock(key).ttl(TTL_MS / 1000);
               try {
                 await lock.acquire();
@@ -218,9 +228,10 @@ export function subjects(): Subject[] {
       client: () =>
         redisClient((redis) => {
           const redlock = new Redlock([redis]);
-          return async (key) => {
+          return async (key, signal) => {
             // Default settings give up after 10 retries; a user wraps that in a loop.
             for (;;) {
+              signal?.throwIfAborted();
               try {
                 const lock = await redlock.acquire([key], TTL_MS);
                 return { release: async () => void (await lock.release()) };

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { longHolds, uncontended } from '../dist/scenarios.js';
+import { contendedResult, longHolds, openContended, uncontended } from '../dist/scenarios.js';
 import { openProbe } from '../dist/stores.js';
 import { floors, subjects } from '../dist/subjects.js';
 
@@ -45,6 +45,38 @@ describe('bench', () => {
     // The broken client ran its warm-up (100 cycles) and failed halfway through its first timed block
     // of 100; no later round called it again.
     expect(attempts).toBe(151);
+  });
+
+  it('scenario 3 gives up a wait still pending a grace period after its segment ended, and counts it as a wait that long at least', async () => {
+    // A peer that retries in a loop of its own and never wins, as a livelocked Redlock does.
+    const livelocked = {
+      name: 'livelocked',
+      store: 'memory' as const,
+      client: async () => ({
+        acquire: async (_key: string, signal?: AbortSignal): Promise<never> => {
+          for (;;) {
+            signal?.throwIfAborted();
+            await new Promise((resolve) => setTimeout(resolve, 5));
+          }
+        },
+        close: async () => undefined,
+      }),
+    };
+    const session = await openContended(livelocked, 2, 1, 200, 50, 300);
+    try {
+      const started = performance.now();
+      const segment = await session.run(0);
+      const took = performance.now() - started;
+      expect(took).toBeGreaterThanOrEqual(490);
+      expect(took).toBeLessThan(2000);
+      expect(segment.records).toEqual([]);
+      expect(segment.gaveUp).toHaveLength(2);
+      const result = contendedResult('livelocked', 2, 1, [segment]);
+      expect(result.gaveUp).toBe(2);
+      expect(result.wait.max).toBeGreaterThanOrEqual(490);
+    } finally {
+      await session.close();
+    }
   });
 
   it('scenario 5 on Redis: no lock lost while held; every injected loss aborts lock.signal within a renewal period', async () => {
