@@ -45,8 +45,8 @@ export interface Client {
   /**
    * Waits until granted. A subject that retries in a loop of its own checks `signal` before each
    * attempt and, once it has aborted, rejects with its reason (an attempt under way may still be
-   * granted first); subjects whose waits end by themselves ignore it. Rejects with the library's
-   * own error when the store fails.
+   * granted first); subjects whose waits end by themselves ignore it. A store failure rejects
+   * with the library's own error, except in a loop that retries every error, as its user would.
    */
   acquire(key: string, signal?: AbortSignal): Promise<Held>;
   close(): Promise<void>;
