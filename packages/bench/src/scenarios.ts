@@ -42,11 +42,15 @@ function total<K extends string>(segments: Partial<Record<K, number>>[], field: 
   return sum;
 }
 
-/** A timed row's segments taken together: every acquisition in grant order, the time, the rate and the waits. */
-function overall(segments: { records: Acquisition[]; seconds: number }[]) {
+/**
+ * A timed row's segments taken together: every acquisition in grant order, the time, the rate and
+ * the waits (with `alsoWaited`, waits that were given up, counted at the time they had lasted).
+ */
+function overall(segments: { records: Acquisition[]; seconds: number }[], alsoWaited: number[] = []) {
   const acquisitions = segments.flatMap((s) => s.records).sort((a, b) => a.granted - b.granted);
   const seconds = segments.reduce((sum, s) => sum + s.seconds, 0);
-  return { acquisitions, seconds, perSecond: acquisitions.length / seconds, wait: summarize(acquisitions.map((a) => a.granted - a.asked)) };
+  const wait = summarize([...acquisitions.map((a) => a.granted - a.asked), ...alsoWaited]);
+  return { acquisitions, seconds, perSecond: acquisitions.length / seconds, wait };
 }
 
 /** One subject of scenario 1: a client already open, and how many cycles it is timed for. */
@@ -261,10 +265,9 @@ export function contendedResult(subject: string, clients: number, holdMs: number
       if (prev.client !== next.client) handoffs.push(Math.max(0, next.granted - prev.released));
     }
   }
-  const { acquisitions, seconds, perSecond } = overall(segments);
   // A wait given up had lasted at least that long: it counts in the waits, as a lower bound.
   const gaveUp = segments.flatMap((s) => s.gaveUp);
-  const wait = summarize([...acquisitions.map((a) => a.granted - a.asked), ...gaveUp]);
+  const { acquisitions, seconds, perSecond, wait } = overall(segments, gaveUp);
   const counts = Array.from({ length: clients }, (_, c) => acquisitions.filter((a) => a.client === c).length);
   // Tokens are checked across segments too: one key, so they must rise over the whole run.
   const tokens = acquisitions.map((a) => a.token).filter((t) => t !== undefined).map(BigInt);

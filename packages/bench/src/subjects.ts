@@ -69,6 +69,29 @@ export interface Subject {
 
 const TTL_MS = 10_000;
 
+/**
+ * A user's loop around a library call that gives up when busy: `attempt` until it grants, sleeping
+ * `pauseMs` after each failure that `busy` accepts (any other error rejects). Checks `signal`
+ * before each attempt and rejects with its reason once it has aborted (see `Client.acquire`).
+ */
+async function retried(attempt: () => Promise<Held>, signal: AbortSignal | undefined, busy: (error: unknown) => boolean = () => true, pauseMs = 0): Promise<Held> {
+  for (;;) {
+    signal?.throwIfAborted();
+    try {
+      return await attempt();
+    } catch (error) {
+      if (!busy(error)) throw error;
+    }
+    if (pauseMs > 0) await sleep(pauseMs);
+  }
+}
+
+/** Redlock's `acquire` as the benchmark holds it (its own retries, then an error when busy or failing). */
+async function redlockHeld(redlock: Redlock, key: string): Promise<Held> {
+  const lock = await redlock.acquire([key], TTL_MS);
+  return { release: async () => void (await lock.release()) };
+}
+
 function deadbolt(name: string, store: Subject['store'], make: () => LockBackend): Subject {
   return {
     name,
@@ -163,17 +186,8 @@ export function subjects(): Subject[] {
         const clients = redlockNodes.map((url) => new Redis(url));
         const redlock = new Redlock(clients);
         return {
-          async acquire(key, signal) {
-            for (;;) {
-              signal?.throwIfAborted();
-              try {
-                const lock = await redlock.acquire([key], TTL_MS);
-                return { release: async () => void (await lock.release()) };
-              } catch {
-                /* retry, as a user would */
-              }
-            }
-          },
+          // Any error is retried, as a user would.
+          acquire: (key, signal) => retried(() => redlockHeld(redlock, key), signal),
           close: async () => clients.forEach((c) => c.disconnect()),
         };
       },
@@ -184,20 +198,18 @@ export function subjects(): Subject[] {
       async client() {
         const etcd = new Etcd3({ hosts: urls.etcd.replace(/^etcd:/, 'http:') });
         return {
-          async acquire(key, signal) {
-            // etcd3's Lock only try-locks; a user retries it.
-            for (;;) {
-              signal?.throwIfAborted();
-              const lock = etcd.lock(key).ttl(TTL_MS / 1000);
-              try {
+          // etcd3's Lock only try-locks; a user retries it.
+          acquire: (key, signal) =>
+            retried(
+              async () => {
+                const lock = etcd.lock(key).ttl(TTL_MS / 1000);
                 await lock.acquire();
                 return { release: async () => void (await lock.release()) };
-              } catch (error) {
-                if (!(error instanceof EtcdLockFailedError)) throw error;
-                await sleep(retryMs);
-              }
-            }
-          },
+              },
+              signal,
+              (error) => error instanceof EtcdLockFailedError,
+              retryMs,
+            ),
           close: async () => etcd.close(),
         };
       },
@@ -228,18 +240,8 @@ export function subjects(): Subject[] {
       client: () =>
         redisClient((redis) => {
           const redlock = new Redlock([redis]);
-          return async (key, signal) => {
-            // Default settings give up after 10 retries; a user wraps that in a loop.
-            for (;;) {
-              signal?.throwIfAborted();
-              try {
-                const lock = await redlock.acquire([key], TTL_MS);
-                return { release: async () => void (await lock.release()) };
-              } catch {
-                /* retry */
-              }
-            }
-          };
+          // Default settings give up after 10 retries; a user wraps that in a loop.
+          return (key, signal) => retried(() => redlockHeld(redlock, key), signal);
         }),
     },
     {
@@ -248,10 +250,7 @@ export function subjects(): Subject[] {
       client: () =>
         redisClient((redis) => {
           const redlock = new Redlock([redis], { retryCount: -1, retryDelay: 1, retryJitter: 1 });
-          return async (key) => {
-            const lock = await redlock.acquire([key], TTL_MS);
-            return { release: async () => void (await lock.release()) };
-          };
+          return (key) => redlockHeld(redlock, key);
         }),
     },
   ];
