@@ -20,9 +20,12 @@ export interface Timer {
  * taken, and a Node timer costs more than the rest of an in-process lock cycle. So calls with the
  * same whole-millisecond delay share one Node timer: they wait in a list in the order they were
  * armed (their deadlines are then in order too, give or take under a millisecond), and the list's
- * one timer fires for its head. Cancelling unlinks an entry; an empty list keeps its timer only
- * unref'd, so a cancelled timer never holds the process open. Delays too long for one Node timer
- * chain them. `now`: the caller's `performance.now()`, if it just read it.
+ * one timer fires for its head. Cancelling unlinks an entry; a list left empty keeps its timer
+ * only unref'd (so a cancelled timer never holds the process open), for the next timer of its delay,
+ * but at most IDLE_LISTS_KEPT such lists are kept: waits with ever new delays (each key of a
+ * `lockAll` gets what is left of one deadline) would otherwise keep a list and a Node timer per
+ * delay until it passed. Delays too long for one Node timer chain them. `now`: the caller's
+ * `performance.now()`, if it just read it.
  */
 export function after(ms: number, fn: () => void, unref = false, now = performance.now()): Timer {
   if (ms === Infinity) return NEVER;
@@ -43,7 +46,7 @@ function chained(deadline: number, fn: () => void, unref: boolean): Timer {
   const arm = () => {
     const left = deadline - performance.now();
     if (left <= 0) return fn();
-    handle = setTimeout(arm, Math.min(Math.ceil(left), MAX_TIMER_MS));
+    handle = setTimeout(arm, nodeDelay(Math.min(Math.ceil(left), MAX_TIMER_MS)));
     if (unref) handle.unref();
   };
   arm();
@@ -69,6 +72,29 @@ class Entry implements Timer {
 const refLists = new Map<number, TimerList>();
 const unrefLists = new Map<number, TimerList>();
 
+/** How many empty lists keep their timer for the next timer of their delay (the oldest goes first). */
+const IDLE_LISTS_KEPT = 64;
+/** The empty lists kept, in the order they became empty. */
+const idle = new Set<TimerList>();
+
+/**
+ * The delay a Node timer is armed with for `ms`: `ms` itself up to 64, above that rounded down to
+ * one of 32 steps per doubling (within 3 %). Node keeps internal state for every distinct delay
+ * it was ever given (about 110 bytes each, never given back), so 100 000 waits with distinct
+ * timeouts would leave megabytes behind; with these at most ~850 delays exist. A timer that fires
+ * early finds its head not yet due and re-arms for what is left, which converges in a step or two.
+ */
+function nodeDelay(ms: number): number {
+  if (ms <= 64) return ms;
+  const step = 2 ** (Math.floor(Math.log2(ms)) - 5);
+  return Math.floor(ms / step) * step;
+}
+
+/** How many timer lists exist (tests: cancelled timers must not pile up). */
+export function timerLists(): number {
+  return refLists.size + unrefLists.size;
+}
+
 /** The timers of one whole-millisecond delay (see `after`). */
 class TimerList {
   #head: Entry | undefined;
@@ -82,6 +108,7 @@ class TimerList {
   ) {}
 
   add(deadline: number, fn: () => void): Entry {
+    idle.delete(this);
     const entry = new Entry(deadline, fn, this);
     entry.prev = this.#tail;
     if (this.#tail) this.#tail.next = entry;
@@ -100,11 +127,23 @@ class TimerList {
     if (entry.next) entry.next.prev = entry.prev;
     else this.#tail = entry.prev;
     entry.prev = entry.next = entry.list = undefined;
-    if (!this.#head) this.#timer?.unref();
+    if (!this.#head && this.#timer) {
+      this.#timer.unref();
+      idle.add(this);
+      if (idle.size > IDLE_LISTS_KEPT) idle.values().next().value!.#drop();
+    }
+  }
+
+  /** Gives up an empty list and its timer. */
+  #drop(): void {
+    idle.delete(this);
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    if (this.lists.get(this.ms) === this) this.lists.delete(this.ms);
   }
 
   #arm(ms: number): void {
-    this.#timer = setTimeout(this.#fire, ms);
+    this.#timer = setTimeout(this.#fire, nodeDelay(ms));
     if (this.unref) this.#timer.unref();
   }
 
@@ -126,7 +165,7 @@ class TimerList {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#head) this.#arm(Math.max(1, Math.ceil(this.#head.deadline - performance.now())));
-    else if (this.lists.get(this.ms) === this) this.lists.delete(this.ms);
+    else this.#drop();
     // As a throwing Node timer callback would: an uncaught exception, after the others ran.
     if (failure) {
       const { error } = failure;

@@ -1,7 +1,8 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { after } from '../src/time.js';
+import { after, timerLists } from '../src/time.js';
+import { createLocker, memoryBackend, MemoryLockStore } from '../src/index.js';
 
 describe('after(): timers that share one Node timer per delay', () => {
   it('never fires early, fires each timer once, in deadline order (deadlines a few ms apart; within a millisecond the order is not promised), and a cancelled one never', async () => {
@@ -78,5 +79,28 @@ describe('after(): timers that share one Node timer per delay', () => {
     const unref = run(`after(5000, () => console.log('fired'), true);`);
     expect(unref).toMatchObject({ status: 0, out: '' });
     expect(unref.ms).toBeLessThan(3000);
+  });
+
+  it('cancelled timers of ever new delays do not pile up: 100 000 waits with distinct timeouts leave a bounded number of timer lists, and no memory', async () => {
+    // Measured in a process of its own, after a full GC: Node also keeps state for every delay it was given.
+    const time = new URL('../dist/time.js', import.meta.url).href;
+    const body = `const heap = () => (globalThis.gc(), process.memoryUsage().heapUsed);
+      const start = heap();
+      for (let i = 0; i < 100000; i++) after(10000 + i * 7.3, () => undefined).cancel();
+      await new Promise((r) => setTimeout(r, 50));
+      console.log(Math.round((heap() - start) / 1e6));`;
+    const child = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', `import { after } from ${JSON.stringify(time)};\n${body}`], { encoding: 'utf8' });
+    expect(child.status, child.stderr).toBe(0);
+    expect(Number(child.stdout.trim()), 'MB retained after 100 000 cancelled timers of distinct delays').toBeLessThanOrEqual(3);
+    const before = timerLists();
+    for (let i = 0; i < 100_000; i++) after(10_000 + i * 7.3, () => undefined).cancel();
+    expect(timerLists() - before).toBeLessThanOrEqual(64);
+    // The same through the API: waits that time out with distinct budgets (what lockAll gives each key).
+    const locker = createLocker(memoryBackend({ store: new MemoryLockStore() }), { ttlMs: 60_000 });
+    const held = await locker.lock('busy');
+    await Promise.all(Array.from({ length: 2000 }, (_, i) => locker.lock('busy', { timeoutMs: 30 + i * 0.37 }).catch(() => undefined)));
+    await held.release();
+    await locker.close();
+    expect(timerLists() - before).toBeLessThanOrEqual(64);
   });
 });
