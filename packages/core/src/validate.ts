@@ -4,10 +4,16 @@ import { InvalidArgumentError } from './errors.js';
 /** Longest key every backend must accept, in UTF-8 bytes. */
 export const MAX_KEY_BYTES = 1024;
 
-/** @throws InvalidArgumentError unless `key` is a non-empty string of at most 1024 UTF-8 bytes. */
+/**
+ * @throws InvalidArgumentError unless `key` is a non-empty, well-formed string (no lone UTF-16
+ * surrogate) of at most 1024 UTF-8 bytes. Every store sees a key as its UTF-8 bytes, where a lone
+ * surrogate becomes U+FFFD: `'x\uD800'`, `'x\uDC00'` and `'x\uFFFD'` would be one lock there while
+ * this process took them for three (and `lockAll` of two of them would wait for itself).
+ */
 export function validateKey(key: unknown): asserts key is string {
   if (typeof key !== 'string') throw new InvalidArgumentError(`key must be a string, got ${typeof key}`);
   if (key.length === 0) throw new InvalidArgumentError('key must not be empty');
+  if (!key.isWellFormed()) throw new InvalidArgumentError('key must be well-formed Unicode: it holds a lone UTF-16 surrogate, which stores cannot tell from U+FFFD');
   // A UTF-16 code unit is at most 3 UTF-8 bytes: only a long key needs counting.
   if (key.length <= MAX_KEY_BYTES / 3) return;
   const bytes = Buffer.byteLength(key, 'utf8');
