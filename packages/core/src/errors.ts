@@ -84,14 +84,17 @@ export class LockUpgradeError extends DeadboltError {
 }
 
 /**
- * A non-reentrant locker was asked, inside `withLock` (or `withLockAll`) of a key, for that same key
- * through the same locker: the caller would wait for itself forever. Refused at once; pass
- * `reentrant: true` (on the locker or the call) to nest instead.
+ * A non-reentrant locker was asked, inside `withLock` (or `withLockAll`, `withWrite`, `withRead`,
+ * `withPermit`) of a key, for that same key through the same locker in a way that would wait for
+ * itself: a lock inside its lock, a write or read inside its write, a read inside its read (a
+ * writer queued between them waits for the outer read, and the inner read waits for the writer),
+ * a permit inside its permit (at the limit, none frees). Refused at once; pass `reentrant: true`
+ * (on the locker or the call) to nest instead: the nested hold shares the outer one's lease.
  */
 export class SelfDeadlockError extends DeadboltError {
   readonly code = 'SELF_DEADLOCK' as const;
   constructor(readonly key: string) {
-    super(`lock ${JSON.stringify(key)} is already held by this caller (inside withLock of it) through this locker; waiting would deadlock (pass reentrant: true to nest)`);
+    super(`${JSON.stringify(key)} is already held by this caller (inside a with… helper of it) through this locker; waiting would deadlock (pass reentrant: true to nest)`);
   }
 }
 
@@ -108,7 +111,10 @@ export class LockerClosedError extends DeadboltError {
   }
 }
 
-/** The store could not be reached (refused, timed out, connection lost). `cause` is the driver error. */
+/**
+ * The store could not be reached (refused, timed out, connection lost). `cause` is the driver error,
+ * with every password of a store URL this process was given blanked out of it (see `keepSecret`).
+ */
 export class BackendUnavailableError extends DeadboltError {
   readonly code = 'BACKEND_UNAVAILABLE' as const;
   constructor(
@@ -116,11 +122,14 @@ export class BackendUnavailableError extends DeadboltError {
     readonly operation: string,
     options?: ErrorOptions,
   ) {
-    super(`${backend} is unavailable during ${operation}: ${describeCause(options?.cause)}`, options);
+    super(`${backend} is unavailable during ${operation}: ${describeCause(scrub(options?.cause))}`, options);
   }
 }
 
-/** The store answered with an error. `cause` is the driver error; `backend` and `operation` say where. */
+/**
+ * The store answered with an error. `cause` is the driver error (passwords blanked out, as for
+ * `BackendUnavailableError`); `backend` and `operation` say where.
+ */
 export class BackendError extends DeadboltError {
   readonly code = 'BACKEND_ERROR' as const;
   constructor(
@@ -128,8 +137,40 @@ export class BackendError extends DeadboltError {
     readonly operation: string,
     options?: ErrorOptions,
   ) {
-    super(`${backend} failed during ${operation}: ${describeCause(options?.cause)}`, options);
+    super(`${backend} failed during ${operation}: ${describeCause(scrub(options?.cause))}`, options);
   }
+}
+
+/** Passwords this process was given in store URLs (`keepSecret`). */
+const secrets = new Set<string>();
+
+/**
+ * Marks `secret` (a store URL's password) as never to be shown: every store error deadbolt wraps
+ * has it blanked out of its cause, all the way down (drivers put it in places of their own: ioredis
+ * keeps a failed AUTH's arguments on the error). Core's URL rule calls it for every URL it reads.
+ */
+export function keepSecret(secret: string | undefined): void {
+  if (secret) secrets.add(secret);
+}
+
+/** `value` with every kept secret replaced by `***` in every string it holds (own properties, causes, arrays), in place. */
+function scrub<T>(value: T, seen = new Set<unknown>(), depth = 0): T {
+  if (secrets.size === 0 || value === null || typeof value !== 'object' || seen.has(value) || depth > 8) return value;
+  seen.add(value);
+  for (const key of Reflect.ownKeys(value)) {
+    const property = Object.getOwnPropertyDescriptor(value, key);
+    if (!property || !('value' in property)) continue; // getters are left alone
+    const inner: unknown = property.value;
+    if (typeof inner === 'string') {
+      let clean = inner;
+      for (const secret of secrets) clean = clean.replaceAll(secret, '***');
+      if (clean !== inner && property.writable) (value as Record<PropertyKey, unknown>)[key] = clean;
+      else if (clean !== inner && property.configurable) Object.defineProperty(value, key, { ...property, value: clean });
+    } else {
+      scrub(inner, seen, depth + 1);
+    }
+  }
+  return value;
 }
 
 function describeCause(cause: unknown): string {

@@ -4,7 +4,8 @@ import type { Lock } from './locker.js';
 
 /**
  * What the current async context holds through the callback helpers (`withLock`, `withLockAll`,
- * `withRead`): "the same logical caller" for reentrancy, self-deadlock and upgrade checks. Node has
+ * `withRead`, `withWrite`, `withPermit`): "the same logical caller" for reentrancy, self-deadlock
+ * and upgrade checks. Node has
  * no other sound notion of a caller: a scope is opened by `AsyncLocalStorage.run` around the
  * helper's function, so it covers everything that function awaits or starts, and nothing started
  * beside it (two concurrent requests, or two branches of one `Promise.all` outside the function,
@@ -14,15 +15,24 @@ export interface HeldEntry {
   /** The locker that took it: two lockers never share holds. */
   readonly locker: object;
   readonly key: string;
-  readonly kind: 'lock' | 'read';
+  readonly kind: HeldKind;
   readonly lock: Lock;
 }
 
+/** How a key is held: a mutex lock, a read or write lock, or a semaphore permit. */
+export type HeldKind = 'lock' | 'read' | 'write' | 'permit';
+
+/** Which holds a take of each kind would wait behind (read and write locks of a key wait for each other). */
+const MEETS: Record<HeldKind, readonly HeldKind[]> = { lock: ['lock'], read: ['read', 'write'], write: ['read', 'write'], permit: ['permit'] };
+
 const scope = new AsyncLocalStorage<readonly HeldEntry[]>();
 
-/** What the current context holds of `key` through `locker`, as `kind`. */
-export function heldInScope(locker: object, key: string, kind: HeldEntry['kind']): HeldEntry | undefined {
-  return scope.getStore()?.find((e) => e.locker === locker && e.key === key && e.kind === kind);
+/** What the current context holds of `key` through `locker` that a take as `want` would wait behind. */
+export function heldInScope(locker: object, key: string, want: HeldKind): HeldEntry | undefined {
+  const held = scope.getStore();
+  if (!held) return undefined;
+  const kinds = MEETS[want];
+  return held.find((e) => e.locker === locker && e.key === key && kinds.includes(e.kind));
 }
 
 /** Run `fn` in a scope that also holds `entries`. */

@@ -15,6 +15,7 @@ export {
   noAnswer,
   DeadboltError,
   InvalidArgumentError,
+  keepSecret,
   LimitMismatchError,
   LockerClosedError,
   LockUpgradeError,
@@ -26,6 +27,7 @@ export {
 } from './errors.js';
 export {
   createLocker,
+  optionRules,
   type Lock,
   type Locker,
   type LockerOptions,
@@ -37,8 +39,9 @@ export {
 export { grantable } from './shared.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS, validateKey, validateKeys, validatePositive, validateTimeout, validateTtl } from './validate.js';
+export { count, describe, flag, instance, ms, nested, oneOf, own, parseStoreUrl, readOptions, required, settings, share, signal, text, url, wait, type ReadOptions, type Rule, type Rules, type StoreUrl } from './options.js';
 export type { MultiLock } from './multi-lock.js';
 export { StrandedConnections } from './stranded.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
-export { AGAIN, cancelOnAbort, InFlight, POLL_SOON, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, waitOnConnections, watchBlocked, type PollOptions } from './wait.js';
+export { AGAIN, cancelOnAbort, InFlight, MIN_WAITER_PLACE_MS, POLL_SOON, waiterCadence, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, waitOnConnections, watchBlocked, type PollOptions } from './wait.js';
 export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './migrating-backend.js';

@@ -14,11 +14,12 @@ import {
   NotOwnerError,
   SelfDeadlockError,
 } from './errors.js';
-import { heldInScope, ReentrantLock, runHolding } from './held-scope.js';
+import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
 import { MultiLockHandle, releaseAll, type MultiLock } from './multi-lock.js';
 import { after, race, raceSignal, withTimeout, type Timer } from './time.js';
 import { DONE, waitOnConnections } from './wait.js';
-import { validateKey, validateKeys, validateSignal, validateTimeout, validateTtl } from './validate.js';
+import { count, flag, ms, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
+import { validateKey, validateKeys, validateTtl } from './validate.js';
 
 /** Defaults for every lock a locker takes. */
 export interface LockerOptions {
@@ -53,7 +54,8 @@ export interface LockerOptions {
   unavailableGraceMs?: number;
   /**
    * Let a caller take again a key it holds (see `LockOptions.reentrant`). Default false: such a
-   * `lock()` rejects with `SelfDeadlockError` instead of waiting for itself.
+   * take rejects with `SelfDeadlockError` instead of waiting for itself (a one-shot `try…` gives
+   * null).
    */
   reentrant?: boolean;
   /**
@@ -74,7 +76,10 @@ export interface LockOptions {
   /**
    * Inside `withLock(key, fn)` (or `withLockAll`) of this locker, taking `key` again succeeds at
    * once with the same lease and token; the lease is given up when the outermost `withLock` ends.
-   * Overrides the locker's `reentrant`. Bare `lock()` handles open no scope (see held-scope.ts).
+   * The same inside `withWrite` (a write or a read of the key), `withRead` (a read) and `withPermit`
+   * (a permit of the same semaphore). A write inside `withRead` is refused either way
+   * (`LockUpgradeError`). Overrides the locker's `reentrant`. Bare handles (`lock()`, `read()`…)
+   * open no scope (see held-scope.ts).
    */
   reentrant?: boolean;
   /**
@@ -140,7 +145,8 @@ export interface Semaphore {
   /**
    * Wait for a permit; as `Locker.lock()`.
    * @throws InvalidArgumentError, LimitMismatchError, LockTimeoutError, the signal's reason,
-   * LockerClosedError, BackendUnavailableError, BackendError.
+   * LockerClosedError, BackendUnavailableError, BackendError; SelfDeadlockError inside `withPermit`
+   * of this semaphore (not reentrant: at the limit, the caller would wait for its own permit).
    */
   acquire(options?: LockOptions): Promise<Lock>;
   /** One attempt; null when all permits are taken (or others wait ahead). As `Locker.tryLock()`; throws as `acquire`. */
@@ -153,17 +159,22 @@ export interface Semaphore {
  * A read-write lock: any number of readers or one writer, granted in arrival order, so a waiting
  * writer is never overtaken by readers that came after it.
  * Upgrades are refused: a write asked for inside `withRead(fn)` of the same key and locker rejects
- * with `LockUpgradeError` (it would wait for its own read lock forever). A caller holding a bare
- * `read()` handle is not tracked (Node has no notion of "the same caller" without a callback
- * scope): release it before asking to write.
+ * with `LockUpgradeError` (it would wait for its own read lock forever). Without reentrancy, a write
+ * or read inside `withWrite` and a read inside `withRead` reject with `SelfDeadlockError` (each could
+ * wait for itself: a read behind a writer queued behind the caller's own read); with it, they share
+ * the outer lease. A caller holding a bare `read()` handle is not tracked (Node has no notion of
+ * "the same caller" without a callback scope): release it before asking to write.
  */
 export interface ReadWriteLock {
   readonly key: string;
-  /** Wait for a read lock. @throws as `Locker.lock()`. */
+  /** Wait for a read lock. @throws as `Locker.lock()`, and SelfDeadlockError inside `withRead` or `withWrite` of this key (not reentrant). */
   read(options?: LockOptions): Promise<Lock>;
-  /** Wait for the write lock. @throws as `Locker.lock()`, and LockUpgradeError inside `withRead` of this key. */
+  /**
+   * Wait for the write lock. @throws as `Locker.lock()`, LockUpgradeError inside `withRead` of this
+   * key, and SelfDeadlockError inside `withWrite` of it (not reentrant).
+   */
   write(options?: LockOptions): Promise<Lock>;
-  /** One attempt at a read lock; null when a writer holds or waits ahead. */
+  /** One attempt at a read lock; null when a writer holds or waits ahead (or this caller holds the key, not reentrant). */
   tryRead(options?: TryLockOptions): Promise<Lock | null>;
   /** One attempt at the write lock; null when anyone holds or waits ahead. @throws LockUpgradeError as `write`. */
   tryWrite(options?: TryLockOptions): Promise<Lock | null>;
@@ -230,6 +241,39 @@ export interface Locker extends AsyncDisposable {
   close(): Promise<void>;
 }
 
+/** How each option of `createLocker` is checked (see options.ts); `ttlMs` then against the backend. */
+const LOCKER_RULES = {
+  ttlMs: count(1),
+  renewIntervalMs: ms(),
+  autoRenew: flag,
+  timeoutMs: waitRule,
+  operationTimeoutMs: ms(),
+  unavailableGraceMs: waitRule,
+  reentrant: flag,
+  lockDelayMs: count(0),
+} satisfies Rules<LockerOptions>;
+
+/** How a waiting call's options are checked (`lock`, `lockAll`, `acquire`, `read`, `write`, the `with…` helpers). */
+const LOCK_RULES = { ttlMs: count(1), timeoutMs: waitRule, signal: signalRule, reentrant: flag, lockDelayMs: count(0) } satisfies Rules<LockOptions>;
+/** How a one-shot call's options are checked (`tryLock`, `tryLockAll`, `tryAcquire`, `tryRead`, `tryWrite`). */
+const TRY_RULES = { ttlMs: count(1), signal: signalRule, reentrant: flag, lockDelayMs: count(0) } satisfies Rules<TryLockOptions>;
+const SEMAPHORE_RULES = { limit: count(1, MAX_SEMAPHORE_LIMIT) } satisfies Rules<{ limit: number }>;
+
+/**
+ * Core's option rules by entry point: `createLocker`; `lock` (every waiting call: `lockAll`,
+ * `acquire`, `read`, `write`, the `with…` helpers); `tryLock` (every one-shot call); `semaphore`.
+ * The conformance suite feeds each its rules' hostile values.
+ */
+export const optionRules = { createLocker: LOCKER_RULES, lock: LOCK_RULES, tryLock: TRY_RULES, semaphore: SEMAPHORE_RULES } as const;
+
+/** A call without options: the common case reads nothing. */
+const NO_OPTIONS: LockOptions = Object.freeze({});
+
+/** A call's options, checked by `rules` (see options.ts). @throws InvalidArgumentError. */
+function readCall(options: unknown, rules: typeof LOCK_RULES | typeof TRY_RULES, where: string): LockOptions {
+  return options === undefined ? NO_OPTIONS : readOptions(options, rules, where);
+}
+
 const DEFAULT_TTL_MS = 15_000;
 const DEFAULT_OPERATION_TIMEOUT_MS = 4_000;
 const DEFAULT_UNAVAILABLE_GRACE_MS = 5_000;
@@ -240,7 +284,7 @@ const ABORT_CLEANUP_MS = 50;
  * A Locker over `backend`. The locker owns the backend: `close()` closes it.
  * @throws InvalidArgumentError for bad options.
  */
-export function createLocker(backend: LockBackend, options: LockerOptions = {}): Locker {
+export function createLocker(backend: LockBackend, options?: LockerOptions): Locker {
   return new DefaultLocker(backend, options);
 }
 
@@ -281,69 +325,62 @@ class DefaultLocker implements Locker {
   readonly #giveBack = (late: Lease | null) => void (late && this.backend.release(late).catch(noop));
   #closed: Promise<void> | undefined;
 
-  constructor(backend: LockBackend, options: LockerOptions) {
-    if (!backend || typeof backend.acquire !== 'function') {
+  constructor(backend: LockBackend, raw: LockerOptions | undefined) {
+    if (!backend || typeof backend !== 'object' || typeof backend.acquire !== 'function') {
       throw new InvalidArgumentError('backend must implement LockBackend');
     }
+    const options = readOptions(raw, LOCKER_RULES, 'createLocker');
     this.backend = backend;
-    this.#ttlMs = validateTtl(orDefault(options.ttlMs, DEFAULT_TTL_MS), backend.capabilities);
-    if (options.renewIntervalMs !== undefined) {
-      const r = options.renewIntervalMs;
-      if (typeof r !== 'number' || !Number.isFinite(r) || r <= 0 || r >= this.#ttlMs) {
-        throw new InvalidArgumentError(`renewIntervalMs must be a positive number below ttlMs, got ${String(r)}`);
-      }
+    this.#ttlMs = validateTtl(options.ttlMs ?? DEFAULT_TTL_MS, backend.capabilities);
+    if (options.renewIntervalMs !== undefined && options.renewIntervalMs >= this.#ttlMs) {
+      throw new InvalidArgumentError(`renewIntervalMs must be below ttlMs (${this.#ttlMs}), got ${options.renewIntervalMs}`);
     }
-    const operationTimeoutMs = validateTimeout(orDefault(options.operationTimeoutMs, DEFAULT_OPERATION_TIMEOUT_MS), 'operationTimeoutMs');
-    if (operationTimeoutMs === 0 || operationTimeoutMs === Infinity) {
-      throw new InvalidArgumentError(`operationTimeoutMs must be a finite number above 0, got ${operationTimeoutMs}`);
-    }
+    const operationTimeoutMs = options.operationTimeoutMs ?? DEFAULT_OPERATION_TIMEOUT_MS;
     this.#settings = { renewIntervalMs: options.renewIntervalMs, autoRenew: options.autoRenew ?? true, operationTimeoutMs };
-    this.#timeoutMs = validateTimeout(orDefault(options.timeoutMs, Infinity));
-    this.#unavailableGraceMs = validateTimeout(orDefault(options.unavailableGraceMs, DEFAULT_UNAVAILABLE_GRACE_MS), 'unavailableGraceMs');
-    if (options.reentrant !== undefined && typeof options.reentrant !== 'boolean') throw new InvalidArgumentError('reentrant must be a boolean');
+    this.#timeoutMs = options.timeoutMs ?? Infinity;
+    this.#unavailableGraceMs = options.unavailableGraceMs ?? DEFAULT_UNAVAILABLE_GRACE_MS;
     this.#reentrant = options.reentrant ?? false;
-    this.#lockDelayMs = validateDelay(orDefault(options.lockDelayMs, 0));
-    this.#defaultTerms = this.#leaseOf({});
+    this.#lockDelayMs = options.lockDelayMs ?? 0;
+    this.#defaultTerms = this.#leaseOf(NO_OPTIONS);
     // Every waiter without a deadline of its own listens to this one signal; that is not a leak
     // (each listener goes when its wait ends), so lift Node's warning threshold of 10.
     setMaxListeners(0, this.#closing.signal);
   }
 
-  lock(key: string, options: LockOptions = {}): Promise<Lock> {
+  lock(key: string, options?: LockOptions): Promise<Lock> {
     // Not an async function: one promise fewer per lock, which an in-process store notices.
     try {
       validateKey(key);
-      const nested = this.#nested(key, options);
-      return nested ? Promise.resolve(nested) : this.wait(key, options);
+      const call = readCall(options, LOCK_RULES, 'lock');
+      const nested = this.#nested(key, 'lock', call);
+      return nested ? Promise.resolve(nested) : this.wait(key, call);
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
-  async tryLock(key: string, options: TryLockOptions = {}): Promise<Lock | null> {
+  async tryLock(key: string, options?: TryLockOptions): Promise<Lock | null> {
     validateKey(key);
-    if (heldInScope(this, key, 'lock')) return this.#nested(key, options, null) ?? null;
-    return this.attempt(key, options);
+    const call = readCall(options, TRY_RULES, 'tryLock');
+    const nested = this.#nested(key, 'lock', call, true);
+    return nested !== undefined ? nested : this.attempt(key, call);
   }
 
-  async withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options: LockOptions = {}): Promise<T> {
-    if (typeof fn !== 'function') throw new InvalidArgumentError('withLock needs a function');
-    validateKey(key);
-    const nested = this.#nested(key, options);
-    if (nested) return this.holding(Promise.resolve(nested), fn);
-    return this.holding(this.wait(key, options), (lock) => runHolding([{ locker: this, key, kind: 'lock', lock }], () => fn(lock)));
+  async withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
+    return this.withHeld(key, 'lock', fn, options, 'withLock');
   }
 
-  async lockAll(keys: readonly string[], options: LockOptions = {}): Promise<MultiLock> {
+  async lockAll(keys: readonly string[], options?: LockOptions): Promise<MultiLock> {
     const list = validateKeys(keys);
-    const timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
-    this.#leaseOf(options);
-    validateSignal(options.signal)?.throwIfAborted();
+    const call = readCall(options, LOCK_RULES, 'lockAll');
+    const timeoutMs = call.timeoutMs ?? this.#timeoutMs;
+    this.#leaseOf(call);
+    call.signal?.throwIfAborted();
     const started = performance.now();
     const taken: Lock[] = [];
     try {
       for (const key of list) {
-        const nested = this.#nested(key, options);
+        const nested = this.#nested(key, 'lock', call);
         if (nested) {
           taken.push(nested);
           continue;
@@ -351,7 +388,7 @@ class DefaultLocker implements Locker {
         // One deadline for the whole call: each key gets what is left of it (0 stays one attempt).
         const left = timeoutMs === 0 || timeoutMs === Infinity ? timeoutMs : timeoutMs - (performance.now() - started);
         if (left <= 0 && timeoutMs > 0) throw new LockTimeoutError(key, timeoutMs);
-        taken.push(await this.wait(key, { ...options, timeoutMs: left }));
+        taken.push(await this.wait(key, { ...call, timeoutMs: left }));
       }
     } catch (error) {
       // Nothing taken may outlive the call; a release that fails expires on its own.
@@ -362,14 +399,16 @@ class DefaultLocker implements Locker {
     return new MultiLockHandle(list, taken);
   }
 
-  async tryLockAll(keys: readonly string[], options: TryLockOptions = {}): Promise<MultiLock | null> {
+  async tryLockAll(keys: readonly string[], options?: TryLockOptions): Promise<MultiLock | null> {
     const list = validateKeys(keys);
-    this.#leaseOf(options);
-    validateSignal(options.signal)?.throwIfAborted();
+    const call = readCall(options, TRY_RULES, 'tryLockAll');
+    this.#leaseOf(call);
+    call.signal?.throwIfAborted();
     const taken: Lock[] = [];
     try {
       for (const key of list) {
-        const lock = heldInScope(this, key, 'lock') ? (this.#nested(key, options, null) ?? null) : await this.attempt(key, options);
+        const nested = this.#nested(key, 'lock', call, true);
+        const lock = nested !== undefined ? nested : await this.attempt(key, call);
         if (!lock) {
           await releaseAll(taken);
           return null;
@@ -383,7 +422,7 @@ class DefaultLocker implements Locker {
     return new MultiLockHandle(list, taken);
   }
 
-  async withLockAll<T>(keys: readonly string[], fn: (lock: MultiLock) => Promise<T> | T, options: LockOptions = {}): Promise<T> {
+  async withLockAll<T>(keys: readonly string[], fn: (lock: MultiLock) => Promise<T> | T, options?: LockOptions): Promise<T> {
     if (typeof fn !== 'function') throw new InvalidArgumentError('withLockAll needs a function');
     return this.holding(this.lockAll(keys, options), (all) =>
       runHolding(
@@ -394,25 +433,50 @@ class DefaultLocker implements Locker {
   }
 
   /**
-   * When this caller already holds `key` through this locker (inside `withLock` of it): a nested
-   * hold if reentrant, else `refused` (SelfDeadlockError: waiting would never end). Undefined when
-   * it does not hold the key.
+   * What a take of `key` as `want` does when this caller already holds the key through this
+   * locker (inside `withLock`, `withRead`, `withWrite` or `withPermit` of it): a write where a read
+   * is held is an upgrade (LockUpgradeError, reentrant or not); otherwise a nested hold of the same
+   * lease if reentrant; else the caller would wait for itself (a write behind its own write, a read
+   * behind a writer queued behind its own read, a permit behind its own at the limit), so a wait
+   * throws SelfDeadlockError and a one-shot attempt (`trying`) gives null. Undefined when the key
+   * is not held.
    */
-  #nested<R extends null | never = never>(key: string, options: LockOptions | TryLockOptions, refused?: R): Lock | R | undefined {
-    const held = heldInScope(this, key, 'lock');
+  #nested(key: string, want: HeldKind, call: LockOptions, trying = false): Lock | null | undefined {
+    const held = heldInScope(this, key, want);
     if (!held) return undefined;
-    this.#leaseOf(options);
-    if (options.reentrant ?? this.#reentrant) return new ReentrantLock(held.lock);
-    if (refused === null) return null as R;
+    if (want === 'write' && held.kind === 'read') throw new LockUpgradeError(key);
+    this.#leaseOf(call);
+    if (call.reentrant ?? this.#reentrant) return new ReentrantLock(held.lock);
+    if (trying) return null;
     throw new SelfDeadlockError(key);
+  }
+
+  /** The body of `withLock`, `withRead`, `withWrite` and `withPermit`: a scope that holds `key` as `want`. */
+  async withHeld<T>(key: string, want: HeldKind, fn: (lock: Lock) => Promise<T> | T, options: LockOptions | undefined, where: string, claim?: Claim): Promise<T> {
+    if (typeof fn !== 'function') throw new InvalidArgumentError(`${where} needs a function`);
+    validateKey(key);
+    const call = readCall(options, LOCK_RULES, where);
+    const nested = this.#nested(key, want, call);
+    if (nested) return this.holding(Promise.resolve(nested), fn);
+    return this.holding(this.wait(key, call, claim), (lock) => runHolding([{ locker: this, key, kind: want, lock }], () => fn(lock)));
+  }
+
+  /** A family take (`read`, `write`, a permit) of a validated key: as `lock()` (`trying` false) or `tryLock()`. */
+  takeShared(key: string, want: HeldKind, claim: Claim, options: LockOptions | TryLockOptions | undefined, where: string, trying: boolean): Promise<Lock | null> {
+    try {
+      const call = readCall(options, trying ? TRY_RULES : LOCK_RULES, where);
+      const nested = this.#nested(key, want, call, trying);
+      if (nested !== undefined) return Promise.resolve(nested);
+      return trying ? this.attempt(key, call, claim) : this.wait(key, call, claim);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   semaphore(key: string, options: { limit: number }): Semaphore {
     validateKey(key);
-    const limit = options?.limit;
-    if (typeof limit !== 'number' || !Number.isSafeInteger(limit) || limit < 1 || limit > MAX_SEMAPHORE_LIMIT) {
-      throw new InvalidArgumentError(`limit must be an integer from 1 to ${MAX_SEMAPHORE_LIMIT}, got ${String(limit)}`);
-    }
+    const { limit } = readOptions(options, SEMAPHORE_RULES, 'semaphore');
+    if (limit === undefined) throw new InvalidArgumentError(`limit must be a whole number from 1 to ${MAX_SEMAPHORE_LIMIT}, got undefined`);
     this.#need('semaphore');
     return new LockerSemaphore(this, key, limit);
   }
@@ -423,36 +487,34 @@ class DefaultLocker implements Locker {
     return new LockerReadWriteLock(this, key);
   }
 
-  /** `lock()` for a validated key, or for a shared claim. Bad input rejects; nothing throws. */
-  wait(key: string, options: LockOptions, claim?: Claim): Promise<Lock> {
-    let lease: LeaseTerms, timeoutMs: number, signal: AbortSignal | undefined;
+  /** `lock()` for a validated key and options, or for a shared claim. Bad input rejects; nothing throws. */
+  wait(key: string, call: LockOptions, claim?: Claim): Promise<Lock> {
+    let lease: LeaseTerms;
     try {
-      lease = this.#leaseOf(options);
-      timeoutMs = validateTimeout(orDefault(options.timeoutMs, this.#timeoutMs));
-      signal = validateSignal(options.signal);
-      signal?.throwIfAborted();
+      lease = this.#leaseOf(call);
+      call.signal?.throwIfAborted();
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#acquire(key, lease, timeoutMs, signal, claim, true);
+    return this.#acquire(key, lease, call.timeoutMs ?? this.#timeoutMs, call.signal, claim, true);
   }
 
-  /** `tryLock()` for a validated key, or for a shared claim. */
-  async attempt(key: string, options: TryLockOptions, claim?: Claim): Promise<Lock | null> {
-    const lease = this.#leaseOf(options);
-    const signal = validateSignal(options.signal);
-    signal?.throwIfAborted();
-    return this.#acquire(key, lease, 0, signal, claim, false);
+  /** `tryLock()` for a validated key and options, or for a shared claim. */
+  async attempt(key: string, call: TryLockOptions, claim?: Claim): Promise<Lock | null> {
+    const lease = this.#leaseOf(call);
+    call.signal?.throwIfAborted();
+    return this.#acquire(key, lease, 0, call.signal, claim, false);
   }
+
   /**
    * The lease a call asks for: its ttl and lock-delay, validated (the store keeps ttl + delay, so
    * that sum must be a ttl the backend accepts). @throws InvalidArgumentError.
    */
-  #leaseOf(options: LockOptions | TryLockOptions): LeaseTerms {
+  #leaseOf(call: TryLockOptions): LeaseTerms {
     // Unset during the constructor's own call, which validates the defaults.
-    if (options.ttlMs === undefined && options.lockDelayMs === undefined && this.#defaultTerms) return this.#defaultTerms;
-    const ttlMs = validateTtl(orDefault(options.ttlMs, this.#ttlMs), this.backend.capabilities);
-    const delayMs = options.lockDelayMs === undefined ? this.#lockDelayMs : validateDelay(options.lockDelayMs);
+    if (call.ttlMs === undefined && call.lockDelayMs === undefined && this.#defaultTerms) return this.#defaultTerms;
+    const ttlMs = validateTtl(call.ttlMs ?? this.#ttlMs, this.backend.capabilities);
+    const delayMs = call.lockDelayMs ?? this.#lockDelayMs;
     if (delayMs > 0) validateTtl(ttlMs + delayMs, this.backend.capabilities, 'ttlMs + lockDelayMs');
     return { ttlMs, delayMs };
   }
@@ -670,14 +732,6 @@ interface LeaseTerms {
   readonly delayMs: number;
 }
 
-/** @throws InvalidArgumentError unless `ms` is a non-negative safe integer (milliseconds). */
-function validateDelay(ms: unknown): number {
-  if (typeof ms !== 'number' || !Number.isSafeInteger(ms) || ms < 0) {
-    throw new InvalidArgumentError(`lockDelayMs must be a non-negative safe integer (milliseconds), got ${typeof ms === 'number' ? ms : typeof ms}`);
-  }
-  return ms;
-}
-
 /** What a semaphore or read-write lock asks the backend for. */
 type Claim = Pick<SharedRequest, 'mode' | 'limit'>;
 
@@ -691,17 +745,16 @@ class LockerSemaphore implements Semaphore {
     this.#claim = { mode: 'shared', limit };
   }
 
-  acquire(options: LockOptions = {}): Promise<Lock> {
-    return this.locker.wait(this.key, options, this.#claim);
+  acquire(options?: LockOptions): Promise<Lock> {
+    return this.locker.takeShared(this.key, 'permit', this.#claim, options, 'acquire', false) as Promise<Lock>;
   }
 
-  tryAcquire(options: TryLockOptions = {}): Promise<Lock | null> {
-    return this.locker.attempt(this.key, options, this.#claim);
+  tryAcquire(options?: TryLockOptions): Promise<Lock | null> {
+    return this.locker.takeShared(this.key, 'permit', this.#claim, options, 'tryAcquire', true);
   }
 
-  async withPermit<T>(fn: (permit: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
-    if (typeof fn !== 'function') throw new InvalidArgumentError('withPermit needs a function');
-    return this.locker.holding(this.acquire(options), fn);
+  withPermit<T>(fn: (permit: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
+    return this.locker.withHeld(this.key, 'permit', fn, options, 'withPermit', this.#claim);
   }
 }
 
@@ -714,37 +767,28 @@ class LockerReadWriteLock implements ReadWriteLock {
     readonly key: string,
   ) {}
 
-  read(options: LockOptions = {}): Promise<Lock> {
-    return this.locker.wait(this.key, options, READ);
+  read(options?: LockOptions): Promise<Lock> {
+    return this.locker.takeShared(this.key, 'read', READ, options, 'read', false) as Promise<Lock>;
   }
 
-  async write(options: LockOptions = {}): Promise<Lock> {
-    this.#refuseUpgrade();
-    return this.locker.wait(this.key, options, WRITE);
+  write(options?: LockOptions): Promise<Lock> {
+    return this.locker.takeShared(this.key, 'write', WRITE, options, 'write', false) as Promise<Lock>;
   }
 
-  tryRead(options: TryLockOptions = {}): Promise<Lock | null> {
-    return this.locker.attempt(this.key, options, READ);
+  tryRead(options?: TryLockOptions): Promise<Lock | null> {
+    return this.locker.takeShared(this.key, 'read', READ, options, 'tryRead', true);
   }
 
-  async tryWrite(options: TryLockOptions = {}): Promise<Lock | null> {
-    this.#refuseUpgrade();
-    return this.locker.attempt(this.key, options, WRITE);
+  tryWrite(options?: TryLockOptions): Promise<Lock | null> {
+    return this.locker.takeShared(this.key, 'write', WRITE, options, 'tryWrite', true);
   }
 
-  async withRead<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
-    if (typeof fn !== 'function') throw new InvalidArgumentError('withRead needs a function');
-    // Inside, this caller holds a read lock of the key: what makes a write there an upgrade.
-    return this.locker.holding(this.read(options), (lock) => runHolding([{ locker: this.locker, key: this.key, kind: 'read', lock }], () => fn(lock)));
+  withRead<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
+    return this.locker.withHeld(this.key, 'read', fn, options, 'withRead', READ);
   }
 
-  async withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
-    if (typeof fn !== 'function') throw new InvalidArgumentError('withWrite needs a function');
-    return this.locker.holding(this.write(options), fn);
-  }
-
-  #refuseUpgrade(): void {
-    if (heldInScope(this.locker, this.key, 'read')) throw new LockUpgradeError(this.key);
+  withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
+    return this.locker.withHeld(this.key, 'write', fn, options, 'withWrite', WRITE);
   }
 }
 
@@ -1094,11 +1138,6 @@ class LockHandle implements Lock {
 }
 
 const noop = () => undefined;
-
-/** Only `undefined` means "not given": an explicit null is bad input, not a request for the default. */
-function orDefault<T>(value: T | undefined, fallback: T): T {
-  return value === undefined ? fallback : value;
-}
 
 function asDeadboltError(error: unknown, backend: string, operation: string): DeadboltError {
   return error instanceof DeadboltError ? error : new BackendError(backend, operation, { cause: error });

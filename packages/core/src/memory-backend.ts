@@ -1,5 +1,6 @@
 import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest } from './backend.js';
 import { LimitMismatchError, LockerClosedError } from './errors.js';
+import { instance, readOptions, type Rules } from './options.js';
 import { grantable } from './shared.js';
 import { DONE } from './wait.js';
 
@@ -337,6 +338,10 @@ export interface MemoryBackendOptions {
   store?: MemoryLockStore;
 }
 
+const MEMORY_RULES = {
+  store: instance((v): v is MemoryLockStore => v instanceof MemoryLockStore, 'a MemoryLockStore'),
+} satisfies Rules<MemoryBackendOptions>;
+
 /** In-process backend: FIFO, fenced, push wake-up, leases expire on a timer. Never fails on I/O. */
 export class MemoryBackend implements LockBackend<MemoryLease> {
   readonly name = 'memory';
@@ -355,8 +360,9 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
   readonly store: MemoryLockStore;
   #closed = false;
 
-  constructor(options: MemoryBackendOptions = {}) {
-    this.store = options.store ?? processStore;
+  /** @throws InvalidArgumentError for bad options. */
+  constructor(options?: MemoryBackendOptions) {
+    this.store = readOptions(options, MEMORY_RULES, 'memoryBackend').store ?? processStore;
   }
 
   // Not async: the store answers with a settled promise, and an async wrapper would add two more
@@ -402,7 +408,7 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
   }
 }
 
-/** A memory backend; see `MemoryBackend`. */
+/** A memory backend; see `MemoryBackend`. @throws InvalidArgumentError for bad options. */
 export function memoryBackend(options?: MemoryBackendOptions): MemoryBackend {
   return new MemoryBackend(options);
 }

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { DEFAULT_MAX_TTL_MS, fullCapabilities, type AcquireRequest, type Capabilities, type Lease, type LockBackend, type SharedRequest } from './backend.js';
 import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
+import { instance, oneOf, readOptions, required, type Rules } from './options.js';
 import { after, raceSignal, type Timer } from './time.js';
 
 /**
@@ -20,7 +21,8 @@ export interface MigratingBackendOptions {
   phase: MigrationPhase;
 }
 
-const PHASES: readonly MigrationPhase[] = ['from', 'dual', 'to'];
+const isBackendRule = instance(isBackend, 'a LockBackend');
+const MIGRATING_RULES = { from: isBackendRule, to: isBackendRule, phase: oneOf(['from', 'dual', 'to']) } satisfies Rules<MigratingBackendOptions>;
 
 /**
  * How far above the other store's token a raise may lift a floor, to spare later raises (see
@@ -75,10 +77,9 @@ export class MigratingBackend implements LockBackend {
   readonly phase: MigrationPhase;
 
   constructor(options: MigratingBackendOptions) {
-    const { from, to, phase } = options ?? ({} as MigratingBackendOptions);
-    if (!PHASES.includes(phase)) throw new InvalidArgumentError(`phase must be 'from', 'dual' or 'to', got ${JSON.stringify(phase)}`);
+    const read = readOptions(options, MIGRATING_RULES, 'migratingBackend');
+    const [from, to, phase] = [required(read.from, 'from'), required(read.to, 'to'), required(read.phase, 'phase')];
     for (const [side, backend] of [['from', from], ['to', to]] as const) {
-      if (!isBackend(backend)) throw new InvalidArgumentError(`${side} must be a LockBackend`);
       if (typeof backend.raiseTokenFloor !== 'function') {
         throw new InvalidArgumentError(`${side} (${backend.name}) cannot raise its token floor, so tokens could go backwards across the migration`);
       }

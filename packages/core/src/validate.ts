@@ -1,5 +1,6 @@
 import { DEFAULT_MAX_TTL_MS, type Capabilities } from './backend.js';
 import { InvalidArgumentError } from './errors.js';
+import { describe } from './options.js';
 
 /** Longest key every backend must accept, in UTF-8 bytes. */
 export const MAX_KEY_BYTES = 1024;
@@ -28,7 +29,7 @@ export function validateKey(key: unknown): asserts key is string {
  */
 export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'): number {
   if (typeof ttlMs !== 'number' || !Number.isSafeInteger(ttlMs) || ttlMs <= 0) {
-    throw new InvalidArgumentError(`${name} must be a positive safe integer (milliseconds), got ${show(ttlMs)}`);
+    throw new InvalidArgumentError(`${name} must be a positive safe integer (milliseconds), got ${describe(ttlMs)}`);
   }
   if (ttlMs < caps.minTtlMs) {
     throw new InvalidArgumentError(`${name} must be at least ${caps.minTtlMs} ms on this backend, got ${ttlMs}`);
@@ -49,7 +50,7 @@ export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'):
  */
 export function validateTimeout(value: unknown, name = 'timeoutMs'): number {
   if (typeof value !== 'number' || Number.isNaN(value) || value < 0) {
-    throw new InvalidArgumentError(`${name} must be a number ≥ 0 or Infinity, got ${show(value)}`);
+    throw new InvalidArgumentError(`${name} must be a number ≥ 0 or Infinity, got ${describe(value)}`);
   }
   return value;
 }
@@ -67,10 +68,6 @@ export function validateSignal(value: unknown): AbortSignal | undefined {
   return value;
 }
 
-function show(value: unknown): string {
-  return typeof value === 'string' ? JSON.stringify(value) : String(value);
-}
-
 /** Most keys one `lockAll` / `tryLockAll` takes. */
 export const MAX_LOCK_ALL_KEYS = 256;
 
@@ -80,7 +77,7 @@ export const MAX_LOCK_ALL_KEYS = 256;
  * in a cycle. @throws InvalidArgumentError unless `keys` is an array of 1..MAX_LOCK_ALL_KEYS valid keys.
  */
 export function validateKeys(keys: unknown): string[] {
-  if (!Array.isArray(keys)) throw new InvalidArgumentError(`keys must be an array of keys, got ${show(keys)}`);
+  if (!Array.isArray(keys)) throw new InvalidArgumentError(`keys must be an array of keys, got ${describe(keys)}`);
   if (keys.length === 0) throw new InvalidArgumentError('keys must not be empty');
   if (keys.length > MAX_LOCK_ALL_KEYS) throw new InvalidArgumentError(`at most ${MAX_LOCK_ALL_KEYS} keys at once, got ${keys.length}`);
   for (const key of keys) validateKey(key);

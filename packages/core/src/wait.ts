@@ -1,6 +1,6 @@
 import type { Lease } from './backend.js';
 import { BackendUnavailableError } from './errors.js';
-import { after, race, type Timer } from './time.js';
+import { after, race, withTimeout, type Timer } from './time.js';
 
 /**
  * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
@@ -35,6 +35,22 @@ export class ReleaseNotifier {
   get size(): number {
     return this.#listeners.size;
   }
+}
+
+/** The least time a waiter's place in a store's queue lasts past its last refresh. */
+export const MIN_WAITER_PLACE_MS = 1000;
+
+/**
+ * The one cadence rule for a waiter that keeps a place in the store (a queue entry, a claim row)
+ * and polls: its place lasts `placeMs` past each refresh, its ttl (at least MIN_WAITER_PLACE_MS, so
+ * a round trip or two always fits), and it re-checks (and so refreshes) at least every `pollMs`,
+ * the backend's poll delay but never more than a quarter of the ttl. So a waiter that dies blocks
+ * the key for about one ttl after its last refresh, however long the backend's poll delay, and a
+ * head of the queue notices a dead holder within a quarter of its ttl. A backend that refreshes
+ * places less often than it polls (waiters behind the head) must still do so every `placeMs / 3`.
+ */
+export function waiterCadence(ttlMs: number, maxPollDelayMs: number): { readonly placeMs: number; readonly pollMs: number } {
+  return { placeMs: Math.max(ttlMs, MIN_WAITER_PLACE_MS), pollMs: Math.max(1, Math.min(maxPollDelayMs, Math.floor(ttlMs / 4))) };
 }
 
 /** How a polling waiter backs off between attempts. */
@@ -290,8 +306,13 @@ export class InFlight {
     return call;
   }
 
-  /** Resolves once every call tracked so far has settled. */
-  async settled(): Promise<void> {
-    await Promise.allSettled([...this.#calls]);
+  /**
+   * Resolves once every call tracked so far has settled, or after `withinMs` (a store gone silent
+   * would hold a cleanup for ever). Never rejects. What a backend's `close()` awaits before it
+   * closes its connections.
+   */
+  async settled(withinMs = Infinity): Promise<void> {
+    const all = Promise.allSettled([...this.#calls]);
+    await (withinMs === Infinity ? all : withTimeout(all, withinMs, () => new Error('cleanup')).catch(() => undefined));
   }
 }

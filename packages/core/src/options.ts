@@ -1,0 +1,237 @@
+/**
+ * The one place options are read: core's locker and call options and every backend's factory go
+ * through `readOptions`, so an option cannot be added without a rule that checks it. A rule reads
+ * an own property only (a value inherited from `Object.prototype`, say a polluted `timeoutMs`, is
+ * never honoured), checks its type and range, and throws `InvalidArgumentError` naming the option.
+ * Each rule also lists values it must refuse (`hostile`), which the conformance suite feeds to every
+ * factory and entry point.
+ */
+import { InvalidArgumentError, keepSecret } from './errors.js';
+import { MAX_TIMER_MS } from './time.js';
+
+/** How one option is checked. `T` is what the option holds once read. */
+export interface Rule<T> {
+  /** Returns the checked value. @throws InvalidArgumentError naming `name`. */
+  check(value: unknown, name: string): T;
+  /** Values this rule must refuse (the conformance suite's hostile inputs). */
+  readonly hostile: readonly unknown[];
+}
+
+/**
+ * A rule for every option of `O` (an options interface): declare a backend's rules with
+ * `satisfies Rules<MyOptions>`, and an option added to the interface without a rule does not
+ * compile.
+ */
+export type Rules<O> = { readonly [K in keyof O]-?: Rule<unknown> };
+
+/** What `readOptions` gives for `rules`: each option as its rule returns it, or absent. */
+export type ReadOptions<R> = { -readonly [K in keyof R]?: R[K] extends Rule<infer T> ? T : never };
+
+/**
+ * Reads `raw` (undefined meaning no options) by `rules`: own properties only, each checked by its
+ * rule; absent and `undefined` ones are left out. `where` names the call in errors.
+ * @throws InvalidArgumentError when `raw` is not a plain object or any option breaks its rule.
+ */
+export function readOptions<R extends Record<string, Rule<unknown>>>(raw: unknown, rules: R, where: string): ReadOptions<R> {
+  if (raw === undefined) return {};
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new InvalidArgumentError(`${where} options must be an object, got ${describe(raw)}`);
+  }
+  const out: Record<string, unknown> = {};
+  for (const name in rules) {
+    const value = own(raw, name);
+    if (value !== undefined) out[name] = rules[name]!.check(value, name);
+  }
+  return out as ReadOptions<R>;
+}
+
+/** `value` of the option `name`, which must be given. @throws InvalidArgumentError when it is undefined. */
+export function required<T>(value: T | undefined, name: string): T {
+  if (value === undefined) throw new InvalidArgumentError(`${name} is required`);
+  return value;
+}
+
+/** `raw[name]` when it is `raw`'s own property, else undefined. */
+export function own(raw: object, name: string): unknown {
+  return Object.hasOwn(raw, name) ? (raw as Record<string, unknown>)[name] : undefined;
+}
+
+/** A short description of a bad value for an error message (never a string's content: it may be a secret). */
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return String(value);
+  if (typeof value === 'string') return `a string of ${value.length} characters`;
+  if (Array.isArray(value)) return 'an array';
+  return `a value of type ${typeof value}`;
+}
+
+const refuse = (name: string, wanted: string, value: unknown): never => {
+  throw new InvalidArgumentError(`${name} must be ${wanted}, got ${describe(value)}`);
+};
+
+/** Numbers every numeric rule refuses, whatever its range. */
+const NOT_NUMBERS = [null, '5', true, {}, NaN, 10n];
+
+/** `true` or `false` (the string `'false'` is not false). */
+export const flag: Rule<boolean> = {
+  check: (value, name) => (typeof value === 'boolean' ? value : refuse(name, 'true or false', value)),
+  hostile: ['false', 'true', 1, 0, null, {}],
+};
+
+/**
+ * A delay or timeout a backend arms a timer with: a number of ms from `min` (default 1) up to
+ * Node's timer range (2^31 − 1 ms, about 24.8 days); a longer one would fire at once.
+ */
+export function ms(min = 1): Rule<number> {
+  return {
+    check: (value, name) =>
+      typeof value === 'number' && Number.isFinite(value) && value >= min && value <= MAX_TIMER_MS
+        ? value
+        : refuse(name, `a number of ms from ${min} to ${MAX_TIMER_MS}`, value),
+    hostile: [...NOT_NUMBERS, Infinity, -Infinity, -1, min - 0.5, 2 ** 31, Number.MAX_SAFE_INTEGER],
+  };
+}
+
+/** A caller's wait: any number of ms ≥ 0, Infinity meaning no limit (long waits are chained timers). */
+export const wait: Rule<number> = {
+  check: (value, name) => (typeof value === 'number' && value >= 0 ? value : refuse(name, 'a number ≥ 0 or Infinity', value)),
+  hostile: [...NOT_NUMBERS, -1, -Infinity],
+};
+
+/** A number (fractions allowed) from `min` up to, but not including, `below`. */
+export function share(min: number, below: number): Rule<number> {
+  return {
+    check: (value, name) =>
+      typeof value === 'number' && value >= min && value < below ? value : refuse(name, `a number from ${min} to below ${below}`, value),
+    hostile: [...NOT_NUMBERS, Infinity, -Infinity, min - 1, below],
+  };
+}
+
+/** A plain object of further settings passed on as they are (a driver's own options). */
+export const settings: Rule<object> = {
+  check: (value, name) => (typeof value === 'object' && value !== null && !Array.isArray(value) ? value : refuse(name, 'an object', value)),
+  hostile: [null, 'x', 5, []],
+};
+
+/** An object of sub-options, each read by `rules` as `readOptions` reads options. */
+export function nested<R extends Record<string, Rule<unknown>>>(rules: R): Rule<ReadOptions<R>> {
+  const inner = Object.entries(rules).flatMap(([key, rule]) => rule.hostile.filter((h) => h !== undefined).map((h) => ({ [key]: h })));
+  return {
+    check: (value, name) => {
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) return refuse(name, 'an object', value);
+      return readOptions(value, prefixed(rules, name), name);
+    },
+    hostile: [null, 5, 'x', [], ...inner],
+  };
+}
+
+/** `rules` whose errors name `parent.option`. */
+function prefixed<R extends Record<string, Rule<unknown>>>(rules: R, parent: string): R {
+  return Object.fromEntries(Object.entries(rules).map(([key, rule]) => [key, { ...rule, check: (v: unknown) => rule.check(v, `${parent}.${key}`) }])) as unknown as R;
+}
+
+/** A whole number from `min` to `max`. */
+export function count(min: number, max = Number.MAX_SAFE_INTEGER): Rule<number> {
+  return {
+    check: (value, name) =>
+      Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max ? (value as number) : refuse(name, `a whole number from ${min} to ${max}`, value),
+    hostile: [...NOT_NUMBERS, Infinity, -Infinity, min - 1, min + 0.5, ...(max < Number.MAX_SAFE_INTEGER ? [max + 1] : [])],
+  };
+}
+
+/** One of `values`. */
+export function oneOf<const V extends string>(values: readonly V[]): Rule<V> {
+  return {
+    check: (value, name) => (values.includes(value as V) ? (value as V) : refuse(name, values.map((v) => `'${v}'`).join(' or '), value)),
+    hostile: ['bogus', null, 5, ''],
+  };
+}
+
+/**
+ * A string matching `pattern`, described as `wanted` in errors. `hostile` adds strings the
+ * pattern must refuse. The value is echoed in the error (these are names, not secrets).
+ */
+export function text(pattern: RegExp, wanted: string, hostile: readonly string[] = []): Rule<string> {
+  return {
+    check: (value, name) => {
+      if (typeof value !== 'string' || !pattern.test(value)) {
+        throw new InvalidArgumentError(`${name} must be ${wanted}, got ${typeof value === 'string' ? JSON.stringify(value) : describe(value)}`);
+      }
+      return value;
+    },
+    hostile: [5, null, {}, true, ...hostile],
+  };
+}
+
+/** Anything `accepts` says yes to (a driver's client or pool), described as `wanted`. */
+export function instance<T>(accepts: (value: unknown) => value is T, wanted: string): Rule<T> {
+  return {
+    check: (value, name) => (accepts(value) ? value : refuse(name, wanted, value)),
+    hostile: [null, 'x', 5, {}, []],
+  };
+}
+
+/** An `AbortSignal`. */
+export const signal: Rule<AbortSignal> = instance((v): v is AbortSignal => v instanceof AbortSignal, 'an AbortSignal');
+
+/**
+ * A store URL with one of `schemes` (`redis`, `rediss`…), parsed (`parseStoreUrl`), with every
+ * `host[:port]` of a comma-separated host list checked (a port from 1 to 65535); `hostless` also
+ * takes one with no host (PostgreSQL's `postgres:///db?host=/socket/dir`). Its password is kept
+ * secret (`keepSecret`) and its text never echoed in errors.
+ */
+export function url(schemes: readonly string[], hostless = false): Rule<StoreUrl> {
+  const wanted = `a URL like ${schemes[0]}://host:port`;
+  return {
+    check: (value, name) => {
+      if (typeof value !== 'string') return refuse(name, wanted, value);
+      let parsed = parseStoreUrl(value, schemes);
+      keepSecret(parsed?.password);
+      if (parsed && parsed.hosts.length === 0 && !hostless) parsed = undefined;
+      if (!parsed) throw new InvalidArgumentError(`${name} must be ${wanted}${schemes.length > 1 ? ` (${schemes.join(', ')})` : ''}; the one given is not (its text is not shown: it may hold a password)`);
+      return parsed;
+    },
+    hostile: [5, null, {}, '', 'nonsense', ...(hostless ? [] : [`${schemes[0]}://`]), `${schemes[0]}://[`, `${schemes[0]}://127.0.0.1:99999`, `${schemes[0]}://127.0.0.1:port`, `${schemes[0]}://u:%E0%A4%A@127.0.0.1:1`, `ftp://127.0.0.1:1`],
+  };
+}
+
+/** A parsed store URL: the text as given (for the driver), its hosts, credentials and path. */
+export interface StoreUrl {
+  readonly href: string;
+  readonly scheme: string;
+  readonly hosts: readonly { readonly host: string; readonly port: number | undefined }[];
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  /** The path without its leading `/` (a database, keyspace or chroot), '' when none. */
+  readonly path: string;
+}
+
+/**
+ * `scheme://[user[:password]@][host[:port][,host[:port]…]][/path][?query]`, or undefined when the
+ * text is not that. Hosts are names, IPv4 or bracketed IPv6 addresses; `hosts` is empty when none
+ * is given.
+ */
+export function parseStoreUrl(text: string, schemes: readonly string[]): StoreUrl | undefined {
+  const m = /^([a-z][a-z0-9+.-]*):\/\/(?:([^@/?#]*)@)?([^/?#]*)(\/[^?#]*)?(\?[^#]*)?$/i.exec(text);
+  if (!m || !schemes.includes(m[1]!.toLowerCase())) return undefined;
+  const hosts: { host: string; port: number | undefined }[] = [];
+  for (const part of m[3] ? m[3].split(',') : []) {
+    const h = /^(\[[0-9a-f:.]+\]|[a-z0-9_.-]+)(?::(\d{1,5}))?$/i.exec(part);
+    if (!h) return undefined;
+    const port = h[2] === undefined ? undefined : Number(h[2]);
+    if (port !== undefined && (port < 1 || port > 65_535)) return undefined;
+    hosts.push({ host: h[1]!, port });
+  }
+  let username: string | undefined;
+  let password: string | undefined;
+  if (m[2] !== undefined) {
+    const colon = m[2].indexOf(':');
+    try {
+      username = decodeURIComponent(colon < 0 ? m[2] : m[2].slice(0, colon)) || undefined;
+      password = colon < 0 ? undefined : decodeURIComponent(m[2].slice(colon + 1));
+    } catch {
+      return undefined; // a malformed %-escape
+    }
+  }
+  return { href: text, scheme: m[1]!.toLowerCase(), hosts, username, password, path: (m[4] ?? '').replace(/^\//, '') };
+}
