@@ -24,8 +24,9 @@ interface Parked {
  * nothing is forwarded and no socket is closed, so both ends see a peer that stopped answering;
  * held data is delivered on `heal`, as TCP would after a partition ends), `muteReplies` (requests
  * still reach the store, its answers are held until `heal`: a write that lands while its reply
- * is lost), `strand` (the connections open now go silent for good, new ones pass), and `reset`
- * (every connection is cut with a TCP RST). It listens on 127.0.0.1 only
+ * is lost), `strand` (the connections open now go silent for good, new ones pass),
+ * `slowHandshake` (new connections are accepted at once and answered late), and `reset` (every
+ * connection is cut with a TCP RST). It listens on 127.0.0.1 only
  * and forwards only to its targets: one listener per target, for a store of several nodes (a
  * Redis Cluster), every fault applying to all of them at once.
  */
@@ -40,6 +41,10 @@ export class FaultProxy {
   #parked: Parked[] = [];
   /** Connections silent for good (`strand`): never forwarded again, cut by `reset` and `close`. */
   readonly #stranded = new Set<Pipe>();
+  /** New connections forward nothing, either way, for this long after they are accepted (`slowHandshake`). */
+  #handshakeDelayMs = 0;
+  /** Connections accepted so far. */
+  #accepted = 0;
 
   private constructor() {}
 
@@ -76,6 +81,20 @@ export class FaultProxy {
   /** Open client connections. */
   get connections(): number {
     return this.#pipes.size + this.#parked.length;
+  }
+
+  /** Connections accepted since the proxy started (a check that nothing connected at all). */
+  get accepted(): number {
+    return this.#accepted;
+  }
+
+  /**
+   * Each connection accepted from now on forwards nothing, in either direction, for `ms` after it
+   * was accepted (a slow handshake: a store or middlebox that accepts at once and answers late);
+   * then it passes. Open connections are not affected. 0 turns it off.
+   */
+  slowHandshake(ms: number): void {
+    this.#handshakeDelayMs = ms;
   }
 
   /** Every chunk, both ways, is forwarded `ms` after it arrives (order kept). 0 forwards at once. */
@@ -121,6 +140,7 @@ export class FaultProxy {
     this.#silent = false;
     this.#muted = false;
     this.#delayMs = 0;
+    this.#handshakeDelayMs = 0;
     for (const { client, upstream } of this.#pipes) {
       client.resume();
       upstream.resume();
@@ -147,7 +167,20 @@ export class FaultProxy {
   }
 
   #accept(client: Socket, target: Address): void {
+    this.#accepted++;
     client.on('error', () => undefined);
+    if (this.#handshakeDelayMs > 0) {
+      client.pause();
+      const ms = this.#handshakeDelayMs;
+      setTimeout(() => {
+        if (!client.destroyed) this.#admit(client, target);
+      }, ms);
+      return;
+    }
+    this.#admit(client, target);
+  }
+
+  #admit(client: Socket, target: Address): void {
     if (this.#silent) {
       client.pause();
       this.#parked.push({ client, target });

@@ -6,7 +6,7 @@
  */
 import { DEFAULT_MAX_TTL_MS, createLocker, sleep, type Capabilities, type Lease, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ChildHolder } from './children.js';
+import type { ChildBackendConfig, ChildHolder } from './children.js';
 import { FaultProxy } from './fault-proxy.js';
 import { abortedWithin, type ConformanceHarness, type ConformanceOptions } from './suite.js';
 
@@ -23,7 +23,7 @@ export interface SuiteContext {
   readonly lockers: Locker[];
   freshKey(label?: string): string;
   makeLocker(options?: LockerOptions): Promise<Locker>;
-  spawnChild(options?: LockerOptions, env?: Record<string, string>): Promise<ChildHolder>;
+  spawnChild(options?: LockerOptions, env?: Record<string, string>, config?: ChildBackendConfig): Promise<ChildHolder>;
   itWhen(skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number): void;
   crossProcessIt: TestFn;
   hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;

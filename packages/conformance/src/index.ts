@@ -3,6 +3,6 @@ export { FencedRegister } from './register.js';
 export { FaultProxy, type Address } from './fault-proxy.js';
 export type { SuiteContext } from './faults.js';
 export { ChildHolder, type ChildBackendConfig } from './children.js';
-export { matrixUrl, restartMatrixServer, retryFor, storeAddress, viaUrl, type MatrixServer } from './test-matrix.js';
+export { matrixUrl, restartMatrixServer, retryFor, storeAddress, viaUrl, withCredentials, type MatrixServer } from './test-matrix.js';
 export { migrationSuiteOptions } from './migration.js';
 export { backendFromConfig, migratingFromConfigs, type MigratingChildOptions } from './migration-child.js';

@@ -15,8 +15,9 @@ const childModule = new URL('./migration-child.js', import.meta.url).href;
  * - the fault proxy sits between the backend and `from`'s store, the one every call goes to first
  *   (so a partitioned process cannot even learn that a key is busy, as the fault behaviours
  *   expect); core's tests stage a silent `to` behind a held `from`.
- * Child processes, the unreachable store, the fault proxy and time zones come from the sides'
- * options where they offer them.
+ * Child processes, the unreachable store, the fault proxy, time zones, other namespaces,
+ * credentials (on `from`) and slow pollers come from the sides' options where they offer them. The
+ * factory's hostile options (35) are each store's own behaviour; here core's entry points get them.
  */
 export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceOptions, phase: MigrationPhase = 'dual'): ConformanceOptions {
   const pair = async (a: LockBackend | Promise<LockBackend>, b: LockBackend | Promise<LockBackend>) =>
@@ -78,7 +79,19 @@ export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceO
   if (to.createUnreachableBackend) options.createUnreachableBackend = () => pair(from.createBackend(), to.createUnreachableBackend!());
   if (from.network) {
     const network = from.network;
-    options.network = { store: network.store, createBackend: (via, all) => pair(network.createBackend(via, all), to.createBackend()) };
+    options.network = { store: network.store, createBackend: (via, all, extra) => pair(network.createBackend(via, all, extra), to.createBackend()) };
+  }
+  const [fromOther, toOther] = [from.createBackendInOtherNamespace, to.createBackendInOtherNamespace];
+  if (fromOther && toOther) options.createBackendInOtherNamespace = () => pair(fromOther(), toOther());
+  const withCredentials = from.createBackendWithCredentials;
+  if (withCredentials) options.createBackendWithCredentials = (user, password, address) => pair(withCredentials(user, password, address), to.createBackend());
+  if (from.child && to.child && (from.slowPollChild || to.slowPollChild)) {
+    const [fromChild, toChild] = [from.child, to.child];
+    options.slowPollChild = (ms) => ({
+      module: childModule,
+      export: 'migratingFromConfigs',
+      options: { from: from.slowPollChild?.(ms) ?? fromChild, to: to.slowPollChild?.(ms) ?? toChild, phase },
+    });
   }
   const fromZone = from.createBackendInTimeZone;
   const toZone = to.createBackendInTimeZone;

@@ -276,6 +276,32 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     );
   });
 
+  describe('semaphores: a client configured with another limit', () => {
+    semIt('25j. a client asking with another limit is refused without failing, blocking or over-admitting the clients configured right', async () => {
+      const key = freshKey('misconfigured');
+      const [a, b, c, wrong] = [await makeLocker(), await makeLocker(), await makeLocker(), await makeLocker()];
+      const held = await a.semaphore(key, { limit: 1 }).acquire();
+      const waiting = b.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 10_000 });
+      await sleep(200);
+      // Refused both ways, again and again, while a right one waits.
+      for (let i = 0; i < 3; i++) {
+        await expect(wrong.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 2000 })).rejects.toMatchObject({ code: 'LIMIT_MISMATCH', storedLimit: 1, requestedLimit: 3 });
+        await expect(wrong.semaphore(key, { limit: 3 }).tryAcquire()).rejects.toMatchObject({ code: 'LIMIT_MISMATCH' });
+      }
+      // One more, racing the holder's release.
+      const racing = wrong.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 2000 }).then((p) => p, (e: unknown) => e);
+      await held.release();
+      const permit = await waiting;
+      expect(permit.held).toBe(true);
+      const raced = await racing;
+      expect(raced, 'the other limit got a permit beside a right one').toMatchObject({ code: 'LIMIT_MISMATCH' });
+      // The one permit is taken: a right client is refused, not admitted.
+      expect(await c.semaphore(key, { limit: 1 }).tryAcquire()).toBeNull();
+      expect(await inspect(key)).toEqual([permit.owner]);
+      await permit.release();
+    }, 30_000);
+  });
+
   describe('read-write locks', () => {
     rwIt('26a. readers share, a writer excludes everyone (processes and in-process)', async () => {
       const key = freshKey('rw');
@@ -386,8 +412,8 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
         const elapsed = performance.now() - killedAt;
         if (capabilities.lease === 'ttl') expect(elapsed).toBeGreaterThanOrEqual(T - renewMs - 50);
         expect(elapsed).toBeLessThanOrEqual(T + renewMs + 1000);
-        // A writer that dies while queued behind r.
-        const waiter = await spawnChild();
+        // A writer that dies while queued behind r (and polls far more rarely than its ttl).
+        const waiter = await spawnChild({}, undefined, options.slowPollChild?.(5 * T) ?? options.child);
         void waiter.acquireShared(key, 'write').catch(() => undefined);
         await sleep(300);
         await waiter.kill();

@@ -6,6 +6,7 @@ import {
   type LockBackend,
   type Locker,
   type LockerOptions,
+  type Rule,
 } from '@deadbolt/core';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder, type ChildBackendConfig } from './children.js';
@@ -13,6 +14,7 @@ import type { Address, FaultProxy } from './fault-proxy.js';
 import { countingBackend } from './counting.js';
 import { defineFaultBehaviours } from './faults.js';
 import { defineMultiBehaviours } from './multi-behaviours.js';
+import { defineHardeningBehaviours } from './hardening.js';
 import { defineSharedBehaviours } from './shared-behaviours.js';
 import { FencedRegister } from './register.js';
 import { retryFor } from './test-matrix.js';
@@ -70,9 +72,32 @@ export interface ConformanceOptions {
   network?: {
     /** The store's address; several for a store of several nodes (one proxy listener each). */
     store: Address | readonly Address[];
-    /** `via` is the proxy for the (first) store address; `all` has one proxy address per store address. */
-    createBackend: (via: Address, all: readonly Address[]) => LockBackend | Promise<LockBackend>;
+    /**
+     * `via` is the proxy for the (first) store address; `all` has one proxy address per store
+     * address; `extra` holds options to add to the backend's own (`{ connectTimeoutMs }`, 30).
+     */
+    createBackend: (via: Address, all: readonly Address[], extra?: { connectTimeoutMs?: number }) => LockBackend | Promise<LockBackend>;
   };
+  /**
+   * The backend's factory, the option rules it reads with (its package exports them) and a set of
+   * options that work, pointed at `address` (a fault proxy in front of the store): behaviour 35
+   * feeds every option each of its rule's hostile values. Required for every backend package.
+   */
+  factory?: {
+    create: (options: unknown) => LockBackend;
+    rules: Readonly<Record<string, Rule<unknown>>>;
+    valid: (address: Address) => Record<string, unknown>;
+  };
+  /** A backend on the same store in another namespace (table, prefix, keyspace, root, lock table): 31b. */
+  createBackendInOtherNamespace?: () => LockBackend | Promise<LockBackend>;
+  /** A backend whose store URL carries `user` and `password`, pointed at `address`: 34. */
+  createBackendWithCredentials?: (user: string, password: string, address: Address) => LockBackend | Promise<LockBackend>;
+  /**
+   * How a child process builds a backend whose waiters wait up to `ms` between re-checks (9b and
+   * 26f: a killed waiter must block nobody for much longer than its ttl, whatever its poll delay).
+   * Absent for backends that do not poll.
+   */
+  slowPollChild?: (ms: number) => ChildBackendConfig;
   /**
    * A backend whose store sessions run in time zone `zone` (e.g. `'+05:00'`), for stores whose time
    * functions depend on the session (MySQL/MariaDB, PostgreSQL). Behaviour 21.
@@ -110,10 +135,10 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     return locker;
   }
 
-  async function spawnChild(lockerOptions: LockerOptions = {}, env?: Record<string, string>): Promise<ChildHolder> {
-    if (!options.child) throw new Error('no child config');
+  async function spawnChild(lockerOptions: LockerOptions = {}, env?: Record<string, string>, config = options.child): Promise<ChildHolder> {
+    if (!config) throw new Error('no child config');
     const register = currentRegister;
-    const child = await ChildHolder.spawn(options.child, { ttlMs: ttl(), ...lockerOptions }, {
+    const child = await ChildHolder.spawn(config, { ttlMs: ttl(), ...lockerOptions }, {
       read: () => counter.value,
       write: (value: number) => {
         counter.value = value;
@@ -378,11 +403,12 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         await lock.release();
       }, 60_000);
 
-      crossProcessIt('9b. crash: a kill -9ed waiter blocks nobody beyond ttl', async () => {
+      crossProcessIt('9b. crash: a kill -9ed waiter blocks nobody beyond ttl, whatever its poll delay', async () => {
         const key = freshKey();
         const [a, b] = [await makeLocker(), await makeLocker()];
         const held = await a.lock(key);
-        const child = await spawnChild();
+        // A waiter that polls far more rarely than its ttl: its place in the store must still last about a ttl.
+        const child = await spawnChild({}, undefined, options.slowPollChild?.(5 * T) ?? options.child);
         void child.lock(key).catch(() => undefined);
         await sleep(300);
         await child.kill();
@@ -710,6 +736,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     defineFaultBehaviours(context);
     defineSharedBehaviours(context);
     defineMultiBehaviours(context);
+    defineHardeningBehaviours(context);
   });
 }
 

@@ -39,6 +39,11 @@ export function viaUrl(url: string, via: Address): string {
   return url.replace(parsed.host, `${via.host}:${via.port}`);
 }
 
+/** `url` pointed at `address`, with `user:password@` (each percent-encoded) instead of any user it had. */
+export function withCredentials(url: string, user: string, password: string, address: Address): string {
+  return viaUrl(url, address).replace(/:\/\/(?:[^@/]*@)?/, `://${encodeURIComponent(user)}:${encodeURIComponent(password)}@`);
+}
+
 /**
  * Restart a test-matrix server and resolve once it answers again, and once `usable` (a query through
  * the caller's own long-lived client) succeeds: a driver reconnects in the background, so a client

@@ -7,9 +7,11 @@ import type { ConformanceOptions } from '@deadbolt/conformance';
  */
 export function memorySuiteOptions(name = 'memory'): ConformanceOptions {
   const store = new MemoryLockStore();
+  const other = new MemoryLockStore();
   return {
     name,
     createBackend: () => memoryBackend({ store }),
+    createBackendInOtherNamespace: () => memoryBackend({ store: other }),
     ttlMs: 300,
     harness: {
       inspect: async (key) => {

@@ -1,0 +1,455 @@
+/**
+ * Behaviours 29–35: what an outside audit found the suite could not see. Each class below broke a
+ * backend (or all of them) while every earlier behaviour passed: a claim whose parts expire at
+ * different times (29), a handshake slower than the connect timeout (30), keys that are not
+ * well-formed Unicode or meet in one store namespace (31), nested family calls (32), waits
+ * abandoned by close() (33), a password in a URL (34), and hostile option values (35).
+ */
+import { inspect as show } from 'node:util';
+import {
+  createLocker,
+  DeadboltError,
+  memoryBackend,
+  migratingBackend,
+  optionRules,
+  SelfDeadlockError,
+  sleep,
+  type Lock,
+  type LockBackend,
+  type Locker,
+  type Rule,
+} from '@deadbolt/core';
+import { afterEach, describe, expect, it } from 'vitest';
+import { countingBackend } from './counting.js';
+import type { SuiteContext } from './faults.js';
+import { FaultProxy, type Address } from './fault-proxy.js';
+import { retryFor } from './test-matrix.js';
+
+/** What a family's probe gives: a lock another client took, or null. */
+type Probe = () => Promise<Lock | null>;
+
+/** One family's long hold: the locks held, the one-shot probes that must fail, the wait that must not be granted. */
+interface LongHold {
+  readonly family: string;
+  readonly held: Lock[];
+  readonly probes: Probe[];
+  readonly waiting: Promise<Lock>;
+}
+
+export function defineHardeningBehaviours(ctx: SuiteContext): void {
+  const { options, harness, capabilities, T, freshKey, makeLocker, itWhen } = ctx;
+  const proxies: FaultProxy[] = [];
+  const startProxy = async (target: Address | readonly Address[] = options.network!.store) => {
+    const proxy = await FaultProxy.start(target);
+    proxies.push(proxy);
+    return proxy;
+  };
+  const track = (locker: Locker) => (ctx.lockers.push(locker), locker);
+  const firstStore = () => (Array.isArray(options.network!.store) ? options.network!.store[0]! : (options.network!.store as Address));
+
+  describe('what an outside audit showed the suite could not see', () => {
+    afterEach(async () => {
+      await Promise.all(proxies.splice(0).map((p) => p.close()));
+    });
+
+    it('29. long holds in every family: a mutex, permits, write and read locks and lockAll stay exclusive across many renewals', async () => {
+      // Six renewal periods and a second more: a claim whose parts the store expires at different
+      // times (a cell the renewal does not rewrite, kept for its first ttl + 1 s) shows up here.
+      const holdMs = 2 * T + 1000;
+      const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
+      const waitFor = (take: () => Promise<Lock>) => take();
+      const holds: LongHold[] = [];
+      {
+        const key = freshKey('long-mutex');
+        holds.push({ family: 'mutex', held: [await a.lock(key)], probes: [() => b.tryLock(key)], waiting: waitFor(() => c.lock(key, { timeoutMs: holdMs * 3 })) });
+      }
+      {
+        const [k1, k2] = [freshKey('long-all-1'), freshKey('long-all-2')];
+        const all = await a.lockAll([k1, k2]);
+        holds.push({ family: 'lockAll', held: [all], probes: [() => b.tryLock(k1), () => b.tryLock(k2), () => b.tryLockAll([k1, k2])], waiting: waitFor(() => c.lock(k2, { timeoutMs: holdMs * 3 })) });
+      }
+      if (capabilities.semaphore) {
+        const key = freshKey('long-permits');
+        const held = [await a.semaphore(key, { limit: 2 }).acquire(), await b.semaphore(key, { limit: 2 }).acquire()];
+        holds.push({ family: 'semaphore', held, probes: [() => c.semaphore(key, { limit: 2 }).tryAcquire()], waiting: waitFor(() => c.semaphore(key, { limit: 2 }).acquire({ timeoutMs: holdMs * 3 })) });
+      }
+      if (capabilities.readWrite) {
+        const key = freshKey('long-write');
+        holds.push({
+          family: 'write lock',
+          held: [await a.readWriteLock(key).write()],
+          probes: [() => b.readWriteLock(key).tryRead(), () => b.readWriteLock(key).tryWrite()],
+          waiting: waitFor(() => c.readWriteLock(key).read({ timeoutMs: holdMs * 3 })),
+        });
+        const shared = freshKey('long-read');
+        holds.push({
+          family: 'read locks',
+          held: [await a.readWriteLock(shared).read(), await b.readWriteLock(shared).read()],
+          probes: [() => c.readWriteLock(shared).tryWrite()],
+          waiting: waitFor(() => c.readWriteLock(shared).write({ timeoutMs: holdMs * 3 })),
+        });
+      }
+      const granted = holds.map((h) => ({ family: h.family, at: h.waiting.then(() => performance.now(), () => Infinity) }));
+      const until = performance.now() + holdMs;
+      while (performance.now() < until) {
+        for (const h of holds) {
+          for (const probe of h.probes) {
+            const got = await probe();
+            await got?.release();
+            expect(got, `${h.family}: another client got in while the holders still held`).toBeNull();
+          }
+          for (const lock of h.held) expect(lock.held, `${h.family}: a live holder lost its lock`).toBe(true);
+        }
+        await sleep(Math.min(250, T / 4));
+      }
+      const releasedAt = performance.now();
+      for (const h of holds) await Promise.all(h.held.map((l) => l.release()));
+      for (const g of granted) expect(await g.at, `${g.family}: the waiter was granted while the holders held`).toBeGreaterThanOrEqual(releasedAt);
+      for (const h of holds) await (await h.waiting).release();
+    }, 120_000);
+
+    itWhen(
+      () => (options.network ? undefined : 'no network between client and store'),
+      '30. a slow handshake: a store that accepts at once and answers past the connect timeout gives a typed error, never an uncaught one, and the next call works',
+      async () => {
+        const troubles = watchProcess();
+        try {
+          const proxy = await startProxy();
+          proxy.slowHandshake(1500);
+          const backend = await options.network!.createBackend(proxy.address, proxy.addresses, { connectTimeoutMs: 500 });
+          const locker = track(createLocker(backend, { ttlMs: T, operationTimeoutMs: 1000 }));
+          const key = freshKey('slow-handshake');
+          const started = performance.now();
+          const first = await locker.tryLock(key).then(
+            (lock) => ({ lock, error: undefined }),
+            (error: unknown) => ({ lock: undefined, error: error as DeadboltError }),
+          );
+          expect(first.lock, 'a lock granted through a handshake that had not finished').toBeUndefined();
+          expect(first.error?.code, String(first.error)).toBe('BACKEND_UNAVAILABLE');
+          expect(performance.now() - started).toBeLessThanOrEqual(1000 + 250);
+          // The late answers arrive meanwhile (to clients that gave up on them), then the delay ends.
+          await sleep(2000);
+          proxy.heal();
+          const lock = await retryFor(10_000, async () => (await locker.tryLock(key))!);
+          expect(lock.held).toBe(true);
+          expect(await (await makeLocker()).tryLock(key)).toBeNull();
+          await lock.release();
+          await sleep(200);
+          expect(troubles.seen(), 'uncaught exceptions or unhandled rejections').toEqual([]);
+        } finally {
+          troubles.stop();
+        }
+      },
+      60_000,
+    );
+
+    it('31a. keys as the store sees them: a key that is not well-formed Unicode is refused before any I/O', async () => {
+      const { backend, calls } = countingBackend(await options.createBackend());
+      const locker = track(createLocker(backend, { ttlMs: T }));
+      const base = freshKey('surrogates');
+      // Every store sees a key as UTF-8, where each of these is the same as `${base}\uFFFD`.
+      for (const key of [`${base}\uD800`, `${base}\uDC00`, `${base}\uDC00\uD800`, '\uD83D']) {
+        await expect(locker.lock(key), JSON.stringify(key)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.tryLock(key)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.lockAll([`${base}/ok`, key])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        if (capabilities.semaphore) expect(() => locker.semaphore(key, { limit: 2 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+        if (capabilities.readWrite) expect(() => locker.readWriteLock(key)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      }
+      expect(calls).toEqual([]);
+      // A well-formed pair (a real surrogate pair, and U+FFFD itself) is two locks, as the store sees them.
+      const [x, y] = [await locker.lock(`${base}\uD83D\uDD12`), await locker.tryLock(`${base}\uFFFD`)];
+      expect(y, 'two well-formed keys shared one lock').not.toBeNull();
+      await Promise.all([x.release(), y!.release()]);
+    });
+
+    itWhen(
+      () => (options.createBackendInOtherNamespace ? undefined : 'the suite names no second namespace'),
+      '31b. keys as the store sees them: lockers with different namespaces (table, prefix, keyspace, root) on one store never share a lock, and a dual migration between them does not wait for itself',
+      async () => {
+        const key = freshKey('namespaces');
+        const here = await makeLocker();
+        const there = track(createLocker(await options.createBackendInOtherNamespace!(), { ttlMs: T }));
+        const a = await here.lock(key);
+        const b = await there.tryLock(key);
+        expect(b, 'a lock in another namespace was refused: the two share the store\'s lock').not.toBeNull();
+        await Promise.all([a.release(), b!.release()]);
+        // The runbook's migration between two namespaces of one store.
+        const dual = track(createLocker(migratingBackend({ from: await options.createBackend(), to: await options.createBackendInOtherNamespace!(), phase: 'dual' }), { ttlMs: T }));
+        const both = await dual.lock(key, { timeoutMs: 5000 });
+        expect(await here.tryLock(key), 'a holder in both namespaces did not exclude the old one').toBeNull();
+        expect(await there.tryLock(key), 'a holder in both namespaces did not exclude the new one').toBeNull();
+        await both.release();
+      },
+      30_000,
+    );
+
+    it('32. nested family calls: a write or read in a write, a read in a read (with a writer queued between), a permit in a permit at the limit are typed errors at once, or nested holds when reentrant', async () => {
+      const plain = await makeLocker();
+      const reentrant = await makeLocker({ reentrant: true });
+      const other = await makeLocker();
+      const refused = async (what: string, take: () => Promise<unknown>) => {
+        const started = performance.now();
+        const error = await take().then(() => undefined, (e: unknown) => e);
+        expect(error, `${what} inside its own hold`).toBeInstanceOf(SelfDeadlockError);
+        expect(performance.now() - started, `${what}: refused at once`).toBeLessThan(1000);
+      };
+      if (capabilities.readWrite) {
+        const key = freshKey('nested-rw');
+        const rw = plain.readWriteLock(key);
+        await rw.withWrite(async (outer) => {
+          await refused('a write', () => rw.write({ timeoutMs: 10_000 }));
+          await refused('a read', () => rw.read({ timeoutMs: 10_000 }));
+          await refused('withWrite', () => rw.withWrite(() => undefined));
+          expect(await rw.tryWrite()).toBeNull();
+          expect(await rw.tryRead()).toBeNull();
+          expect(outer.held).toBe(true);
+        });
+        await rw.withRead(async () => {
+          // Another process's writer queues behind our read; a second read of ours would queue behind it.
+          const writer = other.readWriteLock(key).write({ timeoutMs: 10_000 });
+          await sleep(200);
+          await refused('a read with a writer queued between', () => rw.read({ timeoutMs: 10_000 }));
+          await refused('withRead', () => rw.withRead(() => undefined));
+          void writer.then((w) => w.release(), () => undefined);
+        });
+        await sleep(100);
+        const rrw = reentrant.readWriteLock(key);
+        await rrw.withWrite(async (outer) => {
+          const write = await rrw.write({ timeoutMs: 5000 });
+          const read = await rrw.read({ timeoutMs: 5000 });
+          expect([write.token, read.token]).toEqual([outer.token, outer.token]);
+          await Promise.all([write.release(), read.release()]);
+          expect(outer.held).toBe(true);
+        });
+        await rrw.withRead(async (outer) => {
+          const read = await rrw.withRead((inner) => inner.token);
+          expect(read).toBe(outer.token);
+          await expect(rrw.write({ timeoutMs: 5000 })).rejects.toMatchObject({ code: 'LOCK_UPGRADE' });
+        });
+      }
+      if (capabilities.semaphore) {
+        const key = freshKey('nested-permit');
+        const semaphore = plain.semaphore(key, { limit: 1 });
+        await semaphore.withPermit(async () => {
+          await refused('a permit at the limit', () => semaphore.acquire({ timeoutMs: 10_000 }));
+          await refused('withPermit', () => semaphore.withPermit(() => undefined));
+          expect(await semaphore.tryAcquire()).toBeNull();
+        });
+        const again = reentrant.semaphore(key, { limit: 1 });
+        await again.withPermit(async (outer) => {
+          const inner = await again.acquire({ timeoutMs: 5000 });
+          expect(inner.token).toBe(outer.token);
+          await inner.release();
+          expect(outer.held).toBe(true);
+        });
+      }
+      // The mutex, as before: refused without reentrancy.
+      const key = freshKey('nested-lock');
+      await plain.withLock(key, () => refused('a lock', () => plain.lock(key, { timeoutMs: 10_000 })));
+    }, 60_000);
+
+    it('33. abandoned waits leave nothing: after close() of a locker with many pending waits and the holder\'s release, another client is granted at once', async () => {
+      const [holder, next] = [await makeLocker(), await makeLocker()];
+      // The waiter's store answers 30 ms late (where there is a network to slow): cleaning up after
+      // an abort then takes longer than core waits for it, and close() must not cut it short.
+      let waiter: Locker;
+      if (options.network) {
+        const proxy = await startProxy();
+        proxy.delay(15);
+        waiter = track(createLocker(await options.network.createBackend(proxy.address, proxy.addresses), { ttlMs: T }));
+      } else {
+        waiter = await makeLocker();
+      }
+      const key = freshKey('abandoned');
+      const held = await holder.lock(key);
+      const waits = Array.from({ length: 30 }, () => waiter.lock(key).catch((e: unknown) => e));
+      let shared: { key: string; held: Lock; waits: Promise<unknown>[] } | undefined;
+      if (capabilities.readWrite) {
+        const sharedKey = freshKey('abandoned-rw');
+        shared = { key: sharedKey, held: await holder.readWriteLock(sharedKey).read(), waits: Array.from({ length: 5 }, () => waiter.readWriteLock(sharedKey).write().catch((e: unknown) => e)) };
+      }
+      await sleep(1000); // every wait has queued in the store
+      await waiter.close();
+      for (const outcome of await Promise.all([...waits, ...(shared?.waits ?? [])])) expect(outcome).toMatchObject({ code: 'LOCKER_CLOSED' });
+      await held.release();
+      const got = await next.tryLock(key);
+      expect(got, 'a closed locker\'s waits still blocked the key').not.toBeNull();
+      expect(await harness.inspect(key)).toEqual([got!.owner]);
+      await got!.release();
+      if (shared) {
+        await shared.held.release();
+        const write = await next.readWriteLock(shared.key).tryWrite();
+        expect(write, 'a closed locker\'s waiting writers still blocked the key').not.toBeNull();
+        await write!.release();
+      }
+    }, 60_000);
+
+    itWhen(
+      () => (options.createBackendWithCredentials ? undefined : 'the backend takes no credentials'),
+      '34. no secret in an error: a password in the URL appears in no message, stack, cause, property or console output',
+      async () => {
+        const secret = `s3cret${Math.random().toString(36).slice(2, 10)}`;
+        const troubles = watchProcess(secret);
+        try {
+          const failures: unknown[] = [];
+          for (const address of [firstStore(), { host: '127.0.0.1', port: 1 }]) {
+            let backend: LockBackend;
+            try {
+              backend = await options.createBackendWithCredentials!('deadbolt-user', secret, address);
+            } catch (error) {
+              failures.push(error);
+              continue;
+            }
+            const locker = createLocker(backend, { ttlMs: T, operationTimeoutMs: 2000, unavailableGraceMs: 500 });
+            for (const call of [() => locker.tryLock(freshKey('secret')), () => locker.lock(freshKey('secret'), { timeoutMs: 2000 })]) {
+              await call().then((lock) => lock?.release(), (error: unknown) => failures.push(error));
+            }
+            await locker.close().catch((error: unknown) => failures.push(error));
+          }
+          await sleep(500); // whatever a driver logs or throws from a timer afterwards
+          for (const failure of failures) expect(everything(failure), 'an error carried the password').not.toContain(secret);
+          expect(troubles.printed(), 'the console showed the password').not.toContain(secret);
+          expect(troubles.seen(), 'uncaught exceptions or unhandled rejections').toEqual([]);
+        } finally {
+          troubles.stop();
+        }
+      },
+      60_000,
+    );
+
+    it('35. hostile options: every entry point and the backend factory refuse null, wrong types, NaN, ±Infinity, timer overflows, negatives with InvalidArgumentError and no store call; inherited values are ignored', async () => {
+      const { backend, calls } = countingBackend(await options.createBackend());
+      const refuses = (what: string, run: () => unknown): Promise<void> => {
+        let outcome: unknown;
+        try {
+          outcome = run();
+        } catch (error) {
+          outcome = Promise.reject(error);
+        }
+        return Promise.resolve(outcome).then(
+          () => expect.fail(`${what} was accepted`),
+          (error: unknown) => expect(error, `${what}: ${String(error)}`).toMatchObject({ code: 'INVALID_ARGUMENT' }),
+        );
+      };
+      const key = freshKey('hostile');
+      await refuses('createLocker(backend, null)', () => createLocker(backend, null as never));
+      for (const [name, rule] of Object.entries(optionRules.createLocker)) {
+        for (const value of rule.hostile) await refuses(`createLocker ${name}: ${show(value)}`, () => createLocker(backend, { ttlMs: T, [name]: value }));
+        // An inherited value is not an option: a polluted prototype changes nothing.
+        createLocker(backend, Object.assign(Object.create({ [name]: rule.hostile[0] }), { ttlMs: T }) as never);
+      }
+      // No renewals: every store call below is one the test makes on purpose.
+      const locker = track(createLocker(backend, { ttlMs: T, autoRenew: false }));
+      const semaphore = capabilities.semaphore ? locker.semaphore(key, { limit: 2 }) : undefined;
+      const rw = capabilities.readWrite ? locker.readWriteLock(key) : undefined;
+      const fn = () => undefined;
+      type Entry = [string, (o: unknown) => unknown];
+      const waiting: Entry[] = [
+        ['lock', (o) => locker.lock(key, o as never)],
+        ['withLock', (o) => locker.withLock(key, fn, o as never)],
+        ['lockAll', (o) => locker.lockAll([key], o as never)],
+        ['withLockAll', (o) => locker.withLockAll([key], fn, o as never)],
+      ];
+      const oneShot: Entry[] = [
+        ['tryLock', (o) => locker.tryLock(key, o as never)],
+        ['tryLockAll', (o) => locker.tryLockAll([key], o as never)],
+      ];
+      if (semaphore) {
+        waiting.push(['acquire', (o) => semaphore.acquire(o as never)], ['withPermit', (o) => semaphore.withPermit(fn, o as never)]);
+        oneShot.push(['tryAcquire', (o) => semaphore.tryAcquire(o as never)]);
+      }
+      if (rw) {
+        waiting.push(['read', (o) => rw.read(o as never)], ['write', (o) => rw.write(o as never)], ['withRead', (o) => rw.withRead(fn, o as never)], ['withWrite', (o) => rw.withWrite(fn, o as never)]);
+        oneShot.push(['tryRead', (o) => rw.tryRead(o as never)], ['tryWrite', (o) => rw.tryWrite(o as never)]);
+      }
+      for (const [entries, rules] of [[waiting, optionRules.lock], [oneShot, optionRules.tryLock]] as const) {
+        for (const [call, run] of entries) {
+          for (const bad of [null, 5, 'x', []]) await refuses(`${call}(…, ${show(bad)})`, () => run(bad));
+          for (const [name, rule] of Object.entries(rules as Record<string, Rule<unknown>>)) {
+            for (const value of rule.hostile) await refuses(`${call} ${name}: ${show(value)}`, () => run({ [name]: value }));
+          }
+        }
+      }
+      for (const value of [null, 'x', ...optionRules.semaphore.limit.hostile]) await refuses(`semaphore limit ${show(value)}`, () => locker.semaphore(key, { limit: value as number }));
+      await refuses('semaphore(key, null)', () => locker.semaphore(key, null as never));
+      const held = await locker.lock(key);
+      for (const value of [0, -1, NaN, Infinity, '5', null, 1.5]) await refuses(`extend(${show(value)})`, () => held.extend(value as number));
+      await held.release();
+      await refuses('migratingBackend(null)', () => migratingBackend(null as never));
+      await refuses('memoryBackend(null)', () => memoryBackend(null as never));
+      // Inherited call options are ignored: the call behaves as one without options.
+      for (const [name, rule] of Object.entries(optionRules.lock)) {
+        const lock = await locker.lock(key, Object.create({ [name]: rule.hostile[0] }));
+        await lock.release();
+      }
+      expect(calls, 'store calls besides the test\'s own locks').toEqual(Array.from({ length: 1 + Object.keys(optionRules.lock).length }, () => ['acquire', 'release']).flat());
+
+      if (!options.factory) return;
+      const { create, rules, valid } = options.factory;
+      // The factory points at a proxy that counts connections: a refused option must open none.
+      const proxy = await startProxy(firstStore());
+      await refuses('the backend factory with null', () => create(null));
+      for (const [name, rule] of Object.entries(rules)) {
+        for (const value of rule.hostile) await refuses(`backend option ${name}: ${show(value)}`, () => create({ ...valid(proxy.address), [name]: value }));
+      }
+      expect(proxy.accepted, 'connections opened by factories given bad options').toBe(0);
+      for (const [name, rule] of Object.entries(rules)) {
+        const made = create(Object.assign(Object.create({ [name]: rule.hostile[0] }), valid(proxy.address)));
+        await made.close();
+      }
+    }, 120_000);
+  });
+}
+
+/**
+ * Watches the process for what must never happen: uncaught exceptions and unhandled rejections
+ * (which end a user's process), and, with `secret`, console and stdout/stderr output.
+ */
+function watchProcess(secret?: string) {
+  const troubles: string[] = [];
+  const onError = (error: unknown) => troubles.push(String(error));
+  process.on('uncaughtException', onError);
+  process.on('unhandledRejection', onError);
+  let printed = '';
+  const restore: (() => void)[] = [];
+  if (secret) {
+    for (const method of ['log', 'info', 'warn', 'error', 'debug', 'trace'] as const) {
+      const original = console[method];
+      console[method] = (...args: unknown[]) => {
+        printed += args.map((a) => show(a)).join(' ') + '\n';
+      };
+      restore.push(() => (console[method] = original));
+    }
+    for (const stream of [process.stdout, process.stderr]) {
+      const original = stream.write;
+      stream.write = ((chunk: unknown, ...rest: unknown[]) => {
+        printed += String(chunk);
+        return (original as (...args: unknown[]) => boolean).call(stream, chunk, ...rest);
+      }) as typeof stream.write;
+      restore.push(() => (stream.write = original));
+    }
+  }
+  return {
+    seen: () => [...troubles],
+    printed: () => printed,
+    stop() {
+      process.off('uncaughtException', onError);
+      process.off('unhandledRejection', onError);
+      for (const undo of restore) undo();
+    },
+  };
+}
+
+/** Every string an error carries: message, stack, own properties, causes and aggregated errors, all the way down. */
+function everything(error: unknown, seen = new Set<unknown>()): string {
+  if (error === null || typeof error !== 'object' || seen.has(error)) return String(error);
+  seen.add(error);
+  const e = error as Error & { cause?: unknown; errors?: unknown[] };
+  return [
+    show(error, { depth: 10, showHidden: true, getters: true }),
+    e.stack ?? '',
+    e.message ?? '',
+    ...(e.cause === undefined ? [] : [everything(e.cause, seen)]),
+    ...(Array.isArray(e.errors) ? e.errors.map((x) => everything(x, seen)) : []),
+  ].join('\n');
+}
