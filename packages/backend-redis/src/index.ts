@@ -1,2 +1,2 @@
-export { RedisBackend, redisBackend, type RedisBackendOptions, type RedisKeys, type RedisLease } from './redis-backend.js';
-export { RedlockBackend, redlockBackend, type RedlockBackendOptions, type RedlockLease } from './redlock-backend.js';
+export { RedisBackend, redisBackend, type RedisBackendOptions, type RedisKeys, type RedisLease, redisOptionRules } from './redis-backend.js';
+export { RedlockBackend, redlockBackend, type RedlockBackendOptions, type RedlockLease, redlockOptionRules } from './redlock-backend.js';

@@ -2,10 +2,22 @@ import { createHash, randomUUID } from 'node:crypto';
 import {
   BackendError,
   BackendUnavailableError,
+  count,
+  flag,
+  InFlight,
+  instance,
   InvalidArgumentError,
+  MAX_TIMER_MS,
+  ms,
   pollForLease,
+  readOptions,
   ReleaseNotifier,
-  validatePositive,
+  settings,
+  text,
+  url,
+  waiterCadence,
+  type Rule,
+  type Rules,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -56,7 +68,10 @@ export interface RedisBackendOptions {
    * before woken waiters arrive, and waiters can starve.
    */
   fifo?: boolean;
-  /** Longest pause between a waiter's re-checks when no release message arrives. Default 250 ms. */
+  /**
+   * Longest pause between a waiter's re-checks when no release message arrives (never more than a
+   * quarter of the ttl). Default 250 ms.
+   */
   maxPollDelayMs?: number;
   /** Connect timeout for connections created from `url`. Default 2000 ms. */
   connectTimeoutMs?: number;
@@ -99,6 +114,23 @@ export interface RedisKeys {
   readonly queue: string;
   readonly deadlines: string;
 }
+
+/** How each option of `redisBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
+export const redisOptionRules = {
+  url: url(['redis', 'rediss']),
+  client: instance((v): v is Redis | Cluster => v instanceof Redis || v instanceof Cluster, 'an ioredis Redis or Cluster client'),
+  cluster: flag,
+  clusterOptions: settings as Rule<Omit<ClusterOptions, 'redisOptions'>>,
+  syncReplicas: count(0, 100),
+  syncTimeoutMs: ms(),
+  restartGuardMs: count(0, MAX_TIMER_MS),
+  prefix: text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}', 'a{']),
+  fifo: flag,
+  maxPollDelayMs: ms(),
+  connectTimeoutMs: ms(),
+  commandTimeoutMs: ms(),
+  allowEviction: flag,
+} satisfies Rules<RedisBackendOptions>;
 
 /** How many keys' names `keysFor` keeps (the oldest goes first). */
 const KEY_NAMES_KEPT = 1024;
@@ -171,6 +203,9 @@ export class RedisBackend implements LockBackend<RedisLease> {
   #evictionChecked: Promise<void> | true | undefined;
   #subscriber: Redis | Cluster | undefined;
   readonly #connectTimeoutMs: number;
+  readonly #commandTimeoutMs: number;
+  /** Acquisitions under way: `close()` lets aborted ones leave the queue first. */
+  readonly #acquiring = new InFlight();
   readonly #syncReplicas: number;
   readonly #syncTimeoutMs: number;
   readonly #restartGuardMs: number;
@@ -178,33 +213,30 @@ export class RedisBackend implements LockBackend<RedisLease> {
   #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
-  constructor(options: RedisBackendOptions) {
+  constructor(raw: RedisBackendOptions) {
+    const options = readOptions(raw, redisOptionRules, 'redisBackend');
     const prefix = options.prefix ?? 'deadbolt:';
-    if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
-      throw new InvalidArgumentError('prefix must be a string without { or } (they would change the hash slot)');
-    }
-    const maxPoll = validatePositive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
-    const connectTimeout = validatePositive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs');
-    const commandTimeout = validatePositive(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
+    const maxPoll = options.maxPollDelayMs ?? 250;
+    const connectTimeout = options.connectTimeoutMs ?? 2000;
+    const commandTimeout = options.commandTimeoutMs ?? 5000;
     this.#allowEviction = options.allowEviction ?? false;
     this.#connectTimeoutMs = connectTimeout;
+    this.#commandTimeoutMs = commandTimeout;
     this.#syncReplicas = options.syncReplicas ?? 0;
-    if (!Number.isSafeInteger(this.#syncReplicas) || this.#syncReplicas < 0) throw new InvalidArgumentError('syncReplicas must be a whole number ≥ 0');
     this.#syncTimeoutMs = options.syncTimeoutMs ?? 1000;
     this.#restartGuardMs = options.restartGuardMs ?? 0;
-    if (!Number.isSafeInteger(this.#restartGuardMs) || this.#restartGuardMs < 0) throw new InvalidArgumentError('restartGuardMs must be a whole number of ms ≥ 0');
-    if (!Number.isSafeInteger(this.#syncTimeoutMs) || this.#syncTimeoutMs < 1) throw new InvalidArgumentError('syncTimeoutMs must be a whole number of ms ≥ 1');
     const cluster = options.cluster ?? options.client instanceof Cluster;
     // WAIT counts the replicas of the connection it is sent on; a Cluster client sends a keyless
     // command to any node, not the one that granted.
     if (this.#syncReplicas > 0 && cluster) throw new InvalidArgumentError('syncReplicas does not work with a Redis Cluster client');
+    // The guard's keys have no hash tag: beside a lock's keys in one script, they would cross slots.
+    if (this.#restartGuardMs > 0 && cluster) throw new InvalidArgumentError('restartGuardMs does not work with a Redis Cluster client');
+    if ((options.url === undefined) === (options.client === undefined)) throw new InvalidArgumentError('redisBackend needs a url (redis://host:port) or a client, not both');
     if (options.client) {
       this.client = options.client;
       this.#ownsClient = false;
     } else {
-      if (typeof options.url !== 'string' || !/^rediss?:\/\//.test(options.url)) {
-        throw new InvalidArgumentError('redisBackend needs a url (redis://host:port) or a client');
-      }
+      const url = options.url!;
       const connection: RedisOptions = {
         connectTimeout,
         // A reply that never comes (the connection silently dead) fails the command instead of
@@ -221,15 +253,14 @@ export class RedisBackend implements LockBackend<RedisLease> {
         lazyConnect: false,
       };
       if (cluster) {
-        const { hostname, port, username, password } = new URL(options.url);
-        const auth = { ...(username ? { username: decodeURIComponent(username) } : {}), ...(password ? { password: decodeURIComponent(password) } : {}) };
-        this.client = new Cluster([{ host: hostname, port: Number(port || 6379) }], {
-          slotsRefreshTimeout: connectTimeout,
-          ...options.clusterOptions,
-          redisOptions: { ...connection, ...auth },
-        });
+        const auth = { ...(url.username ? { username: url.username } : {}), ...(url.password ? { password: url.password } : {}) };
+        this.client = new Cluster(
+          url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? 6379 })),
+          { slotsRefreshTimeout: connectTimeout, ...options.clusterOptions, redisOptions: { ...connection, ...auth } },
+        );
       } else {
-        this.client = new Redis(options.url, connection);
+        if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one Redis server (several only with cluster: true)');
+        this.client = new Redis(url.href, connection);
       }
       // Errors reach callers through the failed commands; this only stops ioredis logging them.
       this.client.on('error', () => undefined);
@@ -281,12 +312,16 @@ export class RedisBackend implements LockBackend<RedisLease> {
     return `${this.#prefix}{${createHash('sha256').update(key).digest('base64url').slice(0, 22)}}`;
   }
 
-  async acquireShared(req: SharedRequest): Promise<RedisLease | null> {
+  acquireShared(req: SharedRequest): Promise<RedisLease | null> {
+    return this.#acquiring.track(this.#acquireShared(req));
+  }
+
+  async #acquireShared(req: SharedRequest): Promise<RedisLease | null> {
     await this.#checkEviction();
     const keys = this.sharedKeysFor(req.key);
     if (!req.wait) return this.#attemptShared(req, keys);
     await this.#subscribe();
-    const poll = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+    const { pollMs: poll } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
     try {
       return await pollForLease(keys.lock, req.signal, () => this.#attemptShared(req, keys), (lease) => this.release(lease), {
         notifier: this.#notifier,
@@ -300,7 +335,11 @@ export class RedisBackend implements LockBackend<RedisLease> {
     }
   }
 
-  async acquire(req: AcquireRequest): Promise<RedisLease | null> {
+  acquire(req: AcquireRequest): Promise<RedisLease | null> {
+    return this.#acquiring.track(this.#acquire(req));
+  }
+
+  async #acquire(req: AcquireRequest): Promise<RedisLease | null> {
     if (this.#evictionChecked !== true) await this.#checkEviction();
     const keys = this.keysFor(req.key);
     /** Our place in the queue as the last attempt saw it (0: the head). */
@@ -335,9 +374,9 @@ export class RedisBackend implements LockBackend<RedisLease> {
       await this.#subscribe();
       // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
       // net for a lost message and for a holder that died; a waiter behind it can be handed nothing,
-      // so it only keeps its place alive (a third of its waiter ttl).
-      const poll = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
-      const behind = Math.max(poll, Math.floor(this.#waiterTtl(req.ttlMs) / 3));
+      // so it only keeps its place alive (a third of its place's ttl).
+      const { placeMs, pollMs: poll } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
+      const behind = Math.max(poll, Math.floor(placeMs / 3));
       return await pollForLease(
         keys.lock,
         req.signal,
@@ -390,11 +429,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
     return { key: req.key, owner: req.owner, token: BigInt(grant.token), acquiredAt, keys };
   }
 
-  /** A queued waiter is dropped if it stays silent for this long: a ttl, or 4 poll periods if longer. */
-  #waiterTtl(ttlMs: number): number {
-    return Math.max(ttlMs, 4 * this.#maxPollDelayMs);
-  }
-
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
     const { keys } = lease;
     if (this.#evictionChecked !== true) await this.#behindAcquires();
@@ -424,6 +458,9 @@ export class RedisBackend implements LockBackend<RedisLease> {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // Core aborts every acquisition first; each then leaves the queue (one script), which
+    // disconnecting at once would cut short (its entry would hold the queue for a waiter's ttl).
+    await this.#acquiring.settled(this.#commandTimeoutMs);
     this.#subscriber?.disconnect();
     if (this.#ownsClient) this.client.disconnect();
   }
@@ -438,7 +475,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     // The common case (SET NX PX) may be tried unless we are queued (our turn comes through the
     // queue) or a least token was asked for (the full step honours it).
     const fast = mode !== '2' && least === '0' ? '+' : '-';
-    const options = `${fast}${mode}${this.#fifo ? '1' : '0'}|${this.#id}|${this.#waiterTtl(req.ttlMs)}|${least}`;
+    const options = `${fast}${mode}${this.#fifo ? '1' : '0'}|${this.#id}|${waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs}|${least}`;
     const token = await this.#run(
       'acquire',
       guarded ? scripts.guardedAcquire : scripts.acquire,
@@ -487,7 +524,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
 
   async #attemptShared(req: SharedRequest, keys: RedisKeys): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
-    const waiterTtl = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+    const waiterTtl = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
     const reply = (await this.#run('acquire', scripts.sharedAcquire, keys, [
       req.owner,
       String(req.ttlMs),

@@ -1,14 +1,26 @@
 import {
   BackendUnavailableError,
+  count,
+  describe,
+  flag,
   InvalidArgumentError,
+  MAX_TIMER_MS,
+  ms,
   pollForLease,
-  validatePositive,
+  readOptions,
+  required,
+  share,
+  text,
+  url,
   type AcquireRequest,
   type Capabilities,
   type Lease,
   type LockBackend,
+  type Rule,
+  type Rules,
+  type StoreUrl,
 } from '@deadbolt/core';
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { RedisBackend, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
 
 export interface RedlockBackendOptions {
@@ -42,6 +54,43 @@ export interface RedlockLease extends Lease {
   readonly parts: readonly (RedisLease | undefined)[];
 }
 
+/**
+ * The nodes: 1 to 99 `redis://` urls or ioredis clients, no server twice (by host and port, as
+ * written: two names of one host are not caught). One server named twice would count twice
+ * towards the majority, so with 3 nodes it alone could grant a lock.
+ */
+const nodeUrl = url(['redis', 'rediss']);
+const nodesRule: Rule<(StoreUrl | Redis)[]> = {
+  check(value, name) {
+    if (!Array.isArray(value) || value.length === 0 || value.length > 99) {
+      throw new InvalidArgumentError(`${name} must be an array of 1 to 99 redis:// urls or ioredis clients, got ${describe(value)}`);
+    }
+    const seen = new Set<string>();
+    return value.map((node: unknown, i) => {
+      const read = node instanceof Redis ? node : nodeUrl.check(node, `${name}[${i}]`);
+      if (!(read instanceof Redis) && read.hosts.length !== 1) throw new InvalidArgumentError(`${name}[${i}] must name one Redis server`);
+      const { host, port } = read instanceof Redis ? { host: read.options.host ?? 'localhost', port: read.options.port } : read.hosts[0]!;
+      const where = `${host.toLowerCase()}:${port ?? 6379}`;
+      if (seen.has(where)) throw new InvalidArgumentError(`${name}[${i}] names a Redis server already in the list (${where}): one server would count twice towards the majority`);
+      seen.add(where);
+      return read;
+    });
+  },
+  hostile: [null, 'redis://127.0.0.1:6379', [], ['redis://127.0.0.1:6379', 'redis://127.0.0.1:6379'], ['redis://127.0.0.1:6379', 'redis://LOCALHOST:6379', 'redis://localhost'], [5], ['nonsense']],
+};
+
+/** How each option of `redlockBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
+export const redlockOptionRules = {
+  nodes: nodesRule,
+  prefix: text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}']),
+  maxTtlMs: count(1, MAX_TIMER_MS),
+  driftFactor: share(0, 0.5),
+  retryDelayMs: ms(),
+  connectTimeoutMs: ms(),
+  commandTimeoutMs: ms(),
+  allowEviction: flag,
+} satisfies Rules<RedlockBackendOptions>;
+
 /** A node's reply to one step: its lease (or true), nothing (busy, or refusing), unreachable, or not yet in. */
 type Outcome<T> = { ok: T } | { busy: true } | { down: unknown } | { pending: true };
 
@@ -69,14 +118,12 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   readonly #retryDelayMs: number;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
-  constructor(options: RedlockBackendOptions) {
-    const nodes = options?.nodes;
-    if (!Array.isArray(nodes) || nodes.length === 0) throw new InvalidArgumentError('redlockBackend needs nodes: one or more redis:// urls or ioredis clients');
+  constructor(raw: RedlockBackendOptions) {
+    const options = readOptions(raw, redlockOptionRules, 'redlockBackend');
+    const nodes = required(options.nodes, 'nodes');
     const maxTtl = options.maxTtlMs ?? 60_000;
-    if (!Number.isSafeInteger(maxTtl) || maxTtl < 1) throw new InvalidArgumentError('maxTtlMs must be a whole number of ms ≥ 1');
     const drift = options.driftFactor ?? 0.01;
-    if (!Number.isFinite(drift) || drift < 0 || drift >= 0.5) throw new InvalidArgumentError('driftFactor must be a number from 0 to below 0.5');
-    const retry = validatePositive(options.retryDelayMs ?? 100, 'retryDelayMs');
+    const retry = options.retryDelayMs ?? 100;
     const prefix = options.prefix ?? 'deadbolt:';
     this.#nodes = nodes.map((node) =>
       redisNode(node, {
@@ -257,8 +304,8 @@ function nodeName(node: RedisBackend): string {
   return `${host}:${port}`;
 }
 
-function redisNode(node: string | Redis, options: Omit<RedisBackendOptions, 'url' | 'client'>): RedisBackend {
-  return typeof node === 'string' ? new RedisBackend({ url: node, ...options }) : new RedisBackend({ client: node, ...options });
+function redisNode(node: StoreUrl | Redis, options: Omit<RedisBackendOptions, 'url' | 'client'>): RedisBackend {
+  return node instanceof Redis ? new RedisBackend({ client: node, ...options }) : new RedisBackend({ url: node.href, ...options });
 }
 
 /**

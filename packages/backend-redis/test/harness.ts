@@ -1,18 +1,23 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
-import { RedisBackend, redisBackend, redlockBackend } from '@deadbolt/redis';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { RedisBackend, redisBackend, redisOptionRules, redlockBackend, redlockOptionRules } from '@deadbolt/redis';
 import type { LockBackend } from '@deadbolt/core';
 import { Cluster, Redis } from 'ioredis';
 
 /** The shared suite's options for the test-matrix Redis (also one side of the migration suites). */
 export function redisSuiteOptions(fifo = true): ConformanceOptions {
   const url = matrixUrl('redis');
+  const child = (options: object = {}) => ({ module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, fifo, ...options } });
   return {
     name: fifo ? 'redis' : 'redis (unordered)',
     createBackend: () => redisBackend({ url, fifo }),
     createUnreachableBackend: () => redisBackend({ url: 'redis://127.0.0.1:1', fifo }),
-    network: { store: storeAddress(url), createBackend: (via) => redisBackend({ url: viaUrl(url, via), fifo }) },
-    child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, fifo } },
+    network: { store: storeAddress(url), createBackend: (via, _all, extra) => redisBackend({ url: viaUrl(url, via), fifo, ...extra }) },
+    factory: { create: (options) => redisBackend(options as never), rules: redisOptionRules, valid: (address) => ({ url: viaUrl(url, address), fifo }) },
+    createBackendInOtherNamespace: () => redisBackend({ url, fifo, prefix: 'deadbolt:other:' }),
+    createBackendWithCredentials: (user, password, address) => redisBackend({ url: withCredentials(url, user, password, address), fifo }),
+    slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
+    child: child(),
     harness: redisHarness(url),
   };
 }
@@ -26,20 +31,26 @@ export function redisClusterSuiteOptions(): ConformanceOptions {
   const url = matrixUrl('redis-cluster');
   const first = storeAddress(url);
   const nodes = [0, 1, 2].map((i) => ({ host: first.host, port: first.port + i }));
+  const child = (options: object = {}) => ({ module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, cluster: true, ...options } });
   return {
     name: 'redis cluster',
     createBackend: () => redisBackend({ url, cluster: true }),
     createUnreachableBackend: () => redisBackend({ url: 'redis://127.0.0.1:1', cluster: true }),
     network: {
       store: nodes,
-      createBackend: (via, all) =>
+      createBackend: (via, all, extra) =>
         redisBackend({
           url: viaUrl(url, via),
           cluster: true,
           clusterOptions: { natMap: Object.fromEntries(nodes.map((node, i) => [`${node.host}:${node.port}`, all[i]!])) },
+          ...extra,
         }),
     },
-    child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, cluster: true } },
+    factory: { create: (options) => redisBackend(options as never), rules: redisOptionRules, valid: (address) => ({ url: viaUrl(url, address), cluster: true }) },
+    createBackendInOtherNamespace: () => redisBackend({ url, cluster: true, prefix: 'deadbolt:other:' }),
+    createBackendWithCredentials: (user, password, address) => redisBackend({ url: withCredentials(url, user, password, address), cluster: true }),
+    slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
+    child: child(),
     harness: redisHarness(url, 'redis-cluster'),
   };
 }
@@ -109,7 +120,10 @@ export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
     name: 'redlock (3 nodes)',
     createBackend: () => redlockBackend({ nodes, maxTtlMs }),
     createUnreachableBackend: () => redlockBackend({ nodes: ['redis://127.0.0.1:1', 'redis://127.0.0.1:2', 'redis://127.0.0.1:3'], maxTtlMs }),
-    network: { store: nodes.map(storeAddress), createBackend: (_via, all) => redlockBackend({ nodes: all.map((a) => `redis://${a.host}:${a.port}`), maxTtlMs }) },
+    network: { store: nodes.map(storeAddress), createBackend: (_via, all, extra) => redlockBackend({ nodes: all.map((a) => `redis://${a.host}:${a.port}`), maxTtlMs, ...extra }) },
+    factory: { create: (options) => redlockBackend(options as never), rules: redlockOptionRules, valid: (address) => ({ nodes: [`redis://${address.host}:${address.port}`], maxTtlMs }) },
+    createBackendWithCredentials: (user, password, address) =>
+      redlockBackend({ nodes: nodes.map((node, i) => withCredentials(node, user, password, i === 0 ? address : storeAddress(node))), maxTtlMs }),
     child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redlockBackend', options: { nodes, maxTtlMs } },
     harness: {
       async inspect(key) {

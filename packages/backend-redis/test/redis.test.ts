@@ -204,9 +204,15 @@ describe('redis backend', () => {
     await backend.close();
   });
 
-  it('rejects a prefix that would change the hash slot', () => {
-    expect(() => redisBackend({ url, prefix: 'x{' })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
-    expect(() => redisBackend({ url: 'http://x' })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  it('rejects a prefix that would change the hash slot, and options that cannot work together', () => {
+    const refused = (options: object) => expect(() => redisBackend(options as never), JSON.stringify(options)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    refused({ url, prefix: 'x{' });
+    refused({ url: 'http://x' });
+    // The guard's keys carry no hash tag: beside a lock's keys, every acquire would fail with CROSSSLOT.
+    refused({ url, cluster: true, restartGuardMs: 1000 });
+    refused({ url, cluster: true, syncReplicas: 1 });
+    refused({ url, client: admin });
+    refused({ url: 'redis://127.0.0.1:6379,127.0.0.1:6380' }); // several servers only with cluster: true
   });
 
   it('restart guard: a server without the birth mark (restarted empty, or new) grants nothing for restartGuardMs', async () => {

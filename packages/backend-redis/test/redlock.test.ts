@@ -95,7 +95,9 @@ describe('redlock over 5 nodes', () => {
   });
 
   it('rejects bad options before any I/O', () => {
-    for (const bad of [{ nodes: [] }, { nodes: 'redis://x' }, { nodes: nodes, maxTtlMs: 0 }, { nodes: nodes, driftFactor: 0.5 }, { nodes: nodes, retryDelayMs: 0 }]) {
+    // One server named twice would be a majority of three on its own.
+    const twice = [nodes[0]!, nodes[0]!.replace('127.0.0.1', '127.0.0.1'), nodes[1]!];
+    for (const bad of [{ nodes: [] }, { nodes: 'redis://x' }, { nodes: nodes, maxTtlMs: 0 }, { nodes: nodes, driftFactor: 0.5 }, { nodes: nodes, retryDelayMs: 0 }, { nodes: twice }, { nodes: [nodes[0]!, `${nodes[0]!}/3`, nodes[1]!] }]) {
       expect(() => redlockBackend(bad as never), JSON.stringify(bad)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
     }
   });
