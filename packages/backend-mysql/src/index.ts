@@ -1,1 +1,1 @@
-export { MysqlBackend, mysqlBackend, type MysqlBackendOptions } from './mysql-backend.js';
+export { MysqlBackend, mysqlBackend, type MysqlBackendOptions, mysqlOptionRules } from './mysql-backend.js';

@@ -7,15 +7,23 @@ import {
   DeadboltError,
   InFlight,
   grantable,
+  count,
+  instance,
   InvalidArgumentError,
   LimitMismatchError,
+  ms,
   noAnswer,
+  oneOf,
+  readOptions,
+  text,
+  url,
+  waiterCadence,
+  type Rules,
   pollForLease,
   raceSignal,
   ReleaseNotifier,
   sleep,
   StrandedConnections,
-  validatePositive,
   waitOnConnections,
   watchBlocked,
   withTimeout,
@@ -78,6 +86,19 @@ export interface MysqlLease extends Lease {
 
 const noop = () => undefined;
 
+/** How each option of `mysqlBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
+export const mysqlOptionRules = {
+  url: url(['mysql']),
+  pool: instance((v): v is Pool => typeof (v as Pool | null)?.getConnection === 'function' && typeof (v as Pool).query === 'function', 'a mysql2/promise Pool'),
+  // The backend adds `_shared_keys` (12 characters) for its own tables; MySQL names stop at 64.
+  table: text(/^[A-Za-z_][A-Za-z0-9_]{0,51}$/, 'a plain identifier (letters, digits, _; at most 52 characters)', ['', '1abc', 'a-b', 'x'.repeat(53), 'a;DROP']),
+  maxPollDelayMs: ms(),
+  connectTimeoutMs: ms(),
+  mode: oneOf(['lease', 'session']),
+  connectionLimit: count(1, 100_000),
+  commandTimeoutMs: ms(),
+} satisfies Rules<MysqlBackendOptions>;
+
 /** Server error numbers that mean the connection, not the statement, failed. */
 const UNAVAILABLE_ERRNOS = new Set([1040, 1053, 2002, 2003, 2006, 2013, 1927]);
 
@@ -110,17 +131,22 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly #acquiring = new InFlight();
   readonly #sql: Statements;
   readonly #sharedSql: SharedStatements;
+  readonly #table: string;
+  /**
+   * Session mode: what every named lock of this backend is named after, besides its key: the
+   * database and table. Named locks are server-wide, so two applications (or the two sides of a
+   * migration) on one server with other tables must not share them. Read once, with the tables.
+   */
+  #lockSpace: string | undefined;
   #ready: Promise<void> | undefined;
   #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
-  constructor(options: MysqlBackendOptions) {
+  constructor(raw: MysqlBackendOptions) {
+    const options = readOptions(raw, mysqlOptionRules, 'mysqlBackend');
     const table = options.table ?? 'deadbolt_locks';
-    if (typeof table !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,63}$/.test(table)) {
-      throw new InvalidArgumentError('table must be a plain identifier (letters, digits, _; at most 64)');
-    }
+    this.#table = table;
     const mode = options.mode ?? 'lease';
-    if (mode !== 'lease' && mode !== 'session') throw new InvalidArgumentError("mode must be 'lease' or 'session'");
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
@@ -129,19 +155,19 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
           // frees. The server queues a name's waiters in arrival order and hands a freed lock to the
           // first (its metadata-lock queue appends each waiter at the back): FIFO, checked by 13a/13b.
           { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true, minToken: true };
-    this.#maxPollDelayMs = validatePositive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
-    this.#commandTimeoutMs = validatePositive(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
-    const connectTimeoutMs = validatePositive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs');
+    this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
+    this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+    const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
     this.#connectGraceMs = 2 * connectTimeoutMs;
+    if ((options.url === undefined) === (options.pool === undefined)) throw new InvalidArgumentError('mysqlBackend needs a url (mysql://user@host:port/db) or a pool, not both');
     if (options.pool) {
       this.pool = options.pool;
       this.#ownsPool = false;
     } else {
-      if (typeof options.url !== 'string' || !/^mysql:\/\//.test(options.url)) {
-        throw new InvalidArgumentError('mysqlBackend needs a url (mysql://user@host:port/db) or a pool');
-      }
+      const url = options.url!;
+      if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
       this.pool = createPool({
-        uri: options.url,
+        uri: url.href,
         connectTimeout: connectTimeoutMs,
         connectionLimit: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
         supportBigNumbers: true,
@@ -167,18 +193,24 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     return createHash('sha256').update(key).digest();
   }
 
-  /** The `GET_LOCK` name of a key in session mode (the server caps names at 64 characters). */
-  static lockName(key: string): string {
-    return `deadbolt:${MysqlBackend.hash(key).toString('base64url')}`;
+  /**
+   * The `GET_LOCK` name of a key in session mode: a digest of this backend's database, table and
+   * the key (the server caps names at 64 characters, and they are server-wide). After the first
+   * acquisition (which reads the database) only.
+   */
+  lockName(key: string): string {
+    if (this.#lockSpace === undefined) throw new BackendError(this.name, 'lock name', { cause: new Error('the backend has not reached its server yet') });
+    return `deadbolt:${createHash('sha256').update(this.#lockSpace).update(key).digest('base64url')}`;
   }
 
   /**
    * Session mode: the server thread (connection id) that holds `key`'s named lock, or null. For
    * diagnostics and fault injection: `KILL` it and the holder loses its lock as a crashed one would.
-   * Runs on `pool` (any pool on the same server); rejects with the driver's error if that fails.
+   * @throws BackendUnavailableError / BackendError when the server fails.
    */
-  static async holderThread(pool: Pool, key: string): Promise<number | null> {
-    const [rows] = await pool.query<RowDataPacket[]>(sql.holderThread, [MysqlBackend.lockName(key)]);
+  async holderThread(key: string): Promise<number | null> {
+    await this.#ensureTable();
+    const rows = await this.#run<RowDataPacket[]>('holder', sql.holderThread, [this.lockName(key)]);
     return (rows[0]?.['thread'] as number | null | undefined) ?? null;
   }
 
@@ -198,7 +230,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     try {
       return await pollForLease(`shared:${req.key}`, req.signal, () => this.#sharedAttempt(req, hash), (lease) => this.release(lease), {
         notifier: this.#notifier,
-        maxDelayMs: Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
+        maxDelayMs: waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs,
       });
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
@@ -234,8 +266,8 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
         }
         const ok = grantable(queue, queue.indexOf(mine), req.limit);
         if (!ok && !req.wait) return { commit: false, value: null };
-        // A waiter's place lasts a ttl (or 4 re-check periods, if longer) past each attempt.
-        const ttlMs = ok ? req.ttlMs : Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+        // A waiter's place lasts about a ttl past each attempt (core's waiterCadence).
+        const ttlMs = ok ? req.ttlMs : waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
         await this.#on(connection, q.sharedRenew, [ttlMs * 1000, hash, req.owner]);
         return { commit: true, value: ok ? { key: req.key, owner: req.owner, token: mine.token, acquiredAt, hash, shared: true as const } : null };
       });
@@ -285,7 +317,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     if (!req.wait) return this.#attempt(req, hash);
     return pollForLease(req.key, req.signal, () => this.#attempt(req, hash), (lease) => this.release(lease), {
       notifier: this.#notifier,
-      maxDelayMs: Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
+      maxDelayMs: waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs,
     });
   }
 
@@ -358,7 +390,8 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await this.#acquiring.settled();
+    // Aborted acquisitions finish removing what they wrote first, unless the server went silent.
+    await this.#acquiring.settled(this.#commandTimeoutMs);
     if (this.#ownsPool) await this.pool.end().catch(() => undefined);
   }
 
@@ -390,7 +423,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
 
   async #sessionAttempt(req: AcquireRequest, hash: Buffer): Promise<MysqlLease | null | typeof AGAIN> {
     await this.#ensureTable(); // in each attempt, so a wait rides out a failed first try like any other
-    const lockName = MysqlBackend.lockName(req.key);
+    const lockName = this.lockName(req.key);
     let connection: PoolConnection;
     try {
       connection = await raceSignal(this.#connection(), req.signal, (late) => late.release());
@@ -497,6 +530,9 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       this.#run('create table', this.#sql.createTable, []),
       this.#run('create table', this.#sharedSql.createSharedKeys, []),
       this.#run('create table', this.#sharedSql.createSharedClaims, []),
+      this.#run<RowDataPacket[]>('create table', sql.database, []).then((rows) => {
+        this.#lockSpace = `${String(rows[0]?.['db'] ?? '')}\0${this.#table}\0`;
+      }),
     ]).then(
       () => undefined,
       (error: unknown) => {

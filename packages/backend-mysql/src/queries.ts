@@ -60,6 +60,8 @@ export const sessionIdleReset = `SET SESSION wait_timeout = @@GLOBAL.wait_timeou
 export const getLock = `SELECT GET_LOCK(?, ?) AS got`;
 /** Params: name. The connection id holding it, or NULL. */
 export const holderThread = `SELECT IS_USED_LOCK(?) AS thread`;
+/** The connection's database: part of every named lock's name (named locks are server-wide). */
+export const database = `SELECT DATABASE() AS db`;
 /** Params: name, connection id. Who holds the name (or NULL), and whether that connection is still there. */
 export const waitState = `SELECT IS_USED_LOCK(?) AS holder, EXISTS (SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = ?) AS alive`;
 /** Params: name. 1 while this connection holds it. */

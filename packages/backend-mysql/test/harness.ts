@@ -1,13 +1,13 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
-import { MysqlBackend, mysqlBackend } from '@deadbolt/mysql';
+import { MysqlBackend, mysqlBackend, mysqlOptionRules } from '@deadbolt/mysql';
 import { createPool, type Pool } from 'mysql2/promise';
 
 /** Reads and breaks the lock table directly. */
 export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', table = 'deadbolt_locks'): ConformanceHarness {
   const admin = createPool({ uri: url, connectionLimit: 2 });
-  if (mode === 'session') return { ...sessionHarness(admin, table), ...common(admin, table) };
+  if (mode === 'session') return { ...sessionHarness(admin, mysqlBackend({ url, mode, table, connectionLimit: 2 }), table), ...common(admin, table) };
   return {
     ...common(admin, table),
     async inspect(key) {
@@ -31,8 +31,8 @@ export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', t
 }
 
 /** In session mode the claim is the named lock: who holds it, and killing that connection. */
-function sessionHarness(admin: Pool, table: string): Pick<ConformanceHarness, 'inspect' | 'loseClaim'> {
-  const holder = (key: string) => MysqlBackend.holderThread(admin, key);
+function sessionHarness(admin: Pool, names: MysqlBackend, table: string): Pick<ConformanceHarness, 'inspect' | 'loseClaim'> {
+  const holder = (key: string) => names.holderThread(key);
   return {
     async inspect(key) {
       if ((await holder(key)) === null) return [];
@@ -76,13 +76,18 @@ export function poolInTimeZone(url: string, zone: string): Pool {
 /** The shared suite's options for the test-matrix MariaDB (also one side of the migration suites). */
 export function mysqlSuiteOptions(mode: 'lease' | 'session' = 'lease'): ConformanceOptions {
   const url = matrixUrl('mysql');
+  const child = (options: object = {}) => ({ module: import.meta.resolve('@deadbolt/mysql'), export: 'mysqlBackend', options: { url, mode, ...options } });
   return {
     name: mode === 'lease' ? 'mysql' : 'mysql (session)',
     createBackend: () => mysqlBackend({ url, mode }),
     createUnreachableBackend: () => mysqlBackend({ url: 'mysql://root@127.0.0.1:1/test', mode }),
-    network: { store: storeAddress(url), createBackend: (via) => mysqlBackend({ url: viaUrl(url, via), mode }) },
+    network: { store: storeAddress(url), createBackend: (via, _all, extra) => mysqlBackend({ url: viaUrl(url, via), mode, ...extra }) },
+    factory: { create: (options) => mysqlBackend(options as never), rules: mysqlOptionRules, valid: (address) => ({ url: viaUrl(url, address), mode }) },
+    createBackendInOtherNamespace: () => mysqlBackend({ url, mode, table: 'deadbolt_other' }),
+    createBackendWithCredentials: (user, password, address) => mysqlBackend({ url: withCredentials(url, user, password, address), mode }),
     createBackendInTimeZone: (zone) => mysqlBackend({ pool: poolInTimeZone(url, zone), mode }),
-    child: { module: import.meta.resolve('@deadbolt/mysql'), export: 'mysqlBackend', options: { url, mode } },
+    slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
+    child: child(),
     harness: mysqlHarness(url, mode),
   };
 }

@@ -26,7 +26,7 @@ export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: strin
       return;
     }
     // Session mode: the claim is the named lock; end the connection that holds it.
-    const thread = await MysqlBackend.holderThread(mysql.pool, key);
+    const thread = await mysql.holderThread(key);
     if (thread !== null) await mysql.pool.query('KILL ?', [thread]);
   },
   async postgres(backend, key) {
