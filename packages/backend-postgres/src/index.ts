@@ -1,1 +1,1 @@
-export { PostgresBackend, postgresBackend, type PostgresBackendOptions } from './postgres-backend.js';
+export { PostgresBackend, postgresBackend, type PostgresBackendOptions, postgresOptionRules } from './postgres-backend.js';

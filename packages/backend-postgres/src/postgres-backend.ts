@@ -6,15 +6,23 @@ import {
   BackendUnavailableError,
   cancelOnAbort,
   InFlight,
+  count,
+  instance,
   InvalidArgumentError,
   LimitMismatchError,
+  ms,
   noAnswer,
+  oneOf,
+  readOptions,
+  text,
+  url,
+  waiterCadence,
+  type Rules,
   pollForLease,
   raceSignal,
   ReleaseNotifier,
   sleep,
   StrandedConnections,
-  validatePositive,
   waitOnConnections,
   watchBlocked,
   withTimeout,
@@ -66,6 +74,20 @@ export interface PostgresLease extends Lease {
   readonly client?: PoolClient;
   readonly id?: number;
 }
+
+/** How each option of `postgresBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
+export const postgresOptionRules = {
+  url: url(['postgres', 'postgresql'], true),
+  pool: instance((v): v is Pool => v instanceof pg.Pool || (typeof (v as Pool | null)?.connect === 'function' && typeof (v as Pool).query === 'function' && typeof (v as Pool).on === 'function'), 'a pg Pool'),
+  // The backend adds `_shared_acquire` and the like; PostgreSQL names stop at 63 bytes.
+  table: text(/^[a-z_][a-z0-9_]{0,47}$/, 'a plain lower-case identifier (letters, digits, _; at most 48 characters)', ['', '1abc', 'Locks', 'a-b', 'x'.repeat(49)]),
+  mode: oneOf(['lease', 'session']),
+  maxPollDelayMs: ms(),
+  connectTimeoutMs: ms(),
+  connectionLimit: count(1, 100_000),
+  commandTimeoutMs: ms(),
+  advisoryNamespace: count(0, 0x7fffffff),
+} satisfies Rules<PostgresBackendOptions>;
 
 /** How many keys' advisory lock ids a backend remembers. */
 const KEY_ID_CACHE = 1000;
@@ -124,37 +146,34 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
-  constructor(options: PostgresBackendOptions) {
+  constructor(raw: PostgresBackendOptions) {
+    const options = readOptions(raw, postgresOptionRules, 'postgresBackend');
     const table = options.table ?? 'deadbolt_locks';
-    if (typeof table !== 'string' || !/^[a-z_][a-z0-9_]{0,47}$/.test(table)) {
-      throw new InvalidArgumentError('table must be a plain lower-case identifier (letters, digits, _; at most 48)');
-    }
     const mode = options.mode ?? 'lease';
-    if (mode !== 'lease' && mode !== 'session') throw new InvalidArgumentError("mode must be 'lease' or 'session'");
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
         ? { fencing: 'strict', fairness: 'fifo', lease: 'ttl', wake: 'push', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true, semaphore: true, readWrite: true }
         : // idle_session_timeout is an int of ms; the server's lock manager queues waiters in order.
           { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1, maxTtlMs: 2 ** 31 - 1, crossProcess: true, minToken: true };
-    this.#maxPollDelayMs = validatePositive(options.maxPollDelayMs ?? 250, 'maxPollDelayMs');
-    this.#commandTimeoutMs = validatePositive(options.commandTimeoutMs ?? 5000, 'commandTimeoutMs');
-    const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
-    if (!Number.isSafeInteger(namespace) || namespace < 0 || namespace > 0x7fffffff) throw new InvalidArgumentError('advisoryNamespace must be an integer in 0..2^31-1');
-    this.#namespace = namespace;
+    this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
+    this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+    // Advisory locks are per database; the table names their namespace within it.
+    this.#namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
+    const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
     // Two connect timeouts: a connect that fails takes one itself, so a shorter grace would allow
     // no second try.
-    this.#connectGraceMs = 2 * validatePositive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs');
+    this.#connectGraceMs = 2 * connectTimeoutMs;
+    if ((options.url === undefined) === (options.pool === undefined)) throw new InvalidArgumentError('postgresBackend needs a url (postgres://user@host:port/db) or a pool, not both');
     if (options.pool) {
       this.pool = options.pool;
       this.#ownsPool = false;
     } else {
-      if (typeof options.url !== 'string' || !/^postgres(ql)?:\/\//.test(options.url)) {
-        throw new InvalidArgumentError('postgresBackend needs a url (postgres://user@host:port/db) or a pool');
-      }
+      const url = options.url!;
+      if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
       this.pool = new pg.Pool({
-        connectionString: options.url,
-        connectionTimeoutMillis: validatePositive(options.connectTimeoutMs ?? 2000, 'connectTimeoutMs'),
+        connectionString: url.href,
+        connectionTimeoutMillis: connectTimeoutMs,
         max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
         // TCP keep-alive probes find a peer that vanished without closing the socket.
         keepAlive: true,
@@ -205,7 +224,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const leave = () => this.#run('release', this.#sql.sharedRelease, [keyBytes, req.owner, this.#channel]).then(() => undefined);
     const attempt = async (queue: boolean): Promise<PostgresLease | null> => {
       const acquiredAt = performance.now();
-      const waiterMs = Math.max(req.ttlMs, 4 * this.#maxPollDelayMs);
+      const waiterMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
       const params = [keyBytes, req.owner, req.ttlMs, queue, req.mode, req.limit, waiterMs, (req.minToken ?? 0n).toString()];
       const row = (await this.#run('acquire', this.#sql.sharedAcquire, params)).rows[0]!;
       if (row['status'] === 2) {
@@ -217,7 +236,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     };
     if (!req.wait) return attempt(false);
     await this.#listen();
-    const recheck = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+    const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
     try {
       return await pollForLease(`s:${PostgresBackend.digest(keyBytes)}`, req.signal, () => attempt(true), (lease) => this.release(lease), {
         notifier: this.#notifier,
@@ -238,7 +257,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const first = await this.#attempt(req, keyBytes, false);
     if (first || !req.wait) return first;
     await this.#listen();
-    const recheck = Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4)));
+    const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
     try {
       // Mostly asleep: the release that frees the key names the queue's head, which tries at once.
       return await pollForLease(PostgresBackend.digest(keyBytes), req.signal, () => this.#attempt(req, keyBytes, true), (lease) => this.#run('release', this.#sql.leave, [lease.keyBytes, lease.owner, this.#channel]).then(() => undefined), {
@@ -312,7 +331,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await withTimeout(this.#acquiring.settled(), this.#commandTimeoutMs, () => new Error('cleanup')).catch(() => undefined);
+    await this.#acquiring.settled(this.#commandTimeoutMs);
     for (const client of [...this.#sessionClients.keys()]) this.#giveBack(client, new Error('the backend was closed'));
     const listener = this.#listener;
     this.#listener = undefined;
@@ -324,9 +343,9 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   async #attempt(req: AcquireRequest, keyBytes: Buffer, queued: boolean): Promise<PostgresLease | null> {
     const acquiredAt = performance.now();
     const least = (req.minToken ?? 0n).toString();
-    // A queued waiter is dropped if it stays silent for a ttl (or 4 re-check periods, if longer).
+    // A queued waiter is dropped if it stays silent for about a ttl (core's waiterCadence).
     const result = queued
-      ? await this.#run('acquire', this.#sql.acquireQueued, [keyBytes, req.owner, req.ttlMs, Math.max(req.ttlMs, 4 * this.#maxPollDelayMs), least])
+      ? await this.#run('acquire', this.#sql.acquireQueued, [keyBytes, req.owner, req.ttlMs, waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs, least])
       : await this.#run('acquire', this.#sql.acquire, [keyBytes, req.owner, req.ttlMs, least]);
     const token = result.rows[0]?.['token'];
     if (token === undefined) return null;

@@ -1,7 +1,7 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
-import { PostgresBackend, postgresBackend } from '@deadbolt/postgres';
+import { PostgresBackend, postgresBackend, postgresOptionRules } from '@deadbolt/postgres';
 import pg from 'pg';
 
 type Mode = 'lease' | 'session';
@@ -82,13 +82,18 @@ export function poolInTimeZone(url: string, zone: string): pg.Pool {
 /** The shared suite's options for the test-matrix PostgreSQL. */
 export function postgresSuiteOptions(mode: Mode = 'lease'): ConformanceOptions {
   const url = matrixUrl('postgres');
+  const child = (options: object = {}) => ({ module: import.meta.resolve('@deadbolt/postgres'), export: 'postgresBackend', options: { url, mode, ...options } });
   return {
     name: mode === 'lease' ? 'postgres' : 'postgres (session)',
     createBackend: () => postgresBackend({ url, mode }),
     createUnreachableBackend: () => postgresBackend({ url: 'postgres://postgres@127.0.0.1:1/postgres', mode }),
-    network: { store: storeAddress(url), createBackend: (via) => postgresBackend({ url: viaUrl(url, via), mode }) },
+    network: { store: storeAddress(url), createBackend: (via, _all, extra) => postgresBackend({ url: viaUrl(url, via), mode, ...extra }) },
+    factory: { create: (options) => postgresBackend(options as never), rules: postgresOptionRules, valid: (address) => ({ url: viaUrl(url, address), mode }) },
+    createBackendInOtherNamespace: () => postgresBackend({ url, mode, table: 'deadbolt_other' }),
+    createBackendWithCredentials: (user, password, address) => postgresBackend({ url: withCredentials(url, user, password, address), mode }),
     createBackendInTimeZone: (zone) => postgresBackend({ pool: poolInTimeZone(url, zone), mode }),
-    child: { module: import.meta.resolve('@deadbolt/postgres'), export: 'postgresBackend', options: { url, mode } },
+    slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
+    child: child(),
     harness: postgresHarness(url, mode),
   };
 }
