@@ -3,8 +3,16 @@ import {
   BackendError,
   BackendUnavailableError,
   grantable,
+  InFlight,
+  instance,
   InvalidArgumentError,
   LimitMismatchError,
+  ms,
+  raceSignal,
+  readOptions,
+  text,
+  url,
+  type Rules,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -16,14 +24,20 @@ import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
 import { Etcd3, isRecoverableError, type Lease as EtcdLease, type Watcher } from 'etcd3';
 
 export interface EtcdBackendOptions {
-  /** `etcd://host:port[,host:port...]` (or `http://…`). The backend creates and closes its client. */
+  /**
+   * `etcd://[user:password@]host:port[,host:port...]` (or `http://…`, `https://…`). The backend
+   * creates and closes its client; a user and password become the client's etcd authentication.
+   */
   url?: string;
   /** Your own etcd3 client; `close()` leaves it open. Used instead of `url`. */
   client?: Etcd3;
-  /** Prefix of every lock key. Default `deadbolt/`. */
+  /**
+   * Prefix of every key the backend writes. Default `deadbolt/`. Must not contain `#`, which
+   * separates it from what follows: two lockers with different prefixes never share a key.
+   */
   prefix?: string;
   /** Connect timeout for a client made from `url`. Default 2000 ms. */
-  dialTimeoutMs?: number;
+  connectTimeoutMs?: number;
   /**
    * Deadline of each unary call (grant, transaction, keep-alive, revoke) of a client made from
    * `url`; a call without an answer by then fails with `BackendUnavailableError`. Watch streams
@@ -67,6 +81,38 @@ const offsetOf = (value: Buffer | string | undefined) => (value === undefined ? 
 
 const noop = () => undefined;
 
+/** How each option of `etcdBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
+export const etcdOptionRules = {
+  url: url(['etcd', 'http', 'https']),
+  client: instance((v): v is Etcd3 => v instanceof Etcd3, 'an etcd3 Etcd3 client'),
+  prefix: text(/^[^#]+$/, 'a non-empty string without # (it separates the prefix from what follows)', ['', 'p#', 'deadbolt/#s/']),
+  connectTimeoutMs: ms(),
+  callTimeoutMs: ms(),
+} satisfies Rules<EtcdBackendOptions>;
+
+/** One claim in a shared key's queue, as read from its etcd key. */
+interface QueuedClaim {
+  readonly revision: bigint;
+  readonly mode: SharedRequest['mode'];
+  readonly limit: number;
+}
+
+/**
+ * The claims that count, in queue order: those with the limit of the oldest claim not known to be
+ * misconfigured. A claim with another limit is misconfigured, and remembered in `misconfigured`
+ * (it stays so: it was made while an older claim with the limit in force lived, and its own join,
+ * which read every claim at once, saw that claim too and withdrew), so it neither blocks nor
+ * fails the others once the claim it was measured against has gone. @throws LimitMismatchError
+ * when the limit in force is not `req`'s (nothing of ours may stay: the caller withdraws).
+ */
+function inForce(req: SharedRequest, misconfigured: Set<bigint>, queue: readonly QueuedClaim[]): QueuedClaim[] {
+  const live = queue.filter((c) => !misconfigured.has(c.revision));
+  const limit = live[0]?.limit ?? req.limit;
+  if (limit !== req.limit) throw new LimitMismatchError(req.key, limit, req.limit);
+  for (const c of live) if (c.limit !== limit) misconfigured.add(c.revision);
+  return live.filter((c) => c.limit === limit);
+}
+
 /** etcd3 rejects keep-alives of a revoked or expired lease with a plain Error saying so. */
 const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.test(String((error as Error)?.message));
 
@@ -96,6 +142,9 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly client: Etcd3;
   readonly #ownsClient: boolean;
   readonly #prefix: string;
+  /** Acquisitions under way: `close()` lets aborted ones delete their keys and leases first. */
+  readonly #acquiring = new InFlight();
+  #callTimeoutMs = 5000;
   #closed = false;
   /**
    * Watch cancels still under way. etcd3 holds a watch made while another is being cancelled
@@ -105,25 +154,22 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly #cancelling = new Set<Promise<void>>();
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
-  constructor(options: EtcdBackendOptions) {
-    const prefix = options.prefix ?? 'deadbolt/';
-    if (typeof prefix !== 'string' || prefix.length === 0) throw new InvalidArgumentError('prefix must be a non-empty string');
-    this.#prefix = prefix;
+  constructor(raw: EtcdBackendOptions) {
+    const options = readOptions(raw, etcdOptionRules, 'etcdBackend');
+    this.#prefix = options.prefix ?? 'deadbolt/';
+    if ((options.url === undefined) === (options.client === undefined)) throw new InvalidArgumentError('etcdBackend needs a url (etcd://host:port[,host:port]) or a client, not both');
     if (options.client) {
       this.client = options.client;
       this.#ownsClient = false;
     } else {
-      if (typeof options.url !== 'string' || !/^(etcd|https?):\/\/[^/]+/.test(options.url)) {
-        throw new InvalidArgumentError('etcdBackend needs a url (etcd://host:port[,host:port]) or a client');
-      }
-      const scheme = options.url.startsWith('https') ? 'https' : 'http';
-      const hosts = options.url.replace(/^[a-z0-9]+:\/\//, '').replace(/\/.*$/, '').split(',').map((h) => `${scheme}://${h}`);
-      const dialTimeout = options.dialTimeoutMs ?? 2000;
+      const url = options.url!;
+      const scheme = url.scheme === 'https' ? 'https' : 'http';
+      const hosts = url.hosts.map(({ host, port }) => `${scheme}://${host}:${port ?? 2379}`);
       const callTimeout = options.callTimeoutMs ?? 5000;
-      if (!(callTimeout > 0) || !Number.isFinite(callTimeout)) throw new InvalidArgumentError('callTimeoutMs must be a positive number');
       this.client = new Etcd3({
         hosts,
-        dialTimeout,
+        ...(url.username === undefined ? {} : { auth: { username: url.username, password: url.password ?? '' } }),
+        dialTimeout: options.connectTimeoutMs ?? 2000,
         // A deadline on a watch stream would tear down every watch of the client each time it
         // passed. (gRPC takes deadlines as wall-clock dates; only the difference matters here.)
         defaultCallOptions: (call) => (call.isStream ? {} : { deadline: Date.now() + callTimeout }),
@@ -139,12 +185,18 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         faultHandling: { host: () => circuitBreaker(handleWhen(isRecoverableError), { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(3) }) },
       });
       this.#ownsClient = true;
+      this.#callTimeoutMs = callTimeout;
     }
   }
 
-  /** The prefix under which every waiter of `key` writes its own key. Keys are base64url-encoded, so one lock's prefix never contains another's. */
+  /**
+   * The prefix under which every waiter of `key` writes its own key: `<prefix>#m/<base64url key>/`.
+   * Base64url has no `/` or `#`, so one lock's prefix never contains another's; the prefix has no
+   * `#`, so every key of one prefix starts `<prefix>#`, which no key of another prefix (one that
+   * extends it, or that it extends) does.
+   */
   prefixFor(key: string): string {
-    return `${this.#prefix}${Buffer.from(key, 'utf8').toString('base64url')}/`;
+    return `${this.#prefix}#m/${Buffer.from(key, 'utf8').toString('base64url')}/`;
   }
 
   /**
@@ -152,16 +204,16 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * has no `#`). Written only by a holder, so a holder reads the final value at any time.
    */
   offsetKeyFor(key: string): string {
-    return `${this.#prefix}${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
+    return `${this.#prefix}#m/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
   }
 
   /**
    * Where the claims on a shared key (semaphore, read-write lock) live: one key per claim, named by
-   * its owner, valued `<S|X>:<limit>`, bound to the claim's own etcd lease. `#` keeps it apart from
-   * every mutex prefix (base64url has none).
+   * its owner, valued `<S|X>:<limit>`, bound to the claim's own etcd lease. `#s/` keeps them apart
+   * from every mutex (`#m/`).
    */
   sharedPrefixFor(key: string): string {
-    return `${this.#prefix}#shared/${Buffer.from(key, 'utf8').toString('base64url')}/`;
+    return `${this.#prefix}#s/${Buffer.from(key, 'utf8').toString('base64url')}/`;
   }
 
   /**
@@ -170,7 +222,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * holders raise it, and a raise never lowers it.
    */
   sharedOffsetKeyFor(key: string): string {
-    return `${this.#prefix}#shared/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
+    return `${this.#prefix}#s/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
   }
 
   /**
@@ -180,7 +232,11 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * prefix for deletions and re-reads. Limits travel in every claim's value, so a newcomer with
    * another limit sees it and withdraws.
    */
-  async acquireShared(req: SharedRequest): Promise<EtcdLockLease | null> {
+  acquireShared(req: SharedRequest): Promise<EtcdLockLease | null> {
+    return this.#acquiring.track(this.#acquireShared(req));
+  }
+
+  async #acquireShared(req: SharedRequest): Promise<EtcdLockLease | null> {
     const prefix = this.sharedPrefixFor(req.key);
     const offsetKey = this.sharedOffsetKeyFor(req.key);
     const path = prefix + req.owner;
@@ -207,10 +263,9 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       // The offset is read by the same read that judges the claim granted.
       let offset = offsetOf(result.responses[2]!.response_range.kvs[0]?.value);
       let seenAt = revision;
+      const misconfigured = new Set<bigint>();
       for (let waited = false; ; waited = true) {
-        const queue = kvs.map((kv) => ({ revision: BigInt(kv.create_revision), mode: kv.value.toString().startsWith('X') ? ('exclusive' as const) : ('shared' as const), limit: Number(kv.value.toString().slice(2)) }));
-        const other = queue.find((c) => c.limit !== req.limit && c.revision !== mine);
-        if (other) throw new LimitMismatchError(req.key, other.limit, req.limit);
+        const queue = inForce(req, misconfigured, kvs.map((kv) => ({ revision: BigInt(kv.create_revision), mode: kv.value.toString().startsWith('X') ? ('exclusive' as const) : ('shared' as const), limit: Number(kv.value.toString().slice(2)) })));
         const index = queue.findIndex((c) => c.revision === mine);
         if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
         if (grantable(queue, index, req.limit)) {
@@ -248,7 +303,11 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     }
   }
 
-  async acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {
+  acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {
+    return this.#acquiring.track(this.#acquire(req));
+  }
+
+  async #acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {
     const lockPrefix = this.prefixFor(req.key);
     const offsetKey = this.offsetKeyFor(req.key);
     const path = lockPrefix + req.owner;
@@ -379,6 +438,9 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // Core aborts every acquisition first; each then deletes its key and revokes its lease, which
+    // closing the client at once would cut short (the keys would block the lock until their ttl).
+    await this.#acquiring.settled(this.#callTimeoutMs);
     if (this.#ownsClient) this.client.close();
   }
 
@@ -461,7 +523,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * the raiser's key), the only holder was that key's, and a raise writes that key too.
    */
   async #waitForPredecessors(lockPrefix: string, offsetKey: string, path: string, mine: bigint, signal: AbortSignal, first?: Buffer): Promise<bigint> {
-    let watch = first && { key: first, ...(await this.#watchDeletion(first, path)) };
+    let watch = first && { key: first, ...(await this.#watchDeletion(first, path, signal)) };
     try {
       for (;;) {
         signal.throwIfAborted();
@@ -484,7 +546,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
           if ((await watch.deleted(signal)) && alone) return offset;
         } else {
           void watch?.cancel();
-          watch = { key: predecessor, ...(await this.#watchDeletion(predecessor, path)) };
+          watch = { key: predecessor, ...(await this.#watchDeletion(predecessor, path, signal)) };
           continue;
         }
         void watch.cancel();
@@ -495,9 +557,26 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     }
   }
 
-  /** Resolves once no cancel of ours is under way (see `#cancelling`). */
-  async #settledWatches(): Promise<void> {
-    while (this.#cancelling.size > 0) await Promise.all(this.#cancelling);
+  /**
+   * Resolves once no cancel of ours is under way (see `#cancelling`); rejects with `signal`'s reason
+   * if it aborts first (a wait given up must not queue behind every other waiter's cancel: a close
+   * of many waiters would take that long to let them clean up).
+   */
+  async #settledWatches(signal?: AbortSignal): Promise<void> {
+    while (this.#cancelling.size > 0) {
+      const all = Promise.all(this.#cancelling);
+      await (signal ? raceSignal(all, signal) : all);
+    }
+  }
+
+  /**
+   * A watch made by `create`, or `signal`'s reason as soon as it aborts. etcd3 makes a client's
+   * watches one after another (each waits for the answer to the one before), so a hundred waiters
+   * starting watches take a hundred round trips; a waiter given up must not wait its turn to clean
+   * up (a close of many waiters would outlast its deadline). A watch made after all is cancelled.
+   */
+  #watchUnlessAborted(create: () => Promise<Watcher>, signal: AbortSignal): Promise<Watcher> {
+    return raceSignal(this.#call('watch', create), signal, (late) => void this.#cancel(late));
   }
 
   /** Cancels `watcher` in the background, where `#settledWatches` finds it; never rejects. */
@@ -519,13 +598,11 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * with whether that deletion was all that happened to the two keys since the watch began (see
    * `#waitForPredecessors`); rejects with the abort reason.
    */
-  async #watchDeletion(key: Buffer, own: string): Promise<{ deleted: (signal: AbortSignal) => Promise<boolean>; cancel: () => Promise<void> }> {
+  async #watchDeletion(key: Buffer, own: string, signal: AbortSignal): Promise<{ deleted: (signal: AbortSignal) => Promise<boolean>; cancel: () => Promise<void> }> {
     const ours = Buffer.from(own);
     const [low, high] = Buffer.compare(key, ours) < 0 ? [key, ours] : [ours, key];
-    await this.#settledWatches();
-    const watcher = await this.#call('watch', () =>
-      this.client.watch().inRange({ start: low, end: Buffer.concat([high, Buffer.from([0])]) }).create(),
-    );
+    await this.#settledWatches(signal);
+    const watcher = await this.#watchUnlessAborted(() => this.client.watch().inRange({ start: low, end: Buffer.concat([high, Buffer.from([0])]) }).create(), signal);
     let quiet = true;
     /** Set when `key` went (or the watch failed): whether all was quiet until then. */
     let outcome: boolean | undefined;
@@ -562,7 +639,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
 
   /** Resolves when any key under `prefix` is deleted at or after `fromRevision`; rejects with the abort reason. */
   async #deleted(prefix: string, fromRevision: bigint, signal: AbortSignal): Promise<void> {
-    const watcher = await this.#call('watch', () => this.client.watch().prefix(prefix).startRevision(fromRevision.toString()).create());
+    const watcher = await this.#watchUnlessAborted(() => this.client.watch().prefix(prefix).startRevision(fromRevision.toString()).create(), signal);
     try {
       await new Promise<void>((resolve, reject) => {
         const onAbort = () => reject(signal.reason);

@@ -1,1 +1,1 @@
-export { EtcdBackend, etcdBackend, type EtcdBackendOptions } from './etcd-backend.js';
+export { EtcdBackend, etcdBackend, type EtcdBackendOptions, etcdOptionRules } from './etcd-backend.js';

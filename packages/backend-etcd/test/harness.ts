@@ -1,6 +1,6 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
-import { etcdBackend } from '@deadbolt/etcd';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { etcdBackend, etcdOptionRules } from '@deadbolt/etcd';
 
 /** Reads and breaks the lock keys directly. */
 export function etcdHarness(url: string): ConformanceHarness {
@@ -41,7 +41,10 @@ export function etcdSuiteOptions(): ConformanceOptions {
     name: 'etcd',
     createBackend: () => etcdBackend({ url }),
     createUnreachableBackend: () => etcdBackend({ url: 'etcd://127.0.0.1:1' }),
-    network: { store: storeAddress(url), createBackend: (via) => etcdBackend({ url: viaUrl(url, via) }) },
+    network: { store: storeAddress(url), createBackend: (via, _all, extra) => etcdBackend({ url: viaUrl(url, via), ...extra }) },
+    factory: { create: (options) => etcdBackend(options as never), rules: etcdOptionRules, valid: (address) => ({ url: viaUrl(url, address) }) },
+    createBackendInOtherNamespace: () => etcdBackend({ url, prefix: 'deadbolt/other/' }),
+    createBackendWithCredentials: (user, password, address) => etcdBackend({ url: withCredentials(url, user, password, address) }),
     child: { module: import.meta.resolve('@deadbolt/etcd'), export: 'etcdBackend', options: { url } },
     harness: etcdHarness(url),
   };
