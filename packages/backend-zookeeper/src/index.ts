@@ -1,1 +1,1 @@
-export { ZooKeeperBackend, zookeeperBackend, type ZooKeeperBackendOptions, type ZooKeeperSession } from './zookeeper-backend.js';
+export { ZooKeeperBackend, zookeeperBackend, type ZooKeeperBackendOptions, type ZooKeeperSession, zookeeperOptionRules } from './zookeeper-backend.js';

@@ -4,12 +4,20 @@ import {
   BackendError,
   backendFailure,
   BackendUnavailableError,
+  count,
   grantable,
   InvalidArgumentError,
   LimitMismatchError,
+  MAX_TIMER_MS,
+  ms,
   noAnswer,
+  readOptions,
+  required,
   sleep,
+  text,
+  url,
   withTimeout,
+  type Rules,
   type AcquireRequest,
   type Capabilities,
   type Lease,
@@ -30,7 +38,10 @@ import {
 } from './zookeeper-client.js';
 
 export interface ZooKeeperBackendOptions {
-  /** `zookeeper://host:port[,host:port...][/chroot]`. The backend opens and closes its own sessions. */
+  /**
+   * `zookeeper://[user:password@]host:port[,host:port...][/chroot]`. The backend opens and closes
+   * its own sessions; a user and password are added to each session as `digest` authentication.
+   */
   url: string;
   /** Parent of every lock node. Default `/deadbolt`. */
   root?: string;
@@ -74,15 +85,38 @@ export interface ZooKeeperLease extends Lease {
 
 const NODE_PREFIX = 'lock-';
 
+/**
+ * A znode path as ZooKeeper accepts it: absolute, no empty, `.` or `..` element, none of the
+ * characters it refuses (controls, surrogates, U+FFF0 and up), not under its own `/zookeeper`.
+ */
+const pathRule = text(
+  /^(?!\/zookeeper(?:\/|$))(?:\/(?!\.{1,2}(?:\/|$))[^/\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]+)+$/,
+  'an absolute znode path such as /deadbolt (no ., .., control characters or /zookeeper)',
+  ['deadbolt', '/', '/a/', '/a//b', '/.', '/a/..', '/a\u0001', '/zookeeper', '/zookeeper/x'],
+);
+
+/** How each option of `zookeeperBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
+export const zookeeperOptionRules = {
+  url: url(['zookeeper']),
+  root: pathRule,
+  connectTimeoutMs: ms(),
+  maxSessionTimeoutMs: count(1000, MAX_TIMER_MS),
+} satisfies Rules<ZooKeeperBackendOptions>;
+
 /** What one kind of claim (a mutex waiter, a shared claim) looks like in a key's queue. */
 interface QueueShape {
   readonly parent: string;
   /** Our node's name before the owner id; `lock-` for a mutex, `lock-<S|X><limit>-` for a shared claim. */
   readonly prefix: string;
-  /** May the claim at `index` of `queue` (in sequence order) be granted? May throw (a limit mismatch). */
+  /** May the claim at `index` of `queue` (in sequence order) be granted? */
   readonly granted: (queue: readonly string[], index: number) => boolean;
-  /** A shared claim: waits for any change to the queue. */
-  readonly shared?: true;
+  /** A shared claim (joins by `#joinShared`, waits for any change to the queue): its key and limit. */
+  readonly shared?: { readonly key: string; readonly limit: number };
+}
+
+/** A shared claim's mode and limit, from its node's name `lock-<S|X><limit>-<owner>-<sequence>`. */
+function claimOf(name: string): { mode: SharedRequest['mode']; limit: number } {
+  return { mode: name[NODE_PREFIX.length] === 'X' ? 'exclusive' : 'shared', limit: parseInt(name.slice(NODE_PREFIX.length + 1), 10) };
 }
 /**
  * A key's token offset is the name of a persistent child `floor-<offset>` (absent = 0), set only by
@@ -90,9 +124,25 @@ interface QueueShape {
  * so it is read in one step with the grant at no extra request.
  */
 const FLOOR_PREFIX = 'floor-';
-/** Sequential node names are `lock-<owner>-<10-digit sequence>`; the queue is ordered by the sequence alone. */
-const sequenceOf = (name: string) => name.slice(name.lastIndexOf('-') + 1);
-const bySequence = (a: string, b: string) => sequenceOf(a).localeCompare(sequenceOf(b));
+/**
+ * A sequential node's sequence: the signed 32-bit number ZooKeeper appends to its name (the
+ * parent's child version, `%010d`: `-000000005` once it has wrapped past 2^31 − 1).
+ */
+export function sequenceOf(name: string): number {
+  const m = /-(-?\d+)$/.exec(name);
+  return m ? Number(m[1]) : NaN;
+}
+
+/**
+ * Queue order of two sequential nodes of one parent, as ZooKeeper counts: the sequence wraps from
+ * 2^31 − 1 to −2^31 (a key busy for ~10^9 cycles gets there), so it is compared as a serial number
+ * (RFC 1982): `a` is before `b` when `b` is less than 2^31 steps ahead of it. The live nodes of one
+ * parent are never that far apart, so the order survives the wrap. A plain numeric or text sort
+ * would put a newcomer after the wrap first in the queue, beside the holder.
+ */
+export function bySequence(a: string, b: string): number {
+  return (sequenceOf(a) - sequenceOf(b)) | 0;
+}
 const EMPTY = Buffer.alloc(0);
 const REAP_DELAY_MS = 1000;
 /**
@@ -158,6 +208,8 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     readWrite: true,
   };
   readonly #hosts: string;
+  /** `user:password` from the url, added to every session as digest authentication. */
+  readonly #auth: Buffer | undefined;
   readonly #root: string;
   readonly #connectTimeoutMs: number;
   readonly #sessions = new Map<number, Session>();
@@ -166,20 +218,16 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
-  constructor(options: ZooKeeperBackendOptions) {
-    const match = typeof options?.url === 'string' ? /^zookeeper:\/\/([^/]+)(\/.*)?$/.exec(options.url) : null;
-    if (!match) throw new InvalidArgumentError('zookeeperBackend needs a url: zookeeper://host:port[,host:port][/chroot]');
-    const chroot = match[2] && match[2] !== '/' ? match[2].replace(/\/$/, '') : '';
-    this.#hosts = match[1]! + chroot;
-    const root = options.root ?? '/deadbolt';
-    if (typeof root !== 'string' || !/^(\/[^/\0]+)+$/.test(root)) throw new InvalidArgumentError('root must be an absolute znode path such as /deadbolt');
-    this.#root = root;
-    const timeout = options.connectTimeoutMs ?? 3000;
-    if (typeof timeout !== 'number' || !(timeout > 0) || !Number.isFinite(timeout)) throw new InvalidArgumentError('connectTimeoutMs must be a positive number');
-    this.#connectTimeoutMs = timeout;
-    const maxTtl = options.maxSessionTimeoutMs ?? 40_000;
-    if (!Number.isSafeInteger(maxTtl) || maxTtl < this.capabilities.minTtlMs) throw new InvalidArgumentError('maxSessionTimeoutMs must be a whole number of ms ≥ 1000');
-    this.capabilities = { ...this.capabilities, maxTtlMs: maxTtl };
+  constructor(raw: ZooKeeperBackendOptions) {
+    const options = readOptions(raw, zookeeperOptionRules, 'zookeeperBackend');
+    const url = required(options.url, 'url');
+    const chroot = url.path.replace(/\/$/, '');
+    if (chroot) pathRule.check(`/${chroot}`, "the url's chroot");
+    this.#hosts = url.hosts.map(({ host, port }) => `${host}:${port ?? 2181}`).join(',') + (chroot ? `/${chroot}` : '');
+    this.#auth = url.username === undefined ? undefined : Buffer.from(`${url.username}:${url.password ?? ''}`);
+    this.#root = options.root ?? '/deadbolt';
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? 3000;
+    this.capabilities = { ...this.capabilities, maxTtlMs: options.maxSessionTimeoutMs ?? 40_000 };
   }
 
   /** The node of `key`: base64url of its UTF-8 bytes, so every key is a legal name and no two collide. */
@@ -228,17 +276,12 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
    */
   acquireShared(req: SharedRequest): Promise<ZooKeeperLease | null> {
     const kind = `${NODE_PREFIX}${req.mode === 'exclusive' ? 'X' : 'S'}${req.limit}-`;
-    const parse = (name: string) => ({ mode: name[NODE_PREFIX.length] === 'X' ? ('exclusive' as const) : ('shared' as const), limit: parseInt(name.slice(NODE_PREFIX.length + 1), 10) });
     return this.#acquire(req, {
       parent: this.sharedPathFor(req.key),
       prefix: kind,
-      granted: (queue, index) => {
-        const claims = queue.map(parse);
-        const other = claims.find((c, i) => i !== index && c.limit !== req.limit);
-        if (other) throw new LimitMismatchError(req.key, other.limit, req.limit);
-        return grantable(claims, index, req.limit);
-      },
-      shared: true,
+      // Every live claim has our limit (see `#joinShared`).
+      granted: (queue, index) => grantable(queue.map(claimOf), index, req.limit),
+      shared: { key: req.key, limit: req.limit },
     });
   }
 
@@ -272,7 +315,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     this.#cancelReap(parent);
     let path: string | undefined;
     try {
-      path = await this.#createNode(session, parent, shape.prefix + req.owner);
+      path = shape.shared ? await this.#joinShared(session, parent, shape.prefix + req.owner, shape.shared) : await this.#createNode(session, parent, shape.prefix + req.owner);
       // Pipelined on the session (ZooKeeper answers in order): our node's stat, with a watch that
       // reports its deletion by anyone (an operator, a test) as a loss once we hold it, and the queue.
       let acquiredAt = performance.now();
@@ -301,7 +344,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
         acquiredAt = performance.now();
         ({ queue, offset } = await this.#children(session, parent));
       }
-      return this.#lease(req, session, path, zxidOf(stat), offset, acquiredAt, deleted.signal, shape.shared);
+      return this.#lease(req, session, path, zxidOf(stat), offset, acquiredAt, deleted.signal, shape.shared !== undefined);
     } catch (error) {
       // A cancelled, timed-out or failed waiter takes its node away before reporting; when the
       // session is gone, the server deletes the node with it.
@@ -397,6 +440,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
 
   #connect(ttlMs: number): Session {
     const client = createClient(this.#hosts, { sessionTimeout: ttlMs, spinDelay: 100, retries: 0 });
+    if (this.#auth) client.addAuthInfo('digest', this.#auth);
     const controller = new AbortController();
     setMaxListeners(0, controller.signal); // every lock and waiter on the session listens to it
     let connected = false;
@@ -468,7 +512,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     return session;
   }
 
-  #lease(req: AcquireRequest, session: Session, path: string, zxid: bigint, offset: bigint, acquiredAt: number, deleted: AbortSignal, shared?: true): ZooKeeperLease {
+  #lease(req: AcquireRequest, session: Session, path: string, zxid: bigint, offset: bigint, acquiredAt: number, deleted: AbortSignal, shared: boolean): ZooKeeperLease {
     const lost = new AbortController();
     const onLost = (source: AbortSignal) => () => lost.abort(source.reason);
     const onSessionLost = onLost(session.lost);
@@ -486,7 +530,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     // A lease lost without a release (its node deleted by someone) stops using the session too.
     lost.signal.addEventListener('abort', stopWatching, { once: true });
     if (deleted.aborted) onDeleted();
-    return { key: req.key, owner: req.owner, token: zxid + offset, zxid, offset, acquiredAt, path, session, lost: lost.signal, stopWatching, ...(shared ? { shared } : {}) };
+    return { key: req.key, owner: req.owner, token: zxid + offset, zxid, offset, acquiredAt, path, session, lost: lost.signal, stopWatching, ...(shared ? { shared: true as const } : {}) };
   }
 
 
@@ -502,6 +546,58 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
       // The key's node is missing (first use, or reaped by a release since): create it, racing others.
       await this.#ensurePath(session, parent);
     }
+  }
+
+  /**
+   * Joins a shared key's queue with our claim `<name>-<sequence>`, or throws LimitMismatchError
+   * when live claims were made with another limit. Every live claim has the same limit, because
+   * each is created by a multi-op that makes sure of it:
+   * - beside live claims (whose names carry their limit), with a check that one of them still
+   *   exists: a node with children cannot be removed, so it is the same key node and the limit
+   *   still holds;
+   * - when the key node has no claim, with a write of its data at the version read with the
+   *   listing (so any claim made since, which writes it too, fails this one), or, when it has no
+   *   child at all, by removing it at that version and making it anew (which fails if anything was
+   *   added since, whatever happened to it meanwhile).
+   * Without this, a newcomer with another limit joined first and withdrew later: waiters that saw
+   * it in between failed with its limit, and ones granted after the claims it was measured
+   * against left could not tell which limit held.
+   */
+  async #joinShared(session: Session, parent: string, name: string, shared: { key: string; limit: number }): Promise<string> {
+    const data = Buffer.from(String(shared.limit));
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const listing = await this.#call<[string[], Stat | undefined]>(session, 'acquire', (cb) =>
+        session.client.getChildren(parent, undefined, (error, children, stat) => cb(error, [children, stat])),
+      [Code.NO_NODE]);
+      const multi = session.client.transaction();
+      if (!listing) {
+        await this.#ensurePath(session, parent.slice(0, parent.lastIndexOf('/')));
+        multi.create(parent, data, CreateMode.PERSISTENT).setData(parent, data, -1);
+      } else {
+        const [children, stat] = listing;
+        const claims = children.filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence);
+        const newest = claims.at(-1);
+        if (newest) {
+          const { limit } = claimOf(newest);
+          if (limit !== shared.limit) throw new LimitMismatchError(shared.key, limit, shared.limit);
+          multi.check(`${parent}/${newest}`, -1);
+        } else if (children.length === 0) {
+          // Version 0 would read as "any" (see Transaction): made anew, the node is at version 1.
+          multi.remove(parent, stat!.version).create(parent, data, CreateMode.PERSISTENT).setData(parent, data, -1);
+        } else if (stat!.version === 0) {
+          // Only token floors under it, and a version that a multi-op would read as "any": move it on, look again.
+          await this.#call(session, 'acquire', (cb) => session.client.transaction().setData(parent, data, -1).commit(cb), [Code.NO_NODE]);
+          continue;
+        } else {
+          multi.setData(parent, data, stat!.version);
+        }
+      }
+      multi.create(`${parent}/${name}-`, Buffer.from(name), CreateMode.EPHEMERAL_SEQUENTIAL);
+      const results = await this.#call<unknown[]>(session, 'acquire', (cb) => multi.commit(cb), [Code.NO_NODE, Code.NODE_EXISTS, Code.NOT_EMPTY, Code.BAD_VERSION]);
+      const created = results?.at(-1) as { path?: string } | undefined;
+      if (created?.path) return created.path;
+    }
+    throw new BackendError(this.name, 'acquire', { cause: new Error(`the queue of ${parent} kept changing under 100 attempts to join it`) });
   }
 
   /** Creates `path` and any missing ancestors (persistent, empty); an existing node is fine. */

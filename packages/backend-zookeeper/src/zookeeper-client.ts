@@ -11,16 +11,21 @@ export interface ZooKeeperClient {
   getSessionTimeout(): number;
   create(path: string, data: Buffer, mode: number, cb: (error: ZooKeeperError | null, path: string) => void): void;
   exists(path: string, watcher: WatchListener | undefined, cb: (error: ZooKeeperError | null, stat: Stat | null) => void): void;
-  getChildren(path: string, watcher: WatchListener | undefined, cb: (error: ZooKeeperError | null, children: string[]) => void): void;
+  /** The children and, read with them in one step, the node's own stat. */
+  getChildren(path: string, watcher: WatchListener | undefined, cb: (error: ZooKeeperError | null, children: string[], stat?: Stat) => void): void;
   remove(path: string, version: number, cb: (error: ZooKeeperError | null) => void): void;
   /** A multi-op: all of its operations apply, or none (the error is the first failing one's). */
   transaction(): Transaction;
+  /** Adds `scheme:auth` to the session (the digest scheme takes `user:password`). */
+  addAuthInfo(scheme: string, auth: Buffer): void;
 }
 
+/** Versions: -1 is any version. node-zookeeper-client reads 0 as -1 too (`version || -1`). */
 export interface Transaction {
-  check(path: string): Transaction;
+  check(path: string, version?: number): Transaction;
   create(path: string, data: Buffer, mode: number): Transaction;
-  remove(path: string): Transaction;
+  setData(path: string, data: Buffer, version?: number): Transaction;
+  remove(path: string, version?: number): Transaction;
   commit(cb: (error: ZooKeeperError | null, results: unknown[]) => void): void;
 }
 
@@ -33,6 +38,8 @@ export interface ZooKeeperError extends Error {
 export interface Stat {
   /** The zxid of the create, 8 bytes big-endian. */
   readonly czxid: Buffer;
+  /** The version of the node's data (0 when made, one more with each setData). */
+  readonly version: number;
 }
 
 export interface ClientOptions {
@@ -53,11 +60,42 @@ interface ZooKeeperModule {
 // CommonJS without bundled types: load it through require and type the calls we make.
 const zookeeper = createRequire(import.meta.url)('node-zookeeper-client') as ZooKeeperModule;
 
-export const createClient = zookeeper.createClient;
+/**
+ * A client whose protocol surprises end its connection, never the process. node-zookeeper-client
+ * reads every answer inside its socket's 'data' handler and throws from there on anything it does
+ * not expect: a server's late answer to a handshake the client has stopped waiting for (closed
+ * before its session came) arrives in its closing state, is read as a reply with an unknown error
+ * code, and the throw is an uncaught exception that ends the user's process. Here such an error
+ * cuts the connection instead, which the client treats as a connection loss (its requests fail
+ * with CONNECTION_LOSS, and a closing client stops).
+ */
+export function createClient(connectionString: string, options: ClientOptions): ZooKeeperClient {
+  const client = zookeeper.createClient(connectionString, options);
+  const manager = (client as unknown as { connectionManager?: GuardedManager }).connectionManager;
+  const read = manager?.onSocketData;
+  if (manager && typeof read === 'function') {
+    manager.onSocketData = function (this: GuardedManager, buffer: Buffer) {
+      try {
+        read.call(this, buffer);
+      } catch {
+        this.pendingBuffer = null;
+        this.socket?.destroy();
+      }
+    };
+  }
+  return client;
+}
+
+/** The parts of node-zookeeper-client's connection manager `createClient` guards. */
+interface GuardedManager {
+  onSocketData: (buffer: Buffer) => void;
+  pendingBuffer: Buffer | null;
+  socket?: { destroy(): void };
+}
 export const CreateMode = zookeeper.CreateMode;
 export const NODE_DELETED = zookeeper.Event.NODE_DELETED;
 const X = zookeeper.Exception;
-export const Code = { NO_NODE: X.NO_NODE!, NODE_EXISTS: X.NODE_EXISTS!, NOT_EMPTY: X.NOT_EMPTY! } as const;
+export const Code = { NO_NODE: X.NO_NODE!, NODE_EXISTS: X.NODE_EXISTS!, NOT_EMPTY: X.NOT_EMPTY!, BAD_VERSION: X.BAD_VERSION! } as const;
 
 /** Codes that mean the session or its connection is gone, not that the request was wrong. */
 const UNAVAILABLE = new Set([X.CONNECTION_LOSS, X.OPERATION_TIMEOUT, X.SESSION_EXPIRED, X.SESSION_MOVED]);

@@ -1,7 +1,8 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
-import { zookeeperBackend, type ZooKeeperBackend, type ZooKeeperSession } from '@deadbolt/zookeeper';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { zookeeperBackend, zookeeperOptionRules, type ZooKeeperBackend, type ZooKeeperSession } from '@deadbolt/zookeeper';
 import { createRequire } from 'node:module';
+import { bySequence } from '../src/zookeeper-backend.js';
 
 type Client = ZooKeeperSession['client'];
 const { createClient } = createRequire(import.meta.url)('node-zookeeper-client') as {
@@ -17,12 +18,16 @@ const call = <T>(start: (cb: (error: { getCode(): number } | null, result?: T) =
 
 const children = async (client: Client, path: string) => (await call<string[]>((cb) => client.getChildren(path, undefined, cb))) ?? [];
 
+/** The owner id in a lock node's name: `lock-[<S|X><limit>-]<owner>-<sequence>` (a negative one after the wrap). */
+const ownerOf = (name: string) => /^lock-(?:[SX]\d+-)?(.+?)-(-?\d+)$/.exec(name)![1]!;
+
 /** Owner ids of the nodes queued under a key, in sequence order. */
 export async function queuedOwners(admin: ZooKeeperBackend, key: string): Promise<string[]> {
   const { client } = await admin.session(ADMIN_TTL);
   return (await children(client, admin.pathFor(key)))
-    .sort((a, b) => a.slice(a.lastIndexOf('-')).localeCompare(b.slice(b.lastIndexOf('-'))))
-    .map((n) => n.slice('lock-'.length, n.lastIndexOf('-')));
+    .filter((n) => n.startsWith('lock-'))
+    .sort(bySequence)
+    .map(ownerOf);
 }
 
 /**
@@ -61,8 +66,8 @@ export function zookeeperHarness(url: string): ConformanceHarness {
       const { client } = await admin.session(ADMIN_TTL);
       return (await children(client, admin.sharedPathFor(key)))
         .filter((n) => n.startsWith('lock-'))
-        .sort((a, b) => a.slice(a.lastIndexOf('-')).localeCompare(b.slice(b.lastIndexOf('-'))))
-        .map((n) => /^lock-[SX]\d+-(.+)-\d+$/.exec(n)![1]!);
+        .sort(bySequence)
+        .map(ownerOf);
     },
     async loseSharedClaim(key, owner) {
       const { client } = await admin.session(ADMIN_TTL);
@@ -94,7 +99,10 @@ export function zookeeperSuiteOptions(): ConformanceOptions {
     name: 'zookeeper',
     createBackend: () => zookeeperBackend({ url }),
     createUnreachableBackend: () => zookeeperBackend({ url: 'zookeeper://127.0.0.1:1', connectTimeoutMs: 2000 }),
-    network: { store: storeAddress(url), createBackend: (via) => zookeeperBackend({ url: viaUrl(url, via) }) },
+    network: { store: storeAddress(url), createBackend: (via, _all, extra) => zookeeperBackend({ url: viaUrl(url, via), ...extra }) },
+    factory: { create: (options) => zookeeperBackend(options as never), rules: zookeeperOptionRules, valid: (address) => ({ url: viaUrl(url, address) }) },
+    createBackendInOtherNamespace: () => zookeeperBackend({ url, root: '/deadbolt/other' }),
+    createBackendWithCredentials: (user, password, address) => zookeeperBackend({ url: withCredentials(url, user, password, address) }),
     child: { module: import.meta.resolve('@deadbolt/zookeeper'), export: 'zookeeperBackend', options: { url } },
     harness: zookeeperHarness(url),
     // Sessions of 1 s leave little room on a busy two-core machine: 2 s keeps the tests about leases.

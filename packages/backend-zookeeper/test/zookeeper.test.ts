@@ -2,6 +2,7 @@ import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { zookeeperBackend } from '@deadbolt/zookeeper';
 import { afterAll, describe, expect, it, vi } from 'vitest';
+import { bySequence, sequenceOf } from '../src/zookeeper-backend.js';
 import { expireSession, queuedOwners } from './harness.js';
 
 const url = matrixUrl('zookeeper');
@@ -21,7 +22,34 @@ const children = async (path: string) => {
 
 afterAll(() => admin.close());
 
+/** A sequential node's name as ZooKeeper makes it: `<name>` + the parent's cversion as Java's `%010d`. */
+const sequential = (name: string, cversion: number) => `${name}${cversion < 0 ? `-${String(-cversion).padStart(9, '0')}` : String(cversion).padStart(10, '0')}`;
+
 describe('zookeeper backend', () => {
+  it('the queue keeps its order across the wrap of the 32-bit sequence (2^31 − 1 is followed by −2^31)', async () => {
+    // A real name first: the format is the server's.
+    const locker = newLocker();
+    const k = key();
+    const lock = await locker.lock(k);
+    const [real] = await children(admin.pathFor(k));
+    const prefix = real!.slice(0, real!.lastIndexOf('-') + 1);
+    expect(sequential(prefix, sequenceOf(real!))).toBe(real);
+    await lock.release();
+    // A key busy for ~10^9 cycles: its holder was created just before the wrap, its waiters after;
+    // and, 2^31 cycles later again, a queue across zero.
+    for (const arrival of [
+      [2_147_483_645, 2_147_483_646, 2_147_483_647, -2_147_483_648, -2_147_483_647, -2_147_483_000],
+      [-7, -5, -1, 0, 7, 1_000_000],
+    ]) {
+      const names = arrival.map((cversion, i) => sequential(`lock-${i}-owner-`, cversion));
+      expect(names.map(sequenceOf)).toEqual(arrival);
+      const shuffled = [...names].sort(() => Math.random() - 0.5);
+      expect(shuffled.sort(bySequence)).toEqual(names);
+    }
+    // Shared claims' names carry their mode and limit before the owner.
+    expect([sequential('lock-S3-b-', -2_147_483_648), sequential('lock-X3-a-', 2_147_483_647)].sort(bySequence).map((n) => n.slice(0, 8))).toEqual(['lock-X3-', 'lock-S3-']);
+  });
+
   it('the token is the holder node’s creation zxid; the queue is one node per waiter, in order', async () => {
     const [a, b, c] = [newLocker(), newLocker(), newLocker()];
     const k = key();
