@@ -2,10 +2,22 @@ import {
   BackendError,
   backendFailure,
   BackendUnavailableError,
+  describe,
   grantable,
+  InFlight,
+  instance,
   InvalidArgumentError,
   LimitMismatchError,
+  ms,
+  nested,
+  oneOf,
   POLL_SOON,
+  readOptions,
+  text,
+  url,
+  waiterCadence,
+  type Rule,
+  type Rules,
   pollForLease,
   ReleaseNotifier,
   sleep,
@@ -73,6 +85,8 @@ export interface CassandraLease extends Lease {
   readonly id: Buffer;
   /** A semaphore permit or read-write lock: its row in `shared_claims` (the token is its clustering key, `seq`). */
   readonly shared?: true;
+  /** A shared claim's mode: a renewal writes it again with the owner, so both cells live as long. */
+  readonly mode?: SharedRequest['mode'];
   /** The queue and shadow algorithms' row in each partition (see schema.ts). */
   readonly slot?: Slot;
   /** The queue algorithm's arrival stamp (`<20-digit µs>/<owner>`), which orders the queue. */
@@ -95,6 +109,42 @@ interface Slot {
 }
 
 const { consistencies } = cassandra.types;
+
+/** A keyspace: a CQL identifier that needs no quotes (it starts with a letter). */
+const keyspaceRule = text(/^[A-Za-z]\w{0,47}$/, 'a plain CQL identifier (a letter, then letters, digits or _; at most 48)', ['', '1abc', 'a-b', 'a;b', 'x'.repeat(49)]);
+
+/** One of `allowed`, cassandra-driver's `types.consistencies` values. */
+function consistencyRule(allowed: readonly types.consistencies[]): Rule<types.consistencies> {
+  return {
+    check: (value, name) => {
+      if (!allowed.includes(value as types.consistencies)) throw new InvalidArgumentError(`${name} must be one of cassandra-driver's types.consistencies (${allowed.join(', ')}), got ${describe(value)}`);
+      return value as types.consistencies;
+    },
+    hostile: [null, 'quorum', 99, -1, 1.5, true],
+  };
+}
+
+/** How each option of `cassandraBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
+export const cassandraOptionRules = {
+  url: url(['cassandra']),
+  client: instance((v): v is Client => v instanceof cassandra.Client, 'a cassandra-driver Client'),
+  keyspace: keyspaceRule,
+  algorithm: oneOf(['queue', 'shadow', 'lwt']),
+  localDataCenter: text(/^[\w.-]{1,100}$/, 'a data center name'),
+  // Pasted into CREATE KEYSPACE: a CQL map of plain names and numbers, nothing else.
+  replication: text(
+    /^\{\s*'[\w.-]+'\s*:\s*(?:'[\w.-]+'|\d+)\s*(?:,\s*'[\w.-]+'\s*:\s*(?:'[\w.-]+'|\d+)\s*)*\}$/,
+    "a CQL replication map such as {'class': 'NetworkTopologyStrategy', 'dc1': 3}",
+    ["{'class': 'SimpleStrategy', 'replication_factor': 1} AND durable_writes = false", "{'class': 'x'}; DROP KEYSPACE x", '{}'],
+  ),
+  consistency: consistencyRule(Object.values(consistencies) as types.consistencies[]),
+  serialConsistency: consistencyRule([consistencies.serial, consistencies.localSerial]),
+  connectTimeoutMs: ms(),
+  requestTimeoutMs: ms(),
+  timeService: nested({ intervalMs: ms(10), maxAheadMs: ms(0) } satisfies Rules<TimeServiceOptions>),
+  poll: nested({ minDelayMs: ms(), maxDelayMs: ms() }),
+  shadowBackoff: nested({ ownerWaitMs: ms(), concurrentStepMs: ms() }),
+} satisfies Rules<CassandraBackendOptions>;
 /** One statement of a batch. */
 type Statement = { query: string; params: unknown[] };
 /** How many keys this process's guesses (`#tokens`, `#crowded`) remember: the most recently used. */
@@ -153,14 +203,17 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   readonly #slots = new Map<string, Set<number>>();
   /** Whose schema check this backend shares: the contact points of a client it made, or your client. */
   readonly #schemaScope: object | string;
+  /** Acquisitions under way: `close()` lets aborted ones remove their cells first. */
+  readonly #acquiring = new InFlight();
+  #requestTimeoutMs = 8000;
   #lastTimestamp = 0;
   #ready: Promise<void> | undefined;
   #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
-  constructor(options: CassandraBackendOptions) {
+  constructor(raw: CassandraBackendOptions) {
+    const options = readOptions(raw, cassandraOptionRules, 'cassandraBackend');
     const algorithm = options.algorithm ?? 'queue';
-    if (!['queue', 'shadow', 'lwt'].includes(algorithm)) throw new InvalidArgumentError(`algorithm must be queue, shadow or lwt, got ${String(algorithm)}`);
     this.algorithm = algorithm;
     this.capabilities = {
       fencing: 'strict',
@@ -175,38 +228,40 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       readWrite: true,
     };
     let keyspace = options.keyspace ?? 'deadbolt';
+    if ((options.url === undefined) === (options.client === undefined)) {
+      throw new InvalidArgumentError('cassandraBackend needs a url (cassandra://host[:port][,host[:port]]/keyspace) or a client, not both');
+    }
     if (options.client) {
       this.client = options.client;
       this.#ownsClient = false;
       this.#schemaScope = options.client;
     } else {
-      const match = typeof options.url === 'string' ? /^cassandra:\/\/([^/]+)(?:\/(\w+))?\/?$/.exec(options.url) : null;
-      if (!match) throw new InvalidArgumentError('cassandraBackend needs a url (cassandra://host[:port][,host[:port]]/keyspace) or a client');
-      keyspace = match[2] ?? keyspace;
-      const timeout = options.connectTimeoutMs ?? 2000;
-      if (!(timeout > 0)) throw new InvalidArgumentError('connectTimeoutMs must be a positive number');
+      const url = options.url!;
+      if (url.path) keyspace = keyspaceRule.check(url.path, 'the url\'s keyspace');
       const requestTimeout = options.requestTimeoutMs ?? 8000;
-      if (!(requestTimeout > 0)) throw new InvalidArgumentError('requestTimeoutMs must be a positive number');
+      const contactPoints = url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`));
       this.client = new cassandra.Client({
-        contactPoints: match[1]!.split(','),
+        contactPoints,
         localDataCenter: options.localDataCenter ?? 'datacenter1',
+        ...(url.username === undefined ? {} : { authProvider: new cassandra.auth.PlainTextAuthProvider(url.username, url.password ?? '') }),
         // A connection that leaves one request unanswered for the request timeout is closed and
         // opened again: a partition or a middlebox that lost its state strands a connection silently,
         // and the driver's default (64 timeouts in a row) would send every retry of a wait into it.
-        socketOptions: { connectTimeout: timeout, readTimeout: requestTimeout, defunctReadTimeoutThreshold: 0 },
+        socketOptions: { connectTimeout: options.connectTimeoutMs ?? 2000, readTimeout: requestTimeout, defunctReadTimeoutThreshold: 0 },
         // After a restart, come back within half a second rather than the default's growing delays.
         policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
       });
       containRefreshRace(this.client);
       this.#ownsClient = true;
-      this.#schemaScope = match[1]!;
+      this.#schemaScope = contactPoints.join(',');
+      this.#requestTimeoutMs = requestTimeout;
     }
-    if (!/^\w{1,48}$/.test(keyspace)) throw new InvalidArgumentError(`keyspace must be a plain CQL identifier, got ${JSON.stringify(keyspace)}`);
     this.keyspace = keyspace;
     this.#replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
     this.#consistency = options.consistency ?? consistencies.quorum;
     this.#serial = options.serialConsistency ?? consistencies.serial;
     this.#poll = { minDelayMs: options.poll?.minDelayMs ?? 2, maxDelayMs: options.poll?.maxDelayMs ?? 50 };
+    if (this.#poll.minDelayMs > this.#poll.maxDelayMs) throw new InvalidArgumentError('poll.minDelayMs must not be above poll.maxDelayMs');
     this.#shadow = { ownerWaitMs: options.shadowBackoff?.ownerWaitMs ?? 1000, concurrentStepMs: options.shadowBackoff?.concurrentStepMs ?? 50 };
     this.timeService = new CassandraTimeService(this.client, keyspace, options.timeService);
   }
@@ -216,7 +271,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     return Buffer.from(key, 'utf8');
   }
 
-  async acquire(req: AcquireRequest): Promise<CassandraLease | null> {
+  acquire(req: AcquireRequest): Promise<CassandraLease | null> {
+    return this.#acquiring.track(this.#acquire(req));
+  }
+
+  async #acquire(req: AcquireRequest): Promise<CassandraLease | null> {
     await this.#connect();
     const id = this.idFor(req.key);
     switch (this.algorithm) {
@@ -289,6 +348,9 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     if (this.#closed) return;
     this.#closed = true;
     this.timeService.stop();
+    // Core aborts every acquisition first; each then deletes its queue and claim cells, which
+    // shutting the client down at once would cut short (the cells would block the key for a ttl).
+    await this.#acquiring.settled(this.#requestTimeoutMs);
     if (this.#ownsClient) await this.client.shutdown();
   }
 
@@ -586,16 +648,22 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   // write to a claim is a lightweight transaction on its owner, so writes to the partition are all
   // ordered by Paxos (no client clock decides between them).
 
-  async acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
+  acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
+    return this.#acquiring.track(this.#acquireShared(req));
+  }
+
+  async #acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
     await this.#connect();
     const id = this.idFor(req.key);
-    const waiterTtl = ttlSeconds(Math.max(req.ttlMs, 4 * this.#poll.maxDelayMs, 2000));
+    // A waiter's row lasts about a ttl past each refresh (core's waiterCadence); ttls here are whole seconds.
+    const waiterTtl = ttlSeconds(waiterCadence(req.ttlMs, this.#poll.maxDelayMs).placeMs);
     /** Our row once joined: its token, and when it was last written (its ttl counts from there). */
     let claim: { token: bigint; acquiredAt: number } | undefined;
     const attempt = async (): Promise<CassandraLease | null | typeof POLL_AGAIN> => {
       const acquiredAt = performance.now();
       const rows = (await this.#run('acquire', `SELECT seq, owner, exclusive, claim_counter, claim_limit FROM ${this.keyspace}.shared_claims WHERE lock_id = ?`, [id], { serialRead: true })).rows;
-      const queue = rows.filter((r) => r['seq'] !== null).map((r) => ({ token: toBigInt(r['seq']), owner: r['owner'] as string, mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const) }));
+      // A claim whose mode cell is missing counts as exclusive: the reading that can never let two in.
+      const queue = rows.filter((r) => r['seq'] !== null).map((r) => ({ token: toBigInt(r['seq']), owner: r['owner'] as string, mode: r['exclusive'] === false ? ('shared' as const) : ('exclusive' as const) }));
       if (!claim) {
         const statics = rows[0];
         const counter = statics?.['claim_counter'] === null || statics?.['claim_counter'] === undefined ? undefined : toBigInt(statics['claim_counter']);
@@ -619,7 +687,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       // a granted one gets the lease's ttl, counted from this write.
       const sentAt = performance.now();
       if (!ok && sentAt - claim.acquiredAt < (waiterTtl * 1000) / 3) return null;
-      if (!(await this.#renewClaim({ id, token: claim.token, owner: req.owner }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
+      if (!(await this.#renewClaim({ id, token: claim.token, owner: req.owner, mode: req.mode }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
         throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
       }
       claim.acquiredAt = sentAt;
@@ -639,7 +707,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
           const lease = await attempt();
           return lease === POLL_AGAIN ? POLL_SOON : lease;
         }, (lease) => this.release(lease), {
-          ...this.#poll,
+          ...this.#pollOptions(req.ttlMs),
           notifier: this.#notifier,
         });
       }
@@ -651,11 +719,16 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   #sharedLease(req: SharedRequest, id: Buffer, claim: { token: bigint; acquiredAt: number }): CassandraLease {
-    return { key: req.key, owner: req.owner, id, token: claim.token, acquiredAt: claim.acquiredAt, shared: true };
+    return { key: req.key, owner: req.owner, id, token: claim.token, acquiredAt: claim.acquiredAt, shared: true, mode: req.mode };
   }
 
-  async #renewClaim(l: Pick<CassandraLease, 'id' | 'token' | 'owner'>, ttl: number): Promise<boolean> {
-    const result = await this.#run('renew', `UPDATE ${this.keyspace}.shared_claims USING TTL ? SET owner = ? WHERE lock_id = ? AND seq = ? IF owner = ?`, [ttl, l.owner, l.id, String(l.token), l.owner], { lwt: true });
+  /**
+   * Rewrites a claim's row with a new TTL, if it is still ours. Every cell of the row is written
+   * again: a TTL belongs to a cell, and a cell left out keeps its old one (the mode cell once did,
+   * and a held write lock turned into a read lock when it expired).
+   */
+  async #renewClaim(l: Pick<CassandraLease, 'id' | 'token' | 'owner' | 'mode'>, ttl: number): Promise<boolean> {
+    const result = await this.#run('renew', `UPDATE ${this.keyspace}.shared_claims USING TTL ? SET owner = ?, exclusive = ? WHERE lock_id = ? AND seq = ? IF owner = ?`, [ttl, l.owner, l.mode === 'exclusive', l.id, String(l.token), l.owner], { lwt: true });
     return result.wasApplied();
   }
 
@@ -675,7 +748,13 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
 
   /** Polls `attempt` with core's backoff, woken early by releases in this process. */
   #pollLease(req: AcquireRequest, attempt: () => Promise<CassandraLease | null | typeof POLL_SOON>): Promise<CassandraLease> {
-    return pollForLease(req.key, req.signal, attempt, (lease) => this.release(lease), { ...this.#poll, notifier: this.#notifier });
+    return pollForLease(req.key, req.signal, attempt, (lease) => this.release(lease), { ...this.#pollOptions(req.ttlMs), notifier: this.#notifier });
+  }
+
+  /** The backoff of a waiter with a lease of `ttlMs`: ours, but never slower than core's cadence rule (a quarter of the ttl). */
+  #pollOptions(ttlMs: number): { minDelayMs: number; maxDelayMs: number } {
+    const { pollMs } = waiterCadence(ttlMs, this.#poll.maxDelayMs);
+    return { minDelayMs: Math.min(this.#poll.minDelayMs, pollMs), maxDelayMs: pollMs };
   }
 
   /**

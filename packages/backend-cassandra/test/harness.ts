@@ -1,6 +1,6 @@
-import { cassandraBackend, CLAIM_TABLES as TABLES, type CassandraAlgorithm, type CassandraBackend } from '@deadbolt/cassandra';
+import { cassandraBackend, cassandraOptionRules, CLAIM_TABLES as TABLES, type CassandraAlgorithm, type CassandraBackend } from '@deadbolt/cassandra';
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
+import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { types } from 'cassandra-driver';
 
 const SERIAL = types.consistencies.serial;
@@ -76,12 +76,17 @@ export function cassandraSuiteOptions(algorithm: CassandraAlgorithm = 'queue'): 
   const url = matrixUrl('cassandra');
   // The shadow algorithm's thesis waits (up to 1 s) scaled down, so its suite runs in minutes.
   const options = { url, algorithm, ...(algorithm === 'shadow' ? { shadowBackoff: { ownerWaitMs: 100, concurrentStepMs: 10 } } : {}) };
+  const child = (more: object = {}) => ({ module: import.meta.resolve('@deadbolt/cassandra'), export: 'cassandraBackend', options: { ...options, ...more } });
   return {
     name: `cassandra ${algorithm}`,
     createBackend: () => cassandraBackend(options),
     createUnreachableBackend: () => cassandraBackend({ ...options, url: 'cassandra://127.0.0.1:1/deadbolt' }),
-    network: { store: storeAddress(url), createBackend: (via) => cassandraBackend({ ...options, url: viaUrl(url, via) }) },
-    child: { module: import.meta.resolve('@deadbolt/cassandra'), export: 'cassandraBackend', options },
+    network: { store: storeAddress(url), createBackend: (via, _all, extra) => cassandraBackend({ ...options, url: viaUrl(url, via), ...extra }) },
+    factory: { create: (more) => cassandraBackend(more as never), rules: cassandraOptionRules, valid: (address) => ({ ...options, url: viaUrl(url, address) }) },
+    createBackendInOtherNamespace: () => cassandraBackend({ ...options, url: url.replace(/\/deadbolt$/, '/deadbolt_other') }),
+    createBackendWithCredentials: (user, password, address) => cassandraBackend({ ...options, url: withCredentials(url, user, password, address) }),
+    slowPollChild: (ms) => child({ poll: { maxDelayMs: ms } }),
+    child: child(),
     harness: cassandraHarness(url),
     // Whole seconds, polled over QUORUM reads on a two-core machine: 3 s keeps the tests about leases.
     ttlMs: 3000,
