@@ -38,7 +38,7 @@ export {
 } from './locker.js';
 export { grantable } from './shared.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
-export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS, validateKey, validateKeys, validatePositive, validateTimeout, validateTtl } from './validate.js';
+export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS, validateKey, validateKeys, validateTtl } from './validate.js';
 export { count, describe, flag, instance, ms, nested, oneOf, own, parseStoreUrl, readOptions, required, settings, share, signal, text, url, wait, type ReadOptions, type Rule, type Rules, type StoreUrl } from './options.js';
 export type { MultiLock } from './multi-lock.js';
 export { StrandedConnections } from './stranded.js';

@@ -44,30 +44,6 @@ export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'):
   return ttlMs;
 }
 
-/**
- * @throws InvalidArgumentError unless `value` is a number ≥ 0. Any length works, Infinity meaning
- * "wait forever" (long timers are chained, see time.ts).
- */
-export function validateTimeout(value: unknown, name = 'timeoutMs'): number {
-  if (typeof value !== 'number' || Number.isNaN(value) || value < 0) {
-    throw new InvalidArgumentError(`${name} must be a number ≥ 0 or Infinity, got ${describe(value)}`);
-  }
-  return value;
-}
-
-/** For a backend's numeric options (delays, timeouts in ms): @throws InvalidArgumentError unless `value` is a finite number ≥ 1. */
-export function validatePositive(value: unknown, name: string): number {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 1) throw new InvalidArgumentError(`${name} must be a number ≥ 1`);
-  return value;
-}
-
-/** @throws InvalidArgumentError unless `value` is undefined or an AbortSignal. */
-export function validateSignal(value: unknown): AbortSignal | undefined {
-  if (value === undefined) return undefined;
-  if (!(value instanceof AbortSignal)) throw new InvalidArgumentError('signal must be an AbortSignal');
-  return value;
-}
-
 /** Most keys one `lockAll` / `tryLockAll` takes. */
 export const MAX_LOCK_ALL_KEYS = 256;
 
