@@ -122,7 +122,7 @@ export const redisOptionRules = {
   cluster: flag,
   clusterOptions: settings as Rule<Omit<ClusterOptions, 'redisOptions'>>,
   syncReplicas: count(0, 100),
-  syncTimeoutMs: ms(),
+  syncTimeoutMs: count(1, MAX_TIMER_MS), // WAIT takes whole ms
   restartGuardMs: count(0, MAX_TIMER_MS),
   prefix: text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}', 'a{']),
   fifo: flag,
