@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]`: the five scenarios of BENCHMARKS.md on
+ * `pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]`: the scenarios the bench README describes, on
  * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,

@@ -1,5 +1,5 @@
 /**
- * Behaviours 18–24 (CONFORMANCE.md, "Faults production has"): a store that goes silent, answers
+ * Behaviours 18–24 (the conformance README, "faults production has"): a store that goes silent, answers
  * late, resets connections or lives on another clock, timeouts and ttls at the limits of time,
  * the helpers' promises, and leaks. Network faults go through a `FaultProxy` between the backend
  * and its real store.

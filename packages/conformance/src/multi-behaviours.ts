@@ -1,5 +1,5 @@
 /**
- * Behaviours 27 and 28 (CONFORMANCE.md, the lock family): `lockAll` / `tryLockAll` (canonical
+ * Behaviours 27 and 28 (the conformance README, the lock family): `lockAll` / `tryLockAll` (canonical
  * order, all-or-nothing, one deadline), reentrancy (the scope of `withLock`), the self-deadlock
  * error, and lock-delay. Core's, so they run on every backend, through the backend's real store
  * (lock-delay also through the session-mode backends' own markers).

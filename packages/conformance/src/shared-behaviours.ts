@@ -1,5 +1,5 @@
 /**
- * Behaviours 25 (semaphores) and 26 (read-write locks), CONFORMANCE.md. Each group switches on by
+ * Behaviours 25 (semaphores) and 26 (read-write locks), as the conformance README lists them. Each group switches on by
  * the backend's `capabilities.semaphore` / `readWrite`; both run over `acquireShared`, so what one
  * proves about expiry, waiting and cleanup the other relies on.
  */
