@@ -64,10 +64,6 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
       }
       return scanned;
     },
-    async clearAll() {
-      const client = await ready();
-      for (const table of [...TABLES, 'shared_claims']) await client.execute(`TRUNCATE ${admin.keyspace}.${table}`);
-    },
   };
 }
 

@@ -22,15 +22,13 @@ export function etcdHarness(url: string): ConformanceHarness {
     async loseSharedClaim(key, owner) {
       await admin.client.delete().key(admin.sharedPrefixFor(key) + owner).exec();
     },
-    async dropConnection() {
+    async dropConnection(_backend, key) {
       // The lease is etcd's session: revoking it is what a lost client looks like to the store.
-      const kvs = await admin.client.getAll().prefix('deadbolt/').exec();
+      // Only the key's claims: other suites may hold locks in this etcd meanwhile.
+      const kvs = await admin.client.getAll().prefix(admin.prefixFor(key)).exec();
       for (const kv of kvs.kvs) if (kv.lease !== '0') await admin.client.leaseClient.leaseRevoke({ ID: kv.lease }).catch(() => undefined);
     },
     restartServer: () => restartMatrixServer('etcd'),
-    async clearAll() {
-      await admin.client.delete().prefix('deadbolt/').exec();
-    },
   };
 }
 

@@ -52,13 +52,6 @@ function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' 
       for (const id of (backend as MysqlBackend).threadIds) await admin.query('KILL ?', [id]).catch(() => undefined);
     },
     restartServer: () => restartMatrixServer('mysql'),
-    async clearAll() {
-      for (const t of [table, `${table}_shared`, `${table}_shared_keys`]) {
-        await admin.query('DELETE FROM ??', [t]).catch((e: { errno?: number }) => {
-          if (e.errno !== 1146) throw e; // no table yet
-        });
-      }
-    },
   };
 }
 

@@ -25,10 +25,6 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
       for (const pid of (backend as PostgresBackend).pids) await admin.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
     },
     restartServer: () => restartMatrixServer('postgres'),
-    async clearAll() {
-      await query(`TRUNCATE "${table}", "${table}_waiters"`);
-      await query(`TRUNCATE "${table}_shared", "${table}_shared_keys"`);
-    },
   };
   if (mode === 'session') {
     /** The server process holding the key's advisory lock (there is none while it is free). */

@@ -97,7 +97,6 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
       await (admin.client as Redis).client('KILL', 'ID', String(id));
     },
     restartServer: () => restartMatrixServer(server, () => admin.client.set('deadbolt:probe', '1', 'PX', 1000)),
-    clearAll: () => deleteMatching(nodes(), 'deadbolt:*'),
   };
 }
 
@@ -141,22 +140,6 @@ export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
       },
       // Restarts the first node empty: its restart guard keeps it out, the other two are a majority.
       restartServer: () => restartMatrixServer('redis-redlock', () => admins[0]!.ping()),
-      // Lock keys only (`<prefix>{…`): the nodes' birth marks stay, or every test would wait out a guard.
-      clearAll: () => deleteMatching(admins, 'deadbolt:{*'),
     },
   };
-}
-
-/** Deletes every key matching `pattern` on each server, one DEL per key (a cluster node refuses a DEL across slots). */
-async function deleteMatching(servers: Redis[], pattern: string): Promise<void> {
-  await Promise.all(
-    servers.map(async (server) => {
-      let cursor = '0';
-      do {
-        const [next, found] = await server.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-        await Promise.all(found.map((name) => server.del(name)));
-        cursor = next;
-      } while (cursor !== '0');
-    }),
-  );
 }

@@ -46,7 +46,7 @@ describe('redis backend', () => {
     expect(await locker.tryLock(k)).not.toBeNull();
   });
 
-  it('keeps tokens increasing when Redis restarts empty, and the holder notices the loss', async () => {
+  it('server restart: tokens keep increasing when Redis restarts empty, and the holder notices the loss', async () => {
     const locker = newLocker();
     const k = key();
     const before = await locker.lock(k);

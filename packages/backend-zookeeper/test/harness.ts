@@ -56,10 +56,6 @@ export async function expireSession(url: string, session: ZooKeeperSession): Pro
 /** Reads and breaks the lock nodes directly. */
 export function zookeeperHarness(url: string): ConformanceHarness {
   const admin = zookeeperBackend({ url });
-  const removeTree = async (client: Client, path: string): Promise<void> => {
-    await Promise.all((await children(client, path)).map((c) => removeTree(client, `${path}/${c}`)));
-    await call((cb) => client.remove(path, -1, cb));
-  };
   return {
     inspect: (key) => queuedOwners(admin, key),
     async inspectShared(key) {
@@ -85,10 +81,6 @@ export function zookeeperHarness(url: string): ConformanceHarness {
     restartServer: () => restartMatrixServer('zookeeper'),
     // Sessions still open once idle: one per distinct ttl ever used was the leak.
     retained: (backend) => (backend as ZooKeeperBackend).sessions().length,
-    async clearAll() {
-      const { client } = await admin.session(ADMIN_TTL);
-      await Promise.all((await children(client, '/deadbolt')).map((k) => removeTree(client, `/deadbolt/${k}`)));
-    },
   };
 }
 

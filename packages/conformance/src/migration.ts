@@ -41,15 +41,12 @@ export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceO
       : {}),
     ...(fh.dropConnection && th.dropConnection
       ? {
-          async dropConnection(backend: LockBackend) {
-            await Promise.all([fh.dropConnection!(sides(backend).from), th.dropConnection!(sides(backend).to)]);
+          async dropConnection(backend: LockBackend, key: string) {
+            await Promise.all([fh.dropConnection!(sides(backend).from, key), th.dropConnection!(sides(backend).to, key)]);
           },
         }
       : {}),
     ...(th.restartServer ? { restartServer: th.restartServer } : {}),
-    async clearAll() {
-      await Promise.all([fh.clearAll?.(), th.clearAll?.()]);
-    },
     ...(fh.retained || th.retained
       ? {
           async retained(backend: LockBackend) {

@@ -1,0 +1,4 @@
+import { defineConformanceSuite } from '@deadbolt/conformance';
+import { cassandraSuiteOptions } from './harness.js';
+
+defineConformanceSuite(cassandraSuiteOptions('lwt'));
