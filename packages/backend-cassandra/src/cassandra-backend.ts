@@ -16,6 +16,7 @@ import {
   text,
   url,
   waiterCadence,
+  type PollOptions,
   type Rule,
   type Rules,
   pollForLease,
@@ -389,8 +390,18 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const slot = this.#takeSlot(id);
     const entry = `${String(this.timeService.now()).padStart(20, '0')}/${req.owner}`;
     let queueWrittenAt = performance.now();
+    /** Our place in the queue at the last look (0: first). */
     let position = Infinity;
     let firstLook = true;
+    const { pollMs } = waiterCadence(req.ttlMs, this.#poll.maxDelayMs);
+    // A waiter k places back is granted no sooner than k handoffs from now: it looks about every
+    // k polling periods (at most the cadence rule's pollMs), and a release in this process wakes
+    // only the first two. With hundreds of waiters on a key, each polling every 50 ms and every
+    // one woken by each release, a handoff cost a read from each (250 waiters: 57 s to serve them).
+    const cadence = {
+      nextDelayMs: () => (position >= 2 ? Math.min(pollMs, this.#poll.maxDelayMs * position) : undefined),
+      wakes: () => position <= 1,
+    };
     try {
       if (this.#isCrowded(id)) {
         await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
@@ -410,14 +421,15 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         const head = await this.#queueOrder(id);
         if (firstLook) this.#noteCrowd(id, head.length > 1);
         firstLook = false;
-        const now = head[0] === req.owner ? 0 : head[1] === req.owner ? 1 : 2;
+        const index = head.indexOf(req.owner);
+        const now = index < 0 ? head.length : index;
         const moved = now < position;
         position = now;
-        if (now > 0) return moved ? POLL_SOON : NOT_YET;
+        if (now > 0) return moved && now <= 1 ? POLL_SOON : NOT_YET;
         // Just became first: the one ahead has left, so main is most likely free; write at once.
         // Still first since the last look: main was taken then, so read it before writing.
         return (await this.#takeMain(req, id, slot, entry, !moved)) ?? (moved ? POLL_SOON : NOT_YET);
-      });
+      }, cadence);
     } catch (error) {
       // Cancelled, timed out or failed: leave nothing behind.
       await this.#leave(id, slot).catch(() => undefined);
@@ -747,8 +759,8 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   // --- shared -----------------------------------------------------------------------------------
 
   /** Polls `attempt` with core's backoff, woken early by releases in this process. */
-  #pollLease(req: AcquireRequest, attempt: () => Promise<CassandraLease | null | typeof POLL_SOON>): Promise<CassandraLease> {
-    return pollForLease(req.key, req.signal, attempt, (lease) => this.release(lease), { ...this.#pollOptions(req.ttlMs), notifier: this.#notifier });
+  #pollLease(req: AcquireRequest, attempt: () => Promise<CassandraLease | null | typeof POLL_SOON>, more: PollOptions = {}): Promise<CassandraLease> {
+    return pollForLease(req.key, req.signal, attempt, (lease) => this.release(lease), { ...this.#pollOptions(req.ttlMs), notifier: this.#notifier, ...more });
   }
 
   /** The backoff of a waiter with a lease of `ttlMs`: ours, but never slower than core's cadence rule (a quarter of the ttl). */

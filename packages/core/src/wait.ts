@@ -70,6 +70,13 @@ export interface PollOptions {
    */
   nextDelayMs?: () => number | undefined;
   /**
+   * Whether a release notification addressed to nobody in particular wakes this waiter now. A
+   * waiter far back in a queue cannot be granted by the next release: left asleep, it spares the
+   * store a read per release (with hundreds of waiters in one process, a herd of them per handoff).
+   * Default: always.
+   */
+  wakes?: () => boolean;
+  /**
    * How long attempts may keep failing with `BackendUnavailableError` before the wait gives up.
    * A connection reset in the middle of a wait costs one failed attempt and the wait carries on;
    * a store that stays unreachable fails the wait after this long. Default 1 000 ms.
@@ -109,6 +116,7 @@ export async function pollForLease<L extends Lease>(
   let wake: (() => void) | undefined;
   const unsubscribe = options.notifier?.subscribe(key, (target) => {
     if (target && options.owner && target !== options.owner) return;
+    if (!target && options.wakes && !options.wakes()) return;
     woken = true;
     wake?.();
   });
