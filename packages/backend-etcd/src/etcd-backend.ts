@@ -117,6 +117,15 @@ function inForce(req: SharedRequest, misconfigured: Set<bigint>, queue: readonly
 const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.test(String((error as Error)?.message));
 
 /**
+ * An acquisition's error, typed: a lease that ran out before the acquisition could use it (a grant
+ * and a transaction more than a ttl apart: an overloaded store) is the store not answering in
+ * time, which a wait rides out (core tries again with a new lease), not a store error.
+ */
+function grantGone(backend: string, error: unknown): unknown {
+  return isLeaseGone(error) ? new BackendUnavailableError(backend, 'acquire', { cause: error }) : error;
+}
+
+/**
  * etcd backend: the recipe of etcd's Go `concurrency.Mutex`. Every acquirer writes its own key
  * under the lock's prefix, bound to a lease of its own, in one transaction that also reads the
  * current holder (the key with the lowest create revision). A waiter watches only the nearest
@@ -297,7 +306,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     } catch (error) {
       if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(() => undefined);
       await etcdLease.revoke().catch(() => undefined);
-      throw error;
+      throw grantGone(this.name, error);
     } finally {
       clearInterval(keepAlive);
     }
@@ -361,7 +370,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       // A cancelled, timed-out or failed waiter removes its key and lease before reporting.
       if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(noop);
       await etcdLease.revoke().catch(noop);
-      throw error;
+      throw grantGone(this.name, error);
     }
   }
 
