@@ -72,7 +72,7 @@ function runLane(name, files, args = []) {
   return new Promise((resolve) => {
     const child = spawn(vitest, ['run', '--reporter=default', '--reporter=json', `--outputFile.json=${json}`, ...args, ...files], {
       cwd: root,
-      env: { ...process.env, FORCE_COLOR: '0' },
+      env: { ...process.env, NO_COLOR: '1', FORCE_COLOR: '0' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const write = (chunk) => appendFileSync(log, chunk);
@@ -80,7 +80,7 @@ function runLane(name, files, args = []) {
     child.stderr.on('data', write);
     child.on('close', (code) => {
       const seconds = ((performance.now() - started) / 1000).toFixed(0);
-      const summary = readFileSync(log, 'utf8').split('\n').filter((l) => /^\s*(Test Files|Tests)\s/.test(l)).map((l) => l.trim()).join('; ');
+      const summary = plain(readFileSync(log, 'utf8')).split('\n').filter((l) => /^\s*(Test Files|Tests)\s/.test(l)).map((l) => l.trim()).join('; ');
       console.log(`[test] ${name}: ${code === 0 ? 'passed' : 'FAILED'} in ${seconds} s (${summary || 'no summary'})`);
       if (code !== 0) console.log(failures(log));
       resolve({ name, code, json });
@@ -90,9 +90,14 @@ function runLane(name, files, args = []) {
 
 /** The failure section of a vitest log (or its tail), for the console. */
 function failures(log) {
-  const text = readFileSync(log, 'utf8');
+  const text = plain(readFileSync(log, 'utf8'));
   const at = text.search(/⎯+ Failed Tests|FAIL /);
   return (at >= 0 ? text.slice(at) : text.split('\n').slice(-60).join('\n')).slice(0, 20_000);
+}
+
+/** `text` without terminal colour codes. */
+function plain(text) {
+  return text.replace(/\u001b\[[0-9;]*m/g, '');
 }
 
 async function main() {
