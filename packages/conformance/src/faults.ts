@@ -498,8 +498,9 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await next.release();
     }, 60_000);
 
-    it('24a. no leaks: 250 concurrent waits on one locker, the key held past a connect timeout, raise no listener warning and all get their turn', async () => {
+    it('24a. no leaks: many concurrent waits on one locker (250, past a session pool; 100 otherwise), the key held past a connect timeout, raise no listener warning and all get their turn', async () => {
       const key = freshKey();
+      const session = capabilities.lease === 'session';
       const warnings: Error[] = [];
       const onWarning = (w: Error) => warnings.push(w);
       process.on('warning', onWarning);
@@ -509,12 +510,13 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
         // More waiters than a session-mode backend has connections (200 by default), held for
         // longer than a connect timeout and its retries (2 s, then 4 s of grace): a waiter beyond
         // the pool waits for a connection to be given back, it does not fail as 'unavailable'.
-        // A backend whose waiters hold no connection each is held for less (CI time).
+        // A backend whose waiters hold no connection each gets 100 (ten times the listener
+        // warning's threshold) for less time: 250 handoffs on a polling store took minutes of CI.
         // Each releases as soon as it is granted (in any order: not every backend is FIFO).
         const waits = Promise.allSettled(
-          Array.from({ length: 250 }, async (_, i) => (await b.lock(key, i % 2 ? { timeoutMs: 170_000 } : {})).release()),
+          Array.from({ length: session ? 250 : 100 }, async (_, i) => (await b.lock(key, i % 2 ? { timeoutMs: 170_000 } : {})).release()),
         );
-        await sleep(capabilities.lease === 'session' ? 7000 : 2500);
+        await sleep(session ? 7000 : 2500);
         await held.release();
         const failed = (await waits).flatMap((w) => (w.status === 'rejected' ? [String(w.reason)] : []));
         expect(failed.length, `waits that failed, the first: ${failed[0]}`).toBe(0);
@@ -543,19 +545,28 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
 
     it('24c. flat cost: many cycles on one key do not make a cycle (or the store\'s read of the key) more expensive', async () => {
       const key = freshKey();
+      const control = freshKey('control');
       const locker = await makeLocker();
       const cycles = 600;
-      const times: number[] = [];
-      for (let i = 0; i < cycles; i++) {
+      const cycle = async (k: string) => {
         const started = performance.now();
-        const lock = await locker.lock(key, { timeoutMs: 30_000 });
+        const lock = await locker.lock(k, { timeoutMs: 30_000 });
         await lock.release();
-        times.push(performance.now() - started);
+        return performance.now() - started;
+      };
+      for (let i = 0; i < cycles; i++) await cycle(key);
+      for (let i = 0; i < 10; i++) await cycle(control);
+      // The worn key against one barely used, cycle for cycle: a machine whose load changes meanwhile
+      // slows both alike (comparing the key's first cycles with its last measured that change).
+      const worn: number[] = [];
+      const fresh: number[] = [];
+      for (let i = 0; i < 150; i++) {
+        worn.push(await cycle(key));
+        fresh.push(await cycle(control));
       }
       const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[xs.length >> 1]!;
-      const first = median(times.slice(0, 150));
-      const last = median(times.slice(-150));
-      expect(last, `median cycle ${first.toFixed(2)} ms at first, ${last.toFixed(2)} ms after ${cycles} cycles`).toBeLessThanOrEqual(2 * first + 2);
+      const [w, f] = [median(worn), median(fresh)];
+      expect(w, `median cycle ${w.toFixed(2)} ms on a key after ${cycles} cycles, ${f.toFixed(2)} ms on one after 10`).toBeLessThanOrEqual(2 * f + 2);
       if (harness.scanCost) {
         const cost = await harness.scanCost(key);
         expect(cost, `cells and tombstones read for the key after ${cycles} cycles`).toBeLessThanOrEqual(50);
