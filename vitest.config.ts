@@ -3,8 +3,9 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ["packages/*/test/**/*.test.ts", "test/**/*.test.ts"],
-    // Store-backed suites share one server per store; run files one at a time so fault tests
-    // (restarts, dropped connections) never hit a neighbour's locks.
+    // One file at a time in each vitest process: the test command runs several processes side by
+    // side (scripts/run-tests.mjs says which files may share the stores at once, and when the
+    // tests that restart a server run).
     fileParallelism: false,
     testTimeout: 60_000,
     hookTimeout: 120_000,

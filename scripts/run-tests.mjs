@@ -43,12 +43,12 @@ const LANES = {
     'packages/backend-postgres/test/conformance.test.ts',
     'packages/backend-mysql/test/conformance.test.ts',
     'test/migration-mysql-zookeeper.test.ts',
-    'test/migration-mysql-postgres.test.ts',
     'packages/backend-mysql/test/mysql.test.ts',
     'packages/backend-postgres/test/postgres.test.ts',
   ],
   redis: [
     'test/migration-redis-etcd.test.ts',
+    'test/migration-mysql-postgres.test.ts',
     'packages/backend-redis/test/conformance.test.ts',
     'packages/backend-redis/test/cluster.test.ts',
     'packages/backend-redis/test/redlock.test.ts',
