@@ -174,6 +174,9 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
         const key = freshKey('namespaces');
         const here = await makeLocker();
         const there = track(createLocker(await options.createBackendInOtherNamespace!(), { ttlMs: T }));
+        // The other namespace may not exist yet: its first use can create it (Cassandra's keyspace and
+        // tables take seconds on a loaded machine), longer than one tryLock may take. A wait rides that out.
+        await (await there.lock(freshKey('namespaces-warm'), { timeoutMs: 25_000 })).release();
         const a = await here.lock(key);
         const b = await there.tryLock(key);
         expect(b, 'a lock in another namespace was refused: the two share the store\'s lock').not.toBeNull();
@@ -185,7 +188,7 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
         expect(await there.tryLock(key), 'a holder in both namespaces did not exclude the new one').toBeNull();
         await both.release();
       },
-      30_000,
+      60_000,
     );
 
     it('32. nested family calls: a write or read in a write, a read in a read (with a writer queued between), a permit in a permit at the limit are typed errors at once, or nested holds when reentrant', async () => {
