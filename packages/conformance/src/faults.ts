@@ -4,32 +4,11 @@
  * the helpers' promises, and leaks. Network faults go through a `FaultProxy` between the backend
  * and its real store.
  */
-import { DEFAULT_MAX_TTL_MS, createLocker, sleep, type Capabilities, type Lease, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import { DEFAULT_MAX_TTL_MS, createLocker, sleep, type Lease, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ChildBackendConfig, ChildHolder } from './children.js';
 import { FaultProxy } from './fault-proxy.js';
-import { abortedWithin, timerLateness, type ConformanceHarness, type ConformanceOptions } from './suite.js';
-
-type TestFn = (name: string, fn: () => Promise<void>, timeout?: number) => void;
-
-/** What the suite shares with each group of behaviours. */
-export interface SuiteContext {
-  readonly options: ConformanceOptions;
-  readonly harness: ConformanceHarness;
-  readonly capabilities: Capabilities;
-  /** The suite's lease length, and its default renewal period (T / 3). */
-  readonly T: number;
-  readonly renewMs: number;
-  readonly lockers: Locker[];
-  freshKey(label?: string): string;
-  makeLocker(options?: LockerOptions): Promise<Locker>;
-  spawnChild(options?: LockerOptions, env?: Record<string, string>, config?: ChildBackendConfig): Promise<ChildHolder>;
-  itWhen(skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number): void;
-  crossProcessIt: TestFn;
-  hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;
-  /** Whether the backend has `raiseTokenFloor`. */
-  probeFloor(): boolean;
-}
+import type { SuiteContext } from './context.js';
+import { abortedWithin, timerLateness } from './helpers.js';
 
 /** How a promise settled, and when (performance.now()). */
 interface Settled<T> {

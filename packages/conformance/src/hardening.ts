@@ -21,7 +21,7 @@ import {
 } from '@deadbolt/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { countingBackend } from './counting.js';
-import type { SuiteContext } from './faults.js';
+import type { SuiteContext } from './context.js';
 import { FaultProxy, type Address } from './fault-proxy.js';
 import { retryFor } from './test-matrix.js';
 

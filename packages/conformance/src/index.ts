@@ -1,7 +1,8 @@
-export { abortedWithin, closeLockersAfterEach, defineConformanceSuite, expectWaitThroughSlowConnect, type ConformanceHarness, type ConformanceOptions } from './suite.js';
+export { defineConformanceSuite } from './suite.js';
+export type { ConformanceHarness, ConformanceOptions, SuiteContext } from './context.js';
+export { abortedWithin, closeLockersAfterEach, expectWaitThroughSlowConnect } from './helpers.js';
 export { FencedRegister } from './register.js';
 export { FaultProxy, type Address } from './fault-proxy.js';
-export type { SuiteContext } from './faults.js';
 export { ChildHolder, type ChildBackendConfig } from './children.js';
 export { matrixUrl, restartMatrixServer, retryFor, storeAddress, viaUrl, withCredentials, type MatrixServer } from './test-matrix.js';
 export { migrationSuiteOptions } from './migration.js';

@@ -1,5 +1,5 @@
 import { migratingBackend, type LockBackend, type MigratingBackend, type MigrationPhase } from '@deadbolt/core';
-import type { ConformanceHarness, ConformanceOptions } from './suite.js';
+import type { ConformanceHarness, ConformanceOptions } from './context.js';
 
 const childModule = new URL('./migration-child.js', import.meta.url).href;
 

@@ -7,8 +7,8 @@
 import { createLocker, DEFAULT_MAX_TTL_MS, MAX_LOCK_ALL_KEYS, SelfDeadlockError, sleep, type Locker } from '@deadbolt/core';
 import { describe, expect, it } from 'vitest';
 import { countingBackend } from './counting.js';
-import type { SuiteContext } from './faults.js';
-import { abortedWithin } from './suite.js';
+import type { SuiteContext } from './context.js';
+import { abortedWithin } from './helpers.js';
 
 type Hold = [number, number];
 

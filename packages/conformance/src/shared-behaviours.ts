@@ -13,10 +13,10 @@ import {
   type Locker,
 } from '@deadbolt/core';
 import { describe, expect } from 'vitest';
-import type { SuiteContext } from './faults.js';
+import type { SuiteContext } from './context.js';
 import { countingBackend } from './counting.js';
 import { takeShared, type SharedFamily } from './shared-family.js';
-import { abortedWithin } from './suite.js';
+import { abortedWithin } from './helpers.js';
 
 /** A hold: [start, end] in monotonic ns, comparable across processes on one machine. */
 type Hold = [number, number];

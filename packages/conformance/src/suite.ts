@@ -6,111 +6,18 @@ import {
   type LockBackend,
   type Locker,
   type LockerOptions,
-  type Rule,
 } from '@deadbolt/core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ChildHolder, type ChildBackendConfig } from './children.js';
-import type { Address, FaultProxy } from './fault-proxy.js';
+import { ChildHolder } from './children.js';
+import type { ConformanceHarness, ConformanceOptions } from './context.js';
 import { countingBackend } from './counting.js';
 import { defineFaultBehaviours } from './faults.js';
 import { defineMultiBehaviours } from './multi-behaviours.js';
 import { defineHardeningBehaviours } from './hardening.js';
 import { defineSharedBehaviours } from './shared-behaviours.js';
+import { abortedWithin, timerLateness } from './helpers.js';
 import { FencedRegister } from './register.js';
 import { retryFor } from './test-matrix.js';
-
-/** Fault injection and inspection a backend offers the suite. */
-export interface ConformanceHarness {
-  /**
-   * The owner ids that have any claim on `key` in the store (holder, queued waiters), read directly
-   * from the store. `[]` means nothing is left (documented metadata such as token counters excluded).
-   */
-  inspect(key: string): Promise<string[]>;
-  /** Make the store forget the claim on `key` (delete the key, row or node; expire the session). */
-  loseClaim(key: string): Promise<void>;
-  /**
-   * Kill this backend's connection(s) server-side, or whatever the store has instead (etcd: revoke
-   * the leases of `key`'s claims). Only this backend's: suites of other backends may run beside it.
-   */
-  dropConnection?(backend: LockBackend, key: string): Promise<void>;
-  /** Restart the server (via test-matrix) and resolve when it answers again. */
-  restartServer?(): Promise<void>;
-  /**
-   * What `backend` keeps for keys and ttls it no longer uses (open sessions, cache entries), once
-   * idle: behaviour 24 checks that it does not grow. Optional: absent means it keeps nothing.
-   */
-  retained?(backend: LockBackend): number | Promise<number>;
-  /**
-   * How many cells, rows or tombstones the store scans to read `key`'s lock state: behaviour 24
-   * checks that many cycles on one key do not make it grow. Optional: absent where the store's
-   * read cost cannot grow with use.
-   */
-  scanCost?(key: string): Promise<number>;
-  /**
-   * The owner ids of every live claim (granted or waiting) on the shared key `key` (semaphores and
-   * read-write locks), read directly from the store. Required when the backend has shared claims.
-   */
-  inspectShared?(key: string): Promise<string[]>;
-  /** Make the store forget `owner`'s claim on the shared key `key`. Required with shared claims. */
-  loseSharedClaim?(key: string, owner: string): Promise<void>;
-}
-
-export interface ConformanceOptions {
-  /** Shown in the describe block, e.g. `redis`. */
-  name: string;
-  /** A new backend with its own connection(s) on every call. */
-  createBackend: () => LockBackend | Promise<LockBackend>;
-  harness: ConformanceHarness;
-  /** How child processes build the same backend. Required when the backend claims `crossProcess`. */
-  child?: ChildBackendConfig;
-  /** A backend pointed at a closed port (behaviour 15). Required for every backend that does I/O. */
-  createUnreachableBackend?: () => LockBackend | Promise<LockBackend>;
-  /**
-   * The real store's address and a factory for a backend that connects to another address: the
-   * fault behaviours (18–20) put the suite's `FaultProxy` there. Required for every backend that
-   * does I/O.
-   */
-  network?: {
-    /** The store's address; several for a store of several nodes (one proxy listener each). */
-    store: Address | readonly Address[];
-    /**
-     * `via` is the proxy for the (first) store address; `all` has one proxy address per store
-     * address; `extra` holds options to add to the backend's own (`{ connectTimeoutMs }`, 30).
-     */
-    createBackend: (via: Address, all: readonly Address[], extra?: { connectTimeoutMs?: number }) => LockBackend | Promise<LockBackend>;
-  };
-  /**
-   * The backend's factory, the option rules it reads with (its package exports them) and a set of
-   * options that work, pointed at `address` (a fault proxy in front of the store): behaviour 35
-   * feeds every option each of its rule's hostile values. Required for every backend package.
-   */
-  factory?: {
-    create: (options: unknown) => LockBackend;
-    rules: Readonly<Record<string, Rule<unknown>>>;
-    valid: (address: Address) => Record<string, unknown>;
-  };
-  /** A backend on the same store in another namespace (table, prefix, keyspace, root, lock table): 31b. */
-  createBackendInOtherNamespace?: () => LockBackend | Promise<LockBackend>;
-  /** A backend whose store URL carries `user` and `password`, pointed at `address`: 34. */
-  createBackendWithCredentials?: (user: string, password: string, address: Address) => LockBackend | Promise<LockBackend>;
-  /**
-   * How a child process builds a backend whose waiters wait up to `ms` between re-checks (9b and
-   * 26f: a killed waiter must block nobody for much longer than its ttl, whatever its poll delay).
-   * Absent for backends that do not poll.
-   */
-  slowPollChild?: (ms: number) => ChildBackendConfig;
-  /**
-   * A backend whose store sessions run in time zone `zone` (e.g. `'+05:00'`), for stores whose time
-   * functions depend on the session (MySQL/MariaDB, PostgreSQL). Behaviour 21.
-   */
-  createBackendInTimeZone?: (zone: string) => LockBackend | Promise<LockBackend>;
-  /** Lease length for the lease, crash and pause tests. Default: 1 s, raised to the backend's minimum. */
-  ttlMs?: number;
-  /** Acquire+release cycles for the no-garbage check (behaviour 17). Default 10 000. */
-  garbageCycles?: number;
-  /** Acquisitions per client in the exclusion test. Default 30. */
-  exclusionRounds?: number;
-}
 
 /**
  * Registers the whole conformance suite (behaviours 1–35, listed in the package's README) for one backend with
@@ -737,62 +644,4 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     defineMultiBehaviours(context);
     defineHardeningBehaviours(context);
   });
-}
-
-/**
- * For a backend's own tests: returns `track(locker)`, and closes every tracked locker after each
- * test of the calling file.
- */
-export function closeLockersAfterEach(): <L extends Locker>(locker: L) => L {
-  const open: Locker[] = [];
-  afterEach(async () => {
-    await Promise.allSettled(open.splice(0).map((l) => l.close()));
-  });
-  return (locker) => (open.push(locker), locker);
-}
-
-/**
- * How late the event loop runs a timer of `ms` armed now, once it has run (0 until then). A loaded
- * machine delays core's timers as much: a bound that includes one (an aborted wait gives the
- * backend up to 50 ms to clean up) allows for it, so the bound keeps measuring the backend, not the
- * machine's load.
- */
-export function timerLateness(ms: number): () => number {
-  const armed = performance.now();
-  let late = 0;
-  setTimeout(() => (late = Math.max(0, performance.now() - armed - ms)), ms);
-  return () => late;
-}
-
-/** Resolves once `lock.signal` aborts (at once if it already has); rejects if it has not within `ms`. */
-export async function abortedWithin(lock: Lock, ms: number): Promise<void> {
-  if (lock.signal.aborted) return;
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`lock.signal did not abort within ${ms} ms`)), ms);
-    lock.signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
-  });
-}
-
-/**
- * For a backend whose waiter blocks in the store on a connection of its own: `waiter` (its store
- * reached through `proxy`, with a connect timeout under 700 ms) starts waiting for `key`, which
- * `holder` holds, while the proxy accepts connections and forwards nothing, so a connect gets no
- * handshake and times out. The proxy heals 700 ms later; the wait must carry on and be granted,
- * with a larger token, once `holder` releases. Fails the calling test otherwise.
- */
-export async function expectWaitThroughSlowConnect(holder: Locker, waiter: Locker, proxy: FaultProxy, key: string): Promise<void> {
-  const held = await holder.lock(key);
-  proxy.blackhole();
-  const waiting = waiter.lock(key, { timeoutMs: 10_000 });
-  waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
-  await sleep(700);
-  proxy.heal();
-  await sleep(500);
-  await held.release();
-  const lock = await waiting;
-  expect(lock.token).toBeGreaterThan(held.token);
-  await lock.release();
 }

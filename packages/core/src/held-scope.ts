@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { NotOwnerError } from './errors.js';
-import type { Lock } from './locker.js';
+import type { Lock } from './types.js';
 
 /**
  * What the current async context holds through the callback helpers (`withLock`, `withLockAll`,

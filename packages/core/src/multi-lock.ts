@@ -1,18 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { Lock } from './locker.js';
+import type { Lock, MultiLock } from './types.js';
 
-/**
- * The result of `lockAll` / `tryLockAll`: every key held, each by a `Lock` of its own (own lease,
- * renewal and token), behind one `Lock` interface.
- */
-export interface MultiLock extends Lock {
-  /** The keys, de-duplicated, in the canonical order they were taken in. */
-  readonly keys: readonly string[];
-  /** One lock per key, in `keys` order. */
-  readonly locks: readonly Lock[];
-  /** Each key's fencing token: fence a resource with the token of the key that guards it. */
-  readonly tokens: ReadonlyMap<string, bigint>;
-}
 
 /**
  * - `key`: the keys joined by ", " (a label); `owner`: an id of the set's own; `token`: the

@@ -1,0 +1,120 @@
+// What a backend gives the suite (ConformanceOptions, ConformanceHarness) and what the suite gives
+// each group of behaviours (SuiteContext). A leaf module: the groups and the suite import it, it
+// imports none of them.
+import type { Capabilities, LockBackend, Locker, LockerOptions, Rule } from '@deadbolt/core';
+import type { ChildBackendConfig, ChildHolder } from './children.js';
+import type { Address } from './fault-proxy.js';
+
+/** Fault injection and inspection a backend offers the suite. */
+export interface ConformanceHarness {
+  /**
+   * The owner ids that have any claim on `key` in the store (holder, queued waiters), read directly
+   * from the store. `[]` means nothing is left (documented metadata such as token counters excluded).
+   */
+  inspect(key: string): Promise<string[]>;
+  /** Make the store forget the claim on `key` (delete the key, row or node; expire the session). */
+  loseClaim(key: string): Promise<void>;
+  /**
+   * Kill this backend's connection(s) server-side, or whatever the store has instead (etcd: revoke
+   * the leases of `key`'s claims). Only this backend's: suites of other backends may run beside it.
+   */
+  dropConnection?(backend: LockBackend, key: string): Promise<void>;
+  /** Restart the server (via test-matrix) and resolve when it answers again. */
+  restartServer?(): Promise<void>;
+  /**
+   * What `backend` keeps for keys and ttls it no longer uses (open sessions, cache entries), once
+   * idle: behaviour 24 checks that it does not grow. Optional: absent means it keeps nothing.
+   */
+  retained?(backend: LockBackend): number | Promise<number>;
+  /**
+   * How many cells, rows or tombstones the store scans to read `key`'s lock state: behaviour 24
+   * checks that many cycles on one key do not make it grow. Optional: absent where the store's
+   * read cost cannot grow with use.
+   */
+  scanCost?(key: string): Promise<number>;
+  /**
+   * The owner ids of every live claim (granted or waiting) on the shared key `key` (semaphores and
+   * read-write locks), read directly from the store. Required when the backend has shared claims.
+   */
+  inspectShared?(key: string): Promise<string[]>;
+  /** Make the store forget `owner`'s claim on the shared key `key`. Required with shared claims. */
+  loseSharedClaim?(key: string, owner: string): Promise<void>;
+}
+
+export interface ConformanceOptions {
+  /** Shown in the describe block, e.g. `redis`. */
+  name: string;
+  /** A new backend with its own connection(s) on every call. */
+  createBackend: () => LockBackend | Promise<LockBackend>;
+  harness: ConformanceHarness;
+  /** How child processes build the same backend. Required when the backend claims `crossProcess`. */
+  child?: ChildBackendConfig;
+  /** A backend pointed at a closed port (behaviour 15). Required for every backend that does I/O. */
+  createUnreachableBackend?: () => LockBackend | Promise<LockBackend>;
+  /**
+   * The real store's address and a factory for a backend that connects to another address: the
+   * fault behaviours (18–20) put the suite's `FaultProxy` there. Required for every backend that
+   * does I/O.
+   */
+  network?: {
+    /** The store's address; several for a store of several nodes (one proxy listener each). */
+    store: Address | readonly Address[];
+    /**
+     * `via` is the proxy for the (first) store address; `all` has one proxy address per store
+     * address; `extra` holds options to add to the backend's own (`{ connectTimeoutMs }`, 30).
+     */
+    createBackend: (via: Address, all: readonly Address[], extra?: { connectTimeoutMs?: number }) => LockBackend | Promise<LockBackend>;
+  };
+  /**
+   * The backend's factory, the option rules it reads with (its package exports them) and a set of
+   * options that work, pointed at `address` (a fault proxy in front of the store): behaviour 35
+   * feeds every option each of its rule's hostile values. Required for every backend package.
+   */
+  factory?: {
+    create: (options: unknown) => LockBackend;
+    rules: Readonly<Record<string, Rule<unknown>>>;
+    valid: (address: Address) => Record<string, unknown>;
+  };
+  /** A backend on the same store in another namespace (table, prefix, keyspace, root, lock table): 31b. */
+  createBackendInOtherNamespace?: () => LockBackend | Promise<LockBackend>;
+  /** A backend whose store URL carries `user` and `password`, pointed at `address`: 34. */
+  createBackendWithCredentials?: (user: string, password: string, address: Address) => LockBackend | Promise<LockBackend>;
+  /**
+   * How a child process builds a backend whose waiters wait up to `ms` between re-checks (9b and
+   * 26f: a killed waiter must block nobody for much longer than its ttl, whatever its poll delay).
+   * Absent for backends that do not poll.
+   */
+  slowPollChild?: (ms: number) => ChildBackendConfig;
+  /**
+   * A backend whose store sessions run in time zone `zone` (e.g. `'+05:00'`), for stores whose time
+   * functions depend on the session (MySQL/MariaDB, PostgreSQL). Behaviour 21.
+   */
+  createBackendInTimeZone?: (zone: string) => LockBackend | Promise<LockBackend>;
+  /** Lease length for the lease, crash and pause tests. Default: 1 s, raised to the backend's minimum. */
+  ttlMs?: number;
+  /** Acquire+release cycles for the no-garbage check (behaviour 17). Default 10 000. */
+  garbageCycles?: number;
+  /** Acquisitions per client in the exclusion test. Default 30. */
+  exclusionRounds?: number;
+}
+
+export type TestFn = (name: string, fn: () => Promise<void>, timeout?: number) => void;
+
+/** What the suite shares with each group of behaviours. */
+export interface SuiteContext {
+  readonly options: ConformanceOptions;
+  readonly harness: ConformanceHarness;
+  readonly capabilities: Capabilities;
+  /** The suite's lease length, and its default renewal period (T / 3). */
+  readonly T: number;
+  readonly renewMs: number;
+  readonly lockers: Locker[];
+  freshKey(label?: string): string;
+  makeLocker(options?: LockerOptions): Promise<Locker>;
+  spawnChild(options?: LockerOptions, env?: Record<string, string>, config?: ChildBackendConfig): Promise<ChildHolder>;
+  itWhen(skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number): void;
+  crossProcessIt: TestFn;
+  hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;
+  /** Whether the backend has `raiseTokenFloor`. */
+  probeFloor(): boolean;
+}

@@ -1,0 +1,62 @@
+// Helpers the behaviour groups and the backends' own tests share.
+import { sleep, type Lock, type Locker } from '@deadbolt/core';
+import { afterEach, expect } from 'vitest';
+import type { FaultProxy } from './fault-proxy.js';
+
+/**
+ * For a backend's own tests: returns `track(locker)`, and closes every tracked locker after each
+ * test of the calling file.
+ */
+export function closeLockersAfterEach(): <L extends Locker>(locker: L) => L {
+  const open: Locker[] = [];
+  afterEach(async () => {
+    await Promise.allSettled(open.splice(0).map((l) => l.close()));
+  });
+  return (locker) => (open.push(locker), locker);
+}
+
+/**
+ * How late the event loop runs a timer of `ms` armed now, once it has run (0 until then). A loaded
+ * machine delays core's timers as much: a bound that includes one (an aborted wait gives the
+ * backend up to 50 ms to clean up) allows for it, so the bound keeps measuring the backend, not the
+ * machine's load.
+ */
+export function timerLateness(ms: number): () => number {
+  const armed = performance.now();
+  let late = 0;
+  setTimeout(() => (late = Math.max(0, performance.now() - armed - ms)), ms);
+  return () => late;
+}
+
+/** Resolves once `lock.signal` aborts (at once if it already has); rejects if it has not within `ms`. */
+export async function abortedWithin(lock: Lock, ms: number): Promise<void> {
+  if (lock.signal.aborted) return;
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`lock.signal did not abort within ${ms} ms`)), ms);
+    lock.signal.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+}
+
+/**
+ * For a backend whose waiter blocks in the store on a connection of its own: `waiter` (its store
+ * reached through `proxy`, with a connect timeout under 700 ms) starts waiting for `key`, which
+ * `holder` holds, while the proxy accepts connections and forwards nothing, so a connect gets no
+ * handshake and times out. The proxy heals 700 ms later; the wait must carry on and be granted,
+ * with a larger token, once `holder` releases. Fails the calling test otherwise.
+ */
+export async function expectWaitThroughSlowConnect(holder: Locker, waiter: Locker, proxy: FaultProxy, key: string): Promise<void> {
+  const held = await holder.lock(key);
+  proxy.blackhole();
+  const waiting = waiter.lock(key, { timeoutMs: 10_000 });
+  waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
+  await sleep(700);
+  proxy.heal();
+  await sleep(500);
+  await held.release();
+  const lock = await waiting;
+  expect(lock.token).toBeGreaterThan(held.token);
+  await lock.release();
+}

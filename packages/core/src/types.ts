@@ -1,0 +1,236 @@
+// The user API's types: what a locker, a lock and the families promise. A leaf module (it imports
+// only the backend contract's types), so every part of core can name them without a cycle.
+import type { LockBackend } from './backend.js';
+
+/** Defaults for every lock a locker takes. */
+export interface LockerOptions {
+  /** Lease length. Default 15 000 ms. */
+  ttlMs?: number;
+  /**
+   * The longest gap between renewals of a held lease. A lock is renewed every
+   * min(renewIntervalMs, its ttl / 3), so a lock with a short ttl of its own is never left to
+   * expire between renewals. Default: ttl / 3.
+   */
+  renewIntervalMs?: number;
+  /** Renew held leases in the background. Default true; false gives fixed leases that just expire. */
+  autoRenew?: boolean;
+  /** Default wait limit for `lock()`. Default Infinity (any length works; see time.ts). */
+  timeoutMs?: number;
+  /**
+   * The longest one store call may take when the caller gave no deadline: `tryLock()`, `extend()`,
+   * `release()`, and each step of `close()`. A store that does not answer in time (a silent
+   * partition) fails the call with `BackendUnavailableError`. Default 4 000 ms.
+   */
+  operationTimeoutMs?: number;
+  /**
+   * How long a wait (`lock()` with a timeout above 0, a semaphore's or read-write lock's
+   * `acquire()`) rides out a store it cannot reach. An attempt that fails with
+   * `BackendUnavailableError` (a connect that timed out, a store that went silent while the
+   * backend set up or waited) is made again, with a new owner id, after a pause of 20 ms doubling
+   * up to 1 s, until such failures have gone on for this long in a row, counted from the first;
+   * then the wait rejects with the last of them. The caller's deadline and signal still end the wait
+   * at any time. 0 fails the wait at the first such error. One-shot calls (`tryLock()`) are never
+   * retried. Default 5 000 ms.
+   */
+  unavailableGraceMs?: number;
+  /**
+   * Let a caller take again a key it holds (see `LockOptions.reentrant`). Default false: such a
+   * take rejects with `SelfDeadlockError` instead of waiting for itself (a one-shot `try…` gives
+   * null).
+   */
+  reentrant?: boolean;
+  /**
+   * Lock-delay (Chubby's): when a holder's lease ends without a release (its process killed, a
+   * partition, a pause), the key stays unavailable for this much longer, so writes it still had in
+   * flight drain before the next holder starts; a release frees the key at once. Default 0 (off).
+   * It is the holder's setting: every later acquirer waits for it, whatever its own. See `LockOptions`.
+   */
+  lockDelayMs?: number;
+}
+
+export interface LockOptions {
+  ttlMs?: number;
+  /** Give up after this long with `LockTimeoutError`. 0 means one attempt. */
+  timeoutMs?: number;
+  /** Abort the wait; `lock()` then rejects with `signal.reason`. */
+  signal?: AbortSignal;
+  /**
+   * Inside `withLock(key, fn)` (or `withLockAll`) of this locker, taking `key` again succeeds at
+   * once with the same lease and token; the lease is given up when the outermost `withLock` ends.
+   * The same inside `withWrite` (a write or a read of the key), `withRead` (a read) and `withPermit`
+   * (a permit of the same semaphore). A write inside `withRead` is refused either way
+   * (`LockUpgradeError`). Overrides the locker's `reentrant`. Bare handles (`lock()`, `read()`…)
+   * open no scope (see held-scope.ts).
+   */
+  reentrant?: boolean;
+  /**
+   * Lock-delay for this hold (overrides the locker's). How: the lease the store keeps is
+   * `ttlMs + lockDelayMs`, renewed as such, while this process counts on `ttlMs` only (its signal
+   * aborts when that runs out); so a holder that stops renewing is lost to itself `lockDelayMs`
+   * before the store frees the key. A store whose lease can end early (a connection-bound session,
+   * freed when the connection closes) keeps the key from the next holder for the rest of it itself.
+   * `ttlMs + lockDelayMs` must be a ttl the backend accepts.
+   */
+  lockDelayMs?: number;
+}
+
+export interface TryLockOptions {
+  ttlMs?: number;
+  signal?: AbortSignal;
+  /** As `LockOptions.lockDelayMs`. */
+  lockDelayMs?: number;
+  /** As `LockOptions.reentrant`; without it, a key this caller holds gives null. */
+  reentrant?: boolean;
+}
+
+/** A held lock. Dispose it (`await using`) or call `release()`. */
+export interface Lock extends AsyncDisposable {
+  readonly key: string;
+  /** This acquisition's owner id (`crypto.randomUUID()`). */
+  readonly owner: string;
+  /** Fencing token: strictly greater than every earlier holder's token for this key. */
+  readonly token: bigint;
+  /**
+   * Aborted with a `LockLostError` the moment the lease is lost or could have expired. Reading it
+   * also checks the local lease estimate, so a holder resumed from a long pause sees it aborted
+   * before its next write even if no timer has run yet.
+   */
+  readonly signal: AbortSignal;
+  /** True while the lease is held and has not outlived its local estimate. */
+  readonly held: boolean;
+  /**
+   * Extend the lease to `ttlMs` (default: the current ttl) from now; later renewals use it. Runs
+   * after any renewal in flight, never beside it, so the store ends with the ttl the client counts on.
+   * @throws LockLostError if the lease is lost; NotOwnerError after release; InvalidArgumentError
+   * for a bad ttl; BackendError / BackendUnavailableError when the store fails (lease kept until its
+   * estimate runs out).
+   */
+  extend(ttlMs?: number): Promise<void>;
+  /**
+   * Give the lock up. Idempotent; owner-checked in the store, so a stale handle never frees a new
+   * holder. @throws BackendError / BackendUnavailableError when the store fails (the lease then
+   * expires on its own).
+   */
+  release(): Promise<void>;
+}
+
+/**
+ * A counting semaphore: at most `limit` permits of `key` are held at once, across processes. Each
+ * permit is a `Lock` of its own (own lease, renewal, token and loss signal). Permits are granted in
+ * arrival order. The limit is stored with the semaphore while it has permits or waiters; asking with
+ * another limit then rejects with `LimitMismatchError`.
+ */
+export interface Semaphore {
+  readonly key: string;
+  readonly limit: number;
+  /**
+   * Wait for a permit; as `Locker.lock()`.
+   * @throws InvalidArgumentError, LimitMismatchError, LockTimeoutError, the signal's reason,
+   * LockerClosedError, BackendUnavailableError, BackendError; SelfDeadlockError inside `withPermit`
+   * of this semaphore (not reentrant: at the limit, the caller would wait for its own permit).
+   */
+  acquire(options?: LockOptions): Promise<Lock>;
+  /** One attempt; null when all permits are taken (or others wait ahead). As `Locker.tryLock()`; throws as `acquire`. */
+  tryAcquire(options?: TryLockOptions): Promise<Lock | null>;
+  /** `acquire()`, run `fn`, release; as `Locker.withLock()`. */
+  withPermit<T>(fn: (permit: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+}
+
+/**
+ * A read-write lock: any number of readers or one writer, granted in arrival order, so a waiting
+ * writer is never overtaken by readers that came after it.
+ * Upgrades are refused: a write asked for inside `withRead(fn)` of the same key and locker rejects
+ * with `LockUpgradeError` (it would wait for its own read lock forever). Without reentrancy, a write
+ * or read inside `withWrite` and a read inside `withRead` reject with `SelfDeadlockError` (each could
+ * wait for itself: a read behind a writer queued behind the caller's own read); with it, they share
+ * the outer lease. A caller holding a bare `read()` handle is not tracked (Node has no notion of
+ * "the same caller" without a callback scope): release it before asking to write.
+ */
+export interface ReadWriteLock {
+  readonly key: string;
+  /** Wait for a read lock. @throws as `Locker.lock()`, and SelfDeadlockError inside `withRead` or `withWrite` of this key (not reentrant). */
+  read(options?: LockOptions): Promise<Lock>;
+  /**
+   * Wait for the write lock. @throws as `Locker.lock()`, LockUpgradeError inside `withRead` of this
+   * key, and SelfDeadlockError inside `withWrite` of it (not reentrant).
+   */
+  write(options?: LockOptions): Promise<Lock>;
+  /** One attempt at a read lock; null when a writer holds or waits ahead (or this caller holds the key, not reentrant). */
+  tryRead(options?: TryLockOptions): Promise<Lock | null>;
+  /** One attempt at the write lock; null when anyone holds or waits ahead. @throws LockUpgradeError as `write`. */
+  tryWrite(options?: TryLockOptions): Promise<Lock | null>;
+  /** `read()`, run `fn`, release; as `Locker.withLock()`. Inside `fn`, a write of this key is refused. */
+  withRead<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+  /** `write()`, run `fn`, release; as `Locker.withLock()`. */
+  withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+}
+
+export interface Locker extends AsyncDisposable {
+  readonly backend: LockBackend;
+  /**
+   * Wait until `key` is granted. Settles by `timeoutMs` however the store behaves; a grant that
+   * arrives later is handed back.
+   * @throws InvalidArgumentError (before any I/O), LockTimeoutError, the signal's reason on abort,
+   * LockerClosedError, BackendUnavailableError, BackendError.
+   */
+  lock(key: string, options?: LockOptions): Promise<Lock>;
+  /**
+   * One attempt, never waits: a Lock, or null when someone else holds `key`. Settles within the
+   * operation timeout (default 4 s).
+   * @throws InvalidArgumentError, LockerClosedError, BackendUnavailableError (also when the store
+   * does not answer in time), BackendError — never null for a store failure.
+   */
+  tryLock(key: string, options?: TryLockOptions): Promise<Lock | null>;
+  /**
+   * `lock()`, run `fn`, release in `finally`. If `fn` throws, that error wins over a release error.
+   * If the lock was lost while `fn` ran (its signal aborted, or its lease estimate ran out), the
+   * result is not returned: work done without the lock must not look done.
+   * @throws whatever `lock()` or `fn` throws; LockLostError when the lock was lost before `fn` settled.
+   */
+  withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+  /**
+   * All of `keys` or none: de-duplicated and taken in one canonical order, so callers passing the
+   * same keys in any order never deadlock. `timeoutMs` bounds the whole call; on a timeout, an abort,
+   * close() or an error, every key taken so far is released before it rejects. Keys held by this
+   * caller (inside `withLock`) count as taken when reentrant, else reject with `SelfDeadlockError`.
+   * @throws InvalidArgumentError (before any I/O: not an array, empty, more than MAX_LOCK_ALL_KEYS,
+   * a bad key), LockTimeoutError (naming all the keys), the signal's reason, SelfDeadlockError,
+   * LockerClosedError, BackendUnavailableError, BackendError.
+   */
+  lockAll(keys: readonly string[], options?: LockOptions): Promise<MultiLock>;
+  /** One attempt per key, never waits: a MultiLock, or null (nothing kept) when any key is held. Throws as `lockAll`. */
+  tryLockAll(keys: readonly string[], options?: TryLockOptions): Promise<MultiLock | null>;
+  /** `lockAll()`, run `fn` (a scope holding every key), release; as `withLock()`. */
+  withLockAll<T>(keys: readonly string[], fn: (lock: MultiLock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+  /**
+   * A semaphore of `limit` permits over `key` (a namespace apart from `lock()` keys).
+   * @throws InvalidArgumentError (before any I/O) for a bad key, a `limit` that is not an integer
+   * in 1..MAX_SEMAPHORE_LIMIT, or a backend without `capabilities.semaphore`.
+   */
+  semaphore(key: string, options: { limit: number }): Semaphore;
+  /**
+   * A read-write lock over `key` (the same namespace as semaphores: a key used as one is refused as
+   * the other with `LimitMismatchError` while in use).
+   * @throws InvalidArgumentError (before any I/O) for a bad key or a backend without `capabilities.readWrite`.
+   */
+  readWriteLock(key: string): ReadWriteLock;
+  /**
+   * Reject pending waits with LockerClosedError, release held locks, close the backend. Finishes
+   * within two operation timeouts even when the store has gone silent.
+   * Idempotent. @throws the first release or close error, after everything was attempted.
+   */
+  close(): Promise<void>;
+}
+
+/**
+ * The result of `lockAll` / `tryLockAll`: every key held, each by a `Lock` of its own (own lease,
+ * renewal and token), behind one `Lock` interface.
+ */
+export interface MultiLock extends Lock {
+  /** The keys, de-duplicated, in the canonical order they were taken in. */
+  readonly keys: readonly string[];
+  /** One lock per key, in `keys` order. */
+  readonly locks: readonly Lock[];
+  /** Each key's fencing token: fence a resource with the token of the key that guards it. */
+  readonly tokens: ReadonlyMap<string, bigint>;
+}

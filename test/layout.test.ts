@@ -1,0 +1,73 @@
+/**
+ * The source tree's shape, checked on every run (a few milliseconds): no package's modules import
+ * each other in a cycle. A cycle is how a module of public types ends up inside the code that uses
+ * them, and how a group of behaviours comes to need the suite that registers it; type-only imports
+ * count, because the next value import along the same edge would make the cycle real.
+ */
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/** Every `.ts` file under `dir`. */
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return sources(path);
+    return entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts') ? [path] : [];
+  });
+}
+
+/** The files a source imports by a relative path (`import … from './x.js'`, `export … from`, `import('./x.js')`). */
+function relativeImports(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  const found = new Set<string>();
+  for (const match of text.matchAll(/(?:from\s+|import\s*\(\s*|import\s+)['"](\.{1,2}\/[^'"]+)['"]/g)) {
+    found.add(resolve(dirname(file), match[1]!.replace(/\.js$/, '.ts')));
+  }
+  return [...found];
+}
+
+/** The import cycles among `files`, each as the list of files around it (depth-first search). */
+function cycles(files: string[]): string[][] {
+  const edges = new Map(files.map((f) => [f, relativeImports(f).filter((to) => files.includes(to))]));
+  const found: string[][] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const path: string[] = [];
+  const visit = (file: string) => {
+    state.set(file, 'open');
+    path.push(file);
+    for (const next of edges.get(file) ?? []) {
+      if (state.get(next) === 'open') found.push(path.slice(path.indexOf(next)));
+      else if (!state.has(next)) visit(next);
+    }
+    path.pop();
+    state.set(file, 'done');
+  };
+  for (const file of files) if (!state.has(file)) visit(file);
+  return found;
+}
+
+const packages = readdirSync(join(root, 'packages'), { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
+
+describe('source layout', () => {
+  it('sees a cycle, type-only imports included (the check itself)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'deadbolt-layout-'));
+    try {
+      writeFileSync(join(dir, 'types.ts'), "import type { Lock } from './lock.js';\nexport interface Held { lock: Lock }\n");
+      writeFileSync(join(dir, 'lock.ts'), "import type { Held } from './types.js';\nexport interface Lock { held?: Held }\n");
+      writeFileSync(join(dir, 'leaf.ts'), "export { type Lock } from './lock.js';\n");
+      expect(cycles(sources(dir)).map((cycle) => cycle.map((f) => relative(dir, f)).sort())).toEqual([['lock.ts', 'types.ts']]);
+    } finally {
+      rmSync(dir, { recursive: true });
+    }
+  });
+
+  it.each(packages)('packages/%s/src has no import cycles', (name) => {
+    const files = sources(join(root, 'packages', name, 'src'));
+    expect(cycles(files).map((cycle) => cycle.map((f) => relative(root, f)).join(' -> '))).toEqual([]);
+  });
+});
