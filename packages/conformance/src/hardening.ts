@@ -17,6 +17,7 @@ import {
   type Lock,
   type LockBackend,
   type Locker,
+  type MultiLock,
   type Rule,
 } from '@deadbolt/core';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -26,12 +27,12 @@ import { FaultProxy, type Address } from './fault-proxy.js';
 import { retryFor } from './test-matrix.js';
 
 /** What a family's probe gives: a lock another client took, or null. */
-type Probe = () => Promise<Lock | null>;
+type Probe = () => Promise<Lock | MultiLock | null>;
 
 /** One family's long hold: the locks held, the one-shot probes that must fail, the wait that must not be granted. */
 interface LongHold {
   readonly family: string;
-  readonly held: Lock[];
+  readonly held: (Lock | MultiLock)[];
   readonly probes: Probe[];
   readonly waiting: Promise<Lock>;
 }

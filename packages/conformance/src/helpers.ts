@@ -29,7 +29,7 @@ export function timerLateness(ms: number): () => number {
 }
 
 /** Resolves once `lock.signal` aborts (at once if it already has); rejects if it has not within `ms`. */
-export async function abortedWithin(lock: Lock, ms: number): Promise<void> {
+export async function abortedWithin(lock: Pick<Lock, 'signal'>, ms: number): Promise<void> {
   if (lock.signal.aborted) return;
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`lock.signal did not abort within ${ms} ms`)), ms);

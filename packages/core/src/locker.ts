@@ -301,7 +301,7 @@ class DefaultLocker implements Locker {
   }
 
   /** The body of every `with…` helper: run `fn` while `taken` is held, release in `finally`. */
-  async holding<T, L extends Lock = Lock>(taken: Promise<L>, fn: (lock: L) => Promise<T> | T): Promise<T> {
+  async holding<T, L extends Lock | MultiLock = Lock>(taken: Promise<L>, fn: (lock: L) => Promise<T> | T): Promise<T> {
     const lock = await taken;
     let result: T;
     try {

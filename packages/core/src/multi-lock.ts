@@ -1,10 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import type { Lock, MultiLock } from './types.js';
 
-
 /**
- * - `key`: the keys joined by ", " (a label); `owner`: an id of the set's own; `token`: the
- *   largest member token.
  * - `signal` aborts (with that member's `LockLostError`) as soon as any member is lost; `held` is
  *   true while every member is.
  * - `extend(ttl)` extends every member (rejects with the first failure); `release()` releases
@@ -14,9 +10,6 @@ export class MultiLockHandle implements MultiLock {
   readonly keys: readonly string[];
   readonly locks: readonly Lock[];
   readonly tokens: ReadonlyMap<string, bigint>;
-  readonly key: string;
-  readonly owner = randomUUID();
-  readonly token: bigint;
   readonly #controller = new AbortController();
   #released: Promise<void> | undefined;
 
@@ -24,8 +17,6 @@ export class MultiLockHandle implements MultiLock {
     this.keys = keys;
     this.locks = locks;
     this.tokens = new Map(locks.map((l) => [l.key, l.token]));
-    this.key = keys.join(', ');
-    this.token = locks.reduce((max, l) => (l.token > max ? l.token : max), 0n);
     for (const lock of locks) {
       const signal = lock.signal;
       if (signal.aborted) this.#controller.abort(signal.reason);

@@ -224,13 +224,28 @@ export interface Locker extends AsyncDisposable {
 
 /**
  * The result of `lockAll` / `tryLockAll`: every key held, each by a `Lock` of its own (own lease,
- * renewal and token), behind one `Lock` interface.
+ * renewal and token). Not a `Lock` itself: a set of keys has no one fencing token, so it offers
+ * none to misuse; fence each resource with the token of the key that guards it (`tokens`).
  */
-export interface MultiLock extends Lock {
+export interface MultiLock extends AsyncDisposable {
   /** The keys, de-duplicated, in the canonical order they were taken in. */
   readonly keys: readonly string[];
   /** One lock per key, in `keys` order. */
   readonly locks: readonly Lock[];
-  /** Each key's fencing token: fence a resource with the token of the key that guards it. */
+  /** Each key's fencing token. */
   readonly tokens: ReadonlyMap<string, bigint>;
+  /** Aborted (with that member's `LockLostError`) as soon as any member is lost; reading it checks every member's estimate. */
+  readonly signal: AbortSignal;
+  /** True while every member is held. */
+  readonly held: boolean;
+  /**
+   * Extend every member to `ttlMs` (default: each one's current ttl).
+   * @throws the first member's failure (as `Lock.extend`), after every member was asked.
+   */
+  extend(ttlMs?: number): Promise<void>;
+  /**
+   * Release every member, last taken first. Idempotent.
+   * @throws the first member's failure, after every member was tried (the others are released).
+   */
+  release(): Promise<void>;
 }
