@@ -2,7 +2,8 @@
  * The source tree's shape, checked on every run (a few milliseconds): no package's modules import
  * each other in a cycle. A cycle is how a module of public types ends up inside the code that uses
  * them, and how a group of behaviours comes to need the suite that registers it; type-only imports
- * count, because the next value import along the same edge would make the cycle real.
+ * count, because the next value import along the same edge would make the cycle real. And the
+ * user entry of core holds the user API only: a backend's toolkit is `@deadbolt/core/backend`.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -69,5 +70,17 @@ describe('source layout', () => {
   it.each(packages)('packages/%s/src has no import cycles', (name) => {
     const files = sources(join(root, 'packages', name, 'src'));
     expect(cycles(files).map((cycle) => cycle.map((f) => relative(root, f)).join(' -> '))).toEqual([]);
+  });
+
+  it('@deadbolt/core exports the user API and nothing else (toolkit: /backend, test hooks: /testing)', async () => {
+    const user = Object.keys(await import('../packages/core/src/index.js')).sort();
+    expect(user).toEqual([
+      'BackendError', 'BackendUnavailableError', 'DEFAULT_MAX_TTL_MS', 'DeadboltError', 'InvalidArgumentError', 'LimitMismatchError',
+      'LockLostError', 'LockTimeoutError', 'LockUpgradeError', 'LockerClosedError', 'MAX_KEY_BYTES', 'MAX_LOCK_ALL_KEYS',
+      'MAX_SEMAPHORE_LIMIT', 'MemoryBackend', 'MemoryLockStore', 'MigratingBackend', 'NotOwnerError', 'SelfDeadlockError',
+      'createLocker', 'memoryBackend', 'migratingBackend',
+    ]);
+    const toolkit = Object.keys(await import('../packages/core/src/backend-api.js'));
+    expect(toolkit.filter((name) => user.includes(name)), 'a name in both entries').toEqual([]);
   });
 });

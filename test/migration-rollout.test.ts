@@ -6,7 +6,7 @@
  */
 import { ChildHolder, FencedRegister, type ChildBackendConfig, type ConformanceOptions } from '@deadbolt/conformance';
 import type { MigrationPhase } from '@deadbolt/core';
-import { sleep } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import { afterEach, describe, expect, it } from 'vitest';
 import { etcdSuiteOptions } from '../packages/backend-etcd/test/harness.js';
 import { mysqlSuiteOptions } from '../packages/backend-mysql/test/harness.js';

@@ -1,13 +1,17 @@
 import {
   BackendError,
-  backendFailure,
   BackendUnavailableError,
+  InvalidArgumentError,
+  LimitMismatchError,
+  type Capabilities,
+  type LockBackend,
+} from '@deadbolt/core';
+import {
+  backendFailure,
   describe,
   grantable,
   InFlight,
   instance,
-  InvalidArgumentError,
-  LimitMismatchError,
   ms,
   nested,
   oneOf,
@@ -24,11 +28,9 @@ import {
   sleep,
   UnavailableGrace,
   type AcquireRequest,
-  type Capabilities,
   type Lease,
-  type LockBackend,
   type SharedRequest,
-} from '@deadbolt/core';
+} from '@deadbolt/core/backend';
 import { randomUUID } from 'node:crypto';
 import cassandra, { type Client, type QueryOptions, type types } from 'cassandra-driver';
 import { ensureSchema } from './schema.js';

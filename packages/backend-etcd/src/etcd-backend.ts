@@ -1,12 +1,16 @@
 import {
-  after,
   BackendError,
   BackendUnavailableError,
+  InvalidArgumentError,
+  LimitMismatchError,
+  type Capabilities,
+  type LockBackend,
+} from '@deadbolt/core';
+import {
+  after,
   grantable,
   InFlight,
   instance,
-  InvalidArgumentError,
-  LimitMismatchError,
   ms,
   raceSignal,
   readOptions,
@@ -14,12 +18,10 @@ import {
   url,
   type Rules,
   type AcquireRequest,
-  type Capabilities,
   type Lease,
-  type LockBackend,
   type SharedRequest,
   type Timer,
-} from '@deadbolt/core';
+} from '@deadbolt/core/backend';
 import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
 import { Etcd3, isRecoverableError, type Lease as EtcdLease, type Watcher } from 'etcd3';
 

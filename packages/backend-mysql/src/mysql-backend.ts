@@ -1,16 +1,20 @@
 import { createHash } from 'node:crypto';
 import {
-  AGAIN,
   BackendError,
   BackendUnavailableError,
-  cancelOnAbort,
   DeadboltError,
+  InvalidArgumentError,
+  LimitMismatchError,
+  type Capabilities,
+  type LockBackend,
+} from '@deadbolt/core';
+import {
+  AGAIN,
+  cancelOnAbort,
   InFlight,
   grantable,
   count,
   instance,
-  InvalidArgumentError,
-  LimitMismatchError,
   ms,
   noAnswer,
   oneOf,
@@ -28,11 +32,9 @@ import {
   watchBlocked,
   withTimeout,
   type AcquireRequest,
-  type Capabilities,
   type Lease,
-  type LockBackend,
   type SharedRequest,
-} from '@deadbolt/core';
+} from '@deadbolt/core/backend';
 import { createPool, escapeId, type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import * as sql from './queries.js';
 

@@ -1,15 +1,19 @@
 import { createHash } from 'node:crypto';
 import {
-  AGAIN,
   BackendError,
-  backendFailure,
   BackendUnavailableError,
+  InvalidArgumentError,
+  LimitMismatchError,
+  type Capabilities,
+  type LockBackend,
+} from '@deadbolt/core';
+import {
+  AGAIN,
+  backendFailure,
   cancelOnAbort,
   InFlight,
   count,
   instance,
-  InvalidArgumentError,
-  LimitMismatchError,
   ms,
   noAnswer,
   oneOf,
@@ -27,11 +31,9 @@ import {
   watchBlocked,
   withTimeout,
   type AcquireRequest,
-  type Capabilities,
   type Lease,
-  type LockBackend,
   type SharedRequest,
-} from '@deadbolt/core';
+} from '@deadbolt/core/backend';
 import pg, { type Pool, type PoolClient, type QueryResultRow } from 'pg';
 import * as sql from './queries.js';
 

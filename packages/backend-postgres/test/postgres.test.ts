@@ -1,4 +1,5 @@
-import { BackendUnavailableError, createLocker, sleep } from '@deadbolt/core';
+import { BackendUnavailableError, createLocker } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import { closeLockersAfterEach, expectWaitThroughSlowConnect, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { postgresBackend, type PostgresBackend } from '@deadbolt/postgres';
 import pg from 'pg';

@@ -2,11 +2,16 @@ import { createHash, randomUUID } from 'node:crypto';
 import {
   BackendError,
   BackendUnavailableError,
+  InvalidArgumentError,
+  type Capabilities,
+  LimitMismatchError,
+  type LockBackend,
+} from '@deadbolt/core';
+import {
   count,
   flag,
   InFlight,
   instance,
-  InvalidArgumentError,
   MAX_TIMER_MS,
   ms,
   pollForLease,
@@ -19,12 +24,9 @@ import {
   type Rule,
   type Rules,
   type AcquireRequest,
-  type Capabilities,
   type Lease,
-  LimitMismatchError,
-  type LockBackend,
   type SharedRequest,
-} from '@deadbolt/core';
+} from '@deadbolt/core/backend';
 import { Cluster, Redis, ReplyError, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { ACQUIRE, COUNTER_TTL_MS, GUARDED_ACQUIRE, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RAISE_FLOOR, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
 

@@ -1,9 +1,13 @@
 import {
   BackendUnavailableError,
+  InvalidArgumentError,
+  type Capabilities,
+  type LockBackend,
+} from '@deadbolt/core';
+import {
   count,
   describe,
   flag,
-  InvalidArgumentError,
   MAX_TIMER_MS,
   ms,
   pollForLease,
@@ -13,13 +17,11 @@ import {
   text,
   url,
   type AcquireRequest,
-  type Capabilities,
   type Lease,
-  type LockBackend,
   type Rule,
   type Rules,
   type StoreUrl,
-} from '@deadbolt/core';
+} from '@deadbolt/core/backend';
 import { Redis } from 'ioredis';
 import { RedisBackend, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
 

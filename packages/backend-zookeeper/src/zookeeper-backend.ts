@@ -2,12 +2,16 @@ import { setMaxListeners } from 'node:events';
 import type { Socket } from 'node:net';
 import {
   BackendError,
-  backendFailure,
   BackendUnavailableError,
-  count,
-  grantable,
   InvalidArgumentError,
   LimitMismatchError,
+  type Capabilities,
+  type LockBackend,
+} from '@deadbolt/core';
+import {
+  backendFailure,
+  count,
+  grantable,
   MAX_TIMER_MS,
   ms,
   noAnswer,
@@ -19,11 +23,9 @@ import {
   withTimeout,
   type Rules,
   type AcquireRequest,
-  type Capabilities,
   type Lease,
-  type LockBackend,
   type SharedRequest,
-} from '@deadbolt/core';
+} from '@deadbolt/core/backend';
 import {
   Code,
   CreateMode,

@@ -1,4 +1,5 @@
-import { createLocker, sleep, type Lock, type LockBackend } from '@deadbolt/core';
+import { createLocker, type Lock, type LockBackend } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import { breakClaim } from './loss.js';
 import { jain, summarize, type Summary } from './stats.js';
 import type { StoreProbe } from './stores.js';

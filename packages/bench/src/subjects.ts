@@ -1,5 +1,6 @@
 import { matrixUrl } from '@deadbolt/conformance/test-matrix';
-import { createLocker, fullCapabilities, memoryBackend, MemoryLockStore, migratingBackend, sleep, type Lock, type LockBackend, type Locker } from '@deadbolt/core';
+import { createLocker, memoryBackend, MemoryLockStore, migratingBackend, type Lock, type LockBackend, type Locker } from '@deadbolt/core';
+import { fullCapabilities, sleep } from '@deadbolt/core/backend';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
 import { postgresBackend } from '@deadbolt/postgres';

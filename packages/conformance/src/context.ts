@@ -1,7 +1,8 @@
 // What a backend gives the suite (ConformanceOptions, ConformanceHarness) and what the suite gives
 // each group of behaviours (SuiteContext). A leaf module: the groups and the suite import it, it
 // imports none of them.
-import type { Capabilities, LockBackend, Locker, LockerOptions, Rule } from '@deadbolt/core';
+import type { Capabilities, LockBackend, Locker, LockerOptions } from '@deadbolt/core';
+import type { Rule } from '@deadbolt/core/backend';
 import type { ChildBackendConfig, ChildHolder } from './children.js';
 import type { Address } from './fault-proxy.js';
 

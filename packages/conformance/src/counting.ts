@@ -1,4 +1,5 @@
-import type { Lease, LockBackend } from '@deadbolt/core';
+import type { LockBackend } from '@deadbolt/core';
+import type { Lease } from '@deadbolt/core/backend';
 
 /** `inner` with every store call recorded by name, for the "bad input before any I/O" checks. */
 export function countingBackend(inner: LockBackend): { backend: LockBackend; calls: string[] } {

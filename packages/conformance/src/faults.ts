@@ -4,7 +4,8 @@
  * the helpers' promises, and leaks. Network faults go through a `FaultProxy` between the backend
  * and its real store.
  */
-import { DEFAULT_MAX_TTL_MS, createLocker, sleep, type Lease, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import { DEFAULT_MAX_TTL_MS, createLocker, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import { sleep, type Lease } from '@deadbolt/core/backend';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FaultProxy } from './fault-proxy.js';
 import type { SuiteContext } from './context.js';

@@ -11,15 +11,14 @@ import {
   DeadboltError,
   memoryBackend,
   migratingBackend,
-  optionRules,
   SelfDeadlockError,
-  sleep,
   type Lock,
   type LockBackend,
   type Locker,
   type MultiLock,
-  type Rule,
 } from '@deadbolt/core';
+import { sleep, type Rule } from '@deadbolt/core/backend';
+import { optionRules } from '@deadbolt/core/testing';
 import { afterEach, describe, expect, it } from 'vitest';
 import { countingBackend } from './counting.js';
 import type { SuiteContext } from './context.js';

@@ -1,5 +1,6 @@
 // Helpers the behaviour groups and the backends' own tests share.
-import { sleep, type Lock, type Locker } from '@deadbolt/core';
+import { type Lock, type Locker } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import { afterEach, expect } from 'vitest';
 import type { FaultProxy } from './fault-proxy.js';
 

@@ -4,7 +4,8 @@
  * error, and lock-delay. Core's, so they run on every backend, through the backend's real store
  * (lock-delay also through the session-mode backends' own markers).
  */
-import { createLocker, DEFAULT_MAX_TTL_MS, MAX_LOCK_ALL_KEYS, SelfDeadlockError, sleep, type Locker } from '@deadbolt/core';
+import { createLocker, DEFAULT_MAX_TTL_MS, MAX_LOCK_ALL_KEYS, SelfDeadlockError, type Locker } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import { describe, expect, it } from 'vitest';
 import { countingBackend } from './counting.js';
 import type { SuiteContext } from './context.js';

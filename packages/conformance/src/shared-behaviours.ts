@@ -8,10 +8,10 @@ import {
   LimitMismatchError,
   LockUpgradeError,
   MAX_SEMAPHORE_LIMIT,
-  sleep,
   type Lock,
   type Locker,
 } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import { describe, expect } from 'vitest';
 import type { SuiteContext } from './context.js';
 import { countingBackend } from './counting.js';

@@ -1,12 +1,12 @@
 import {
   BackendUnavailableError,
   createLocker,
-  sleep,
   type Lock,
   type LockBackend,
   type Locker,
   type LockerOptions,
 } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder } from './children.js';
 import type { ConformanceHarness, ConformanceOptions } from './context.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type Lease, type LockBackend } from '../src/index.js';
+import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type LockBackend } from '../src/index.js';
+import type { Lease } from '../src/backend-api.js';
 import { cancelOnAbort, pollForLease, ReleaseNotifier, watchBlocked } from '../src/wait.js';
 
 /** The memory backend with a switch that makes renewals fail as an unreachable store would. */

@@ -4,12 +4,11 @@ import {
   memoryBackend,
   MemoryLockStore,
   migratingBackend,
-  sleep,
-  type Lease,
   type LockBackend,
   type Locker,
   type MigrationPhase,
 } from '../src/index.js';
+import { sleep, type Lease } from '../src/backend-api.js';
 
 /** Two memory stores standing in for the old and the new store, and a locker per phase over them. */
 function stores() {
