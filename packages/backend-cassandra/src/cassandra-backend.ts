@@ -72,7 +72,7 @@ export interface CassandraBackendOptions {
    * by default), so a slow but working cluster answers first. A connection with a request left
    * unanswered that long is closed and opened again. Default 8000 ms.
    */
-  requestTimeoutMs?: number;
+  commandTimeoutMs?: number;
   /** The queue algorithm's time service. */
   timeService?: TimeServiceOptions;
   /** Waiters poll: delays grow ×2 from `minDelayMs` (default 2) to `maxDelayMs` (default 50). */
@@ -143,7 +143,7 @@ export const cassandraOptionRules = {
   consistency: consistencyRule(Object.values(consistencies) as types.consistencies[]),
   serialConsistency: consistencyRule([consistencies.serial, consistencies.localSerial]),
   connectTimeoutMs: ms(),
-  requestTimeoutMs: ms(),
+  commandTimeoutMs: ms(),
   timeService: nested({ intervalMs: ms(10), maxAheadMs: ms(0) } satisfies Rules<TimeServiceOptions>),
   poll: nested({ minDelayMs: ms(), maxDelayMs: ms() }),
   shadowBackoff: nested({ ownerWaitMs: ms(), concurrentStepMs: ms() }),
@@ -208,7 +208,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   readonly #schemaScope: object | string;
   /** Acquisitions under way: `close()` lets aborted ones remove their cells first. */
   readonly #acquiring = new InFlight();
-  #requestTimeoutMs = 8000;
+  #commandTimeoutMs = 8000;
   #lastTimestamp = 0;
   #ready: Promise<void> | undefined;
   #closed = false;
@@ -241,7 +241,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     } else {
       const url = options.url!;
       if (url.path) keyspace = keyspaceRule.check(url.path, 'the url\'s keyspace');
-      const requestTimeout = options.requestTimeoutMs ?? 8000;
+      const commandTimeout = options.commandTimeoutMs ?? 8000;
       const contactPoints = url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`));
       this.client = new cassandra.Client({
         contactPoints,
@@ -250,14 +250,14 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         // A connection that leaves one request unanswered for the request timeout is closed and
         // opened again: a partition or a middlebox that lost its state strands a connection silently,
         // and the driver's default (64 timeouts in a row) would send every retry of a wait into it.
-        socketOptions: { connectTimeout: options.connectTimeoutMs ?? 2000, readTimeout: requestTimeout, defunctReadTimeoutThreshold: 0 },
+        socketOptions: { connectTimeout: options.connectTimeoutMs ?? 2000, readTimeout: commandTimeout, defunctReadTimeoutThreshold: 0 },
         // After a restart, come back within half a second rather than the default's growing delays.
         policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
       });
       containRefreshRace(this.client);
       this.#ownsClient = true;
       this.#schemaScope = contactPoints.join(',');
-      this.#requestTimeoutMs = requestTimeout;
+      this.#commandTimeoutMs = commandTimeout;
     }
     this.keyspace = keyspace;
     this.#replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
@@ -353,7 +353,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     this.timeService.stop();
     // Core aborts every acquisition first; each then deletes its queue and claim cells, which
     // shutting the client down at once would cut short (the cells would block the key for a ttl).
-    await this.#acquiring.settled(this.#requestTimeoutMs);
+    await this.#acquiring.settled(this.#commandTimeoutMs);
     if (this.#ownsClient) await this.client.shutdown();
   }
 

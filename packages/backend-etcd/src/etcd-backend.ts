@@ -46,7 +46,7 @@ export interface EtcdBackendOptions {
    * have none (they are meant to stay open); HTTP/2 keep-alive pings find a dead connection under
    * them instead. Default 5000 ms.
    */
-  callTimeoutMs?: number;
+  commandTimeoutMs?: number;
 }
 
 export interface EtcdLockLease extends Lease {
@@ -89,7 +89,7 @@ export const etcdOptionRules = {
   client: instance((v): v is Etcd3 => v instanceof Etcd3, 'an etcd3 Etcd3 client'),
   prefix: text(/^[^#]+$/, 'a non-empty string without # (it separates the prefix from what follows)', ['', 'p#', 'deadbolt/#s/']),
   connectTimeoutMs: ms(),
-  callTimeoutMs: ms(),
+  commandTimeoutMs: ms(),
 } satisfies Rules<EtcdBackendOptions>;
 
 /** One claim in a shared key's queue, as read from its etcd key. */
@@ -155,7 +155,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly #prefix: string;
   /** Acquisitions under way: `close()` lets aborted ones delete their keys and leases first. */
   readonly #acquiring = new InFlight();
-  #callTimeoutMs = 5000;
+  #commandTimeoutMs = 5000;
   #closed = false;
   /**
    * Watch cancels still under way. etcd3 holds a watch made while another is being cancelled
@@ -176,14 +176,14 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       const url = options.url!;
       const scheme = url.scheme === 'https' ? 'https' : 'http';
       const hosts = url.hosts.map(({ host, port }) => `${scheme}://${host}:${port ?? 2379}`);
-      const callTimeout = options.callTimeoutMs ?? 5000;
+      const commandTimeout = options.commandTimeoutMs ?? 5000;
       this.client = new Etcd3({
         hosts,
         ...(url.username === undefined ? {} : { auth: { username: url.username, password: url.password ?? '' } }),
         dialTimeout: options.connectTimeoutMs ?? 2000,
         // A deadline on a watch stream would tear down every watch of the client each time it
         // passed. (gRPC takes deadlines as wall-clock dates; only the difference matters here.)
-        defaultCallOptions: (call) => (call.isStream ? {} : { deadline: Date.now() + callTimeout }),
+        defaultCallOptions: (call) => (call.isStream ? {} : { deadline: Date.now() + commandTimeout }),
         // Ping a quiet connection so a silent peer (a partition, a middlebox that lost the
         // connection's state) is found within ~11 s, not the OS's minutes: a waiter's watch and
         // keep-alives are streams without deadlines, so nothing else would ever end them. Only while
@@ -196,7 +196,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         faultHandling: { host: () => circuitBreaker(handleWhen(isRecoverableError), { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(3) }) },
       });
       this.#ownsClient = true;
-      this.#callTimeoutMs = callTimeout;
+      this.#commandTimeoutMs = commandTimeout;
     }
   }
 
@@ -451,7 +451,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     this.#closed = true;
     // Core aborts every acquisition first; each then deletes its key and revokes its lease, which
     // closing the client at once would cut short (the keys would block the lock until their ttl).
-    await this.#acquiring.settled(this.#callTimeoutMs);
+    await this.#acquiring.settled(this.#commandTimeoutMs);
     if (this.#ownsClient) this.client.close();
   }
 

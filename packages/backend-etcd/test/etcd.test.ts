@@ -42,7 +42,7 @@ describe('etcd backend', () => {
   }, 30_000);
 
   it('watch streams carry no call deadline: the loss watch stays connected past it', async () => {
-    const backend = etcdBackend({ url, callTimeoutMs: 300 });
+    const backend = etcdBackend({ url, commandTimeoutMs: 300 });
     try {
       const lease = (await backend.acquire({ key: key(), owner: crypto.randomUUID(), ttlMs: 10_000, wait: false, signal: new AbortController().signal }))!;
       const watcher = (await (lease as unknown as { watcher: Promise<import('etcd3').Watcher> }).watcher)!;
