@@ -384,7 +384,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     return true;
   }
 
-  // --- the queue algorithm (seed 000, "new") ----------------------------------------------------
+  // --- the queue algorithm (the thesis' "new" one: see the README) ----------------------------------------------------
 
   /** GetLock: enqueue, then poll until first in the queue and alone in the main partition. */
   async #queueLock(req: AcquireRequest, id: Buffer): Promise<CassandraLease> {
@@ -568,7 +568,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     ]);
   }
 
-  // --- the shadow algorithm (seed 000, "old") ---------------------------------------------------
+  // --- the shadow algorithm (the thesis' "old" one) ---------------------------------------------------
 
   /** GetLock: TryLock in a loop with the thesis' randomized waits; TryGetLock: one TryLock. */
   async #shadowLock(req: AcquireRequest, id: Buffer): Promise<CassandraLease | null> {

@@ -421,7 +421,7 @@ lines.push(
   'with a push notice (a ZooKeeper node watch, an etcd lease) at once.',
   '',
 );
-// The thesis' own numbers (seed 000, Cassandra, 5000 acquisitions per process): [mean, max] ms.
+// The thesis' own numbers (the Cassandra fair-lock thesis: 5000 acquisitions per process): [mean, max] ms.
 const thesisOriginal: Record<string, Record<number, [number, number]>> = {
   'deadbolt cassandra shadow': { 1: [25, 146], 3: [53, 155_817], 5: [107, 502_441] },
   'deadbolt cassandra queue': { 1: [15, 39], 3: [56, 537], 5: [106, 605] },
@@ -439,7 +439,7 @@ for (const r of thesisResults) {
 }
 lines.push(
   '',
-  'Thesis column: seed 000 on Cassandra with 5000 per process, old algorithm = shadow, new = queue. "Share of the slowest process" is the',
+  'Thesis column: the thesis\'s runs on Cassandra with 5000 per process, old algorithm = shadow, new = queue. "Share of the slowest process" is the',
   'first finishing time over the last: near 1 when processes interleave evenly (queue), low when one process runs in bursts.',
   '',
 );

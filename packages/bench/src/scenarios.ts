@@ -311,7 +311,7 @@ export interface ThesisResult {
 }
 
 /**
- * Scenario 2, the thesis experiment (seed 000): `processes` real processes take one shared key
+ * Scenario 2, the thesis experiment (the Cassandra fair-lock thesis): `processes` real processes take one shared key
  * `perProcess` times each with an empty critical section, started together.
  */
 export async function thesis(subject: Subject, processes: number, perProcess: number): Promise<ThesisResult> {

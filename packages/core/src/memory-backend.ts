@@ -51,8 +51,9 @@ const KEPT_FREE = 1024;
 
 /**
  * The process's lock table: per key a holder and a FIFO queue of waiters. A key's entry lives
- * while it is held or waited for (reference-counted, seed 002); at most KEPT_FREE freed ones stay
- * besides, for reuse. So the table never grows with the number of keys ever used. Tokens
+ * while it is held or waited for (reference-counted: a table that dropped an entry while another
+ * caller was about to use it would race); at most KEPT_FREE freed ones stay besides, for reuse.
+ * So the table never grows with the number of keys ever used. Tokens
  * come from one counter for the whole table, which makes them strictly increasing per key even
  * though a key's entry is dropped between uses.
  */
