@@ -1,5 +1,5 @@
 import { createLocker, type Lock, type LockBackend } from '@deadbolt/core';
-import { sleep } from '@deadbolt/core/backend';
+import { observeBackend, sleep } from '@deadbolt/core/backend';
 import { breakClaim } from './loss.js';
 import { jain, summarize, type Summary } from './stats.js';
 import type { StoreProbe } from './stores.js';
@@ -472,14 +472,9 @@ export async function longHolds(subject: Subject, locks: number, holdMs: number,
   const { minTtlMs, ttlGranularityMs } = backend.capabilities;
   const ttlMs = Math.ceil(Math.max(2000, minTtlMs) / ttlGranularityMs) * ttlGranularityMs;
   let renewals = 0;
-  const counted: LockBackend = {
-    name: backend.name,
-    capabilities: backend.capabilities,
-    acquire: (req) => backend.acquire(req),
-    renew: (lease, ms) => (renewals++, backend.renew(lease, ms)),
-    release: (lease) => backend.release(lease),
-    close: () => backend.close(),
-  };
+  const counted = observeBackend(backend, (method) => {
+    if (method === 'renew') renewals++;
+  });
   const locker = createLocker(counted, { ttlMs });
   const prefix = `bench:long:${subject.name}:${process.pid}:`;
   try {

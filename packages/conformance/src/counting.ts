@@ -1,17 +1,12 @@
 import type { LockBackend } from '@deadbolt/core';
-import type { Lease } from '@deadbolt/core/backend';
+import { observeBackend } from '@deadbolt/core/backend';
 
-/** `inner` with every store call recorded by name, for the "bad input before any I/O" checks. */
+/**
+ * `inner` with every store call recorded by name, for the "bad input before any I/O" checks. An
+ * answer on the spot (`acquireNow`, `releaseNow`) counts as the call it stands for, so the
+ * behaviours read the same on stores with and without it.
+ */
 export function countingBackend(inner: LockBackend): { backend: LockBackend; calls: string[] } {
   const calls: string[] = [];
-  const backend: LockBackend = {
-    name: inner.name,
-    capabilities: inner.capabilities,
-    acquire: (req) => (calls.push('acquire'), inner.acquire(req)),
-    ...(inner.acquireShared ? { acquireShared: (req) => (calls.push('acquireShared'), inner.acquireShared!(req)) } : {}),
-    renew: (lease: Lease, ms: number) => (calls.push('renew'), inner.renew(lease, ms)),
-    release: (lease: Lease) => (calls.push('release'), inner.release(lease)),
-    close: () => inner.close(),
-  };
-  return { backend, calls };
+  return { backend: observeBackend(inner, (method) => calls.push(method.replace(/Now$/, ''))), calls };
 }

@@ -5,7 +5,7 @@
  * and its real store.
  */
 import { DEFAULT_MAX_TTL_MS, createLocker, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
-import { sleep, type Lease } from '@deadbolt/core/backend';
+import { sleep, wrapBackend, type Lease } from '@deadbolt/core/backend';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FaultProxy } from './fault-proxy.js';
 import type { SuiteContext } from './context.js';
@@ -31,10 +31,7 @@ const settle = <T>(promise: Promise<T>): Promise<Settled<T>> =>
 function instrument(inner: LockBackend) {
   let next: { started: () => void; opened: Promise<void> } | undefined;
   let renewCalls = 0;
-  const backend: LockBackend = {
-    name: inner.name,
-    capabilities: inner.capabilities,
-    acquire: (req) => inner.acquire(req),
+  const backend = wrapBackend(inner, {
     async renew(lease: Lease, ttlMs: number) {
       renewCalls++;
       const gate = next;
@@ -45,9 +42,7 @@ function instrument(inner: LockBackend) {
       }
       return inner.renew(lease, ttlMs);
     },
-    release: (lease) => inner.release(lease),
-    close: () => inner.close(),
-  };
+  });
   return {
     backend,
     get renewCalls() {

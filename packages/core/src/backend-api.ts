@@ -10,3 +10,4 @@ export { count, describe, flag, instance, ms, nested, oneOf, own, parseStoreUrl,
 export { StrandedConnections } from './stranded.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
 export { AGAIN, cancelOnAbort, InFlight, MIN_WAITER_PLACE_MS, POLL_SOON, waiterCadence, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, waitOnConnections, watchBlocked, type PollOptions } from './wait.js';
+export { observeBackend, wrapBackend, type BackendMethod } from './wrap.js';
