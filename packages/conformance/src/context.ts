@@ -5,6 +5,7 @@ import type { Capabilities, LockBackend, Locker, LockerOptions } from '@deadbolt
 import type { Rule } from '@deadbolt/core/backend';
 import type { ChildBackendConfig, ChildHolder } from './children.js';
 import type { Address } from './fault-proxy.js';
+import type { FencedRegister } from './register.js';
 
 /** Fault injection and inspection a backend offers the suite. */
 export interface ConformanceHarness {
@@ -118,4 +119,8 @@ export interface SuiteContext {
   hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;
   /** Whether the backend has `raiseTokenFloor`. */
   probeFloor(): boolean;
+  /** The number the suite's child processes read and write (behaviour 1's lost-update check); reset before each test. */
+  readonly counter: { value: number };
+  /** This test's fenced register, which children write through with their tokens; new for each test. */
+  register(): FencedRegister<string>;
 }

@@ -1,0 +1,104 @@
+/**
+ * Behaviours 14–17 (the conformance README, "bad input and failure"): typed errors before any I/O,
+ * a store that is down, close(), and no garbage after many cycles.
+ */
+import { createLocker } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
+import { describe, expect, it } from 'vitest';
+import type { SuiteContext } from './context.js';
+import { countingBackend } from './counting.js';
+
+export function defineInputBehaviours(ctx: SuiteContext): void {
+  const { options, harness, capabilities, T, lockers, freshKey, makeLocker, spawnChild, itWhen } = ctx;
+
+  describe('bad input and failure', () => {
+    it('14. bad input rejects with InvalidArgumentError before any I/O', async () => {
+      const { backend: counting, calls } = countingBackend(await options.createBackend());
+      const locker = createLocker(counting, { ttlMs: T });
+      lockers.push(locker);
+      const fraction = capabilities.ttlGranularityMs > 1 ? T + capabilities.ttlGranularityMs / 2 : 1.5;
+      const badTtls: unknown[] = [0, -1, NaN, Infinity, '5', fraction, null];
+      if (capabilities.minTtlMs > capabilities.ttlGranularityMs) badTtls.push(capabilities.minTtlMs - capabilities.ttlGranularityMs);
+      const key = freshKey();
+      for (const ttlMs of badTtls) {
+        await expect(locker.lock(key, { ttlMs: ttlMs as number }), `ttlMs ${String(ttlMs)}`).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.tryLock(key, { ttlMs: ttlMs as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        expect(() => createLocker(counting, { ttlMs: ttlMs as number })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      }
+      for (const timeoutMs of [-1, NaN, '10']) {
+        await expect(locker.lock(key, { timeoutMs: timeoutMs as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      }
+      for (const badKey of ['', 42, undefined, null, {}, 'x'.repeat(1025), 'é'.repeat(513)]) {
+        await expect(locker.lock(badKey as string), `key ${String(badKey).slice(0, 10)}`).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.tryLock(badKey as string)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      }
+      await expect(locker.lock(key, { signal: 'no' as unknown as AbortSignal })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(locker.withLock(key, 'no' as unknown as () => void)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      expect(calls).toEqual([]);
+      const lock = await locker.lock(key);
+      await expect(lock.extend(0)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      expect(calls).toEqual(['acquire']);
+      await lock.release();
+    });
+
+    itWhen(() => (options.createUnreachableBackend ? undefined : 'no store to be down'), '15. store down: lock() and tryLock() reject with BackendUnavailableError, never a Lock', async () => {
+      if (capabilities.crossProcess) expect(options.createUnreachableBackend).toBeDefined();
+      // A wait tries an unreachable store again for the locker's grace (core's own tests cover
+      // its length); a short one here keeps this about the backend's answer to a closed port.
+      const locker = createLocker(await options.createUnreachableBackend!(), { ttlMs: T, unavailableGraceMs: 500 });
+      lockers.push(locker);
+      const started = performance.now();
+      await expect(locker.tryLock(freshKey())).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+      await expect(locker.lock(freshKey(), { timeoutMs: 30_000 })).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+      expect(performance.now() - started).toBeLessThan(25_000);
+    }, 60_000);
+
+    it('16. close: pending waits reject with LockerClosedError, held locks are released', async () => {
+      const [a, b] = [await makeLocker(), await makeLocker()];
+      const [k1, k2] = [freshKey('held'), freshKey('wanted')];
+      await a.lock(k1);
+      const other = await b.lock(k2);
+      const pending = a.lock(k2).catch((e: unknown) => e);
+      await sleep(100);
+      await a.close();
+      expect(await pending).toMatchObject({ code: 'LOCKER_CLOSED' });
+      const free = await b.tryLock(k1);
+      expect(free).not.toBeNull();
+      await free!.release();
+      await other.release();
+      await expect(a.lock(k1)).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
+      expect(await harness.inspect(k2)).toEqual([]);
+    });
+
+    itWhen(() => (options.child ? undefined : 'no child config'), '16b. close: the process exits on its own afterwards (no open handles)', async () => {
+      const child = await spawnChild();
+      await child.lock(freshKey());
+      await child.rpc.call('closeAndDetach');
+      const exit = await Promise.race([child.exited, sleep(15_000).then(() => 'still running' as const)]);
+      expect(exit).toEqual({ code: 0, signal: null });
+    }, 30_000);
+
+    it('17. no garbage: after many acquire/release cycles on rotating keys the store holds nothing for them', async () => {
+      const cycles = options.garbageCycles ?? 10_000;
+      const locker = await makeLocker();
+      const keys = Array.from({ length: 50 }, (_, i) => freshKey(`garbage-${i}`));
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 10 }, async () => {
+          while (next < cycles) {
+            const key = keys[next++ % keys.length]!;
+            const lock = await locker.lock(key, { timeoutMs: 30_000 });
+            await lock.release();
+          }
+        }),
+      );
+      const waiter = await makeLocker();
+      const held = await locker.lock(keys[0]!);
+      await waiter.lock(keys[0]!, { timeoutMs: 50 }).catch(() => undefined);
+      await waiter.tryLock(keys[0]!);
+      await held.release();
+      for (const key of keys) expect(await harness.inspect(key), key).toEqual([]);
+    }, 300_000);
+  });
+
+}
