@@ -1,5 +1,4 @@
 import {
-  BackendError,
   BackendUnavailableError,
   InvalidArgumentError,
   LimitMismatchError,

@@ -1,4 +1,4 @@
-import { createLocker, type Lock, type LockBackend } from '@deadbolt/core';
+import { createLocker, type Lock } from '@deadbolt/core';
 import { observeBackend, sleep } from '@deadbolt/core/backend';
 import { breakClaim } from './loss.js';
 import { jain, summarize, type Summary } from './stats.js';

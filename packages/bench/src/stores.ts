@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { Redis } from 'ioredis';
-import { createPool } from 'mysql2/promise';
+import { createPool, type RowDataPacket } from 'mysql2/promise';
 import pg from 'pg';
 import { redlockNodes, urls, type Store } from './subjects.js';
 
@@ -118,12 +118,12 @@ export async function openProbe(store: Store): Promise<StoreProbe> {
       return {
         async version() {
           reads++;
-          return `MySQL-protocol server ${((await pool.query<any[]>('SELECT VERSION() AS v'))[0][0] as { v: string }).v}`;
+          return `MySQL-protocol server ${((await pool.query<RowDataPacket[]>('SELECT VERSION() AS v'))[0][0] as { v: string }).v}`;
         },
         async requests() {
           // Questions counts client statements; this SHOW is one of them, and so were this probe's earlier ones.
-          const [rows] = await pool.query<any[]>("SHOW GLOBAL STATUS LIKE 'Questions'");
-          return Number(rows[0].Value) - ++reads;
+          const [rows] = await pool.query<RowDataPacket[]>("SHOW GLOBAL STATUS LIKE 'Questions'");
+          return Number(rows[0]!['Value']) - ++reads;
         },
         cpuSeconds,
         close: () => pool.end(),

@@ -11,7 +11,7 @@ import { cassandraBackend, type CassandraAlgorithm } from '@deadbolt/cassandra';
 import cassandra from 'cassandra-driver';
 import { createRequire } from 'node:module';
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
-import { createPool } from 'mysql2/promise';
+import { createPool, type ResultSetHeader } from 'mysql2/promise';
 import { Redlock } from '@sesamecare-oss/redlock';
 import { Redis } from 'ioredis';
 import { Mutex, Semaphore } from 'redis-semaphore';
@@ -303,7 +303,7 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
           const k = key.slice(-64);
           if (!seen.has(k)) await pool.execute('INSERT IGNORE INTO bench_floor VALUES (?, NULL, NULL, 0)', [k]);
           seen.add(k);
-          const [r] = await pool.execute<any>('UPDATE bench_floor SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NOW(6) + INTERVAL 10 SECOND WHERE k = ? AND (owner IS NULL OR expires_at <= NOW(6))', ['o', k]);
+          const [r] = await pool.execute<ResultSetHeader>('UPDATE bench_floor SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NOW(6) + INTERVAL 10 SECOND WHERE k = ? AND (owner IS NULL OR expires_at <= NOW(6))', ['o', k]);
           if (r.affectedRows !== 1) throw new Error('floor key was busy');
           return { release: async () => void (await pool.execute('UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = ? AND owner = ?', [k, 'o'])) };
         },

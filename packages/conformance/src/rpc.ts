@@ -10,6 +10,9 @@ type Message =
   | { t: 'res'; id: number; ok: false; error: { name: string; code?: string; message: string } }
   | { t: 'ev'; name: string; data: unknown };
 
+// Each handler takes the arguments its caller sends (JSON over IPC); the caller and the handler
+// agree on them, the channel cannot check them.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Handlers = Record<string, (...args: any[]) => unknown>;
 
 export class Rpc {

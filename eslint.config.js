@@ -1,0 +1,22 @@
+// The lint CI runs (`pnpm lint`): the rules that catch what a lock library cannot afford and the
+// type checker does not see. A promise nobody awaits or handles is a wait with no deadline, or an
+// error nobody hears (an unhandled rejection kills a Node process); an async function passed where a
+// plain callback is expected loses its rejection the same way.
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['**/dist/**', '**/node_modules/**', 'test-matrix/.state/**'] },
+  {
+    files: ['packages/*/src/**/*.ts'],
+    languageOptions: { parser: tseslint.parser, parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    plugins: { '@typescript-eslint': tseslint.plugin },
+    linterOptions: { reportUnusedDisableDirectives: 'error' },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: { arguments: false } }],
+      '@typescript-eslint/await-thenable': 'error',
+      '@typescript-eslint/no-unused-vars': ['error', { args: 'none', ignoreRestSiblings: true }],
+      '@typescript-eslint/no-explicit-any': 'error',
+    },
+  },
+);
