@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ["packages/*/test/**/*.test.ts", "test/**/*.test.ts"],
+    include: ['packages/*/test/**/*.test.ts', 'test/**/*.test.ts'],
     // One file at a time in each vitest process: the test command runs several processes side by
     // side (scripts/run-tests.mjs says which files may share the stores at once, and when the
     // tests that restart a server run).

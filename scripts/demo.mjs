@@ -15,21 +15,73 @@ const ROUNDS = 100;
 
 const backends = [
   { name: 'memory', make: () => memoryBackend() },
-  { name: 'redis', url: matrixUrl('redis'), make() { return redisBackend({ url: this.url }); } },
-  { name: 'redis unordered', url: matrixUrl('redis'), make() { return redisBackend({ url: this.url, fifo: false }); } },
-  { name: 'mysql', url: matrixUrl('mysql'), make() { return mysqlBackend({ url: this.url }); } },
-  { name: 'postgres', url: matrixUrl('postgres'), make() { return postgresBackend({ url: this.url }); } },
-  { name: 'etcd', url: matrixUrl('etcd'), make() { return etcdBackend({ url: this.url }); }, ttlMs: 2000 },
-  { name: 'zookeeper', url: matrixUrl('zookeeper'), make() { return zookeeperBackend({ url: this.url }); }, ttlMs: 1000 },
-  { name: 'cassandra', url: matrixUrl('cassandra'), make() { return cassandraBackend({ url: this.url }); }, ttlMs: 2000 },
+  {
+    name: 'redis',
+    url: matrixUrl('redis'),
+    make() {
+      return redisBackend({ url: this.url });
+    },
+  },
+  {
+    name: 'redis unordered',
+    url: matrixUrl('redis'),
+    make() {
+      return redisBackend({ url: this.url, fifo: false });
+    },
+  },
+  {
+    name: 'mysql',
+    url: matrixUrl('mysql'),
+    make() {
+      return mysqlBackend({ url: this.url });
+    },
+  },
+  {
+    name: 'postgres',
+    url: matrixUrl('postgres'),
+    make() {
+      return postgresBackend({ url: this.url });
+    },
+  },
+  {
+    name: 'etcd',
+    url: matrixUrl('etcd'),
+    make() {
+      return etcdBackend({ url: this.url });
+    },
+    ttlMs: 2000,
+  },
+  {
+    name: 'zookeeper',
+    url: matrixUrl('zookeeper'),
+    make() {
+      return zookeeperBackend({ url: this.url });
+    },
+    ttlMs: 1000,
+  },
+  {
+    name: 'cassandra',
+    url: matrixUrl('cassandra'),
+    make() {
+      return cassandraBackend({ url: this.url });
+    },
+    ttlMs: 2000,
+  },
 ];
 
 /** A store that accepts a write only with a token at least as new as the newest it has seen. */
 class FencedCounter {
-  value = 0; highest = -1n; rejected = 0;
+  value = 0;
+  highest = -1n;
+  rejected = 0;
   write(token, value) {
-    if (token < this.highest) { this.rejected++; return false; }
-    this.highest = token; this.value = value; return true;
+    if (token < this.highest) {
+      this.rejected++;
+      return false;
+    }
+    this.highest = token;
+    this.value = value;
+    return true;
   }
 }
 
@@ -52,22 +104,25 @@ for (const spec of backends) {
   const lockers = Array.from({ length: WORKERS }, () => createLocker(spec.make(), { ttlMs: 2000 }));
   const waits = [];
   const perWorker = new Array(WORKERS).fill(0);
-  let lastToken = -1n, monotonic = true;
+  let lastToken = -1n,
+    monotonic = true;
   const started = performance.now();
-  await Promise.all(lockers.map(async (locker, w) => {
-    for (let i = 0; i < ROUNDS; i++) {
-      const asked = performance.now();
-      await locker.withLock(key, async (lock) => {
-        waits.push(performance.now() - asked);
-        if (lock.token <= lastToken) monotonic = false;
-        lastToken = lock.token;
-        const seen = counter.value;
-        await new Promise((r) => setImmediate(r)); // yield inside the critical section
-        counter.write(lock.token, seen + 1);
-        perWorker[w]++;
-      });
-    }
-  }));
+  await Promise.all(
+    lockers.map(async (locker, w) => {
+      for (let i = 0; i < ROUNDS; i++) {
+        const asked = performance.now();
+        await locker.withLock(key, async (lock) => {
+          waits.push(performance.now() - asked);
+          if (lock.token <= lastToken) monotonic = false;
+          lastToken = lock.token;
+          const seen = counter.value;
+          await new Promise((r) => setImmediate(r)); // yield inside the critical section
+          counter.write(lock.token, seen + 1);
+          perWorker[w]++;
+        });
+      }
+    }),
+  );
   const seconds = (performance.now() - started) / 1000;
 
   // A holder that stops renewing (think: a long GC pause) loses its lease; its late write is refused.

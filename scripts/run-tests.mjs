@@ -58,7 +58,12 @@ const LANES = {
   ],
   // The cassandra -> redis pair, etcd, ZooKeeper, the rollout, core, memory, bench, and any file
   // no lane names.
-  other: ['test/migration-cassandra-redis.test.ts', 'packages/backend-etcd/test/conformance.test.ts', 'packages/backend-zookeeper/test/conformance.test.ts', 'test/migration-rollout.test.ts'],
+  other: [
+    'test/migration-cassandra-redis.test.ts',
+    'packages/backend-etcd/test/conformance.test.ts',
+    'packages/backend-zookeeper/test/conformance.test.ts',
+    'test/migration-rollout.test.ts',
+  ],
 };
 
 /** The tests that restart a shared server: vitest's -t matches the full name. */
@@ -97,7 +102,11 @@ function runLane(name, files, args = []) {
     child.stderr.on('data', write);
     child.on('close', (code) => {
       const seconds = ((performance.now() - started) / 1000).toFixed(0);
-      const summary = plain(readFileSync(log, 'utf8')).split('\n').filter((l) => /^\s*(Test Files|Tests)\s/.test(l)).map((l) => l.trim()).join('; ');
+      const summary = plain(readFileSync(log, 'utf8'))
+        .split('\n')
+        .filter((l) => /^\s*(Test Files|Tests)\s/.test(l))
+        .map((l) => l.trim())
+        .join('; ');
       console.log(`[test] ${name}: ${code === 0 ? 'passed' : 'FAILED'} in ${seconds} s (${summary || 'no summary'})`);
       if (code !== 0) console.log(failures(log));
       resolve({ name, code, json });
@@ -125,7 +134,16 @@ async function main() {
   const started = performance.now();
   let runs;
   if (given.length > 0 || narrowed) {
-    const files = given.length > 0 ? given : ['packages/core', 'packages/conformance', ...process.env.DEADBOLT_BACKENDS.split(',').map((b) => `packages/backend-${b}`).filter((d) => existsSync(join(root, d)))];
+    const files =
+      given.length > 0
+        ? given
+        : [
+            'packages/core',
+            'packages/conformance',
+            ...process.env.DEADBOLT_BACKENDS.split(',')
+              .map((b) => `packages/backend-${b}`)
+              .filter((d) => existsSync(join(root, d))),
+          ];
     runs = [await runLane('all', files)];
   } else {
     const all = allTestFiles();
@@ -133,15 +151,22 @@ async function main() {
     const missing = named.filter((f) => !all.includes(f));
     if (missing.length > 0) throw new Error(`lanes name test files that do not exist: ${missing.join(', ')}`);
     const lanes = { ...LANES, other: [...LANES.other, ...all.filter((f) => !named.includes(f))] };
-    console.log(`[test] ${all.length} test files in ${Object.keys(lanes).length} lanes side by side, then the server restarts on their own (logs in ${relative(root, results)}/)`);
+    console.log(
+      `[test] ${all.length} test files in ${Object.keys(lanes).length} lanes side by side, then the server restarts on their own (logs in ${relative(root, results)}/)`,
+    );
     runs = await Promise.all(Object.entries(lanes).map(([name, files]) => runLane(name, files, ['-t', `^(?!.*${RESTARTS})`])));
-    console.log(`[test] lanes done in ${((performance.now() - started) / 1000).toFixed(0)} s; now the tests that restart a server, one at a time`);
+    console.log(
+      `[test] lanes done in ${((performance.now() - started) / 1000).toFixed(0)} s; now the tests that restart a server, one at a time`,
+    );
     // Only files that may hold such a test: a conformance suite, or a test that says so.
     const restarting = all.filter((f) => /defineConformanceSuite|server restart/.test(readFileSync(join(root, f), 'utf8')));
     runs.push(await runLane('restarts', restarting, ['-t', RESTARTS]));
   }
   console.log(`[test] all tests in ${((performance.now() - started) / 1000).toFixed(0)} s`);
-  const matrix = spawn(process.execPath, [join(root, 'test-matrix/matrix.mjs'), ...runs.map((r) => r.json).filter((j) => existsSync(j))], { cwd: root, stdio: 'inherit' });
+  const matrix = spawn(process.execPath, [join(root, 'test-matrix/matrix.mjs'), ...runs.map((r) => r.json).filter((j) => existsSync(j))], {
+    cwd: root,
+    stdio: 'inherit',
+  });
   const matrixCode = await new Promise((resolve) => matrix.on('close', resolve));
   process.exit(runs.some((r) => r.code !== 0) || matrixCode !== 0 ? 1 : 0);
 }

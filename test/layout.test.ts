@@ -52,7 +52,9 @@ function cycles(files: string[]): string[][] {
   return found;
 }
 
-const packages = readdirSync(join(root, 'packages'), { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
+const packages = readdirSync(join(root, 'packages'), { withFileTypes: true })
+  .filter((e) => e.isDirectory())
+  .map((e) => e.name);
 
 describe('source layout', () => {
   it('sees a cycle, type-only imports included (the check itself)', () => {
@@ -75,12 +77,32 @@ describe('source layout', () => {
   it('@deadbolt/core exports the user API and nothing else (toolkit: /backend, test hooks: /testing)', async () => {
     const user = Object.keys(await import('../packages/core/src/index.js')).sort();
     expect(user).toEqual([
-      'BackendError', 'BackendUnavailableError', 'DEFAULT_MAX_TTL_MS', 'DeadboltError', 'InvalidArgumentError', 'LimitMismatchError',
-      'LockLostError', 'LockTimeoutError', 'LockUpgradeError', 'LockerClosedError', 'MAX_KEY_BYTES', 'MAX_LOCK_ALL_KEYS',
-      'MAX_SEMAPHORE_LIMIT', 'MemoryBackend', 'MemoryLockStore', 'MigratingBackend', 'NotOwnerError', 'SelfDeadlockError',
-      'createLocker', 'memoryBackend', 'migratingBackend',
+      'BackendError',
+      'BackendUnavailableError',
+      'DEFAULT_MAX_TTL_MS',
+      'DeadboltError',
+      'InvalidArgumentError',
+      'LimitMismatchError',
+      'LockLostError',
+      'LockTimeoutError',
+      'LockUpgradeError',
+      'LockerClosedError',
+      'MAX_KEY_BYTES',
+      'MAX_LOCK_ALL_KEYS',
+      'MAX_SEMAPHORE_LIMIT',
+      'MemoryBackend',
+      'MemoryLockStore',
+      'MigratingBackend',
+      'NotOwnerError',
+      'SelfDeadlockError',
+      'createLocker',
+      'memoryBackend',
+      'migratingBackend',
     ]);
     const toolkit = Object.keys(await import('../packages/core/src/backend-api.js'));
-    expect(toolkit.filter((name) => user.includes(name)), 'a name in both entries').toEqual([]);
+    expect(
+      toolkit.filter((name) => user.includes(name)),
+      'a name in both entries',
+    ).toEqual([]);
   });
 });

@@ -44,9 +44,13 @@ for (const [from, to] of pairs) {
       });
       const spawn = async (phase: MigrationPhase) => {
         const writer = `${phase}#${spawned.length}`;
-        const child = await ChildHolder.spawn(config(phase), { ttlMs: TTL_MS }, {
-          fencedWrite: (token: bigint) => register.write(token, writer, writer),
-        });
+        const child = await ChildHolder.spawn(
+          config(phase),
+          { ttlMs: TTL_MS },
+          {
+            fencedWrite: (token: bigint) => register.write(token, writer, writer),
+          },
+        );
         spawned.push(child);
         return child;
       };

@@ -1,10 +1,4 @@
-import {
-  BackendUnavailableError,
-  InvalidArgumentError,
-  LimitMismatchError,
-  type Capabilities,
-  type LockBackend,
-} from '@deadbolt/core';
+import { BackendUnavailableError, InvalidArgumentError, LimitMismatchError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   backendFailure,
   describe,
@@ -113,13 +107,22 @@ interface Slot {
 const { consistencies } = cassandra.types;
 
 /** A keyspace: a CQL identifier that needs no quotes (it starts with a letter). */
-const keyspaceRule = text(/^[A-Za-z]\w{0,47}$/, 'a plain CQL identifier (a letter, then letters, digits or _; at most 48)', ['', '1abc', 'a-b', 'a;b', 'x'.repeat(49)]);
+const keyspaceRule = text(/^[A-Za-z]\w{0,47}$/, 'a plain CQL identifier (a letter, then letters, digits or _; at most 48)', [
+  '',
+  '1abc',
+  'a-b',
+  'a;b',
+  'x'.repeat(49),
+]);
 
 /** One of `allowed`, cassandra-driver's `types.consistencies` values. */
 function consistencyRule(allowed: readonly types.consistencies[]): Rule<types.consistencies> {
   return {
     check: (value, name) => {
-      if (!allowed.includes(value as types.consistencies)) throw new InvalidArgumentError(`${name} must be one of cassandra-driver's types.consistencies (${allowed.join(', ')}), got ${describe(value)}`);
+      if (!allowed.includes(value as types.consistencies))
+        throw new InvalidArgumentError(
+          `${name} must be one of cassandra-driver's types.consistencies (${allowed.join(', ')}), got ${describe(value)}`,
+        );
       return value as types.consistencies;
     },
     hostile: [null, 'quorum', 99, -1, 1.5, true],
@@ -161,7 +164,10 @@ function isUnavailable(error: unknown): boolean {
   if (e instanceof cassandra.errors.NoHostAvailableError || e instanceof cassandra.errors.OperationTimedOutError) return true;
   if (e instanceof cassandra.errors.DriverError && /connect|closed|shut ?down|socket/i.test(String((e as Error).message))) return true;
   const codes = cassandra.types.responseErrorCodes;
-  return e instanceof cassandra.errors.ResponseError && [codes.unavailableException, codes.overloaded, codes.isBootstrapping, codes.writeTimeout, codes.readTimeout].includes(e.code!);
+  return (
+    e instanceof cassandra.errors.ResponseError &&
+    [codes.unavailableException, codes.overloaded, codes.isBootstrapping, codes.writeTimeout, codes.readTimeout].includes(e.code!)
+  );
 }
 
 /** Where each algorithm records the holder. */
@@ -239,7 +245,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       this.#schemaScope = options.client;
     } else {
       const url = options.url!;
-      if (url.path) keyspace = keyspaceRule.check(url.path, 'the url\'s keyspace');
+      if (url.path) keyspace = keyspaceRule.check(url.path, "the url's keyspace");
       const commandTimeout = options.commandTimeoutMs ?? 8000;
       const contactPoints = url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`));
       this.client = new cassandra.Client({
@@ -264,7 +270,10 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     this.#serial = options.serialConsistency ?? consistencies.serial;
     this.#poll = { minDelayMs: options.poll?.minDelayMs ?? 2, maxDelayMs: options.poll?.maxDelayMs ?? 50 };
     if (this.#poll.minDelayMs > this.#poll.maxDelayMs) throw new InvalidArgumentError('poll.minDelayMs must not be above poll.maxDelayMs');
-    this.#shadow = { ownerWaitMs: options.shadowBackoff?.ownerWaitMs ?? 1000, concurrentStepMs: options.shadowBackoff?.concurrentStepMs ?? 50 };
+    this.#shadow = {
+      ownerWaitMs: options.shadowBackoff?.ownerWaitMs ?? 1000,
+      concurrentStepMs: options.shadowBackoff?.concurrentStepMs ?? 50,
+    };
     this.timeService = new CassandraTimeService(this.client, keyspace, options.timeService);
   }
 
@@ -295,7 +304,12 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const ttl = ttlSeconds(ttlMs);
     if (l.shared) return this.#renewClaim(l, ttl);
     if (this.algorithm === 'lwt') {
-      const result = await this.#run('renew', `UPDATE ${this.keyspace}.lock_lwt USING TTL ? SET owner = ? WHERE lock_id = ? IF owner = ?`, [ttl, l.owner, l.id, l.owner], { lwt: true });
+      const result = await this.#run(
+        'renew',
+        `UPDATE ${this.keyspace}.lock_lwt USING TTL ? SET owner = ? WHERE lock_id = ? IF owner = ?`,
+        [ttl, l.owner, l.id, l.owner],
+        { lwt: true },
+      );
       return result.wasApplied();
     }
     const slot = l.slot!;
@@ -309,7 +323,13 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const sentAt = performance.now();
     if ((await this.#owners('renew', main, l.id)).includes(l.owner)) {
       await Promise.all([
-        this.#run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [l.id, slot.name, l.owner, ttl, timestamp]),
+        this.#run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [
+          l.id,
+          slot.name,
+          l.owner,
+          ttl,
+          timestamp,
+        ]),
         l.entry && this.#writeQueueCell(l.id, slot, l.entry, l.owner, ttl, timestamp),
       ]);
       // Check again: had our cell expired between the read and the write (a pause), someone else
@@ -332,7 +352,12 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   async release(lease: CassandraLease): Promise<void> {
     const l = lease;
     if (l.shared) {
-      await this.#run('release', `DELETE FROM ${this.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`, [l.id, String(l.token), l.owner], { lwt: true });
+      await this.#run(
+        'release',
+        `DELETE FROM ${this.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`,
+        [l.id, String(l.token), l.owner],
+        { lwt: true },
+      );
       this.#notifier.notify(`shared:${l.key}`);
       return;
     }
@@ -411,26 +436,30 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         if (typeof lease === 'object') return lease;
         firstLook = false;
       }
-      return await this.#pollLease(req, async () => {
-        // A long wait must not let our place in the queue expire: rewrite it like a renewal would.
-        if (performance.now() - queueWrittenAt > req.ttlMs / 3) {
-          queueWrittenAt = performance.now();
-          await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
-        }
-        // Poll often right after moving up (first or second in line), then back off: the queue
-        // reacts quickly to a handoff while a long hold costs only a few reads per second.
-        const head = await this.#queueOrder(id);
-        if (firstLook) this.#noteCrowd(id, head.length > 1);
-        firstLook = false;
-        const index = head.indexOf(req.owner);
-        const now = index < 0 ? head.length : index;
-        const moved = now < position;
-        position = now;
-        if (now > 0) return moved && now <= 1 ? POLL_SOON : NOT_YET;
-        // Just became first: the one ahead has left, so main is most likely free; write at once.
-        // Still first since the last look: main was taken then, so read it before writing.
-        return (await this.#takeMain(req, id, slot, entry, !moved)) ?? (moved ? POLL_SOON : NOT_YET);
-      }, cadence);
+      return await this.#pollLease(
+        req,
+        async () => {
+          // A long wait must not let our place in the queue expire: rewrite it like a renewal would.
+          if (performance.now() - queueWrittenAt > req.ttlMs / 3) {
+            queueWrittenAt = performance.now();
+            await this.#writeQueueCell(id, slot, entry, req.owner, ttl);
+          }
+          // Poll often right after moving up (first or second in line), then back off: the queue
+          // reacts quickly to a handoff while a long hold costs only a few reads per second.
+          const head = await this.#queueOrder(id);
+          if (firstLook) this.#noteCrowd(id, head.length > 1);
+          firstLook = false;
+          const index = head.indexOf(req.owner);
+          const now = index < 0 ? head.length : index;
+          const moved = now < position;
+          position = now;
+          if (now > 0) return moved && now <= 1 ? POLL_SOON : NOT_YET;
+          // Just became first: the one ahead has left, so main is most likely free; write at once.
+          // Still first since the last look: main was taken then, so read it before writing.
+          return (await this.#takeMain(req, id, slot, entry, !moved)) ?? (moved ? POLL_SOON : NOT_YET);
+        },
+        cadence,
+      );
     } catch (error) {
       // Cancelled, timed out or failed: leave nothing behind.
       await this.#leave(id, slot).catch(() => undefined);
@@ -451,7 +480,8 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const acquiredAt = await this.#writeCells(req, id, slot, entry);
     const [queue, owners] = await Promise.all([this.#queueOrder(id), this.#owners('acquire', 'lock_holders', id)]);
     this.#noteCrowd(id, queue.length > 1);
-    if (queue[0] === req.owner && owners.length === 1 && owners[0] === req.owner) return this.#fenceQueued(req, id, slot, entry, acquiredAt);
+    if (queue[0] === req.owner && owners.length === 1 && owners[0] === req.owner)
+      return this.#fenceQueued(req, id, slot, entry, acquiredAt);
     await this.#dropMainCell(id, slot);
     return queue[0] === req.owner;
   }
@@ -519,7 +549,10 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const ttl = ttlSeconds(req.ttlMs);
     const sentAt = performance.now();
     const timestamp = this.#timestamp();
-    await this.#batch('acquire', [this.#mainCell(id, slot, req.owner, ttl, timestamp), this.#queueCell(id, slot, entry, req.owner, ttl, timestamp)]);
+    await this.#batch('acquire', [
+      this.#mainCell(id, slot, req.owner, ttl, timestamp),
+      this.#queueCell(id, slot, entry, req.owner, ttl, timestamp),
+    ]);
     slot.written = { at: sentAt, ttlMs: req.ttlMs };
     return sentAt;
   }
@@ -536,12 +569,19 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   #mainCell(id: Buffer, slot: Slot, owner: string, ttl: number, timestamp: number): Statement {
-    return { query: `INSERT INTO ${this.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, params: [id, slot.name, owner, ttl, timestamp] };
+    return {
+      query: `INSERT INTO ${this.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
+      params: [id, slot.name, owner, ttl, timestamp],
+    };
   }
 
   /** Takes our main cell back out after a lost take (a later timestamp than its write). */
   async #dropMainCell(id: Buffer, slot: Slot): Promise<void> {
-    await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
+    await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [
+      this.#timestamp(),
+      id,
+      slot.name,
+    ]);
   }
 
   #writeQueueCell(id: Buffer, slot: Slot, entry: string, owner: string, ttl: number, timestamp = this.#timestamp()) {
@@ -550,7 +590,10 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   #queueCell(id: Buffer, slot: Slot, entry: string, owner: string, ttl: number, timestamp: number): Statement {
-    return { query: `INSERT INTO ${this.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`, params: [id, slot.name, entry, owner, ttl, timestamp] };
+    return {
+      query: `INSERT INTO ${this.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
+      params: [id, slot.name, entry, owner, ttl, timestamp],
+    };
   }
 
   /**
@@ -562,8 +605,14 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const timestamp = this.#timestamp();
     this.#freeSlot(id, slot); // any later write to the slot has a later timestamp than this delete
     await this.#batch('release', [
-      { query: `DELETE FROM ${this.keyspace}.lock_waiters USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, params: [timestamp, id, slot.name] },
-      { query: `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, params: [timestamp, id, slot.name] },
+      {
+        query: `DELETE FROM ${this.keyspace}.lock_waiters USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`,
+        params: [timestamp, id, slot.name],
+      },
+      {
+        query: `DELETE FROM ${this.keyspace}.lock_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`,
+        params: [timestamp, id, slot.name],
+      },
     ]);
   }
 
@@ -596,7 +645,8 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
           this.#freeSlot(id, slot);
           return null;
         }
-        const wait = result === 'owner' ? Math.random() * this.#shadow.ownerWaitMs : Math.random() * this.#shadow.concurrentStepMs * attempt;
+        const wait =
+          result === 'owner' ? Math.random() * this.#shadow.ownerWaitMs : Math.random() * this.#shadow.concurrentStepMs * attempt;
         let unsubscribe: (() => void) | undefined;
         await sleep(wait, req.signal, (wake) => (unsubscribe = this.#notifier.subscribe(req.key, wake))).finally(() => unsubscribe?.());
       }
@@ -610,7 +660,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   async #shadowAttempt(req: AcquireRequest, id: Buffer, slot: Slot): Promise<CassandraLease | 'owner' | 'concurrent'> {
     const ttl = ttlSeconds(req.ttlMs);
     if ((await this.#owners('acquire', 'shadow_holders', id)).length > 0) return 'owner';
-    await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_claims (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, req.owner, ttl, this.#timestamp()]);
+    await this.#run(
+      'acquire',
+      `INSERT INTO ${this.keyspace}.shadow_claims (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
+      [id, slot.name, req.owner, ttl, this.#timestamp()],
+    );
     let won = false;
     let acquiredAt = 0;
     try {
@@ -618,11 +672,19 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       const main = await this.#owners('acquire', 'shadow_holders', id);
       if (shadow.length === 1 && main.length === 0) {
         acquiredAt = performance.now();
-        await this.#run('acquire', `INSERT INTO ${this.keyspace}.shadow_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [id, slot.name, req.owner, ttl, this.#timestamp()]);
+        await this.#run(
+          'acquire',
+          `INSERT INTO ${this.keyspace}.shadow_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
+          [id, slot.name, req.owner, ttl, this.#timestamp()],
+        );
         won = true;
       }
     } finally {
-      await this.#run('acquire', `DELETE FROM ${this.keyspace}.shadow_claims USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [this.#timestamp(), id, slot.name]);
+      await this.#run('acquire', `DELETE FROM ${this.keyspace}.shadow_claims USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [
+        this.#timestamp(),
+        id,
+        slot.name,
+      ]);
     }
     if (!won) return 'concurrent';
     return this.#fence({ key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n }, 'shadow_holders', req);
@@ -633,7 +695,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     if (slot.released) return;
     const timestamp = this.#timestamp();
     this.#freeSlot(id, slot);
-    await this.#run('release', `DELETE FROM ${this.keyspace}.shadow_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [timestamp, id, slot.name]);
+    await this.#run('release', `DELETE FROM ${this.keyspace}.shadow_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [
+      timestamp,
+      id,
+      slot.name,
+    ]);
   }
 
   // --- lightweight transactions -----------------------------------------------------------------
@@ -642,10 +708,17 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const acquiredAt = performance.now();
     let result: types.ResultSet;
     try {
-      result = await this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_lwt (lock_id, owner) VALUES (?, ?) IF NOT EXISTS USING TTL ?`, [id, req.owner, ttlSeconds(req.ttlMs)], { lwt: true });
+      result = await this.#run(
+        'acquire',
+        `INSERT INTO ${this.keyspace}.lock_lwt (lock_id, owner) VALUES (?, ?) IF NOT EXISTS USING TTL ?`,
+        [id, req.owner, ttlSeconds(req.ttlMs)],
+        { lwt: true },
+      );
     } catch (error) {
       // A Paxos round that timed out may still have applied: take back whatever is ours.
-      await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_lwt WHERE lock_id = ? IF owner = ?`, [id, req.owner], { lwt: true }).catch(() => undefined);
+      await this.#run('acquire', `DELETE FROM ${this.keyspace}.lock_lwt WHERE lock_id = ? IF owner = ?`, [id, req.owner], {
+        lwt: true,
+      }).catch(() => undefined);
       throw error;
     }
     if (!result.wasApplied()) return null;
@@ -674,27 +747,57 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     let claim: { token: bigint; acquiredAt: number } | undefined;
     const attempt = async (): Promise<CassandraLease | null | typeof POLL_AGAIN> => {
       const acquiredAt = performance.now();
-      const rows = (await this.#run('acquire', `SELECT seq, owner, exclusive, claim_counter, claim_limit FROM ${this.keyspace}.shared_claims WHERE lock_id = ?`, [id], { serialRead: true })).rows;
+      const rows = (
+        await this.#run(
+          'acquire',
+          `SELECT seq, owner, exclusive, claim_counter, claim_limit FROM ${this.keyspace}.shared_claims WHERE lock_id = ?`,
+          [id],
+          { serialRead: true },
+        )
+      ).rows;
       // A claim whose mode cell is missing counts as exclusive: the reading that can never let two in.
-      const queue = rows.filter((r) => r['seq'] !== null).map((r) => ({ token: toBigInt(r['seq']), owner: r['owner'] as string, mode: r['exclusive'] === false ? ('shared' as const) : ('exclusive' as const) }));
+      const queue = rows
+        .filter((r) => r['seq'] !== null)
+        .map((r) => ({
+          token: toBigInt(r['seq']),
+          owner: r['owner'] as string,
+          mode: r['exclusive'] === false ? ('shared' as const) : ('exclusive' as const),
+        }));
       if (!claim) {
         const statics = rows[0];
-        const counter = statics?.['claim_counter'] === null || statics?.['claim_counter'] === undefined ? undefined : toBigInt(statics['claim_counter']);
+        const counter =
+          statics?.['claim_counter'] === null || statics?.['claim_counter'] === undefined ? undefined : toBigInt(statics['claim_counter']);
         const stored = statics?.['claim_limit'] ?? null;
         if (queue.length > 0 && stored !== null && stored !== req.limit) throw new LimitMismatchError(req.key, stored as number, req.limit);
         const token = maxOf((counter ?? 0n) + 1n, req.minToken ?? 0n);
         const ok = grantable([...queue, { mode: req.mode }], queue.length, req.limit);
         if (!ok && !req.wait) return null; // judged by a read no claim can have joined since: leave no trace
-        const joined = await this.#run('acquire', `BEGIN BATCH
+        const joined = await this.#run(
+          'acquire',
+          `BEGIN BATCH
           UPDATE ${this.keyspace}.shared_claims SET claim_counter = ?, claim_limit = ? WHERE lock_id = ? IF claim_counter = ?
           INSERT INTO ${this.keyspace}.shared_claims (lock_id, seq, owner, exclusive) VALUES (?, ?, ?, ?) USING TTL ?
-          APPLY BATCH`, [String(token), req.limit, id, counter === undefined ? null : String(counter), id, String(token), req.owner, req.mode === 'exclusive', ok ? ttlSeconds(req.ttlMs) : waiterTtl], { lwt: true });
+          APPLY BATCH`,
+          [
+            String(token),
+            req.limit,
+            id,
+            counter === undefined ? null : String(counter),
+            id,
+            String(token),
+            req.owner,
+            req.mode === 'exclusive',
+            ok ? ttlSeconds(req.ttlMs) : waiterTtl,
+          ],
+          { lwt: true },
+        );
         if (!joined.wasApplied()) return POLL_AGAIN; // another claim joined first: read again
         claim = { token, acquiredAt };
         return ok ? this.#sharedLease(req, id, claim) : null;
       }
       const index = queue.findIndex((c) => c.token === claim!.token && c.owner === req.owner);
-      if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
+      if (index < 0)
+        throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
       const ok = grantable(queue, index, req.limit);
       // A waiting row is rewritten (a Paxos round) only every third of its ttl, not on every look;
       // a granted one gets the lease's ttl, counted from this write.
@@ -716,13 +819,19 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
           if (lease !== POLL_AGAIN) return lease;
           continue;
         }
-        return await pollForLease(`shared:${req.key}`, req.signal, async () => {
-          const lease = await attempt();
-          return lease === POLL_AGAIN ? POLL_SOON : lease;
-        }, (lease) => this.release(lease), {
-          ...this.#pollOptions(req.ttlMs),
-          notifier: this.#notifier,
-        });
+        return await pollForLease(
+          `shared:${req.key}`,
+          req.signal,
+          async () => {
+            const lease = await attempt();
+            return lease === POLL_AGAIN ? POLL_SOON : lease;
+          },
+          (lease) => this.release(lease),
+          {
+            ...this.#pollOptions(req.ttlMs),
+            notifier: this.#notifier,
+          },
+        );
       }
     } catch (error) {
       // A cancelled, timed-out or failed waiter removes its row before reporting.
@@ -741,18 +850,35 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
    * and a held write lock turned into a read lock when it expired).
    */
   async #renewClaim(l: Pick<CassandraLease, 'id' | 'token' | 'owner' | 'mode'>, ttl: number): Promise<boolean> {
-    const result = await this.#run('renew', `UPDATE ${this.keyspace}.shared_claims USING TTL ? SET owner = ?, exclusive = ? WHERE lock_id = ? AND seq = ? IF owner = ?`, [ttl, l.owner, l.mode === 'exclusive', l.id, String(l.token), l.owner], { lwt: true });
+    const result = await this.#run(
+      'renew',
+      `UPDATE ${this.keyspace}.shared_claims USING TTL ? SET owner = ?, exclusive = ? WHERE lock_id = ? AND seq = ? IF owner = ?`,
+      [ttl, l.owner, l.mode === 'exclusive', l.id, String(l.token), l.owner],
+      { lwt: true },
+    );
     return result.wasApplied();
   }
 
   /** The key's static counter lifted by compare-and-set while our claim's row lives. */
   async #raiseSharedFloor(l: CassandraLease, floor: bigint): Promise<boolean> {
     for (;;) {
-      const row = (await this.#run('raise token floor', `SELECT claim_counter, owner FROM ${this.keyspace}.shared_claims WHERE lock_id = ? AND seq = ?`, [l.id, String(l.token)], { serialRead: true })).first();
+      const row = (
+        await this.#run(
+          'raise token floor',
+          `SELECT claim_counter, owner FROM ${this.keyspace}.shared_claims WHERE lock_id = ? AND seq = ?`,
+          [l.id, String(l.token)],
+          { serialRead: true },
+        )
+      ).first();
       if (row?.['owner'] !== l.owner) return false;
       const counter = toBigInt(row['claim_counter']);
       if (counter >= floor) return true;
-      const result = await this.#run('raise token floor', `UPDATE ${this.keyspace}.shared_claims SET claim_counter = ? WHERE lock_id = ? IF claim_counter = ?`, [String(floor), l.id, String(counter)], { lwt: true });
+      const result = await this.#run(
+        'raise token floor',
+        `UPDATE ${this.keyspace}.shared_claims SET claim_counter = ? WHERE lock_id = ? IF claim_counter = ?`,
+        [String(floor), l.id, String(counter)],
+        { lwt: true },
+      );
       if (result.wasApplied()) return true;
     }
   }
@@ -760,8 +886,16 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   // --- shared -----------------------------------------------------------------------------------
 
   /** Polls `attempt` with core's backoff, woken early by releases in this process. */
-  #pollLease(req: AcquireRequest, attempt: () => Promise<CassandraLease | null | typeof POLL_SOON>, more: PollOptions = {}): Promise<CassandraLease> {
-    return pollForLease(req.key, req.signal, attempt, (lease) => this.release(lease), { ...this.#pollOptions(req.ttlMs), notifier: this.#notifier, ...more });
+  #pollLease(
+    req: AcquireRequest,
+    attempt: () => Promise<CassandraLease | null | typeof POLL_SOON>,
+    more: PollOptions = {},
+  ): Promise<CassandraLease> {
+    return pollForLease(req.key, req.signal, attempt, (lease) => this.release(lease), {
+      ...this.#pollOptions(req.ttlMs),
+      notifier: this.#notifier,
+      ...more,
+    });
   }
 
   /** The backoff of a waiter with a lease of `ttlMs`: ours, but never slower than core's cadence rule (a quarter of the ttl). */
@@ -782,7 +916,9 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       // Our holder cell was written after `acquiredAt` with the full ttl and only our own release
       // deletes it: only a slow token round needs the read.
       if (!stillStands({ at: lease.acquiredAt, ttlMs: req.ttlMs }) && !(await this.#stillOurs(lease, table))) {
-        throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the lease expired while its fencing token was being taken') });
+        throw new BackendUnavailableError(this.name, 'acquire', {
+          cause: new Error('the lease expired while its fencing token was being taken'),
+        });
       }
       return { ...lease, token };
     } catch (error) {
@@ -813,7 +949,9 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const cacheKey = id.toString('base64');
     let current = this.#tokens.get(cacheKey);
     if (current === undefined) {
-      const row = (await this.#run('acquire', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [id], { serialRead: true })).first();
+      const row = (
+        await this.#run('acquire', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [id], { serialRead: true })
+      ).first();
       current = row ? toBigInt(row['fencing_token']) : undefined;
     }
     for (;;) {
@@ -821,8 +959,18 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       if (value === undefined) return current!;
       const result =
         current === undefined
-          ? await this.#run('acquire', `INSERT INTO ${this.keyspace}.lock_token (lock_id, fencing_token) VALUES (?, ?) IF NOT EXISTS`, [id, String(value)], { lwt: true })
-          : await this.#run('acquire', `UPDATE ${this.keyspace}.lock_token SET fencing_token = ? WHERE lock_id = ? IF fencing_token = ?`, [String(value), id, String(current)], { lwt: true });
+          ? await this.#run(
+              'acquire',
+              `INSERT INTO ${this.keyspace}.lock_token (lock_id, fencing_token) VALUES (?, ?) IF NOT EXISTS`,
+              [id, String(value)],
+              { lwt: true },
+            )
+          : await this.#run(
+              'acquire',
+              `UPDATE ${this.keyspace}.lock_token SET fencing_token = ? WHERE lock_id = ? IF fencing_token = ?`,
+              [String(value), id, String(current)],
+              { lwt: true },
+            );
       if (result.wasApplied()) {
         // Map order is insertion order: re-insert to keep the newest last, drop the oldest.
         this.#tokens.delete(cacheKey);
@@ -836,7 +984,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
 
   async #stillOurs(lease: Pick<CassandraLease, 'id' | 'owner'>, table: HolderTable): Promise<boolean> {
     if (table === 'lock_lwt') {
-      return (await this.#run('acquire', `SELECT owner FROM ${this.keyspace}.lock_lwt WHERE lock_id = ?`, [lease.id], { serialRead: true })).first()?.['owner'] === lease.owner;
+      return (
+        (
+          await this.#run('acquire', `SELECT owner FROM ${this.keyspace}.lock_lwt WHERE lock_id = ?`, [lease.id], { serialRead: true })
+        ).first()?.['owner'] === lease.owner
+      );
     }
     return (await this.#owners('acquire', table, lease.id)).includes(lease.owner);
   }
@@ -853,7 +1005,8 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   #connect(): Promise<void> {
-    if (this.#closed) return Promise.reject(new BackendUnavailableError(this.name, 'connect', { cause: new Error('the backend is closed') }));
+    if (this.#closed)
+      return Promise.reject(new BackendUnavailableError(this.name, 'connect', { cause: new Error('the backend is closed') }));
     this.#ready ??= (async () => {
       try {
         await this.client.connect();
@@ -879,7 +1032,12 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     }
   }
 
-  async #run(operation: string, query: string, params: unknown[], how: { lwt?: boolean; serialRead?: boolean } = {}): Promise<types.ResultSet> {
+  async #run(
+    operation: string,
+    query: string,
+    params: unknown[],
+    how: { lwt?: boolean; serialRead?: boolean } = {},
+  ): Promise<types.ResultSet> {
     const options: QueryOptions = {
       prepare: true,
       consistency: how.serialRead ? this.#serial : this.#consistency,

@@ -1,3 +1,9 @@
-export { CassandraBackend, cassandraBackend, type CassandraAlgorithm, type CassandraBackendOptions, cassandraOptionRules } from './cassandra-backend.js';
+export {
+  CassandraBackend,
+  cassandraBackend,
+  type CassandraAlgorithm,
+  type CassandraBackendOptions,
+  cassandraOptionRules,
+} from './cassandra-backend.js';
 export { CLAIM_TABLES, schemaStatements } from './schema.js';
 export { CassandraTimeService, type TimeServiceOptions } from './time-service.js';

@@ -31,7 +31,10 @@ export function schemaStatements(keyspace: string, replication: string): string[
     t('lock_lwt', 'lock_id blob PRIMARY KEY, owner text'),
     // semaphores and read-write locks: one row per claim, in arrival order (`seq`, also its token); the key's
     // counter and the limit its live claims use are static cells, which never expire
-    t('shared_claims', 'lock_id blob, seq bigint, owner text, exclusive boolean, claim_counter bigint static, claim_limit int static, PRIMARY KEY (lock_id, seq)'),
+    t(
+      'shared_claims',
+      'lock_id blob, seq bigint, owner text, exclusive boolean, claim_counter bigint static, claim_limit int static, PRIMARY KEY (lock_id, seq)',
+    ),
     // fencing tokens (never expire) and the time service's GlobalTime cell
     t('lock_token', 'lock_id blob PRIMARY KEY, fencing_token bigint', ''),
     t('global_time', 'id text PRIMARY KEY, micros bigint', ''),
@@ -60,7 +63,9 @@ export function ensureSchema(client: Client, scope: object | string, keyspace: s
   let done = cache.get(keyspace);
   if (!done) {
     done = (async () => {
-      const existing = await client.execute('SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?', [keyspace], { prepare: true });
+      const existing = await client.execute('SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?', [keyspace], {
+        prepare: true,
+      });
       const have = new Set(existing.rows.map((r) => r['table_name'] as string));
       for (const statement of schemaStatements(keyspace, replication)) {
         const table = /TABLE IF NOT EXISTS \w+\.(\w+)/.exec(statement)?.[1];

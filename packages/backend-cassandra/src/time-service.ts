@@ -62,16 +62,23 @@ export class CassandraTimeService {
 
   /** One round: read GlobalTime; if our clock is ahead, write it (value = timestamp = our clock). */
   async tick(): Promise<void> {
-    const result = await this.#client.execute(`SELECT micros FROM ${this.#keyspace}.global_time WHERE id = 'GlobalTime'`, [], { prepare: true, consistency: QUORUM });
+    const result = await this.#client.execute(`SELECT micros FROM ${this.#keyspace}.global_time WHERE id = 'GlobalTime'`, [], {
+      prepare: true,
+      consistency: QUORUM,
+    });
     const value = Number(String(result.first()?.['micros'] ?? 0));
     const local = wallMicros();
     this.#readAt = performance.now();
     this.#global = Math.min(value, local + this.#maxAheadMicros);
     if (local > value) {
-      await this.#client.execute(`UPDATE ${this.#keyspace}.global_time USING TIMESTAMP ? SET micros = ? WHERE id = 'GlobalTime'`, [String(local), String(local)], {
-        prepare: true,
-        consistency: QUORUM,
-      });
+      await this.#client.execute(
+        `UPDATE ${this.#keyspace}.global_time USING TIMESTAMP ? SET micros = ? WHERE id = 'GlobalTime'`,
+        [String(local), String(local)],
+        {
+          prepare: true,
+          consistency: QUORUM,
+        },
+      );
       this.#global = Math.max(this.#global, local);
     }
   }

@@ -8,7 +8,8 @@ const url = matrixUrl('cassandra');
 const harness = cassandraHarness(url);
 const { admin } = harness;
 const track = closeLockersAfterEach();
-const newLocker = (algorithm: 'queue' | 'shadow' | 'lwt' = 'queue', ttlMs = 3000) => track(createLocker(cassandraBackend({ url, algorithm }), { ttlMs }));
+const newLocker = (algorithm: 'queue' | 'shadow' | 'lwt' = 'queue', ttlMs = 3000) =>
+  track(createLocker(cassandraBackend({ url, algorithm }), { ttlMs }));
 const key = () => `cassandra-test/${Math.random().toString(36).slice(2)}`;
 const cql = async (query: string, params: unknown[] = []) => {
   await harness.inspect('warm-up'); // creates the schema on first use
@@ -44,7 +45,12 @@ describe('cassandra backend', () => {
     // A renewal's write, sent before the release but delivered after it, carries an older timestamp.
     const lateTimestamp = String(Math.floor((performance.timeOrigin + performance.now()) * 1000) - 1000);
     await lock.release();
-    await cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 10 AND TIMESTAMP ?`, [admin.idFor(k), slot, lock.owner, lateTimestamp]);
+    await cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 10 AND TIMESTAMP ?`, [
+      admin.idFor(k),
+      slot,
+      lock.owner,
+      lateTimestamp,
+    ]);
     expect(await harness.inspect(k)).toEqual([]);
   });
 
@@ -53,7 +59,8 @@ describe('cassandra backend', () => {
       const backend = cassandraBackend({ url, algorithm });
       try {
         const k = key();
-        const ask = () => backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait: false, signal: new AbortController().signal });
+        const ask = () =>
+          backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait: false, signal: new AbortController().signal });
         const first = (await ask())!;
         await backend.release(first);
         const second = (await ask())!; // this backend's first free slot again: the same row
@@ -72,7 +79,8 @@ describe('cassandra backend', () => {
     const [a, b] = [cassandraBackend({ url }), cassandraBackend({ url })];
     try {
       const k = key();
-      const ask = (backend: typeof a, wait: boolean, signal = new AbortController().signal) => backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait, signal });
+      const ask = (backend: typeof a, wait: boolean, signal = new AbortController().signal) =>
+        backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait, signal });
       await ask(a, false).then((lease) => a.release(lease!)); // connects, prepares, sees the token
       // Each request a's client starts, with how many of them were in flight then.
       const sent: string[] = [];
@@ -105,13 +113,23 @@ describe('cassandra backend', () => {
     }
   });
 
-  it('queue: a renewal keeps the lock beside a taker\'s cell while its own cell never lapsed, and gives it up after a longer gap', async () => {
+  it("queue: a renewal keeps the lock beside a taker's cell while its own cell never lapsed, and gives it up after a longer gap", async () => {
     const backend = cassandraBackend({ url });
     try {
       const k = key();
-      const lease = (await backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 2000, wait: false, signal: new AbortController().signal }))!;
+      const lease = (await backend.acquire({
+        key: k,
+        owner: crypto.randomUUID(),
+        ttlMs: 2000,
+        wait: false,
+        signal: new AbortController().signal,
+      }))!;
       const taker = async () =>
-        cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 3`, [admin.idFor(k), 'someone/0', 'taker']);
+        cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 3`, [
+          admin.idFor(k),
+          'someone/0',
+          'taker',
+        ]);
       // A newcomer's first attempt has its main cell in for a moment: not a holder.
       await taker();
       expect(await backend.renew(lease, 2000)).toBe(true);
@@ -144,7 +162,9 @@ describe('cassandra backend', () => {
     const [a, b] = [newLocker('lwt'), newLocker('lwt')];
     const k = key();
     const lock = await a.lock(k, { ttlMs: 5000 });
-    const ttl = (await cql(`SELECT TTL(owner) AS ttl FROM deadbolt.lock_lwt WHERE lock_id = ?`, [admin.idFor(k)])).first()!['ttl'] as number;
+    const ttl = (await cql(`SELECT TTL(owner) AS ttl FROM deadbolt.lock_lwt WHERE lock_id = ?`, [admin.idFor(k)])).first()![
+      'ttl'
+    ] as number;
     expect(ttl).toBeGreaterThan(4);
     expect(ttl).toBeLessThanOrEqual(6);
     expect(await b.tryLock(k)).toBeNull();
@@ -162,7 +182,8 @@ describe('cassandra backend', () => {
     await harness.inspect('warm-up');
     const service = new CassandraTimeService(admin.client, 'deadbolt', { intervalMs: 50 });
     await service.start();
-    const read = async () => (await cql(`SELECT micros, WRITETIME(micros) AS written FROM deadbolt.global_time WHERE id = 'GlobalTime'`)).first()!;
+    const read = async () =>
+      (await cql(`SELECT micros, WRITETIME(micros) AS written FROM deadbolt.global_time WHERE id = 'GlobalTime'`)).first()!;
     const first = await read();
     expect(String(first['micros'])).toBe(String(first['written']));
     let previous = service.now();
@@ -183,7 +204,10 @@ describe('cassandra backend', () => {
     const service = new CassandraTimeService(admin.client, 'deadbolt_ahead', { maxAheadMs: 1000 });
     await cql(`CREATE KEYSPACE IF NOT EXISTS deadbolt_ahead WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}`);
     await cql(`CREATE TABLE IF NOT EXISTS deadbolt_ahead.global_time (id text PRIMARY KEY, micros bigint)`);
-    await cql(`UPDATE deadbolt_ahead.global_time USING TIMESTAMP ? SET micros = ? WHERE id = 'GlobalTime'`, [String(future), String(future)]);
+    await cql(`UPDATE deadbolt_ahead.global_time USING TIMESTAMP ? SET micros = ? WHERE id = 'GlobalTime'`, [
+      String(future),
+      String(future),
+    ]);
     await service.tick();
     const wall = Math.floor((performance.timeOrigin + performance.now()) * 1000);
     const ahead = service.now() - wall;

@@ -1,17 +1,24 @@
-import { cassandraBackend, cassandraOptionRules, CLAIM_TABLES as TABLES, type CassandraAlgorithm, type CassandraBackend } from '@deadbolt/cassandra';
+import {
+  cassandraBackend,
+  cassandraOptionRules,
+  CLAIM_TABLES as TABLES,
+  type CassandraAlgorithm,
+  type CassandraBackend,
+} from '@deadbolt/cassandra';
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { types } from 'cassandra-driver';
 
 const SERIAL = types.consistencies.serial;
 
-
 /** Reads and breaks the lock cells directly (every algorithm's tables). */
 export function cassandraHarness(url: string): ConformanceHarness & { admin: CassandraBackend } {
   const admin = cassandraBackend({ url });
   const ready = async () => {
     // The first acquisition creates the schema; a tryLock on a private key does that for the harness.
-    await admin.acquire({ key: 'harness', owner: 'harness', ttlMs: 2000, wait: false, signal: new AbortController().signal }).then((l) => l && admin.release(l));
+    await admin
+      .acquire({ key: 'harness', owner: 'harness', ttlMs: 2000, wait: false, signal: new AbortController().signal })
+      .then((l) => l && admin.release(l));
     return admin.client;
   };
   return {
@@ -20,26 +27,39 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
       const client = await ready();
       const owners = new Set<string>();
       for (const table of TABLES) {
-        const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true });
+        const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], {
+          prepare: true,
+        });
         for (const row of result.rows) if (row['owner'] !== null) owners.add(row['owner'] as string);
       }
       return [...owners];
     },
     async loseClaim(key) {
       const client = await ready();
-      for (const table of TABLES) await client.execute(`DELETE FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true });
+      for (const table of TABLES)
+        await client.execute(`DELETE FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true });
     },
     async inspectShared(key) {
       const client = await ready();
-      const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true, consistency: SERIAL });
+      const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [admin.idFor(key)], {
+        prepare: true,
+        consistency: SERIAL,
+      });
       return result.rows.map((r) => r['owner'] as string | null).filter((o): o is string => o !== null);
     },
     async loseSharedClaim(key, owner) {
       const client = await ready();
-      const result = await client.execute(`SELECT seq, owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true, consistency: SERIAL });
+      const result = await client.execute(`SELECT seq, owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [admin.idFor(key)], {
+        prepare: true,
+        consistency: SERIAL,
+      });
       for (const row of result.rows) {
         if (row['owner'] !== owner) continue;
-        await client.execute(`DELETE FROM ${admin.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`, [admin.idFor(key), row['seq'], owner], { prepare: true });
+        await client.execute(
+          `DELETE FROM ${admin.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`,
+          [admin.idFor(key), row['seq'], owner],
+          { prepare: true },
+        );
       }
     },
     async dropConnection(backend) {
@@ -55,7 +75,10 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
       const client = await ready();
       let scanned = 0;
       for (const table of TABLES) {
-        const result = await client.execute(`SELECT * FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true, traceQuery: true });
+        const result = await client.execute(`SELECT * FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], {
+          prepare: true,
+          traceQuery: true,
+        });
         const trace = await client.metadata.getTrace(result.info.traceId);
         for (const event of trace.events as { activity: string }[]) {
           const read = /Read (\d+) live rows? and (\d+) tombstone/.exec(event.activity);
@@ -72,15 +95,27 @@ export function cassandraSuiteOptions(algorithm: CassandraAlgorithm = 'queue'): 
   const url = matrixUrl('cassandra');
   // The shadow algorithm's thesis waits (up to 1 s) scaled down, so its suite runs in minutes.
   const options = { url, algorithm, ...(algorithm === 'shadow' ? { shadowBackoff: { ownerWaitMs: 100, concurrentStepMs: 10 } } : {}) };
-  const child = (more: object = {}) => ({ module: import.meta.resolve('@deadbolt/cassandra'), export: 'cassandraBackend', options: { ...options, ...more } });
+  const child = (more: object = {}) => ({
+    module: import.meta.resolve('@deadbolt/cassandra'),
+    export: 'cassandraBackend',
+    options: { ...options, ...more },
+  });
   return {
     name: `cassandra ${algorithm}`,
     createBackend: () => cassandraBackend(options),
     createUnreachableBackend: () => cassandraBackend({ ...options, url: 'cassandra://127.0.0.1:1/deadbolt' }),
-    network: { store: storeAddress(url), createBackend: (via, _all, extra) => cassandraBackend({ ...options, url: viaUrl(url, via), ...extra }) },
-    factory: { create: (more) => cassandraBackend(more as never), rules: cassandraOptionRules, valid: (address) => ({ ...options, url: viaUrl(url, address) }) },
+    network: {
+      store: storeAddress(url),
+      createBackend: (via, _all, extra) => cassandraBackend({ ...options, url: viaUrl(url, via), ...extra }),
+    },
+    factory: {
+      create: (more) => cassandraBackend(more as never),
+      rules: cassandraOptionRules,
+      valid: (address) => ({ ...options, url: viaUrl(url, address) }),
+    },
     createBackendInOtherNamespace: () => cassandraBackend({ ...options, url: url.replace(/\/deadbolt$/, '/deadbolt_other') }),
-    createBackendWithCredentials: (user, password, address) => cassandraBackend({ ...options, url: withCredentials(url, user, password, address) }),
+    createBackendWithCredentials: (user, password, address) =>
+      cassandraBackend({ ...options, url: withCredentials(url, user, password, address) }),
     slowPollChild: (ms) => child({ poll: { maxDelayMs: ms } }),
     child: child(),
     harness: cassandraHarness(url),

@@ -168,7 +168,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   constructor(raw: EtcdBackendOptions) {
     const options = readOptions(raw, etcdOptionRules, 'etcdBackend');
     this.#prefix = options.prefix ?? 'deadbolt/';
-    if ((options.url === undefined) === (options.client === undefined)) throw new InvalidArgumentError('etcdBackend needs a url (etcd://host:port[,host:port]) or a client, not both');
+    if ((options.url === undefined) === (options.client === undefined))
+      throw new InvalidArgumentError('etcdBackend needs a url (etcd://host:port[,host:port]) or a client, not both');
     if (options.client) {
       this.client = options.client;
       this.#ownsClient = false;
@@ -193,7 +194,9 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         // turned every reconnect into a 5 s outage for a client of one host (a wait on a
         // connection found dead re-queued only after it). One second still steers a pool of hosts
         // away from a dead one.
-        faultHandling: { host: () => circuitBreaker(handleWhen(isRecoverableError), { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(3) }) },
+        faultHandling: {
+          host: () => circuitBreaker(handleWhen(isRecoverableError), { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(3) }),
+        },
       });
       this.#ownsClient = true;
       this.#commandTimeoutMs = commandTimeout;
@@ -263,7 +266,14 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       const result = await this.#call('acquire', () =>
         this.client
           .if(path, 'Create', '==', 0)
-          .then(this.client.put(path).value(`${req.mode === 'exclusive' ? 'X' : 'S'}:${req.limit}`).lease(leaseId), claims(), this.client.get(offsetKey))
+          .then(
+            this.client
+              .put(path)
+              .value(`${req.mode === 'exclusive' ? 'X' : 'S'}:${req.limit}`)
+              .lease(leaseId),
+            claims(),
+            this.client.get(offsetKey),
+          )
           .else(this.client.get(path), claims(), this.client.get(offsetKey))
           .commit(),
       );
@@ -276,14 +286,27 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       let seenAt = revision;
       const misconfigured = new Set<bigint>();
       for (let waited = false; ; waited = true) {
-        const queue = inForce(req, misconfigured, kvs.map((kv) => ({ revision: BigInt(kv.create_revision), mode: kv.value.toString().startsWith('X') ? ('exclusive' as const) : ('shared' as const), limit: Number(kv.value.toString().slice(2)) })));
+        const queue = inForce(
+          req,
+          misconfigured,
+          kvs.map((kv) => ({
+            revision: BigInt(kv.create_revision),
+            mode: kv.value.toString().startsWith('X') ? ('exclusive' as const) : ('shared' as const),
+            limit: Number(kv.value.toString().slice(2)),
+          })),
+        );
         const index = queue.findIndex((c) => c.revision === mine);
-        if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
+        if (index < 0)
+          throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
         if (grantable(queue, index, req.limit)) {
           if (waited) {
             acquiredAt = performance.now();
-            const alive = await this.#call('acquire', () => etcdLease.keepaliveOnce()).then((r) => Number(r.TTL) > 0, (e: unknown) => (isLeaseGone(e) ? false : Promise.reject(e)));
-            if (!alive) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
+            const alive = await this.#call('acquire', () => etcdLease.keepaliveOnce()).then(
+              (r) => Number(r.TTL) > 0,
+              (e: unknown) => (isLeaseGone(e) ? false : Promise.reject(e)),
+            );
+            if (!alive)
+              throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
           }
           break;
         }
@@ -295,14 +318,29 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         // Waiting can outlast the ttl: keep our lease alive meanwhile.
         keepAlive ??= setInterval(() => void etcdLease.keepaliveOnce().catch(() => undefined), (ttlSeconds * 1000) / 3);
         await this.#deleted(prefix, seenAt + 1n, req.signal);
-        const now = await this.#call('wait', () => this.client.if(path, 'Create', '>', 0).then(claims(), this.client.get(offsetKey)).else(claims(), this.client.get(offsetKey)).commit());
+        const now = await this.#call('wait', () =>
+          this.client
+            .if(path, 'Create', '>', 0)
+            .then(claims(), this.client.get(offsetKey))
+            .else(claims(), this.client.get(offsetKey))
+            .commit(),
+        );
         kvs = now.responses[0]!.response_range.kvs;
         offset = offsetOf(now.responses[1]!.response_range.kvs[0]?.value);
         seenAt = BigInt(now.header.revision);
       }
       const lost = new AbortController();
       return {
-        key: req.key, owner: req.owner, token: mine + offset, revision: mine, acquiredAt, path, etcdLease, ttlSeconds, lost: lost.signal, shared: true,
+        key: req.key,
+        owner: req.owner,
+        token: mine + offset,
+        revision: mine,
+        acquiredAt,
+        path,
+        etcdLease,
+        ttlSeconds,
+        lost: lost.signal,
+        shared: true,
         ...this.#watchLoss(path, revision, lost),
       };
     } catch (error) {
@@ -335,7 +373,12 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       const result = await this.#call('acquire', () =>
         this.client
           .if(path, 'Create', '==', 0)
-          .then(this.client.getAll().prefix(lockPrefix).sort('Create', 'Descend').limit(1), this.client.put(path).value(req.owner).lease(leaseId), this.#holderQuery(lockPrefix), this.client.get(offsetKey))
+          .then(
+            this.client.getAll().prefix(lockPrefix).sort('Create', 'Descend').limit(1),
+            this.client.put(path).value(req.owner).lease(leaseId),
+            this.#holderQuery(lockPrefix),
+            this.client.get(offsetKey),
+          )
           .else(this.client.get(path), this.client.get(path), this.#holderQuery(lockPrefix), this.client.get(offsetKey))
           .commit(),
       );
@@ -352,10 +395,13 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         }
         // Waiting can outlast the ttl: keep our lease alive meanwhile (each confirmed keep-alive
         // restarts its ttl from when it was sent).
-        const keepAlive = setInterval(() => {
-          const sentAt = performance.now();
-          etcdLease.keepaliveOnce().then((r) => void (Number(r.TTL) > 0 && (refreshedAt = Math.max(refreshedAt, sentAt))), noop);
-        }, (ttlSeconds * 1000) / 3);
+        const keepAlive = setInterval(
+          () => {
+            const sentAt = performance.now();
+            etcdLease.keepaliveOnce().then((r) => void (Number(r.TTL) > 0 && (refreshedAt = Math.max(refreshedAt, sentAt))), noop);
+          },
+          (ttlSeconds * 1000) / 3,
+        );
         try {
           const newest = result.succeeded ? result.responses[0]!.response_range.kvs[0] : undefined;
           offset = await this.#waitForPredecessors(lockPrefix, offsetKey, path, mine, req.signal, newest?.key);
@@ -365,7 +411,15 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       }
       const lost = new AbortController();
       return {
-        key: req.key, owner: req.owner, token: mine + offset, revision: mine, acquiredAt: refreshedAt, path, etcdLease, ttlSeconds, lost: lost.signal,
+        key: req.key,
+        owner: req.owner,
+        token: mine + offset,
+        revision: mine,
+        acquiredAt: refreshedAt,
+        path,
+        etcdLease,
+        ttlSeconds,
+        lost: lost.signal,
         ...this.#watchLoss(path, revision, lost),
       };
     } catch (error) {
@@ -398,7 +452,11 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     try {
       await this.#call('release', () => l.etcdLease.revoke());
     } catch (error) {
-      if (!isLeaseGone(error) && !/not found/i.test(String((error as Error)?.message) + String((error as Error & { cause?: Error }).cause?.message))) throw error;
+      if (
+        !isLeaseGone(error) &&
+        !/not found/i.test(String((error as Error)?.message) + String((error as Error & { cause?: Error }).cause?.message))
+      )
+        throw error;
     }
   }
 
@@ -416,7 +474,10 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     const result = await this.#call('raise token floor', () =>
       this.client
         .if(l.path, 'Create', '==', l.revision.toString())
-        .then(this.client.put(this.offsetKeyFor(l.key)).value((floor - l.revision).toString()), this.client.put(l.path).value(l.owner).lease(leaseId))
+        .then(
+          this.client.put(this.offsetKeyFor(l.key)).value((floor - l.revision).toString()),
+          this.client.put(l.path).value(l.owner).lease(leaseId),
+        )
         .commit(),
     );
     return result.succeeded;
@@ -432,10 +493,16 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     const value = (floor - l.revision).toString().padStart(20, '0');
     const ours = () => this.client.if(l.path, 'Create', '==', l.revision.toString());
     for (let attempt = 0; attempt < 10; attempt++) {
-      const absent = await this.#call('raise token floor', () => ours().and(offsetKey, 'Version', '==', 0).then(this.client.put(offsetKey).value(value)).commit());
+      const absent = await this.#call('raise token floor', () =>
+        ours().and(offsetKey, 'Version', '==', 0).then(this.client.put(offsetKey).value(value)).commit(),
+      );
       if (absent.succeeded) return true;
       const lower = await this.#call('raise token floor', () =>
-        ours().and(offsetKey, 'Value', '<', value).then(this.client.put(offsetKey).value(value)).else(this.client.get(l.path), this.client.get(offsetKey)).commit(),
+        ours()
+          .and(offsetKey, 'Value', '<', value)
+          .then(this.client.put(offsetKey).value(value))
+          .else(this.client.get(l.path), this.client.get(offsetKey))
+          .commit(),
       );
       if (lower.succeeded) return true;
       const [mineNow, stored] = [lower.responses[0]!.response_range.kvs[0], lower.responses[1]!.response_range.kvs[0]];
@@ -476,7 +543,11 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   async #lossWatch(path: string, fromRevision: bigint, lost: AbortController): Promise<Watcher | undefined> {
     try {
       await this.#settledWatches();
-      const watcher = await this.client.watch().key(path).startRevision((fromRevision + 1n).toString()).create();
+      const watcher = await this.client
+        .watch()
+        .key(path)
+        .startRevision((fromRevision + 1n).toString())
+        .create();
       watcher.on('delete', () => lost.abort(new Error(`etcd key ${path} was deleted (lease revoked or expired)`)));
       watcher.on('error', noop);
       return watcher;
@@ -533,7 +604,14 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * read by the look is still the offset, since only a holder raises it (`raiseTokenFloor` checks
    * the raiser's key), the only holder was that key's, and a raise writes that key too.
    */
-  async #waitForPredecessors(lockPrefix: string, offsetKey: string, path: string, mine: bigint, signal: AbortSignal, first?: Buffer): Promise<bigint> {
+  async #waitForPredecessors(
+    lockPrefix: string,
+    offsetKey: string,
+    path: string,
+    mine: bigint,
+    signal: AbortSignal,
+    first?: Buffer,
+  ): Promise<bigint> {
     let watch = first && { key: first, ...(await this.#watchDeletion(first, path, signal)) };
     try {
       for (;;) {
@@ -542,13 +620,21 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
           this.client
             .if(path, 'Create', '==', mine.toString())
             .then(
-              this.client.getAll().prefix(lockPrefix).maxCreateRevision((mine - 1n).toString()).sort('Create', 'Descend').limit(1),
+              this.client
+                .getAll()
+                .prefix(lockPrefix)
+                .maxCreateRevision((mine - 1n).toString())
+                .sort('Create', 'Descend')
+                .limit(1),
               this.client.get(offsetKey),
               this.#holderQuery(lockPrefix),
             )
             .commit(),
         );
-        if (!found.succeeded) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error("the waiter's key is gone: its lease expired while it waited") });
+        if (!found.succeeded)
+          throw new BackendUnavailableError(this.name, 'acquire', {
+            cause: new Error("the waiter's key is gone: its lease expired while it waited"),
+          });
         const predecessor = found.responses[0]!.response_range.kvs[0]?.key;
         const offset = offsetOf(found.responses[1]!.response_range.kvs[0]?.value);
         if (!predecessor) return offset;
@@ -609,11 +695,22 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * with whether that deletion was all that happened to the two keys since the watch began (see
    * `#waitForPredecessors`); rejects with the abort reason.
    */
-  async #watchDeletion(key: Buffer, own: string, signal: AbortSignal): Promise<{ deleted: (signal: AbortSignal) => Promise<boolean>; cancel: () => Promise<void> }> {
+  async #watchDeletion(
+    key: Buffer,
+    own: string,
+    signal: AbortSignal,
+  ): Promise<{ deleted: (signal: AbortSignal) => Promise<boolean>; cancel: () => Promise<void> }> {
     const ours = Buffer.from(own);
     const [low, high] = Buffer.compare(key, ours) < 0 ? [key, ours] : [ours, key];
     await this.#settledWatches(signal);
-    const watcher = await this.#watchUnlessAborted(() => this.client.watch().inRange({ start: low, end: Buffer.concat([high, Buffer.from([0])]) }).create(), signal);
+    const watcher = await this.#watchUnlessAborted(
+      () =>
+        this.client
+          .watch()
+          .inRange({ start: low, end: Buffer.concat([high, Buffer.from([0])]) })
+          .create(),
+      signal,
+    );
     let quiet = true;
     /** Set when `key` went (or the watch failed): whether all was quiet until then. */
     let outcome: boolean | undefined;
@@ -650,7 +747,10 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
 
   /** Resolves when any key under `prefix` is deleted at or after `fromRevision`; rejects with the abort reason. */
   async #deleted(prefix: string, fromRevision: bigint, signal: AbortSignal): Promise<void> {
-    const watcher = await this.#watchUnlessAborted(() => this.client.watch().prefix(prefix).startRevision(fromRevision.toString()).create(), signal);
+    const watcher = await this.#watchUnlessAborted(
+      () => this.client.watch().prefix(prefix).startRevision(fromRevision.toString()).create(),
+      signal,
+    );
     try {
       await new Promise<void>((resolve, reject) => {
         const onAbort = () => reject(signal.reason);

@@ -44,7 +44,13 @@ describe('etcd backend', () => {
   it('watch streams carry no call deadline: the loss watch stays connected past it', async () => {
     const backend = etcdBackend({ url, commandTimeoutMs: 300 });
     try {
-      const lease = (await backend.acquire({ key: key(), owner: crypto.randomUUID(), ttlMs: 10_000, wait: false, signal: new AbortController().signal }))!;
+      const lease = (await backend.acquire({
+        key: key(),
+        owner: crypto.randomUUID(),
+        ttlMs: 10_000,
+        wait: false,
+        signal: new AbortController().signal,
+      }))!;
       const watcher = (await (lease as unknown as { watcher: Promise<import('etcd3').Watcher> }).watcher)!;
       let drops = 0;
       watcher.on('disconnected', () => drops++);
@@ -79,7 +85,13 @@ describe('etcd backend', () => {
     // The holder through the backend itself, to raise its floor as a migration's dual phase does.
     const backend = track(createLocker(etcdBackend({ url }))).backend as EtcdBackend;
     const k = key();
-    const holder = (await backend.acquire({ key: k, owner: randomUUID(), ttlMs: 10_000, wait: false, signal: new AbortController().signal }))!;
+    const holder = (await backend.acquire({
+      key: k,
+      owner: randomUUID(),
+      ttlMs: 10_000,
+      wait: false,
+      signal: new AbortController().signal,
+    }))!;
     const waiting = newLocker(10_000).lock(k);
     await new Promise((r) => setTimeout(r, 500)); // the waiter has looked and watches the holder's key
     const floor = holder.token + 1_000_000n;
@@ -92,7 +104,7 @@ describe('etcd backend', () => {
     await lock.release();
   });
 
-  it("a waiter whose own key is deleted fails at once with BackendUnavailableError, not when the holder leaves", async () => {
+  it('a waiter whose own key is deleted fails at once with BackendUnavailableError, not when the holder leaves', async () => {
     const a = newLocker(10_000);
     // With its default grace the locker would queue again (a new key) and wait for the holder.
     const b = track(createLocker(etcdBackend({ url }), { ttlMs: 10_000, unavailableGraceMs: 0 }));

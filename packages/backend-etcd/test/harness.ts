@@ -20,7 +20,10 @@ export function etcdHarness(url: string): ConformanceHarness {
       return keys.map((k) => k.slice(prefix.length));
     },
     async loseSharedClaim(key, owner) {
-      await admin.client.delete().key(admin.sharedPrefixFor(key) + owner).exec();
+      await admin.client
+        .delete()
+        .key(admin.sharedPrefixFor(key) + owner)
+        .exec();
     },
     async dropConnection(_backend, key) {
       // The lease is etcd's session: revoking it is what a lost client looks like to the store.
@@ -40,7 +43,11 @@ export function etcdSuiteOptions(): ConformanceOptions {
     createBackend: () => etcdBackend({ url }),
     createUnreachableBackend: () => etcdBackend({ url: 'etcd://127.0.0.1:1' }),
     network: { store: storeAddress(url), createBackend: (via, _all, extra) => etcdBackend({ url: viaUrl(url, via), ...extra }) },
-    factory: { create: (options) => etcdBackend(options as never), rules: etcdOptionRules, valid: (address) => ({ url: viaUrl(url, address) }) },
+    factory: {
+      create: (options) => etcdBackend(options as never),
+      rules: etcdOptionRules,
+      valid: (address) => ({ url: viaUrl(url, address) }),
+    },
     createBackendInOtherNamespace: () => etcdBackend({ url, prefix: 'deadbolt/other/' }),
     createBackendWithCredentials: (user, password, address) => etcdBackend({ url: withCredentials(url, user, password, address) }),
     child: { module: import.meta.resolve('@deadbolt/etcd'), export: 'etcdBackend', options: { url } },

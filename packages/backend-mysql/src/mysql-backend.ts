@@ -65,10 +65,30 @@ export interface MysqlBackendOptions {
   commandTimeoutMs?: number;
 }
 
-const STATEMENTS = ['createTable', 'acquire', 'renew', 'release', 'sessionToken', 'sessionTokenFirst', 'sessionDelayLeft', 'sessionDelayMark', 'raiseFloor'] as const;
+const STATEMENTS = [
+  'createTable',
+  'acquire',
+  'renew',
+  'release',
+  'sessionToken',
+  'sessionTokenFirst',
+  'sessionDelayLeft',
+  'sessionDelayMark',
+  'raiseFloor',
+] as const;
 type Statements = Record<(typeof STATEMENTS)[number], string>;
 const SHARED_STATEMENTS = [
-  'createSharedKeys', 'createSharedClaims', 'sharedKeyRow', 'sharedLockKey', 'sharedPurge', 'sharedQueue', 'sharedNextToken', 'sharedInsert', 'sharedRenew', 'sharedRelease', 'sharedRaiseFloor',
+  'createSharedKeys',
+  'createSharedClaims',
+  'sharedKeyRow',
+  'sharedLockKey',
+  'sharedPurge',
+  'sharedQueue',
+  'sharedNextToken',
+  'sharedInsert',
+  'sharedRenew',
+  'sharedRelease',
+  'sharedRaiseFloor',
 ] as const;
 type SharedStatements = Record<(typeof SHARED_STATEMENTS)[number], string>;
 
@@ -91,9 +111,18 @@ const noop = () => undefined;
 /** How each option of `mysqlBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const mysqlOptionRules = {
   url: url(['mysql']),
-  pool: instance((v): v is Pool => typeof (v as Pool | null)?.getConnection === 'function' && typeof (v as Pool).query === 'function', 'a mysql2/promise Pool'),
+  pool: instance(
+    (v): v is Pool => typeof (v as Pool | null)?.getConnection === 'function' && typeof (v as Pool).query === 'function',
+    'a mysql2/promise Pool',
+  ),
   // The backend adds `_shared_keys` (12 characters) for its own tables; MySQL names stop at 64.
-  table: text(/^[A-Za-z_][A-Za-z0-9_]{0,51}$/, 'a plain identifier (letters, digits, _; at most 52 characters)', ['', '1abc', 'a-b', 'x'.repeat(53), 'a;DROP']),
+  table: text(/^[A-Za-z_][A-Za-z0-9_]{0,51}$/, 'a plain identifier (letters, digits, _; at most 52 characters)', [
+    '',
+    '1abc',
+    'a-b',
+    'x'.repeat(53),
+    'a;DROP',
+  ]),
   maxPollDelayMs: ms(),
   connectTimeoutMs: ms(),
   mode: oneOf(['lease', 'session']),
@@ -152,16 +181,37 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
-        ? { fencing: 'strict', fairness: 'none', lease: 'ttl', wake: 'poll', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true, semaphore: true, readWrite: true }
+        ? {
+            fencing: 'strict',
+            fairness: 'none',
+            lease: 'ttl',
+            wake: 'poll',
+            minTtlMs: 1,
+            ttlGranularityMs: 1,
+            crossProcess: true,
+            minToken: true,
+            semaphore: true,
+            readWrite: true,
+          }
         : // wait_timeout is in whole seconds; a waiter blocks inside GET_LOCK and wakes when the lock
           // frees. The server queues a name's waiters in arrival order and hands a freed lock to the
           // first (its metadata-lock queue appends each waiter at the back): FIFO, checked by 13a/13b.
-          { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, crossProcess: true, minToken: true };
+          {
+            fencing: 'strict',
+            fairness: 'fifo',
+            lease: 'session',
+            wake: 'push',
+            minTtlMs: 1000,
+            ttlGranularityMs: 1000,
+            crossProcess: true,
+            minToken: true,
+          };
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
     this.#connectGraceMs = 2 * connectTimeoutMs;
-    if ((options.url === undefined) === (options.pool === undefined)) throw new InvalidArgumentError('mysqlBackend needs a url (mysql://user@host:port/db) or a pool, not both');
+    if ((options.url === undefined) === (options.pool === undefined))
+      throw new InvalidArgumentError('mysqlBackend needs a url (mysql://user@host:port/db) or a pool, not both');
     if (options.pool) {
       this.pool = options.pool;
       this.#ownsPool = false;
@@ -179,9 +229,13 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const id = escapeId(table);
     this.#sql = Object.fromEntries(STATEMENTS.map((k) => [k, sql[k].replace('??', id)])) as Statements;
     const names = { keys: escapeId(`${table}_shared_keys`), claims: escapeId(`${table}_shared`) };
-    this.#sharedSql = Object.fromEntries(SHARED_STATEMENTS.map((k) => [k, sql[k].replace(/\{(keys|claims)\}/g, (_, n: keyof typeof names) => names[n])])) as SharedStatements;
+    this.#sharedSql = Object.fromEntries(
+      SHARED_STATEMENTS.map((k) => [k, sql[k].replace(/\{(keys|claims)\}/g, (_, n: keyof typeof names) => names[n])]),
+    ) as SharedStatements;
     // Track connections so a fault test can KILL exactly this backend's ones.
-    const core = (this.pool as unknown as { pool: { on(e: string, f: (c: { threadId: number; on(e: string, f: () => void): void }) => void): void } }).pool;
+    const core = (
+      this.pool as unknown as { pool: { on(e: string, f: (c: { threadId: number; on(e: string, f: () => void): void }) => void): void } }
+    ).pool;
     core.on('connection', (conn) => {
       this.threadIds.add(conn.threadId);
       const forget = () => this.threadIds.delete(conn.threadId);
@@ -201,7 +255,8 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * acquisition (which reads the database) only.
    */
   lockName(key: string): string {
-    if (this.#lockSpace === undefined) throw new BackendError(this.name, 'lock name', { cause: new Error('the backend has not reached its server yet') });
+    if (this.#lockSpace === undefined)
+      throw new BackendError(this.name, 'lock name', { cause: new Error('the backend has not reached its server yet') });
     return `deadbolt:${createHash('sha256').update(this.#lockSpace).update(key).digest('base64url')}`;
   }
 
@@ -230,10 +285,16 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const hash = MysqlBackend.hash(req.key);
     if (!req.wait) return this.#sharedAttempt(req, hash);
     try {
-      return await pollForLease(`shared:${req.key}`, req.signal, () => this.#sharedAttempt(req, hash), (lease) => this.release(lease), {
-        notifier: this.#notifier,
-        maxDelayMs: waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs,
-      });
+      return await pollForLease(
+        `shared:${req.key}`,
+        req.signal,
+        () => this.#sharedAttempt(req, hash),
+        (lease) => this.release(lease),
+        {
+          notifier: this.#notifier,
+          maxDelayMs: waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs,
+        },
+      );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
       await this.#run('release', this.#sharedSql.sharedRelease, [hash, req.owner]).catch(() => undefined);
@@ -256,7 +317,9 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
         const acquiredAt = performance.now();
         await this.#on(connection, q.sharedPurge, [hash]);
         let queue = (await this.#on<RowDataPacket[]>(connection, q.sharedQueue, [hash])).map((r) => ({
-          owner: r['owner'] as string, token: BigInt(r['token'] as string | number), mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
+          owner: r['owner'] as string,
+          token: BigInt(r['token'] as string | number),
+          mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
         }));
         let mine = queue.find((c) => c.owner === req.owner);
         if (!mine) {
@@ -271,10 +334,13 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
         // A waiter's place lasts about a ttl past each attempt (core's waiterCadence).
         const ttlMs = ok ? req.ttlMs : waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
         await this.#on(connection, q.sharedRenew, [ttlMs * 1000, hash, req.owner]);
-        return { commit: true, value: ok ? { key: req.key, owner: req.owner, token: mine.token, acquiredAt, hash, shared: true as const } : null };
+        return {
+          commit: true,
+          value: ok ? { key: req.key, owner: req.owner, token: mine.token, acquiredAt, hash, shared: true as const } : null,
+        };
       });
     } catch (error) {
-      if (RETRY_ERRNOS.has(((error as { cause?: { errno?: number } }).cause?.errno) ?? 0)) {
+      if (RETRY_ERRNOS.has((error as { cause?: { errno?: number } }).cause?.errno ?? 0)) {
         // Rolled back whole: a waiter simply looks again later; a one-shot attempt tries again now.
         if (req.wait) return null;
         if (tries < 5) return this.#sharedAttempt(req, hash, tries + 1);
@@ -288,10 +354,19 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * transactions run one at a time, and each statement sees every claim committed before it),
    * committed or rolled back as `body` says. @throws the typed error of any failure (rolled back).
    */
-  async #keyTransaction<T>(operation: string, hash: Buffer, body: (connection: PoolConnection, storedLimit: number) => Promise<{ commit: boolean; value: T }>): Promise<T> {
+  async #keyTransaction<T>(
+    operation: string,
+    hash: Buffer,
+    body: (connection: PoolConnection, storedLimit: number) => Promise<{ commit: boolean; value: T }>,
+  ): Promise<T> {
     let connection: PoolConnection;
     try {
-      connection = await withTimeout(this.#connection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
+      connection = await withTimeout(
+        this.#connection(),
+        2 * this.#commandTimeoutMs,
+        () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs),
+        (late) => late.release(),
+      );
     } catch (error) {
       throw this.#wrap(operation, error);
     }
@@ -317,21 +392,29 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const hash = MysqlBackend.hash(req.key);
     if (this.mode === 'session') return this.#acquireSession(req, hash);
     if (!req.wait) return this.#attempt(req, hash);
-    return pollForLease(req.key, req.signal, () => this.#attempt(req, hash), (lease) => this.release(lease), {
-      notifier: this.#notifier,
-      maxDelayMs: waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs,
-    });
+    return pollForLease(
+      req.key,
+      req.signal,
+      () => this.#attempt(req, hash),
+      (lease) => this.release(lease),
+      {
+        notifier: this.#notifier,
+        maxDelayMs: waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs,
+      },
+    );
   }
 
   async renew(lease: MysqlLease, ttlMs: number): Promise<boolean> {
     const { connection, lockName } = lease;
-    if (lease.shared) return (await this.#runRetried('renew', this.#sharedSql.sharedRenew, [ttlMs * 1000, lease.hash, lease.owner])).affectedRows === 1;
+    if (lease.shared)
+      return (await this.#runRetried('renew', this.#sharedSql.sharedRenew, [ttlMs * 1000, lease.hash, lease.owner])).affectedRows === 1;
     if (connection && lockName) {
       // Any statement resets the server's idle clock; this one also proves we still hold the lock.
       const mine = await this.#onSession(lease, 'renew', async (held) => {
         await this.#on(held, sql.sessionIdleLimit, [ttlMs / 1000]);
         const ours = (await this.#on<RowDataPacket[]>(held, sql.holdsLock, [lockName]))[0]?.mine === 1;
-        if (ours && lease.lockDelay) await this.#on(held, this.#sql.sessionDelayMark, [ttlMs * 1000, ttlMs * 1000, lease.hash, lease.owner]);
+        if (ours && lease.lockDelay)
+          await this.#on(held, this.#sql.sessionDelayMark, [ttlMs * 1000, ttlMs * 1000, lease.hash, lease.owner]);
         return ours;
       });
       return mine === true;
@@ -370,7 +453,11 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     }
     const params = [floor.toString(), hash, lease.owner];
     if (!connection) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).affectedRows === 1;
-    const raised = await this.#onSession(lease, 'raise token floor', async (held) => (await this.#on<ResultSetHeader>(held, this.#sql.raiseFloor, params)).affectedRows === 1);
+    const raised = await this.#onSession(
+      lease,
+      'raise token floor',
+      async (held) => (await this.#on<ResultSetHeader>(held, this.#sql.raiseFloor, params)).affectedRows === 1,
+    );
     return raised === true;
   }
 
@@ -379,7 +466,11 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * released (the pool has its connection back, maybe holding another lease's named lock), or the
    * connection died, taking the named lock with it.
    */
-  async #onSession<T>(lease: MysqlLease, operation: string, statements: (connection: PoolConnection) => Promise<T>): Promise<T | undefined> {
+  async #onSession<T>(
+    lease: MysqlLease,
+    operation: string,
+    statements: (connection: PoolConnection) => Promise<T>,
+  ): Promise<T | undefined> {
     if (this.#releasedSessions.has(lease)) return undefined;
     try {
       return await statements(lease.connection!);
@@ -439,13 +530,17 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       // Checked before every listener: one added to an already-aborted signal never runs.
       req.signal.throwIfAborted();
       // A waiter blocks inside the server; aborting it is a KILL QUERY from another connection.
-      const stopKilling = req.wait ? cancelOnAbort(req.signal, () => this.pool.query('KILL QUERY ?', [connection.threadId])) : () => undefined;
+      const stopKilling = req.wait
+        ? cancelOnAbort(req.signal, () => this.pool.query('KILL QUERY ?', [connection.threadId]))
+        : () => undefined;
       let got: unknown;
       try {
         const blocked = connection.execute<RowDataPacket[]>(sql.getLock, [lockName, req.wait ? 365 * 24 * 3600 : 0]);
         // A waiter's connection may go silent for good while it blocks: watched from the pool.
         const thread = connection.threadId;
-        const [rows] = req.wait ? await watchBlocked(this.name, blocked, () => this.#waitStranded(lockName, thread), this.#commandTimeoutMs) : await blocked;
+        const [rows] = req.wait
+          ? await watchBlocked(this.name, blocked, () => this.#waitStranded(lockName, thread), this.#commandTimeoutMs)
+          : await blocked;
         got = rows[0]?.got;
       } catch (error) {
         if (!req.signal.aborted) {
@@ -469,7 +564,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       const keyBytes = Buffer.from(req.key, 'utf8');
       const least = (req.minToken ?? 0n).toString();
       const mark = req.lockDelayMs ? req.ttlMs * 1000 : 0;
-      for (let ranOut = false; ; ) {
+      for (let ranOut = false; ;) {
         // The server's idle clock restarts with each statement: count the lease from this one.
         const acquiredAt = performance.now();
         let result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionToken, [least, req.owner, mark, mark, hash, keyBytes]);
@@ -487,7 +582,16 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
           }
           result = await this.#on<ResultSetHeader>(connection, this.#sql.sessionTokenFirst, [hash, keyBytes, req.owner, mark, mark, least]);
         }
-        return { key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash, connection, lockName, ...(mark ? { lockDelay: true as const } : {}) };
+        return {
+          key: req.key,
+          owner: req.owner,
+          token: BigInt(result.insertId),
+          acquiredAt,
+          hash,
+          connection,
+          lockName,
+          ...(mark ? { lockDelay: true as const } : {}),
+        };
       }
     } catch (error) {
       if (!this.#broken.has(connection)) await this.#releaseSession(connection, lockName, req.key, held).catch(() => undefined);
@@ -569,11 +673,20 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   }
 
   /** One statement on a pooled connection, bounded by the command timeout. */
-  async #run<T extends ResultSetHeader | RowDataPacket[] = ResultSetHeader>(operation: string, statement: string, params: unknown[]): Promise<T> {
+  async #run<T extends ResultSetHeader | RowDataPacket[] = ResultSetHeader>(
+    operation: string,
+    statement: string,
+    params: unknown[],
+  ): Promise<T> {
     let connection: PoolConnection;
     try {
       // A pool whose connections all hang waits here; they are destroyed within a command timeout.
-      connection = await withTimeout(this.#connection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
+      connection = await withTimeout(
+        this.#connection(),
+        2 * this.#commandTimeoutMs,
+        () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs),
+        (late) => late.release(),
+      );
     } catch (error) {
       throw this.#wrap(operation, error);
     }
@@ -594,7 +707,9 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   async #on<T extends ResultSetHeader | RowDataPacket[]>(connection: PoolConnection, statement: string, params: unknown[]): Promise<T> {
     // `SET` and transaction control cannot be prepared: they go as text.
     const sentAt = performance.now();
-    const sent = /^(SET|START|COMMIT|ROLLBACK)\b/.test(statement) ? connection.query<T>(statement, params) : connection.execute<T>(statement, params as never[]);
+    const sent = /^(SET|START|COMMIT|ROLLBACK)\b/.test(statement)
+      ? connection.query<T>(statement, params)
+      : connection.execute<T>(statement, params as never[]);
     try {
       const [result] = await withTimeout(sent, this.#commandTimeoutMs, () => {
         this.#stranded.silent(sentAt);

@@ -7,7 +7,8 @@ import { createPool, type Pool } from 'mysql2/promise';
 /** Reads and breaks the lock table directly. */
 export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', table = 'deadbolt_locks'): ConformanceHarness {
   const admin = createPool({ uri: url, connectionLimit: 2 });
-  if (mode === 'session') return { ...sessionHarness(admin, mysqlBackend({ url, mode, table, connectionLimit: 2 }), table), ...common(admin, table) };
+  if (mode === 'session')
+    return { ...sessionHarness(admin, mysqlBackend({ url, mode, table, connectionLimit: 2 }), table), ...common(admin, table) };
   return {
     ...common(admin, table),
     async inspect(key) {
@@ -21,7 +22,10 @@ export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', t
       await admin.query('UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
     },
     async inspectShared(key) {
-      const [rows] = await admin.query<any[]>('SELECT owner FROM ?? WHERE key_hash = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY token', [`${table}_shared`, MysqlBackend.hash(key)]);
+      const [rows] = await admin.query<any[]>('SELECT owner FROM ?? WHERE key_hash = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY token', [
+        `${table}_shared`,
+        MysqlBackend.hash(key),
+      ]);
       return rows.map((r) => String(r.owner));
     },
     async loseSharedClaim(key, owner) {
@@ -61,7 +65,8 @@ function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' 
  */
 export function poolInTimeZone(url: string, zone: string): Pool {
   const pool = createPool({ uri: url, connectionLimit: 10, supportBigNumbers: true });
-  const core = (pool as unknown as { pool: { on(e: 'connection', f: (c: { query(sql: string, params: unknown[]): void }) => void): void } }).pool;
+  const core = (pool as unknown as { pool: { on(e: 'connection', f: (c: { query(sql: string, params: unknown[]): void }) => void): void } })
+    .pool;
   core.on('connection', (connection) => connection.query('SET time_zone = ?', [zone]));
   return pool;
 }
@@ -69,13 +74,21 @@ export function poolInTimeZone(url: string, zone: string): Pool {
 /** The shared suite's options for the test-matrix MariaDB (also one side of the migration suites). */
 export function mysqlSuiteOptions(mode: 'lease' | 'session' = 'lease'): ConformanceOptions {
   const url = matrixUrl('mysql');
-  const child = (options: object = {}) => ({ module: import.meta.resolve('@deadbolt/mysql'), export: 'mysqlBackend', options: { url, mode, ...options } });
+  const child = (options: object = {}) => ({
+    module: import.meta.resolve('@deadbolt/mysql'),
+    export: 'mysqlBackend',
+    options: { url, mode, ...options },
+  });
   return {
     name: mode === 'lease' ? 'mysql' : 'mysql (session)',
     createBackend: () => mysqlBackend({ url, mode }),
     createUnreachableBackend: () => mysqlBackend({ url: 'mysql://root@127.0.0.1:1/test', mode }),
     network: { store: storeAddress(url), createBackend: (via, _all, extra) => mysqlBackend({ url: viaUrl(url, via), mode, ...extra }) },
-    factory: { create: (options) => mysqlBackend(options as never), rules: mysqlOptionRules, valid: (address) => ({ url: viaUrl(url, address), mode }) },
+    factory: {
+      create: (options) => mysqlBackend(options as never),
+      rules: mysqlOptionRules,
+      valid: (address) => ({ url: viaUrl(url, address), mode }),
+    },
     createBackendInOtherNamespace: () => mysqlBackend({ url, mode, table: 'deadbolt_other' }),
     createBackendWithCredentials: (user, password, address) => mysqlBackend({ url: withCredentials(url, user, password, address), mode }),
     createBackendInTimeZone: (zone) => mysqlBackend({ pool: poolInTimeZone(url, zone), mode }),

@@ -70,7 +70,9 @@ describe('mysql backend', () => {
     const proxy = await FaultProxy.start(storeAddress(url));
     try {
       const holder = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
-      const waiter = track(createLocker(mysqlBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }));
+      const waiter = track(
+        createLocker(mysqlBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }),
+      );
       await expectWaitThroughSlowConnect(holder, waiter, proxy, key());
     } finally {
       await proxy.close();

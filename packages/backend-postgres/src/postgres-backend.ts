@@ -80,9 +80,22 @@ export interface PostgresLease extends Lease {
 /** How each option of `postgresBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const postgresOptionRules = {
   url: url(['postgres', 'postgresql'], true),
-  pool: instance((v): v is Pool => v instanceof pg.Pool || (typeof (v as Pool | null)?.connect === 'function' && typeof (v as Pool).query === 'function' && typeof (v as Pool).on === 'function'), 'a pg Pool'),
+  pool: instance(
+    (v): v is Pool =>
+      v instanceof pg.Pool ||
+      (typeof (v as Pool | null)?.connect === 'function' &&
+        typeof (v as Pool).query === 'function' &&
+        typeof (v as Pool).on === 'function'),
+    'a pg Pool',
+  ),
   // The backend adds `_shared_acquire` and the like; PostgreSQL names stop at 63 bytes.
-  table: text(/^[a-z_][a-z0-9_]{0,47}$/, 'a plain lower-case identifier (letters, digits, _; at most 48 characters)', ['', '1abc', 'Locks', 'a-b', 'x'.repeat(49)]),
+  table: text(/^[a-z_][a-z0-9_]{0,47}$/, 'a plain lower-case identifier (letters, digits, _; at most 48 characters)', [
+    '',
+    '1abc',
+    'Locks',
+    'a-b',
+    'x'.repeat(49),
+  ]),
   mode: oneOf(['lease', 'session']),
   maxPollDelayMs: ms(),
   connectTimeoutMs: ms(),
@@ -128,7 +141,10 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly #channel: string;
   readonly #sql: Record<keyof typeof sql, string>;
   /** The quoted names of the tables, index and function. */
-  readonly #names: Record<'locks' | 'waiters' | 'waitersOrder' | 'notifyHead' | 'sharedKeys' | 'shared' | 'sharedOrder' | 'sharedAcquire', string>;
+  readonly #names: Record<
+    'locks' | 'waiters' | 'waitersOrder' | 'notifyHead' | 'sharedKeys' | 'shared' | 'sharedOrder' | 'sharedAcquire',
+    string
+  >;
   readonly #notifier = new ReleaseNotifier();
   readonly #acquiring = new InFlight();
   /** Session leases already released: their connection is back in the pool. */
@@ -155,9 +171,30 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
-        ? { fencing: 'strict', fairness: 'fifo', lease: 'ttl', wake: 'push', minTtlMs: 1, ttlGranularityMs: 1, crossProcess: true, minToken: true, semaphore: true, readWrite: true }
+        ? {
+            fencing: 'strict',
+            fairness: 'fifo',
+            lease: 'ttl',
+            wake: 'push',
+            minTtlMs: 1,
+            ttlGranularityMs: 1,
+            crossProcess: true,
+            minToken: true,
+            semaphore: true,
+            readWrite: true,
+          }
         : // idle_session_timeout is an int of ms; the server's lock manager queues waiters in order.
-          { fencing: 'strict', fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1, maxTtlMs: 2 ** 31 - 1, crossProcess: true, minToken: true };
+          {
+            fencing: 'strict',
+            fairness: 'fifo',
+            lease: 'session',
+            wake: 'push',
+            minTtlMs: 1000,
+            ttlGranularityMs: 1,
+            maxTtlMs: 2 ** 31 - 1,
+            crossProcess: true,
+            minToken: true,
+          };
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     // Advisory locks are per database; the table names their namespace within it.
@@ -166,7 +203,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     // Two connect timeouts: a connect that fails takes one itself, so a shorter grace would allow
     // no second try.
     this.#connectGraceMs = 2 * connectTimeoutMs;
-    if ((options.url === undefined) === (options.pool === undefined)) throw new InvalidArgumentError('postgresBackend needs a url (postgres://user@host:port/db) or a pool, not both');
+    if ((options.url === undefined) === (options.pool === undefined))
+      throw new InvalidArgumentError('postgresBackend needs a url (postgres://user@host:port/db) or a pool, not both');
     if (options.pool) {
       this.pool = options.pool;
       this.#ownsPool = false;
@@ -240,11 +278,17 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     await this.#listen();
     const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
     try {
-      return await pollForLease(`s:${PostgresBackend.digest(keyBytes)}`, req.signal, () => attempt(true), (lease) => this.release(lease), {
-        notifier: this.#notifier,
-        minDelayMs: Math.min(5, recheck),
-        maxDelayMs: recheck,
-      });
+      return await pollForLease(
+        `s:${PostgresBackend.digest(keyBytes)}`,
+        req.signal,
+        () => attempt(true),
+        (lease) => this.release(lease),
+        {
+          notifier: this.#notifier,
+          minDelayMs: Math.min(5, recheck),
+          maxDelayMs: recheck,
+        },
+      );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
       await leave().catch(() => undefined);
@@ -262,12 +306,18 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
     try {
       // Mostly asleep: the release that frees the key names the queue's head, which tries at once.
-      return await pollForLease(PostgresBackend.digest(keyBytes), req.signal, () => this.#attempt(req, keyBytes, true), (lease) => this.#run('release', this.#sql.leave, [lease.keyBytes, lease.owner, this.#channel]).then(() => undefined), {
-        notifier: this.#notifier,
-        owner: req.owner,
-        minDelayMs: recheck,
-        maxDelayMs: recheck,
-      });
+      return await pollForLease(
+        PostgresBackend.digest(keyBytes),
+        req.signal,
+        () => this.#attempt(req, keyBytes, true),
+        (lease) => this.#run('release', this.#sql.leave, [lease.keyBytes, lease.owner, this.#channel]).then(() => undefined),
+        {
+          notifier: this.#notifier,
+          owner: req.owner,
+          minDelayMs: recheck,
+          maxDelayMs: recheck,
+        },
+      );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
       await this.#run('release', this.#sql.leave, [keyBytes, req.owner, this.#channel]).catch(() => undefined);
@@ -305,7 +355,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
 
   async raiseTokenFloor(lease: PostgresLease, floor: bigint): Promise<boolean> {
     const l = lease;
-    if (l.shared) return (await this.#run('raise token floor', this.#sql.sharedRaiseFloor, [l.keyBytes, l.owner, floor.toString()])).rowCount === 1;
+    if (l.shared)
+      return (await this.#run('raise token floor', this.#sql.sharedRaiseFloor, [l.keyBytes, l.owner, floor.toString()])).rowCount === 1;
     const params = [l.keyBytes, l.owner, floor.toString()];
     if (!l.client) return (await this.#run('raise token floor', this.#sql.raiseFloor, params)).rowCount === 1;
     return (await this.#onSession(l, 'raise token floor', this.#sql.raiseFloor, params))?.rowCount === 1;
@@ -316,7 +367,12 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
    * was released (the pool has its connection back, maybe holding another lease's lock), or the
    * connection died, taking the advisory lock with it.
    */
-  async #onSession(lease: PostgresLease, operation: string, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow> | undefined> {
+  async #onSession(
+    lease: PostgresLease,
+    operation: string,
+    statement: string,
+    params: unknown[],
+  ): Promise<pg.QueryResult<QueryResultRow> | undefined> {
     if (this.#releasedSessions.has(lease)) return undefined;
     try {
       return await this.#on(lease.client!, statement, params);
@@ -347,7 +403,13 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const least = (req.minToken ?? 0n).toString();
     // A queued waiter is dropped if it stays silent for about a ttl (core's waiterCadence).
     const result = queued
-      ? await this.#run('acquire', this.#sql.acquireQueued, [keyBytes, req.owner, req.ttlMs, waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs, least])
+      ? await this.#run('acquire', this.#sql.acquireQueued, [
+          keyBytes,
+          req.owner,
+          req.ttlMs,
+          waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs,
+          least,
+        ])
       : await this.#run('acquire', this.#sql.acquire, [keyBytes, req.owner, req.ttlMs, least]);
     const token = result.rows[0]?.['token'];
     if (token === undefined) return null;
@@ -385,7 +447,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
         try {
           // The connection may go silent for good while it blocks: watched from the pool.
           const blocked = client.query(this.#sql.lockWait, params);
-          const suspect = async () => (await this.#run('watch', this.#sql.waitStranded, [pid, this.#namespace, id])).rows[0]?.['stranded'] === true;
+          const suspect = async () =>
+            (await this.#run('watch', this.#sql.waitStranded, [pid, this.#namespace, id])).rows[0]?.['stranded'] === true;
           got = (await watchBlocked(this.name, blocked, suspect, this.#commandTimeoutMs)).rows[0]?.['got'];
         } catch (error) {
           if (!req.signal.aborted) {
@@ -420,7 +483,16 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
         await this.#releaseSession(client, id, true);
         return AGAIN;
       }
-      return { key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes, client, id, ...(mark ? { lockDelay: true as const } : {}) };
+      return {
+        key: req.key,
+        owner: req.owner,
+        token: BigInt(token as string),
+        acquiredAt,
+        keyBytes,
+        client,
+        id,
+        ...(mark ? { lockDelay: true as const } : {}),
+      };
     } catch (error) {
       await this.#releaseSession(client, id, held).catch(() => undefined);
       if (req.signal.aborted) throw req.signal.reason;
@@ -458,7 +530,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       const id = (await this.#on(client, this.#sql.keyId, [keyBytes])).rows[0]?.['id'];
       if (id === undefined) continue;
       const n = Number(id);
-      if (n > 0x7fffffff) throw new BackendError(this.name, 'acquire', { cause: new Error(`key id ${n} is beyond the advisory lock's 32-bit key`) });
+      if (n > 0x7fffffff)
+        throw new BackendError(this.name, 'acquire', { cause: new Error(`key id ${n} is beyond the advisory lock's 32-bit key`) });
       this.#ids.set(cacheKey, n);
       if (this.#ids.size > KEY_ID_CACHE) this.#ids.delete(this.#ids.keys().next().value!);
       return n;
@@ -538,7 +611,9 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       try {
         await withTimeout(client.connect(), this.#commandTimeoutMs, () => noAnswer(this.name, 'listen', this.#commandTimeoutMs));
         this.#track(client);
-        await withTimeout(client.query(`LISTEN "${this.#channel}"`), this.#commandTimeoutMs, () => noAnswer(this.name, 'listen', this.#commandTimeoutMs));
+        await withTimeout(client.query(`LISTEN "${this.#channel}"`), this.#commandTimeoutMs, () =>
+          noAnswer(this.name, 'listen', this.#commandTimeoutMs),
+        );
         return client;
       } catch (error) {
         drop();
@@ -588,7 +663,12 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   async #run(operation: string, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
     let client: PoolClient;
     try {
-      client = await withTimeout(this.#connection(), 2 * this.#commandTimeoutMs, () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs), (late) => late.release());
+      client = await withTimeout(
+        this.#connection(),
+        2 * this.#commandTimeoutMs,
+        () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs),
+        (late) => late.release(),
+      );
     } catch (error) {
       throw this.#error(operation, error);
     }
@@ -611,7 +691,9 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     // (node-postgres would otherwise parse every one anew); without, as a simple query (the table
     // creation is several statements).
     const sentAt = performance.now();
-    const sent = params.length ? client.query({ name: statementName(statement), text: statement, values: params }) : client.query(statement);
+    const sent = params.length
+      ? client.query({ name: statementName(statement), text: statement, values: params })
+      : client.query(statement);
     const result = await withTimeout(sent, this.#commandTimeoutMs, () => {
       this.#stranded.silent(sentAt);
       PostgresBackend.#cut(client);
@@ -700,7 +782,8 @@ class Gate {
       if (left) return;
       left = true;
       const next = this.#queue.shift();
-      if (next) next.admit(); // the place passes straight to the next in line
+      if (next)
+        next.admit(); // the place passes straight to the next in line
       else this.#free++;
     };
   }

@@ -22,7 +22,8 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
   };
   const common: Omit<ConformanceHarness, 'inspect' | 'loseClaim'> = {
     async dropConnection(backend: LockBackend) {
-      for (const pid of (backend as PostgresBackend).pids) await admin.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
+      for (const pid of (backend as PostgresBackend).pids)
+        await admin.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
     },
     restartServer: () => restartMatrixServer('postgres'),
   };
@@ -50,7 +51,10 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
   return {
     ...common,
     async inspectShared(k) {
-      const rows = await query(`SELECT owner FROM "${table}_shared" WHERE lock_key = $1 AND expires_at > clock_timestamp() ORDER BY token`, [key(k)]);
+      const rows = await query(
+        `SELECT owner FROM "${table}_shared" WHERE lock_key = $1 AND expires_at > clock_timestamp() ORDER BY token`,
+        [key(k)],
+      );
       return rows.map((r) => String(r.owner));
     },
     async loseSharedClaim(k, owner) {
@@ -78,15 +82,24 @@ export function poolInTimeZone(url: string, zone: string): pg.Pool {
 /** The shared suite's options for the test-matrix PostgreSQL. */
 export function postgresSuiteOptions(mode: Mode = 'lease'): ConformanceOptions {
   const url = matrixUrl('postgres');
-  const child = (options: object = {}) => ({ module: import.meta.resolve('@deadbolt/postgres'), export: 'postgresBackend', options: { url, mode, ...options } });
+  const child = (options: object = {}) => ({
+    module: import.meta.resolve('@deadbolt/postgres'),
+    export: 'postgresBackend',
+    options: { url, mode, ...options },
+  });
   return {
     name: mode === 'lease' ? 'postgres' : 'postgres (session)',
     createBackend: () => postgresBackend({ url, mode }),
     createUnreachableBackend: () => postgresBackend({ url: 'postgres://postgres@127.0.0.1:1/postgres', mode }),
     network: { store: storeAddress(url), createBackend: (via, _all, extra) => postgresBackend({ url: viaUrl(url, via), mode, ...extra }) },
-    factory: { create: (options) => postgresBackend(options as never), rules: postgresOptionRules, valid: (address) => ({ url: viaUrl(url, address), mode }) },
+    factory: {
+      create: (options) => postgresBackend(options as never),
+      rules: postgresOptionRules,
+      valid: (address) => ({ url: viaUrl(url, address), mode }),
+    },
     createBackendInOtherNamespace: () => postgresBackend({ url, mode, table: 'deadbolt_other' }),
-    createBackendWithCredentials: (user, password, address) => postgresBackend({ url: withCredentials(url, user, password, address), mode }),
+    createBackendWithCredentials: (user, password, address) =>
+      postgresBackend({ url: withCredentials(url, user, password, address), mode }),
     createBackendInTimeZone: (zone) => postgresBackend({ pool: poolInTimeZone(url, zone), mode }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),

@@ -27,14 +27,23 @@ async function listen() {
 
 describe('postgres backend', () => {
   it('rejects bad options before connecting', () => {
-    for (const options of [{}, { url: 'mysql://x' }, { url, table: 'Bad-Name' }, { url, mode: 'both' }, { url, maxPollDelayMs: 0 }, { url, advisoryNamespace: -1 }]) {
+    for (const options of [
+      {},
+      { url: 'mysql://x' },
+      { url, table: 'Bad-Name' },
+      { url, mode: 'both' },
+      { url, maxPollDelayMs: 0 },
+      { url, advisoryNamespace: -1 },
+    ]) {
       expect(() => postgresBackend(options as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
     }
   });
 
   it('creates its tables race-free when many lockers start at once', async () => {
     await admin.query('DROP TABLE IF EXISTS deadbolt_race, deadbolt_race_waiters');
-    const many = Array.from({ length: 8 }, (_, i) => track(createLocker(postgresBackend({ url, table: 'deadbolt_race', mode: i % 2 ? 'session' : 'lease' }), { ttlMs: 5000 })));
+    const many = Array.from({ length: 8 }, (_, i) =>
+      track(createLocker(postgresBackend({ url, table: 'deadbolt_race', mode: i % 2 ? 'session' : 'lease' }), { ttlMs: 5000 })),
+    );
     const locks = await Promise.all(many.map((l, i) => l.lock(`${key()}-${i}`)));
     expect(locks.every((l) => l.held && l.token === 1n)).toBe(true); // each key its own counter
     await Promise.all(locks.map((l) => l.release()));
@@ -135,7 +144,9 @@ describe('postgres backend', () => {
     const proxy = await FaultProxy.start(storeAddress(url));
     try {
       const holder = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
-      const waiter = track(createLocker(postgresBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }));
+      const waiter = track(
+        createLocker(postgresBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }),
+      );
       await expectWaitThroughSlowConnect(holder, waiter, proxy, key());
     } finally {
       await proxy.close();
@@ -185,4 +196,3 @@ describe('postgres backend', () => {
     }
   }, 30_000);
 });
-

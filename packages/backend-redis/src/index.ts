@@ -1,2 +1,9 @@
-export { RedisBackend, redisBackend, type RedisBackendOptions, type RedisKeys, type RedisLease, redisOptionRules } from './redis-backend.js';
+export {
+  RedisBackend,
+  redisBackend,
+  type RedisBackendOptions,
+  type RedisKeys,
+  type RedisLease,
+  redisOptionRules,
+} from './redis-backend.js';
 export { RedlockBackend, redlockBackend, type RedlockBackendOptions, type RedlockLease, redlockOptionRules } from './redlock-backend.js';

@@ -28,7 +28,18 @@ import {
   type SharedRequest,
 } from '@deadbolt/core/backend';
 import { Cluster, Redis, ReplyError, type ClusterOptions, type RedisOptions } from 'ioredis';
-import { ACQUIRE, COUNTER_TTL_MS, GUARDED_ACQUIRE, RAISE_FLOOR, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RAISE_FLOOR, SHARED_RELEASE, SHARED_RENEW } from './scripts.js';
+import {
+  ACQUIRE,
+  COUNTER_TTL_MS,
+  GUARDED_ACQUIRE,
+  RAISE_FLOOR,
+  RELEASE,
+  RENEW,
+  SHARED_ACQUIRE,
+  SHARED_RAISE_FLOOR,
+  SHARED_RELEASE,
+  SHARED_RENEW,
+} from './scripts.js';
 
 export interface RedisBackendOptions {
   /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
@@ -233,7 +244,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (this.#syncReplicas > 0 && cluster) throw new InvalidArgumentError('syncReplicas does not work with a Redis Cluster client');
     // The guard's keys have no hash tag: beside a lock's keys in one script, they would cross slots.
     if (this.#restartGuardMs > 0 && cluster) throw new InvalidArgumentError('restartGuardMs does not work with a Redis Cluster client');
-    if ((options.url === undefined) === (options.client === undefined)) throw new InvalidArgumentError('redisBackend needs a url (redis://host:port) or a client, not both');
+    if ((options.url === undefined) === (options.client === undefined))
+      throw new InvalidArgumentError('redisBackend needs a url (redis://host:port) or a client, not both');
     if (options.client) {
       this.client = options.client;
       this.#ownsClient = false;
@@ -325,11 +337,17 @@ export class RedisBackend implements LockBackend<RedisLease> {
     await this.#subscribe();
     const { pollMs: poll } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
     try {
-      return await pollForLease(keys.lock, req.signal, () => this.#attemptShared(req, keys), (lease) => this.release(lease), {
-        notifier: this.#notifier,
-        minDelayMs: Math.min(5, poll),
-        maxDelayMs: poll,
-      });
+      return await pollForLease(
+        keys.lock,
+        req.signal,
+        () => this.#attemptShared(req, keys),
+        (lease) => this.release(lease),
+        {
+          notifier: this.#notifier,
+          minDelayMs: Math.min(5, poll),
+          maxDelayMs: poll,
+        },
+      );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
       await this.#run('release', scripts.sharedRelease, keys, [req.owner, this.#channel, keys.lock]).catch(() => undefined);
@@ -385,7 +403,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
         async () => {
           const handed = this.#handedLease(req, keys, handedId, placed);
           if (handed) return handed;
-          if (already) return (already = false), null;
+          if (already) return ((already = false), null);
           const lease = await this.#attempt(req, keys, queued, onPlace);
           queued ||= lease === null;
           return lease;
@@ -434,7 +452,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
     const { keys } = lease;
     if (this.#evictionChecked !== true) await this.#behindAcquires();
-    const renewed = (await this.#run('renew', lease.shared ? scripts.sharedRenew : scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
+    const renewed =
+      (await this.#run('renew', lease.shared ? scripts.sharedRenew : scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
     if (renewed && this.#syncReplicas > 0) await this.#synced('renew');
     return renewed;
   }
@@ -450,10 +469,16 @@ export class RedisBackend implements LockBackend<RedisLease> {
   async raiseTokenFloor(lease: RedisLease, floor: bigint): Promise<boolean> {
     const { keys } = lease;
     if (floor > MAX_EXACT_TOKEN) {
-      throw new BackendError(this.name, 'raise token floor', { cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`) });
+      throw new BackendError(this.name, 'raise token floor', {
+        cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`),
+      });
     }
     if (this.#evictionChecked !== true) await this.#behindAcquires();
-    if (lease.shared) return (await this.#run('raise token floor', scripts.sharedRaiseFloor, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) === 1;
+    if (lease.shared)
+      return (
+        (await this.#run('raise token floor', scripts.sharedRaiseFloor, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) ===
+        1
+      );
     return (await this.#run('raise token floor', scripts.raiseFloor, keys, [lease.owner, floor.toString()])) === 1;
   }
 
@@ -468,7 +493,12 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   /** One attempt; a queued waiter's place (0: the head), send time and new deadline go to `onPlace`. */
-  async #attempt(req: AcquireRequest, keys: RedisKeys, queued: boolean, onPlace: (place: number, at: Placed) => void): Promise<RedisLease | null> {
+  async #attempt(
+    req: AcquireRequest,
+    keys: RedisKeys,
+    queued: boolean,
+    onPlace: (place: number, at: Placed) => void,
+  ): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
     const guarded = this.#restartGuardMs > 0;
     // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
@@ -578,7 +608,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
         else resolve();
       };
       const onReady = () => done();
-      const timer = setTimeout(() => done(new Error(`no Redis Cluster node answered within ${this.#connectTimeoutMs} ms`)), this.#connectTimeoutMs);
+      const timer = setTimeout(
+        () => done(new Error(`no Redis Cluster node answered within ${this.#connectTimeoutMs} ms`)),
+        this.#connectTimeoutMs,
+      );
       cluster.on('ready', onReady);
       if (cluster.status === 'ready') done();
     });
@@ -640,7 +673,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
       // A single-node subscriber subscribes again itself after a reconnect: ioredis's own
       // re-subscription leaves its promise unhandled, and a close before its answer (a backend
       // closed just after a reconnect) then surfaces as an unhandled rejection in the user's process.
-      const subscriber = this.client instanceof Cluster ? this.client.duplicate() : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
+      const subscriber =
+        this.client instanceof Cluster
+          ? this.client.duplicate()
+          : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
       subscriber.on('error', () => undefined);
       // `<lock key>\n<owner>`, and for a FIFO handoff `<lock key>\n<owner> <token> <deadline>`
       // (see hand_over in scripts.ts); a shared key's release names no owner.
@@ -658,7 +694,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
         if (ready++ === 0) return;
         if (subscriber instanceof Cluster) return this.#notifier.notifyAll();
         // Once subscribed again; a failure means the connection went again, and its next 'ready' retries.
-        subscriber.subscribe(...channels).then(() => this.#notifier.notifyAll(), () => undefined);
+        subscriber.subscribe(...channels).then(
+          () => this.#notifier.notifyAll(),
+          () => undefined,
+        );
       });
       this.#subscriber = subscriber;
       try {

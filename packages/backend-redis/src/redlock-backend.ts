@@ -1,9 +1,4 @@
-import {
-  BackendUnavailableError,
-  InvalidArgumentError,
-  type Capabilities,
-  type LockBackend,
-} from '@deadbolt/core';
+import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   count,
   describe,
@@ -73,12 +68,23 @@ const nodesRule: Rule<(StoreUrl | Redis)[]> = {
       if (!(read instanceof Redis) && read.hosts.length !== 1) throw new InvalidArgumentError(`${name}[${i}] must name one Redis server`);
       const { host, port } = read instanceof Redis ? { host: read.options.host ?? 'localhost', port: read.options.port } : read.hosts[0]!;
       const where = `${host.toLowerCase()}:${port ?? 6379}`;
-      if (seen.has(where)) throw new InvalidArgumentError(`${name}[${i}] names a Redis server already in the list (${where}): one server would count twice towards the majority`);
+      if (seen.has(where))
+        throw new InvalidArgumentError(
+          `${name}[${i}] names a Redis server already in the list (${where}): one server would count twice towards the majority`,
+        );
       seen.add(where);
       return read;
     });
   },
-  hostile: [null, 'redis://127.0.0.1:6379', [], ['redis://127.0.0.1:6379', 'redis://127.0.0.1:6379'], ['redis://127.0.0.1:6379', 'redis://LOCALHOST:6379', 'redis://localhost'], [5], ['nonsense']],
+  hostile: [
+    null,
+    'redis://127.0.0.1:6379',
+    [],
+    ['redis://127.0.0.1:6379', 'redis://127.0.0.1:6379'],
+    ['redis://127.0.0.1:6379', 'redis://LOCALHOST:6379', 'redis://localhost'],
+    [5],
+    ['nonsense'],
+  ],
 };
 
 /** How each option of `redlockBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
@@ -165,10 +171,16 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
 
   async acquire(req: AcquireRequest): Promise<RedlockLease | null> {
     if (!req.wait) return this.#attempt(req);
-    return pollForLease(req.key, req.signal, () => this.#attempt(req), (lease) => this.release(lease), {
-      minDelayMs: Math.min(5, this.#retryDelayMs),
-      maxDelayMs: Math.min(this.#retryDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
-    });
+    return pollForLease(
+      req.key,
+      req.signal,
+      () => this.#attempt(req),
+      (lease) => this.release(lease),
+      {
+        minDelayMs: Math.min(5, this.#retryDelayMs),
+        maxDelayMs: Math.min(this.#retryDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
+      },
+    );
   }
 
   async renew(lease: RedlockLease, ttlMs: number): Promise<boolean> {
@@ -207,7 +219,10 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     // A grant that comes after the majority needs nothing more: that node keeps an owner-checked
     // part (below), so renewals and the release reach it; after a failed attempt, the give-back
     // follows the grant on the same connection.
-    const outcomes = await this.#onNodes(this.#nodes.map(() => true), (node) => node.acquire(one));
+    const outcomes = await this.#onNodes(
+      this.#nodes.map(() => true),
+      (node) => node.acquire(one),
+    );
     const keys = this.#nodes[0]!.keysFor(req.key);
     // A node that did not answer (yet) may have granted all the same: it keeps a part, so that a
     // release, renewal or lift reaches it too (each is owner-checked there).
@@ -239,7 +254,10 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   async #lift(grants: Outcome<RedisLease>[], token: bigint): Promise<boolean> {
     const parts = grants.map((o) => ('ok' in o ? o.ok : undefined));
     let lifted = parts.filter((p) => p?.token === token).length;
-    const rest = parts.map((p, i) => [p, i] as const).filter(([p]) => p && p.token !== token).sort(([a], [b]) => (a!.token > b!.token ? -1 : 1));
+    const rest = parts
+      .map((p, i) => [p, i] as const)
+      .filter(([p]) => p && p.token !== token)
+      .sort(([a], [b]) => (a!.token > b!.token ? -1 : 1));
     while (lifted < this.#quorum && rest.length > 0) {
       const batch = rest.splice(0, this.#quorum - lifted);
       const chosen = parts.map((p, i) => (batch.some(([, j]) => j === i) ? p : undefined));
@@ -261,7 +279,12 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   #failIfDown(outcomes: Outcome<unknown>[], operation: string): void {
     const down = outcomes.filter((o): o is { down: unknown } => 'down' in o);
     if (this.#nodes.length - down.length < this.#quorum) {
-      throw new BackendUnavailableError(this.name, operation, { cause: new AggregateError(down.map((d) => d.down), `${down.length} of ${this.#nodes.length} Redis nodes unreachable`) });
+      throw new BackendUnavailableError(this.name, operation, {
+        cause: new AggregateError(
+          down.map((d) => d.down),
+          `${down.length} of ${this.#nodes.length} Redis nodes unreachable`,
+        ),
+      });
     }
   }
 
@@ -270,7 +293,11 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
    * soon as a majority succeeded (a slow node must not slow every call), the rest `pending`;
    * otherwise waits for every node, so that down nodes count as such.
    */
-  #onNodes<P, T>(parts: readonly (P | undefined)[], step: (node: RedisBackend, part: P) => Promise<T | null>, early = true): Promise<Outcome<T>[]> {
+  #onNodes<P, T>(
+    parts: readonly (P | undefined)[],
+    step: (node: RedisBackend, part: P) => Promise<T | null>,
+    early = true,
+  ): Promise<Outcome<T>[]> {
     return new Promise((resolve) => {
       const outcomes: (Outcome<T> | undefined)[] = parts.map((part) => (part === undefined ? { busy: true } : undefined));
       let settled = false;

@@ -72,7 +72,6 @@ const setCounter = (value: string, text: string, ttl: string) => `
 redis.call('SET', KEYS[2], ${text}, 'PX', string.format('%.0f', math.max(tonumber(${ttl}), math.floor((${value} - now_us) / 1000) + tonumber(${ttl}))))
 `;
 
-
 /**
  * Functions the mutex scripts share (defined after each script's common case). ARGV of acquire and
  * release: 1 owner, 2 ttl ms ('0' for a release), 3 the options in one string (each argument
@@ -342,7 +341,10 @@ return 1
  * meta (owner → 'S' | 'X', and '#limit'). A claim's token is taken when it arrives: grants happen
  * in arrival order, so arrival tokens are increasing in grant order too.
  */
-const purgeExpiredClaims = purgeExpired('KEYS[3]', [['ZREM', 'KEYS[1]'], ['HDEL', 'KEYS[4]']]);
+const purgeExpiredClaims = purgeExpired('KEYS[3]', [
+  ['ZREM', 'KEYS[1]'],
+  ['HDEL', 'KEYS[4]'],
+]);
 
 /** The claim keys live as long as their longest claim (abandoned ones go away on their own). */
 const keepClaimKeys = `

@@ -7,13 +7,21 @@ import { Cluster, Redis } from 'ioredis';
 /** The shared suite's options for the test-matrix Redis (also one side of the migration suites). */
 export function redisSuiteOptions(fifo = true): ConformanceOptions {
   const url = matrixUrl('redis');
-  const child = (options: object = {}) => ({ module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, fifo, ...options } });
+  const child = (options: object = {}) => ({
+    module: import.meta.resolve('@deadbolt/redis'),
+    export: 'redisBackend',
+    options: { url, fifo, ...options },
+  });
   return {
     name: fifo ? 'redis' : 'redis (unordered)',
     createBackend: () => redisBackend({ url, fifo }),
     createUnreachableBackend: () => redisBackend({ url: 'redis://127.0.0.1:1', fifo }),
     network: { store: storeAddress(url), createBackend: (via, _all, extra) => redisBackend({ url: viaUrl(url, via), fifo, ...extra }) },
-    factory: { create: (options) => redisBackend(options as never), rules: redisOptionRules, valid: (address) => ({ url: viaUrl(url, address), fifo }) },
+    factory: {
+      create: (options) => redisBackend(options as never),
+      rules: redisOptionRules,
+      valid: (address) => ({ url: viaUrl(url, address), fifo }),
+    },
     createBackendInOtherNamespace: () => redisBackend({ url, fifo, prefix: 'deadbolt:other:' }),
     createBackendWithCredentials: (user, password, address) => redisBackend({ url: withCredentials(url, user, password, address), fifo }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
@@ -31,7 +39,11 @@ export function redisClusterSuiteOptions(): ConformanceOptions {
   const url = matrixUrl('redis-cluster');
   const first = storeAddress(url);
   const nodes = [0, 1, 2].map((i) => ({ host: first.host, port: first.port + i }));
-  const child = (options: object = {}) => ({ module: import.meta.resolve('@deadbolt/redis'), export: 'redisBackend', options: { url, cluster: true, ...options } });
+  const child = (options: object = {}) => ({
+    module: import.meta.resolve('@deadbolt/redis'),
+    export: 'redisBackend',
+    options: { url, cluster: true, ...options },
+  });
   return {
     name: 'redis cluster',
     createBackend: () => redisBackend({ url, cluster: true }),
@@ -46,9 +58,14 @@ export function redisClusterSuiteOptions(): ConformanceOptions {
           ...extra,
         }),
     },
-    factory: { create: (options) => redisBackend(options as never), rules: redisOptionRules, valid: (address) => ({ url: viaUrl(url, address), cluster: true }) },
+    factory: {
+      create: (options) => redisBackend(options as never),
+      rules: redisOptionRules,
+      valid: (address) => ({ url: viaUrl(url, address), cluster: true }),
+    },
     createBackendInOtherNamespace: () => redisBackend({ url, cluster: true, prefix: 'deadbolt:other:' }),
-    createBackendWithCredentials: (user, password, address) => redisBackend({ url: withCredentials(url, user, password, address), cluster: true }),
+    createBackendWithCredentials: (user, password, address) =>
+      redisBackend({ url: withCredentials(url, user, password, address), cluster: true }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
     harness: redisHarness(url, 'redis-cluster'),
@@ -66,7 +83,11 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
       // The lock key is `<owner>` or, once someone waited, `<owner>|<token>|<lease end ms>`; queue
       // members are `<owner>|<backend id>`. A holder whose lease end has passed holds nothing.
       const keys = admin.keysFor(key);
-      const [value, queued, [seconds, micros]] = await Promise.all([admin.client.get(keys.lock), admin.client.zrange(keys.queue, 0, -1), admin.client.time()]);
+      const [value, queued, [seconds, micros]] = await Promise.all([
+        admin.client.get(keys.lock),
+        admin.client.zrange(keys.queue, 0, -1),
+        admin.client.time(),
+      ]);
       const [holder, , ends] = (value ?? '').split('|');
       const live = holder && (ends === undefined || Number(ends) > Number(seconds) * 1000 + Number(micros) / 1000);
       return [...(live ? [holder] : []), ...queued.map((member) => member.slice(0, member.lastIndexOf('|')))];
@@ -118,11 +139,22 @@ export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
   return {
     name: 'redlock (3 nodes)',
     createBackend: () => redlockBackend({ nodes, maxTtlMs }),
-    createUnreachableBackend: () => redlockBackend({ nodes: ['redis://127.0.0.1:1', 'redis://127.0.0.1:2', 'redis://127.0.0.1:3'], maxTtlMs }),
-    network: { store: nodes.map(storeAddress), createBackend: (_via, all, extra) => redlockBackend({ nodes: all.map((a) => `redis://${a.host}:${a.port}`), maxTtlMs, ...extra }) },
-    factory: { create: (options) => redlockBackend(options as never), rules: redlockOptionRules, valid: (address) => ({ nodes: [`redis://${address.host}:${address.port}`], maxTtlMs }) },
+    createUnreachableBackend: () =>
+      redlockBackend({ nodes: ['redis://127.0.0.1:1', 'redis://127.0.0.1:2', 'redis://127.0.0.1:3'], maxTtlMs }),
+    network: {
+      store: nodes.map(storeAddress),
+      createBackend: (_via, all, extra) => redlockBackend({ nodes: all.map((a) => `redis://${a.host}:${a.port}`), maxTtlMs, ...extra }),
+    },
+    factory: {
+      create: (options) => redlockBackend(options as never),
+      rules: redlockOptionRules,
+      valid: (address) => ({ nodes: [`redis://${address.host}:${address.port}`], maxTtlMs }),
+    },
     createBackendWithCredentials: (user, password, address) =>
-      redlockBackend({ nodes: nodes.map((node, i) => withCredentials(node, user, password, i === 0 ? address : storeAddress(node))), maxTtlMs }),
+      redlockBackend({
+        nodes: nodes.map((node, i) => withCredentials(node, user, password, i === 0 ? address : storeAddress(node))),
+        maxTtlMs,
+      }),
     child: { module: import.meta.resolve('@deadbolt/redis'), export: 'redlockBackend', options: { nodes, maxTtlMs } },
     harness: {
       async inspect(key) {

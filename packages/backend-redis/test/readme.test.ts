@@ -14,13 +14,15 @@ it('the README example runs as written', async () => {
   {
     await using lock = await locker.lock('invoice:42', { timeoutMs: 5_000 });
     await storage.write(invoice, { fencingToken: lock.token }); // the store rejects older tokens
-    if (lock.signal.aborted) throw lock.signal.reason;          // LockLostError: stop working
+    if (lock.signal.aborted) throw lock.signal.reason; // LockLostError: stop working
   } // released here, also when the block throws
 
-  const maybe = await locker.tryLock('invoice:42');             // Lock | null, never waits
+  const maybe = await locker.tryLock('invoice:42'); // Lock | null, never waits
   expect(maybe).not.toBeNull();
   await maybe?.release();
-  await locker.withLock('invoice:42', async (lock) => { writes.push(lock.token); });
+  await locker.withLock('invoice:42', async (lock) => {
+    writes.push(lock.token);
+  });
   await locker.close();
   expect(writes.length).toBe(2);
   expect(writes[1]! > writes[0]!).toBe(true);
@@ -36,14 +38,20 @@ it('the README semaphore and read-write lock example runs as written', async () 
   let writes = 0;
 
   {
-    const uploads = locker.semaphore('uploads', { limit: 4 });    // at most 4 holders, across processes
+    const uploads = locker.semaphore('uploads', { limit: 4 }); // at most 4 holders, across processes
     await using permit = await uploads.acquire({ timeoutMs: 10_000 });
     await storage.put(file, { fencingToken: permit.token });
   }
 
   const config = locker.readWriteLock('config');
-  await config.withRead(async (read) => { reads++; expect(read.held).toBe(true); /* any number of readers at once */ });
-  await config.withWrite(async (write) => { writes++; expect(write.held).toBe(true); /* one writer, nobody else */ });
+  await config.withRead(async (read) => {
+    reads++;
+    expect(read.held).toBe(true); /* any number of readers at once */
+  });
+  await config.withWrite(async (write) => {
+    writes++;
+    expect(write.held).toBe(true); /* one writer, nobody else */
+  });
 
   await locker.close();
   expect([puts.length, reads, writes]).toEqual([1, 1, 1]);
@@ -54,15 +62,22 @@ it('the README lockAll and reentrancy example runs as written', async () => {
   const backend = redisBackend({ url: matrixUrl('redis') });
   const locker = createLocker(redisBackend({ url: matrixUrl('redis') }), { ttlMs: 15_000 });
   const moves: ReadonlyMap<string, bigint>[] = [];
-  const ledger = { move: async (_from: number, _to: number, _amount: number, opts: { fencingTokens: ReadonlyMap<string, bigint> }) => void moves.push(opts.fencingTokens) };
+  const ledger = {
+    move: async (_from: number, _to: number, _amount: number, opts: { fencingTokens: ReadonlyMap<string, bigint> }) =>
+      void moves.push(opts.fencingTokens),
+  };
   const [from, to, amount] = [1, 2, 10];
   let rebuilt = 0;
   const rebuildIndex = async () => void rebuilt++;
 
   // All or nothing, in one canonical order: two transfers over the same accounts never deadlock.
-  await locker.withLockAll([`account:${from}`, `account:${to}`], async (both) => {
-    await ledger.move(from, to, amount, { fencingTokens: both.tokens });
-  }, { timeoutMs: 5_000 });
+  await locker.withLockAll(
+    [`account:${from}`, `account:${to}`],
+    async (both) => {
+      await ledger.move(from, to, amount, { fencingTokens: both.tokens });
+    },
+    { timeoutMs: 5_000 },
+  );
 
   const nested = createLocker(backend, { reentrant: true });
   await nested.withLock('report', async () => {

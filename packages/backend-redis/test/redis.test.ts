@@ -1,6 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { createLocker } from '@deadbolt/core';
-import { abortedWithin, closeLockersAfterEach, FaultProxy, matrixUrl, restartMatrixServer, storeAddress, viaUrl } from '@deadbolt/conformance';
+import {
+  abortedWithin,
+  closeLockersAfterEach,
+  FaultProxy,
+  matrixUrl,
+  restartMatrixServer,
+  storeAddress,
+  viaUrl,
+} from '@deadbolt/conformance';
 import { redisBackend, type RedisBackend } from '@deadbolt/redis';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -22,8 +30,13 @@ describe('redis backend', () => {
     try {
       await admin.config('SET', 'maxmemory', '1gb');
       await admin.config('SET', 'maxmemory-policy', 'allkeys-lru');
-      const error = await newLocker().tryLock(key()).catch((e: unknown) => e);
-      expect(error).toMatchObject({ code: 'BACKEND_ERROR', cause: { message: expect.stringMatching(/maxmemory-policy allkeys-lru.*noeviction/) } });
+      const error = await newLocker()
+        .tryLock(key())
+        .catch((e: unknown) => e);
+      expect(error).toMatchObject({
+        code: 'BACKEND_ERROR',
+        cause: { message: expect.stringMatching(/maxmemory-policy allkeys-lru.*noeviction/) },
+      });
       const accepting = track(createLocker(redisBackend({ url, allowEviction: true }), { ttlMs: 1000 }));
       await (await accepting.lock(key())).release();
       await admin.config('SET', 'maxmemory-policy', 'noeviction');
@@ -205,7 +218,8 @@ describe('redis backend', () => {
   });
 
   it('rejects a prefix that would change the hash slot, and options that cannot work together', () => {
-    const refused = (options: object) => expect(() => redisBackend(options as never), JSON.stringify(options)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    const refused = (options: object) =>
+      expect(() => redisBackend(options as never), JSON.stringify(options)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
     refused({ url, prefix: 'x{' });
     refused({ url: 'http://x' });
     // The guard's keys carry no hash tag: beside a lock's keys, every acquire would fail with CROSSSLOT.

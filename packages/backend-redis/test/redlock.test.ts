@@ -88,7 +88,9 @@ describe('redlock over 5 nodes', () => {
     const locker = newLocker(2000);
     const lock = await locker.lock(`redlock-test/${Math.random()}`);
     expect(lock.held).toBe(true);
-    const down = createLocker(redlockBackend({ nodes: [nodes[0]!, 'redis://127.0.0.1:1', 'redis://127.0.0.1:2'], maxTtlMs: MAX_TTL_MS }), { ttlMs: 1000 });
+    const down = createLocker(redlockBackend({ nodes: [nodes[0]!, 'redis://127.0.0.1:1', 'redis://127.0.0.1:2'], maxTtlMs: MAX_TTL_MS }), {
+      ttlMs: 1000,
+    });
     track(down);
     await expect(down.tryLock('redlock-test/down')).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
     await lock.release();
@@ -97,7 +99,15 @@ describe('redlock over 5 nodes', () => {
   it('rejects bad options before any I/O', () => {
     // One server named twice would be a majority of three on its own.
     const twice = [nodes[0]!, nodes[0]!.replace('127.0.0.1', '127.0.0.1'), nodes[1]!];
-    for (const bad of [{ nodes: [] }, { nodes: 'redis://x' }, { nodes: nodes, maxTtlMs: 0 }, { nodes: nodes, driftFactor: 0.5 }, { nodes: nodes, retryDelayMs: 0 }, { nodes: twice }, { nodes: [nodes[0]!, `${nodes[0]!}/3`, nodes[1]!] }]) {
+    for (const bad of [
+      { nodes: [] },
+      { nodes: 'redis://x' },
+      { nodes: nodes, maxTtlMs: 0 },
+      { nodes: nodes, driftFactor: 0.5 },
+      { nodes: nodes, retryDelayMs: 0 },
+      { nodes: twice },
+      { nodes: [nodes[0]!, `${nodes[0]!}/3`, nodes[1]!] },
+    ]) {
       expect(() => redlockBackend(bad as never), JSON.stringify(bad)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
     }
   });

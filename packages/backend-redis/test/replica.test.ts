@@ -107,7 +107,9 @@ describe('redis replica sync (syncReplicas)', () => {
   it('rejects bad sync options before any I/O', () => {
     for (const bad of [-1, 1.5, NaN]) {
       expect(() => redisBackend({ url, syncReplicas: bad })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
-      expect(() => redisBackend({ url, syncReplicas: 1, syncTimeoutMs: bad })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      expect(() => redisBackend({ url, syncReplicas: 1, syncTimeoutMs: bad })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+      );
     }
     expect(() => redisBackend({ url, cluster: true, syncReplicas: 1 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
   });

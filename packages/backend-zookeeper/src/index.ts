@@ -1,1 +1,7 @@
-export { ZooKeeperBackend, zookeeperBackend, type ZooKeeperBackendOptions, type ZooKeeperSession, zookeeperOptionRules } from './zookeeper-backend.js';
+export {
+  ZooKeeperBackend,
+  zookeeperBackend,
+  type ZooKeeperBackendOptions,
+  type ZooKeeperSession,
+  zookeeperOptionRules,
+} from './zookeeper-backend.js';

@@ -317,7 +317,9 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     this.#cancelReap(parent);
     let path: string | undefined;
     try {
-      path = shape.shared ? await this.#joinShared(session, parent, shape.prefix + req.owner, shape.shared) : await this.#createNode(session, parent, shape.prefix + req.owner);
+      path = shape.shared
+        ? await this.#joinShared(session, parent, shape.prefix + req.owner, shape.shared)
+        : await this.#createNode(session, parent, shape.prefix + req.owner);
       // Pipelined on the session (ZooKeeper answers in order): our node's stat, with a watch that
       // reports its deletion by anyone (an operator, a test) as a loss once we hold it, and the queue.
       let acquiredAt = performance.now();
@@ -325,7 +327,11 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
       const ownPath = path;
       const [stat, listing] = await Promise.all([
         this.#call<Stat | null>(session, 'acquire', (cb) =>
-          session.client.exists(ownPath, (event) => event.getType() === NODE_DELETED && deleted.abort(new Error(`lock node ${ownPath} was deleted`)), cb),
+          session.client.exists(
+            ownPath,
+            (event) => event.getType() === NODE_DELETED && deleted.abort(new Error(`lock node ${ownPath} was deleted`)),
+            cb,
+          ),
         ),
         this.#children(session, parent),
       ]);
@@ -334,7 +340,8 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
       let { queue, offset } = listing;
       for (;;) {
         const index = queue.indexOf(mine);
-        if (index < 0) throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`our node ${path} was deleted while waiting`) });
+        if (index < 0)
+          throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`our node ${path} was deleted while waiting`) });
         if (shape.granted(queue, index)) break;
         if (!req.wait) {
           await this.#remove(session, path);
@@ -361,7 +368,9 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   async renew(lease: ZooKeeperLease, ttlMs: number): Promise<boolean> {
     const l = lease;
     if (ttlMs !== l.session.ttlMs) {
-      throw new InvalidArgumentError(`a ZooKeeper lease is its session, whose timeout is fixed at ${l.session.ttlMs} ms; extend() cannot make it ${ttlMs} ms`);
+      throw new InvalidArgumentError(
+        `a ZooKeeper lease is its session, whose timeout is fixed at ${l.session.ttlMs} ms; extend() cannot make it ${ttlMs} ms`,
+      );
     }
     if (l.lost.aborted) return false;
     const stat = await this.#call<Stat | null>(l.session, 'renew', (cb) => l.session.client.exists(l.path, undefined, cb));
@@ -377,11 +386,19 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     const l = lease;
     const parent = l.path.slice(0, l.path.lastIndexOf('/'));
     if (l.shared) return this.#raiseSharedFloor(l, parent, floor);
-    const result = await this.#call<unknown[]>(l.session, 'raise token floor', (cb) => {
-      const multi = l.session.client.transaction().check(l.path).create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT);
-      if (l.offset > 0n) multi.remove(`${parent}/${FLOOR_PREFIX}${l.offset}`);
-      multi.commit(cb);
-    }, [Code.NO_NODE]);
+    const result = await this.#call<unknown[]>(
+      l.session,
+      'raise token floor',
+      (cb) => {
+        const multi = l.session.client
+          .transaction()
+          .check(l.path)
+          .create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT);
+        if (l.offset > 0n) multi.remove(`${parent}/${FLOOR_PREFIX}${l.offset}`);
+        multi.commit(cb);
+      },
+      [Code.NO_NODE],
+    );
     return result !== undefined && !l.lost.aborted;
   }
 
@@ -391,20 +408,38 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
    * whoever sees them.
    */
   async #raiseSharedFloor(l: ZooKeeperLease, parent: string, floor: bigint): Promise<boolean> {
-    const result = await this.#call<unknown[]>(l.session, 'raise token floor', (cb) =>
-      l.session.client.transaction().check(l.path).create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT).commit(cb),
-    [Code.NO_NODE, Code.NODE_EXISTS]);
+    const result = await this.#call<unknown[]>(
+      l.session,
+      'raise token floor',
+      (cb) =>
+        l.session.client
+          .transaction()
+          .check(l.path)
+          .create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT)
+          .commit(cb),
+      [Code.NO_NODE, Code.NODE_EXISTS],
+    );
     if (result === undefined) {
       // Either our node is gone, or that very floor exists already (which covers us).
       const stat = await this.#call<Stat | null>(l.session, 'raise token floor', (cb) => l.session.client.exists(l.path, undefined, cb));
       if (!stat || zxidOf(stat) !== l.zxid) return false;
-      await this.#call(l.session, 'raise token floor', (cb) => l.session.client.create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT, cb), [Code.NODE_EXISTS]);
+      await this.#call(
+        l.session,
+        'raise token floor',
+        (cb) => l.session.client.create(`${parent}/${FLOOR_PREFIX}${floor - l.zxid}`, EMPTY, CreateMode.PERSISTENT, cb),
+        [Code.NODE_EXISTS],
+      );
     }
-    const floors = ((await this.#call<string[]>(l.session, 'raise token floor', (cb) => l.session.client.getChildren(parent, undefined, cb), [Code.NO_NODE])) ?? [])
+    const floors = (
+      (await this.#call<string[]>(l.session, 'raise token floor', (cb) => l.session.client.getChildren(parent, undefined, cb), [
+        Code.NO_NODE,
+      ])) ?? []
+    )
       .filter((name) => name.startsWith(FLOOR_PREFIX))
       .map((name) => BigInt(name.slice(FLOOR_PREFIX.length)));
     const largest = floors.reduce((a, b) => (a > b ? a : b), 0n);
-    for (const value of floors) if (value < largest) await this.#remove(l.session, `${parent}/${FLOOR_PREFIX}${value}`).catch(() => undefined);
+    for (const value of floors)
+      if (value < largest) await this.#remove(l.session, `${parent}/${FLOOR_PREFIX}${value}`).catch(() => undefined);
     return !l.lost.aborted;
   }
 
@@ -472,20 +507,25 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
         reject(error);
       };
       const timer = setTimeout(
-        () => fail(new BackendUnavailableError(this.name, 'connect', { cause: new Error(`no session within ${this.#connectTimeoutMs} ms`) })),
+        () =>
+          fail(new BackendUnavailableError(this.name, 'connect', { cause: new Error(`no session within ${this.#connectTimeoutMs} ms`) })),
         this.#connectTimeoutMs,
       );
       client.once('connected', () => {
         const granted = client.getSessionTimeout();
         if (granted !== ttlMs) {
-          const cause = new Error(`the server granted a ${granted} ms session for a ${ttlMs} ms ttl; use a ttl within its minSessionTimeout..maxSessionTimeout`);
+          const cause = new Error(
+            `the server granted a ${granted} ms session for a ${ttlMs} ms ttl; use a ttl within its minSessionTimeout..maxSessionTimeout`,
+          );
           return fail(new BackendError(this.name, 'connect', { cause }));
         }
         settled = true;
         clearTimeout(timer);
         resolve();
       });
-      controller.signal.addEventListener('abort', () => fail(new BackendUnavailableError(this.name, 'connect', { cause: controller.signal.reason })));
+      controller.signal.addEventListener('abort', () =>
+        fail(new BackendUnavailableError(this.name, 'connect', { cause: controller.signal.reason })),
+      );
     });
     ready.catch(() => undefined);
     // Standard policy: a suspended connection means ownership is uncertain, so its locks are lost
@@ -514,7 +554,16 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     return session;
   }
 
-  #lease(req: AcquireRequest, session: Session, path: string, zxid: bigint, offset: bigint, acquiredAt: number, deleted: AbortSignal, shared: boolean): ZooKeeperLease {
+  #lease(
+    req: AcquireRequest,
+    session: Session,
+    path: string,
+    zxid: bigint,
+    offset: bigint,
+    acquiredAt: number,
+    deleted: AbortSignal,
+    shared: boolean,
+  ): ZooKeeperLease {
     const lost = new AbortController();
     const onLost = (source: AbortSignal) => () => lost.abort(source.reason);
     const onSessionLost = onLost(session.lost);
@@ -532,16 +581,29 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     // A lease lost without a release (its node deleted by someone) stops using the session too.
     lost.signal.addEventListener('abort', stopWatching, { once: true });
     if (deleted.aborted) onDeleted();
-    return { key: req.key, owner: req.owner, token: zxid + offset, zxid, offset, acquiredAt, path, session, lost: lost.signal, stopWatching, ...(shared ? { shared: true as const } : {}) };
+    return {
+      key: req.key,
+      owner: req.owner,
+      token: zxid + offset,
+      zxid,
+      offset,
+      acquiredAt,
+      path,
+      session,
+      lost: lost.signal,
+      stopWatching,
+      ...(shared ? { shared: true as const } : {}),
+    };
   }
-
 
   /** Creates our sequential node `<name>-<sequence>`, creating the key's node first when it is missing. */
   async #createNode(session: Session, parent: string, name: string): Promise<string> {
     const data = Buffer.from(name);
     for (let attempt = 0; ; attempt++) {
       try {
-        return (await this.#request<string>(session, (cb) => session.client.create(`${parent}/${name}-`, data, CreateMode.EPHEMERAL_SEQUENTIAL, cb)))!;
+        return (await this.#request<string>(session, (cb) =>
+          session.client.create(`${parent}/${name}-`, data, CreateMode.EPHEMERAL_SEQUENTIAL, cb),
+        ))!;
       } catch (error) {
         if (codeOf(error) !== Code.NO_NODE || attempt > 20) throw this.#error('acquire', error);
       }
@@ -568,9 +630,12 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   async #joinShared(session: Session, parent: string, name: string, shared: { key: string; limit: number }): Promise<string> {
     const data = Buffer.from(String(shared.limit));
     for (let attempt = 0; attempt < 100; attempt++) {
-      const listing = await this.#call<[string[], Stat | undefined]>(session, 'acquire', (cb) =>
-        session.client.getChildren(parent, undefined, (error, children, stat) => cb(error, [children, stat])),
-      [Code.NO_NODE]);
+      const listing = await this.#call<[string[], Stat | undefined]>(
+        session,
+        'acquire',
+        (cb) => session.client.getChildren(parent, undefined, (error, children, stat) => cb(error, [children, stat])),
+        [Code.NO_NODE],
+      );
       const multi = session.client.transaction();
       if (!listing) {
         await this.#ensurePath(session, parent.slice(0, parent.lastIndexOf('/')));
@@ -595,11 +660,18 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
         }
       }
       multi.create(`${parent}/${name}-`, Buffer.from(name), CreateMode.EPHEMERAL_SEQUENTIAL);
-      const results = await this.#call<unknown[]>(session, 'acquire', (cb) => multi.commit(cb), [Code.NO_NODE, Code.NODE_EXISTS, Code.NOT_EMPTY, Code.BAD_VERSION]);
+      const results = await this.#call<unknown[]>(session, 'acquire', (cb) => multi.commit(cb), [
+        Code.NO_NODE,
+        Code.NODE_EXISTS,
+        Code.NOT_EMPTY,
+        Code.BAD_VERSION,
+      ]);
       const created = results?.at(-1) as { path?: string } | undefined;
       if (created?.path) return created.path;
     }
-    throw new BackendError(this.name, 'acquire', { cause: new Error(`the queue of ${parent} kept changing under 100 attempts to join it`) });
+    throw new BackendError(this.name, 'acquire', {
+      cause: new Error(`the queue of ${parent} kept changing under 100 attempts to join it`),
+    });
   }
 
   /** Creates `path` and any missing ancestors (persistent, empty); an existing node is fine. */
@@ -618,7 +690,8 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
 
   /** The key's queue in order, and its token offset (the largest `floor-` child, normally the only one). */
   async #children(session: Session, parent: string): Promise<{ queue: string[]; offset: bigint }> {
-    const children = (await this.#call<string[]>(session, 'acquire', (cb) => session.client.getChildren(parent, undefined, cb), [Code.NO_NODE])) ?? [];
+    const children =
+      (await this.#call<string[]>(session, 'acquire', (cb) => session.client.getChildren(parent, undefined, cb), [Code.NO_NODE])) ?? [];
     let offset = 0n;
     for (const name of children) {
       if (!name.startsWith(FLOOR_PREFIX)) continue;
@@ -632,10 +705,14 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   #gone(session: Session, path: string, signal: AbortSignal): Promise<void> {
     // Any event on the watch means the predecessor changed: look at the queue again.
     return this.#watching(session, signal, (settle) =>
-      session.client.exists(path, () => settle(), (error, stat) => {
-        if (error) settle(this.#error('acquire', error));
-        else if (!stat) settle();
-      }),
+      session.client.exists(
+        path,
+        () => settle(),
+        (error, stat) => {
+          if (error) settle(this.#error('acquire', error));
+          else if (!stat) settle();
+        },
+      ),
     );
   }
 
@@ -675,11 +752,15 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
    */
   #childrenChanged(session: Session, parent: string, seen: readonly string[], signal: AbortSignal): Promise<void> {
     return this.#watching(session, signal, (settle) =>
-      session.client.getChildren(parent, () => settle(), (error, children) => {
-        if (error) return settle(codeOf(error) === Code.NO_NODE ? undefined : this.#error('acquire', error));
-        const now = children.filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence);
-        if (now.length !== seen.length || now.some((n, i) => n !== seen[i])) settle();
-      }),
+      session.client.getChildren(
+        parent,
+        () => settle(),
+        (error, children) => {
+          if (error) return settle(codeOf(error) === Code.NO_NODE ? undefined : this.#error('acquire', error));
+          const now = children.filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence);
+          if (now.length !== seen.length || now.some((n, i) => n !== seen[i])) settle();
+        },
+      ),
     );
   }
 
@@ -707,7 +788,12 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     this.#reaps.delete(parent);
   }
 
-  async #call<T>(session: Session, operation: string, start: (cb: (error: Error | null, result?: T) => void) => void, accept: readonly number[] = []): Promise<T | undefined> {
+  async #call<T>(
+    session: Session,
+    operation: string,
+    start: (cb: (error: Error | null, result?: T) => void) => void,
+    accept: readonly number[] = [],
+  ): Promise<T | undefined> {
     if (session.lost.aborted) throw new BackendUnavailableError(this.name, operation, { cause: session.lost.reason });
     try {
       return await this.#request(session, start as Parameters<typeof zk<T>>[0], accept);

@@ -12,7 +12,11 @@ export interface ZooKeeperClient {
   create(path: string, data: Buffer, mode: number, cb: (error: ZooKeeperError | null, path: string) => void): void;
   exists(path: string, watcher: WatchListener | undefined, cb: (error: ZooKeeperError | null, stat: Stat | null) => void): void;
   /** The children and, read with them in one step, the node's own stat. */
-  getChildren(path: string, watcher: WatchListener | undefined, cb: (error: ZooKeeperError | null, children: string[], stat?: Stat) => void): void;
+  getChildren(
+    path: string,
+    watcher: WatchListener | undefined,
+    cb: (error: ZooKeeperError | null, children: string[], stat?: Stat) => void,
+  ): void;
   remove(path: string, version: number, cb: (error: ZooKeeperError | null) => void): void;
   /** A multi-op: all of its operations apply, or none (the error is the first failing one's). */
   transaction(): Transaction;
@@ -117,7 +121,10 @@ export function zxidOf(stat: Stat): bigint {
 }
 
 /** Promise form of one callback call; `accept` lists error codes that resolve with `undefined`. */
-export function zk<T>(start: (cb: (error: ZooKeeperError | null, result?: T) => void) => void, accept: readonly number[] = []): Promise<T | undefined> {
+export function zk<T>(
+  start: (cb: (error: ZooKeeperError | null, result?: T) => void) => void,
+  accept: readonly number[] = [],
+): Promise<T | undefined> {
   return new Promise((resolve, reject) => {
     try {
       start((error, result) => {

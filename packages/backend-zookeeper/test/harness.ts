@@ -92,7 +92,11 @@ export function zookeeperSuiteOptions(): ConformanceOptions {
     createBackend: () => zookeeperBackend({ url }),
     createUnreachableBackend: () => zookeeperBackend({ url: 'zookeeper://127.0.0.1:1', connectTimeoutMs: 2000 }),
     network: { store: storeAddress(url), createBackend: (via, _all, extra) => zookeeperBackend({ url: viaUrl(url, via), ...extra }) },
-    factory: { create: (options) => zookeeperBackend(options as never), rules: zookeeperOptionRules, valid: (address) => ({ url: viaUrl(url, address) }) },
+    factory: {
+      create: (options) => zookeeperBackend(options as never),
+      rules: zookeeperOptionRules,
+      valid: (address) => ({ url: viaUrl(url, address) }),
+    },
     createBackendInOtherNamespace: () => zookeeperBackend({ url, root: '/deadbolt/other' }),
     createBackendWithCredentials: (user, password, address) => zookeeperBackend({ url: withCredentials(url, user, password, address) }),
     child: { module: import.meta.resolve('@deadbolt/zookeeper'), export: 'zookeeperBackend', options: { url } },

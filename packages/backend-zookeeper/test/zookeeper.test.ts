@@ -23,7 +23,8 @@ const children = async (path: string) => {
 afterAll(() => admin.close());
 
 /** A sequential node's name as ZooKeeper makes it: `<name>` + the parent's cversion as Java's `%010d`. */
-const sequential = (name: string, cversion: number) => `${name}${cversion < 0 ? `-${String(-cversion).padStart(9, '0')}` : String(cversion).padStart(10, '0')}`;
+const sequential = (name: string, cversion: number) =>
+  `${name}${cversion < 0 ? `-${String(-cversion).padStart(9, '0')}` : String(cversion).padStart(10, '0')}`;
 
 describe('zookeeper backend', () => {
   it('the queue keeps its order across the wrap of the 32-bit sequence (2^31 − 1 is followed by −2^31)', async () => {
@@ -47,7 +48,9 @@ describe('zookeeper backend', () => {
       expect(shuffled.sort(bySequence)).toEqual(names);
     }
     // Shared claims' names carry their mode and limit before the owner.
-    expect([sequential('lock-S3-b-', -2_147_483_648), sequential('lock-X3-a-', 2_147_483_647)].sort(bySequence).map((n) => n.slice(0, 8))).toEqual(['lock-X3-', 'lock-S3-']);
+    expect(
+      [sequential('lock-S3-b-', -2_147_483_648), sequential('lock-X3-a-', 2_147_483_647)].sort(bySequence).map((n) => n.slice(0, 8)),
+    ).toEqual(['lock-X3-', 'lock-S3-']);
   });
 
   it('the token is the holder node’s creation zxid; the queue is one node per waiter, in order', async () => {

@@ -25,7 +25,9 @@ const rounds = isWaiter ? 0 : Number(process.argv[2] ?? 200);
 const subject = process.argv[3] ?? 'deadbolt';
 const names = { deadbolt: 'deadbolt etcd', 'etcd3-5': 'etcd3 Lock (retry every 5 ms)', 'etcd3-100': 'etcd3 Lock (retry every 100 ms)' };
 if (!names[subject]) throw new Error(`unknown subject ${subject}: ${Object.keys(names).join(', ')}`);
-const client = await subjects().find((s) => s.name === names[subject]).client();
+const client = await subjects()
+  .find((s) => s.name === names[subject])
+  .client();
 
 if (isWaiter) {
   process.on('message', async (message) => {
@@ -51,7 +53,11 @@ if (isWaiter) {
     // Time for the waiter's key and watch to be in place (or, polling, for it to have tried once).
     await sleep(15);
     const lease = raw.lease(10, { autoKeepAlive: false });
-    await raw.put(`${key}-plain/${i}`).value('x').lease(await lease.grant()).exec();
+    await raw
+      .put(`${key}-plain/${i}`)
+      .value('x')
+      .lease(await lease.grant())
+      .exec();
     let started = at();
     await lease.revoke();
     times['revoke of a leased key'].push(at() - started);

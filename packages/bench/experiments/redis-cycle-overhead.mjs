@@ -10,9 +10,14 @@ import { createLocker } from '@deadbolt/core';
 import { Redis } from 'ioredis';
 
 const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const builds = [new URL('../../backend-redis/dist/index.js', import.meta.url).href, ...process.argv.slice(2).map((path) => pathToFileURL(path).href)];
+const builds = [
+  new URL('../../backend-redis/dist/index.js', import.meta.url).href,
+  ...process.argv.slice(2).map((path) => pathToFileURL(path).href),
+];
 const raw = new Redis(url);
-const subjects = { floor: async () => ((await raw.set('cycle-overhead:floor', 'x', 'NX', 'PX', 10_000)) ? raw.del('cycle-overhead:floor') : undefined) };
+const subjects = {
+  floor: async () => ((await raw.set('cycle-overhead:floor', 'x', 'NX', 'PX', 10_000)) ? raw.del('cycle-overhead:floor') : undefined),
+};
 const lockers = [];
 for (const [i, build] of builds.entries()) {
   const { redisBackend } = await import(build);
@@ -38,7 +43,9 @@ for (let round = 0; round < rounds; round++) {
 const p50 = (list) => list.sort((a, b) => a - b)[list.length >> 1];
 const floor = p50(times.floor);
 for (const [name, list] of Object.entries(times)) {
-  console.log(`${(p50(list) * 1000).toFixed(1)} µs p50  ${(p50(list) / floor).toFixed(3)} × floor  ${(cpu[name] / list.length).toFixed(1)} µs CPU per cycle  ${name}`);
+  console.log(
+    `${(p50(list) * 1000).toFixed(1)} µs p50  ${(p50(list) / floor).toFixed(3)} × floor  ${(cpu[name] / list.length).toFixed(1)} µs CPU per cycle  ${name}`,
+  );
 }
 await Promise.all(lockers.map((locker) => locker.close()));
 raw.disconnect();

@@ -26,13 +26,16 @@ const busy = () => {
 };
 const shapes = {
   'floor: SET NX PX + DEL (2)': async (o) => ((await redis.set('x:k', o, 'NX', 'PX', 10000)) ? redis.del('x:k') : busy()),
-  'today: script SET+TIME+SET GET, script GET+DEL (7)': async (o) => ((await redis.evalsha(acquire7, 2, 'x:k', 'x:c', o, '10000')) ? redis.evalsha(release3, 1, 'x:k', o) : busy()),
-  'script SET+XADD, script GETDEL (5)': async (o) => ((await redis.evalsha(acquire3, 2, 'x:k', 'x:s', o, '10000')) ? redis.evalsha(release2, 1, 'x:k', o) : busy()),
+  'today: script SET+TIME+SET GET, script GET+DEL (7)': async (o) =>
+    (await redis.evalsha(acquire7, 2, 'x:k', 'x:c', o, '10000')) ? redis.evalsha(release3, 1, 'x:k', o) : busy(),
+  'script SET+XADD, script GETDEL (5)': async (o) =>
+    (await redis.evalsha(acquire3, 2, 'x:k', 'x:s', o, '10000')) ? redis.evalsha(release2, 1, 'x:k', o) : busy(),
   'pipelined SET NX PX + XADD, script GETDEL (4)': async (o) => {
     const [[, set]] = await redis.pipeline().set('x:k', o, 'NX', 'PX', 10000).xadd('x:s', 'MAXLEN', '0', '*', 't', '').exec();
     return set === 'OK' ? redis.evalsha(release2, 1, 'x:k', o) : busy();
   },
-  'SET NX PX, no token, script GETDEL (3)': async (o) => ((await redis.set('x:k', o, 'NX', 'PX', 10000)) ? redis.evalsha(release2, 1, 'x:k', o) : busy()),
+  'SET NX PX, no token, script GETDEL (3)': async (o) =>
+    (await redis.set('x:k', o, 'NX', 'PX', 10000)) ? redis.evalsha(release2, 1, 'x:k', o) : busy(),
 };
 
 const times = Object.fromEntries(Object.keys(shapes).map((name) => [name, []]));
@@ -47,6 +50,7 @@ for (let round = 0; round < 12; round++) {
 }
 const p50 = (list) => list.sort((a, b) => a - b)[list.length >> 1];
 const floor = p50(times['floor: SET NX PX + DEL (2)']);
-for (const [name, list] of Object.entries(times)) console.log(`${p50(list).toFixed(4)} ms  ${(p50(list) / floor).toFixed(2)} × floor  ${name}`);
+for (const [name, list] of Object.entries(times))
+  console.log(`${p50(list).toFixed(4)} ms  ${(p50(list) / floor).toFixed(2)} × floor  ${name}`);
 await redis.del('x:k', 'x:c', 'x:s');
 redis.disconnect();

@@ -37,7 +37,9 @@ const client = new Redis(url);
 const monitor = await client.monitor();
 const seen = [];
 let phase = '';
-monitor.on('monitor', (_time, args, source) => seen.push({ phase, command: `${source.includes('lua') ? '  ' : ''}${args[0].toUpperCase()}` }));
+monitor.on('monitor', (_time, args, source) =>
+  seen.push({ phase, command: `${source.includes('lua') ? '  ' : ''}${args[0].toUpperCase()}` }),
+);
 await handoff(`handoff-commands:${process.pid}`, (name) => (phase = name));
 monitor.disconnect();
 client.disconnect();

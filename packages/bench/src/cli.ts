@@ -42,13 +42,20 @@ let args: ReturnType<typeof parseCli>;
 /** The command line; an unknown option or a bad value ends the run before anything starts. */
 function parseCli() {
   return parseArgs({
-    options: { full: { type: 'boolean' }, only: { type: 'string' }, scenarios: { type: 'string' }, thesis: { type: 'string' }, help: { type: 'boolean' } },
+    options: {
+      full: { type: 'boolean' },
+      only: { type: 'string' },
+      scenarios: { type: 'string' },
+      thesis: { type: 'string' },
+      help: { type: 'boolean' },
+    },
     allowPositionals: false,
   }).values;
 }
 try {
   args = parseCli();
-  if (args.thesis !== undefined && !(Number.isInteger(Number(args.thesis)) && Number(args.thesis) > 0)) throw new Error('--thesis needs a positive integer');
+  if (args.thesis !== undefined && !(Number.isInteger(Number(args.thesis)) && Number(args.thesis) > 0))
+    throw new Error('--thesis needs a positive integer');
 } catch (error) {
   console.error(`${(error as Error).message}\n${usage}`);
   process.exit(2);
@@ -96,7 +103,10 @@ const versions = new Map<Store, string>();
 for (const store of stores) {
   // A store is benchmarked when deadbolt's own backend can take a lock on it.
   const client = await all.find((s) => s.store === store && s.backend)!.client();
-  const answers = await client.acquire(`bench:probe:${process.pid}`).then(async (held) => (await held.release(), true), () => false);
+  const answers = await client.acquire(`bench:probe:${process.pid}`).then(
+    async (held) => (await held.release(), true),
+    () => false,
+  );
   await client.close().catch(() => undefined);
   if (!answers) continue;
   const probe = await openProbe(store);
@@ -136,11 +146,14 @@ const progress = (text: string) => {
   const width = 24;
   const filled = Math.round((width * done) / Math.max(1, steps));
   const elapsed = Math.round((performance.now() - startedAt) / 1000);
-  process.stderr.write(`\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done + 1}/${steps} ${elapsed}s ${text.slice(0, 70)}`);
+  process.stderr.write(
+    `\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done + 1}/${steps} ${elapsed}s ${text.slice(0, 70)}`,
+  );
   done++;
 };
 const failures: string[] = [];
-const describe = (error: unknown) => (error instanceof Error ? `${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ''}` : String(error));
+const describe = (error: unknown) =>
+  error instanceof Error ? `${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ''}` : String(error);
 /** Runs one step of the run; a step that fails is reported in the summary and the run goes on. */
 async function step<T>(label: string, run: () => Promise<T>, into: T[]): Promise<void> {
   progress(label);
@@ -156,7 +169,10 @@ async function step<T>(label: string, run: () => Promise<T>, into: T[]): Promise
  */
 async function uncontendedOn(store: Store): Promise<UncontendedResult[]> {
   const floor = floors[store];
-  const wanted = [...(floor ? [{ name: floor.name, make: floor.client }] : []), ...available.filter((s) => s.store === store).map((s) => ({ name: s.name, make: s.client }))];
+  const wanted = [
+    ...(floor ? [{ name: floor.name, make: floor.client }] : []),
+    ...available.filter((s) => s.store === store).map((s) => ({ name: s.name, make: s.client })),
+  ];
   const opened: UncontendedEntry[] = [];
   try {
     for (const { name, make } of wanted) {
@@ -180,7 +196,13 @@ for (const store of stores.filter((s) => runs(1) && probes.has(s))) {
   uncontendedResults.push(...(await uncontendedOn(store)));
 }
 /** Scenario 6: per pair, each store alone and the two in `dual`, interleaved like scenario 1. */
-const migrationResults: { pair: string; from: UncontendedResult; to: UncontendedResult; nested: UncontendedResult; dual: UncontendedResult }[] = [];
+const migrationResults: {
+  pair: string;
+  from: UncontendedResult;
+  to: UncontendedResult;
+  nested: UncontendedResult;
+  dual: UncontendedResult;
+}[] = [];
 for (const pair of migrationPairs().filter((p) => runs(6) && probes.has(p.from.store) && probes.has(p.to.store))) {
   progress(`scenario 6: ${pair.dual.name}`);
   const opened: UncontendedEntry[] = [];
@@ -212,18 +234,41 @@ async function interleaved<S, R>(
 ): Promise<void> {
   if (!group.length) return;
   progress(`${label}: ${group.map((s) => s.name).join(', ')}`);
-  const { results, failures: failed } = await interleave(group.map((subject) => ({ name: subject.name, open: () => open(subject) })), rounds);
+  const { results, failures: failed } = await interleave(
+    group.map((subject) => ({ name: subject.name, open: () => open(subject) })),
+    rounds,
+  );
   for (const { name, error } of failed) failures.push(`${label}: ${name}: ${describe(error)}`);
-  for (const { name, segments } of results) into.push(result(group.find((s) => s.name === name)!, segments));
+  for (const { name, segments } of results)
+    into.push(
+      result(
+        group.find((s) => s.name === name)!,
+        segments,
+      ),
+    );
 }
 const contendedResults: ContendedResult[] = [];
 for (const store of up.filter(() => runs(3))) {
   for (const clients of clientCounts) {
     const group = available.filter((s) => s.store === store && clients <= (s.livelocksAbove?.clients ?? Infinity));
-    const rows = (holdMs: number) => (subject: Subject, segments: ContendedSegment[]) => contendedResult(subject.name, clients, holdMs, segments);
-    await interleaved(`scenario 3, ${clients} clients`, group, (s) => openContended(s, clients, 1, durationMs / rounds, warmMs), rows(1), contendedResults);
+    const rows = (holdMs: number) => (subject: Subject, segments: ContendedSegment[]) =>
+      contendedResult(subject.name, clients, holdMs, segments);
+    await interleaved(
+      `scenario 3, ${clients} clients`,
+      group,
+      (s) => openContended(s, clients, 1, durationMs / rounds, warmMs),
+      rows(1),
+      contendedResults,
+    );
     // In memory a 1 ms timer is the whole cost; also show the raw handoff rate (briefly: ~100k grants/s).
-    if (store === 'memory') await interleaved(`scenario 3, ${clients} clients, hold 0`, group, (s) => openContended(s, clients, 0, 500 / rounds, 200), rows(0), contendedResults);
+    if (store === 'memory')
+      await interleaved(
+        `scenario 3, ${clients} clients, hold 0`,
+        group,
+        (s) => openContended(s, clients, 0, 500 / rounds, 200),
+        rows(0),
+        contendedResults,
+      );
   }
 }
 // Scenarios 7 and 8: the shared family under contention, with scenario 3's measurements.
@@ -232,15 +277,33 @@ const semaphoreResults: ContendedResult[] = [];
 const readWriteResults: ContendedResult[] = [];
 for (const store of up) {
   const semaphores = semaphoreSubjects.filter((s) => runs(7) && s.store === store);
-  await interleaved(`scenario 7, ${SHARED_CLIENTS} clients`, semaphores, (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs), sharedRows, semaphoreResults);
+  await interleaved(
+    `scenario 7, ${SHARED_CLIENTS} clients`,
+    semaphores,
+    (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs),
+    sharedRows,
+    semaphoreResults,
+  );
   const readWrite = readWriteSubjects.filter((s) => runs(8) && s.store === store);
-  await interleaved(`scenario 8, ${SHARED_CLIENTS} clients`, readWrite, (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs), sharedRows, readWriteResults);
+  await interleaved(
+    `scenario 8, ${SHARED_CLIENTS} clients`,
+    readWrite,
+    (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs),
+    sharedRows,
+    readWriteResults,
+  );
 }
 const manyKeysResults: ManyKeysResult[] = [];
 for (const store of up.filter(() => runs(4))) {
   const group = available.filter((s) => s.store === store && !s.livelocksAbove);
   const open = (s: Subject) => openManyKeys(s, 200, 10_000, 20, durationMs / rounds, probes.get(store)!, warmMs);
-  await interleaved('scenario 4, 200 workers over 10 000 keys', group, open, (s, segments) => manyKeysResult(s.name, 200, 10_000, segments), manyKeysResults);
+  await interleaved(
+    'scenario 4, 200 workers over 10 000 keys',
+    group,
+    open,
+    (s, segments) => manyKeysResult(s.name, 200, 10_000, segments),
+    manyKeysResults,
+  );
 }
 /**
  * Scenario 5 is mostly idle (renewals every ttl / 3): one subject of every store at a time, all at
@@ -253,12 +316,18 @@ for (const store of up) thesisSubjects.filter((s) => runs(5) && s.store === stor
 for (const wave of waves) {
   progress(`scenario 5: ${wave.map((s) => s.name).join(', ')}: 5 locks held ${holdMs / 1000} s`);
   const settled = await Promise.allSettled(wave.map((subject) => longHolds(subject, 5, holdMs, probes.get(subject.store)!)));
-  settled.forEach((r, i) => (r.status === 'fulfilled' ? longHoldResults.push(r.value) : failures.push(`scenario 5: ${wave[i]!.name}: ${describe(r.reason)}`)));
+  settled.forEach((r, i) =>
+    r.status === 'fulfilled' ? longHoldResults.push(r.value) : failures.push(`scenario 5: ${wave[i]!.name}: ${describe(r.reason)}`),
+  );
 }
 const thesisResults: ThesisResult[] = [];
 for (const subject of thesisSubjects.filter(() => runs(2))) {
   for (const processes of [1, 3, 5]) {
-    await step(`scenario 2: ${subject.name}, ${processes} processes × ${thesisCount}`, () => thesis(subject, processes, thesisCount), thesisResults);
+    await step(
+      `scenario 2: ${subject.name}, ${processes} processes × ${thesisCount}`,
+      () => thesis(subject, processes, thesisCount),
+      thesisResults,
+    );
   }
 }
 progress('');
@@ -268,7 +337,17 @@ const floorOf = (subject: string) => {
   const name = store && floors[store]?.name;
   return uncontendedResults.find((r) => r.subject === name);
 };
-const libraries = ['ioredis', 'mysql2', 'pg', 'etcd3', 'node-zookeeper-client', 'cassandra-driver', 'redis-semaphore', '@sesamecare-oss/redlock', 'hdr-histogram-js'].map(libraryVersion);
+const libraries = [
+  'ioredis',
+  'mysql2',
+  'pg',
+  'etcd3',
+  'node-zookeeper-client',
+  'cassandra-driver',
+  'redis-semaphore',
+  '@sesamecare-oss/redlock',
+  'hdr-histogram-js',
+].map(libraryVersion);
 const machine =
   `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; profile ${full ? 'full' : 'quick'}. ` +
   `Stores: ${stores.map((s) => (probes.has(s) ? versions.get(s) : `${s} not running (skipped)`)).join(', ')}. Client libraries: ${libraries.join(', ')}.`;
@@ -280,7 +359,7 @@ lines.push(
   `6, 7 and 8, round-robin (scenarios 1 and 6: 10 blocks of each row's cycles; 3, 4, 7, 8: ${rounds} segments of each row's time), so a`,
   "drift in the machine's speed reaches them alike;",
   'scenario 5 holds one subject of every store at once; scenario 2 runs each subject alone (its point is what builds up over one long',
-  "run, which segments would cut short). Locks are taken with a 10 s ttl except in scenario 5. Store requests come",
+  'run, which segments would cut short). Locks are taken with a 10 s ttl except in scenario 5. Store requests come',
   "from each server's own counter (Redis INFO commandstats: every command, including those a Lua script runs; MySQL Questions; etcd",
   'gRPC messages received; ZooKeeper packets received; Cassandra native-transport requests) and include background traffic (renewals,',
   'pings, the Cassandra time service).',
@@ -303,11 +382,16 @@ lines.push(
   "(tombstones, for one) shows it there; the floor's drift is the machine's.",
   '',
 );
-lines.push('| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) | drift (last/first tenth, p50) | store requests per cycle |', '|---|---|---|---|---|---|---|---|');
+lines.push(
+  '| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) | drift (last/first tenth, p50) | store requests per cycle |',
+  '|---|---|---|---|---|---|---|---|',
+);
 for (const r of uncontendedResults) {
   const floor = floorOf(r.subject);
   const ratio = floor ? `${f(r.cycle.p50 / floor.cycle.p50)}×` : '';
-  lines.push(`| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${f(drift(r.cycleMs))}× | ${optional(r.storeRequestsPerCycle, 1)} |`);
+  lines.push(
+    `| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${f(drift(r.cycleMs))}× | ${optional(r.storeRequestsPerCycle, 1)} |`,
+  );
 }
 lines.push(
   '',
@@ -331,8 +415,14 @@ for (const { pair, from, to, nested, dual } of migrationResults) {
   );
 }
 if (!migrationResults.length) lines.push('', '_No pair had both stores up._');
-lines.push('', `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row; memory also with hold 0 for 0.5 s)`, '');
-lines.push('| subject | clients | hold ms | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain | token order violations |');
+lines.push(
+  '',
+  `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row; memory also with hold 0 for 0.5 s)`,
+  '',
+);
+lines.push(
+  '| subject | clients | hold ms | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain | token order violations |',
+);
 lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
 for (const r of contendedResults) {
   const total = r.acquisitions.length;
@@ -341,7 +431,11 @@ for (const r of contendedResults) {
       `${r.handoffsToOther}/${total} (${Math.round((100 * r.handoffsToOther) / Math.max(1, total))} %) | ${f(r.handoff.p50)} | ${f(r.handoff.p99)} | ${f(r.jain, 3)} | ${r.tokenOrderViolations ?? 'no tokens'} |`,
   );
 }
-lines.push('', 'Times in ms. Wait = ask → granted. Handoff = previous holder starts releasing → next holder (a different client) granted.', '');
+lines.push(
+  '',
+  'Times in ms. Wait = ask → granted. Handoff = previous holder starts releasing → next holder (a different client) granted.',
+  '',
+);
 givenUp(contendedResults);
 for (const s of available.filter((s) => runs(3) && s.livelocksAbove && clientCounts.some((n) => n > s.livelocksAbove!.clients))) {
   lines.push(`Run with at most ${s.livelocksAbove!.clients} clients: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
@@ -351,7 +445,9 @@ const peerRows: string[] = [];
 for (const r of contendedResults) {
   if (all.find((s) => s.name === r.subject)?.backend) continue;
   const store = all.find((s) => s.name === r.subject)!.store;
-  for (const mine of contendedResults.filter((m) => m.clients === r.clients && m.holdMs === r.holdMs && all.find((s) => s.name === m.subject && s.store === store && s.backend))) {
+  for (const mine of contendedResults.filter(
+    (m) => m.clients === r.clients && m.holdMs === r.holdMs && all.find((s) => s.name === m.subject && s.store === store && s.backend),
+  )) {
     peerRows.push(
       `| ${mine.subject} vs ${r.subject} | ${r.clients} | ${f(mine.holdsPerSecond / r.holdsPerSecond)}× | ${f(mine.handoff.p50)} / ${f(r.handoff.p50)} | ` +
         `${f(mine.handoff.p99)} / ${f(r.handoff.p99)} | ${f(mine.wait.max)} / ${f(r.wait.max)} | ${f(mine.jain, 3)} / ${f(r.jain, 3)} |`,
@@ -360,7 +456,12 @@ for (const r of contendedResults) {
 }
 if (peerRows.length) {
   lines.push('### Ours vs the peers (same server, same client count)', '');
-  lines.push('| pair | clients | holds/s ours / peer | handoff p50 ms ours / peer | handoff p99 ms | wait max ms | Jain |', '|---|---|---|---|---|---|---|', ...peerRows, '');
+  lines.push(
+    '| pair | clients | holds/s ours / peer | handoff p50 ms ours / peer | handoff p99 ms | wait max ms | Jain |',
+    '|---|---|---|---|---|---|---|',
+    ...peerRows,
+    '',
+  );
 }
 /** Names the rows that gave up waits (see `STRAGGLER_GRACE_MS`): their wait columns are lower bounds. */
 function givenUp(results: ContendedResult[]): void {
@@ -374,16 +475,29 @@ function givenUp(results: ContendedResult[]): void {
 }
 /** The most holds that overlapped at any instant (granted → released): at most the limit, and the limit when it is used. */
 function mostAtOnce(acquisitions: Acquisition[]): number {
-  const events = acquisitions.flatMap((a) => [[a.granted, 1], [a.released, -1]] as const).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const events = acquisitions
+    .flatMap(
+      (a) =>
+        [
+          [a.granted, 1],
+          [a.released, -1],
+        ] as const,
+    )
+    .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   let now = 0;
   let most = 0;
   for (const [, d] of events) most = Math.max(most, (now += d));
   return most;
 }
 const sharedTable = (results: ContendedResult[]) => {
-  lines.push('| subject | clients | holds/s | wait p50 | wait p99 | wait max | most held at once | Jain |', '|---|---|---|---|---|---|---|---|');
+  lines.push(
+    '| subject | clients | holds/s | wait p50 | wait p99 | wait max | most held at once | Jain |',
+    '|---|---|---|---|---|---|---|---|',
+  );
   for (const r of results) {
-    lines.push(`| ${r.subject} | ${r.clients} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${mostAtOnce(r.acquisitions)} | ${f(r.jain, 3)} |`);
+    lines.push(
+      `| ${r.subject} | ${r.clients} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${mostAtOnce(r.acquisitions)} | ${f(r.jain, 3)} |`,
+    );
   }
   if (!results.length) lines.push('', '_No store with semaphores and read-write locks was up._');
   lines.push('');
@@ -391,28 +505,53 @@ const sharedTable = (results: ContendedResult[]) => {
 };
 lines.push(`## Scenario 7: semaphore (limit ${SEMAPHORE_LIMIT}, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`, '');
 lines.push(
-  "Each client takes a permit, holds it 1 ms and gives it back, as in scenario 3. \"Most held at once\" is counted from this process's own",
-  'grant and release times, so it may read one below the store\'s own count, never above it.',
+  'Each client takes a permit, holds it 1 ms and gives it back, as in scenario 3. "Most held at once" is counted from this process\'s own',
+  "grant and release times, so it may read one below the store's own count, never above it.",
   '',
 );
 sharedTable(semaphoreResults);
-lines.push(`## Scenario 8: read-heavy read-write lock (${Math.round(READ_SHARE * 100)} % reads, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`, '');
+lines.push(
+  `## Scenario 8: read-heavy read-write lock (${Math.round(READ_SHARE * 100)} % reads, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`,
+  '',
+);
 lines.push('Each acquisition is a read with probability 0.9, else a write; writers queue in arrival order with the readers.', '');
 sharedTable(readWriteResults);
-lines.push(`## Scenario 4: many keys (200 workers on 20 connections, 10 000 keys drawn Zipf(1), empty critical section, ${durationMs / 1000} s)`, '');
-lines.push('| subject | acquisitions/s | wait p50 | wait p99 | wait max | store CPU s per 1000 | store requests per acquisition |', '|---|---|---|---|---|---|---|');
+lines.push(
+  `## Scenario 4: many keys (200 workers on 20 connections, 10 000 keys drawn Zipf(1), empty critical section, ${durationMs / 1000} s)`,
+  '',
+);
+lines.push(
+  '| subject | acquisitions/s | wait p50 | wait p99 | wait max | store CPU s per 1000 | store requests per acquisition |',
+  '|---|---|---|---|---|---|---|',
+);
 for (const r of manyKeysResults) {
-  lines.push(`| ${r.subject} | ${Math.round(r.perSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${optional(r.storeCpuPer1000, 3)} | ${optional(r.storeRequestsPerAcquisition, 1)} |`);
+  lines.push(
+    `| ${r.subject} | ${Math.round(r.perSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${optional(r.storeCpuPer1000, 3)} | ${optional(r.storeRequestsPerAcquisition, 1)} |`,
+  );
 }
-lines.push('', "Store CPU: user + system time of the server process listening on the store's port (this process for memory), from /proc.", '');
-for (const s of available.filter((s) => runs(4) && s.livelocksAbove)) lines.push(`Not run here: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
-lines.push(`## Scenario 5: long holds (5 locks held ${holdMs / 1000} s each by one Locker with a short ttl, then the store forgets each one)`, '');
+lines.push(
+  '',
+  "Store CPU: user + system time of the server process listening on the store's port (this process for memory), from /proc.",
+  '',
+);
+for (const s of available.filter((s) => runs(4) && s.livelocksAbove))
+  lines.push(`Not run here: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
+lines.push(
+  `## Scenario 5: long holds (5 locks held ${holdMs / 1000} s each by one Locker with a short ttl, then the store forgets each one)`,
+  '',
+);
 const noStore = '_No store was up: these scenarios need a real store (start them with `bash test-matrix/up`)._';
 if (!longHoldResults.length) lines.push(noStore, '');
-else lines.push('| subject | ttl ms | renew calls per lock-minute | store requests per lock-minute | lost while held | loss → signal abort p50 / max ms | losses unnoticed after 2 × ttl |', '|---|---|---|---|---|---|---|');
+else
+  lines.push(
+    '| subject | ttl ms | renew calls per lock-minute | store requests per lock-minute | lost while held | loss → signal abort p50 / max ms | losses unnoticed after 2 × ttl |',
+    '|---|---|---|---|---|---|---|',
+  );
 for (const r of longHoldResults) {
   const abort = r.lossToAbort ? `${f(r.lossToAbort.p50)} / ${f(r.lossToAbort.max)}` : 'n/a';
-  lines.push(`| ${r.subject} | ${r.ttlMs} | ${f(r.renewalsPerMinute, 1)} | ${optional(r.storeRequestsPerMinute, 1)} | ${r.lostWhileHeld} | ${abort} | ${r.unnoticed} |`);
+  lines.push(
+    `| ${r.subject} | ${r.ttlMs} | ${f(r.renewalsPerMinute, 1)} | ${optional(r.storeRequestsPerMinute, 1)} | ${r.lostWhileHeld} | ${abort} | ${r.unnoticed} |`,
+  );
 }
 lines.push(
   '',
@@ -428,7 +567,11 @@ const thesisOriginal: Record<string, Record<number, [number, number]>> = {
 };
 lines.push(`## Scenario 2: the thesis experiment (${thesisCount} acquisitions per process, one key, empty critical section)`, '');
 if (!thesisResults.length) lines.push(noStore, '');
-else lines.push('| subject | processes | mean wait | p99 wait | max wait | thesis mean / max | total s | share of the slowest process |', '|---|---|---|---|---|---|---|---|');
+else
+  lines.push(
+    '| subject | processes | mean wait | p99 wait | max wait | thesis mean / max | total s | share of the slowest process |',
+    '|---|---|---|---|---|---|---|---|',
+  );
 for (const r of thesisResults) {
   // How evenly the processes progressed: when the first finished vs the last (1 = together).
   const finish = r.series.map((s) => s[s.length - 1]![1]);
@@ -452,7 +595,13 @@ mkdirSync(dir, { recursive: true });
 writeFileSync(join(dir, 'summary.md'), summary);
 writeFileSync(
   join(dir, 'report.html'),
-  renderReport({ title: `deadbolt benchmark, ${new Date().toISOString()}`, machine, summaryMarkdown: summary, contended: contendedResults, thesis: thesisResults }),
+  renderReport({
+    title: `deadbolt benchmark, ${new Date().toISOString()}`,
+    machine,
+    summaryMarkdown: summary,
+    contended: contendedResults,
+    thesis: thesisResults,
+  }),
 );
 const micros = (ms: number) => Math.round(ms * 1000) / 1000;
 /** An acquisition as [client, asked, granted, released, token?]: ms on this process's clock, to the µs. */
@@ -465,7 +614,17 @@ writeFileSync(
       machine,
       stores: Object.fromEntries(stores.map((s) => [s, versions.get(s) ?? 'not running'])),
       uncontended: uncontendedResults.map(({ cycleMs, ...rest }) => ({ ...rest, cycleMs: cycleMs.map(micros) })),
-      migration: migrationResults.map(({ pair, from, to, nested, dual }) => ({ pair, fromP50: from.cycle.p50, toP50: to.cycle.p50, bothP50: nested.cycle.p50, dualP50: dual.cycle.p50, fromPerSecond: from.perSecond, toPerSecond: to.perSecond, bothPerSecond: nested.perSecond, dualPerSecond: dual.perSecond })),
+      migration: migrationResults.map(({ pair, from, to, nested, dual }) => ({
+        pair,
+        fromP50: from.cycle.p50,
+        toP50: to.cycle.p50,
+        bothP50: nested.cycle.p50,
+        dualP50: dual.cycle.p50,
+        fromPerSecond: from.perSecond,
+        toPerSecond: to.perSecond,
+        bothPerSecond: nested.perSecond,
+        dualPerSecond: dual.perSecond,
+      })),
       contended: contendedResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
       semaphore: semaphoreResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),
       readWrite: readWriteResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),

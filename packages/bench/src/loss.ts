@@ -53,10 +53,12 @@ export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: strin
     const call = <T>(start: (cb: (error: Error | null, result?: T) => void) => void) =>
       new Promise<T | undefined>((resolve, reject) => start((error, result) => (error ? reject(error) : resolve(result))));
     const parent = zk.pathFor(key);
-    for (const node of (await call<string[]>((cb) => client.getChildren(parent, undefined, cb))) ?? []) await call((cb) => client.remove(`${parent}/${node}`, -1, cb));
+    for (const node of (await call<string[]>((cb) => client.getChildren(parent, undefined, cb))) ?? [])
+      await call((cb) => client.remove(`${parent}/${node}`, -1, cb));
   },
   async cassandra(backend, key) {
     const c = backend as CassandraBackend;
-    for (const table of CLAIM_TABLES) await c.client.execute(`DELETE FROM ${c.keyspace}.${table} WHERE lock_id = ?`, [c.idFor(key)], { prepare: true });
+    for (const table of CLAIM_TABLES)
+      await c.client.execute(`DELETE FROM ${c.keyspace}.${table} WHERE lock_id = ?`, [c.idFor(key)], { prepare: true });
   },
 };

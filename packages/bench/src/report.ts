@@ -5,7 +5,20 @@
  */
 import type { ContendedResult, ThesisResult } from './scenarios.js';
 
-const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf', '#7f7f7f', '#bcbd22', '#393b79', '#ad494a'];
+const COLORS = [
+  '#1f77b4',
+  '#d62728',
+  '#2ca02c',
+  '#9467bd',
+  '#ff7f0e',
+  '#8c564b',
+  '#e377c2',
+  '#17becf',
+  '#7f7f7f',
+  '#bcbd22',
+  '#393b79',
+  '#ad494a',
+];
 const W = 560;
 const H = 300;
 const PAD = { left: 58, right: 12, top: 24, bottom: 40 };
@@ -37,12 +50,18 @@ function lineChart(title: string, xLabel: string, yLabel: string, series: Series
   const sy = (y: number) => H - PAD.bottom - ((ty(y) - y0) / (y1 - y0 || 1)) * (H - PAD.top - PAD.bottom);
   const ticks = logY ? Array.from({ length: y1 - y0 + 1 }, (_, i) => 10 ** (y0 + i)) : [0, 0.25, 0.5, 0.75, 1].map((f) => f * y1);
   const grid = ticks
-    .map((t) => `<line x1="${PAD.left}" x2="${W - PAD.right}" y1="${sy(t)}" y2="${sy(t)}" stroke="#ddd"/><text x="${PAD.left - 4}" y="${sy(t) + 4}" text-anchor="end">${fmt(t)}</text>`)
+    .map(
+      (t) =>
+        `<line x1="${PAD.left}" x2="${W - PAD.right}" y1="${sy(t)}" y2="${sy(t)}" stroke="#ddd"/><text x="${PAD.left - 4}" y="${sy(t) + 4}" text-anchor="end">${fmt(t)}</text>`,
+    )
     .join('');
   const lines = series
     .map((s, i) => {
       const step = Math.max(1, Math.floor(s.points.length / 800)); // keep the file small
-      const d = s.points.filter((_, j) => j % step === 0 || j === s.points.length - 1).map(([x, y], j) => `${j ? 'L' : 'M'}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join('');
+      const d = s.points
+        .filter((_, j) => j % step === 0 || j === s.points.length - 1)
+        .map(([x, y], j) => `${j ? 'L' : 'M'}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`)
+        .join('');
       return `<path d="${d}" fill="none" stroke="${COLORS[i % COLORS.length]}"${dash(i)} stroke-width="1.5"/>`;
     })
     .join('');
@@ -102,12 +121,20 @@ export function renderReport(input: ReportInput): string {
         `Scenario 3: wait distribution, ${clients} clients`,
         'percentile of acquisitions',
         'wait ms (log)',
-        results.map((r) => ({ label: `${r.subject}${r.holdMs === 0 ? ' (hold 0)' : ''}`, points: percentileCurve(r.acquisitions.map((a) => a.granted - a.asked)) })),
+        results.map((r) => ({
+          label: `${r.subject}${r.holdMs === 0 ? ' (hold 0)' : ''}`,
+          points: percentileCurve(r.acquisitions.map((a) => a.granted - a.asked)),
+        })),
         true,
       ),
     );
   }
-  sections.push(barChart("Scenario 3: Jain's fairness index over clients (1 = equal shares)", input.contended.map((r) => ({ label: `${r.subject}, ${r.clients} clients`, value: r.jain }))));
+  sections.push(
+    barChart(
+      "Scenario 3: Jain's fairness index over clients (1 = equal shares)",
+      input.contended.map((r) => ({ label: `${r.subject}, ${r.clients} clients`, value: r.jain })),
+    ),
+  );
   for (const r of input.thesis) {
     sections.push(
       lineChart(

@@ -68,8 +68,15 @@ export interface UncontendedEntry {
  * waking from idle) slows every subject alike and the ratios to the floor hold. A subject that
  * fails is dropped from later rounds and reported in `failures`; the others go on.
  */
-export async function uncontended(entries: UncontendedEntry[], probe?: StoreProbe, rounds = 10): Promise<{ results: UncontendedResult[]; failures: { name: string; error: unknown }[] }> {
-  const { results, failures } = await interleave(entries.map((entry) => ({ name: entry.name, open: async () => uncontendedSession(entry, rounds, probe) })), rounds);
+export async function uncontended(
+  entries: UncontendedEntry[],
+  probe?: StoreProbe,
+  rounds = 10,
+): Promise<{ results: UncontendedResult[]; failures: { name: string; error: unknown }[] }> {
+  const { results, failures } = await interleave(
+    entries.map((entry) => ({ name: entry.name, open: async () => uncontendedSession(entry, rounds, probe) })),
+    rounds,
+  );
   return { results: results.map(({ name, segments }) => uncontendedResult(name, segments)), failures };
 }
 
@@ -271,7 +278,10 @@ export function contendedResult(subject: string, clients: number, holdMs: number
   const { acquisitions, seconds, perSecond, wait } = overall(segments, gaveUp);
   const counts = Array.from({ length: clients }, (_, c) => acquisitions.filter((a) => a.client === c).length);
   // Tokens are checked across segments too: one key, so they must rise over the whole run.
-  const tokens = acquisitions.map((a) => a.token).filter((t) => t !== undefined).map(BigInt);
+  const tokens = acquisitions
+    .map((a) => a.token)
+    .filter((t) => t !== undefined)
+    .map(BigInt);
   const violations = tokens.filter((t, i) => i > 0 && t <= tokens[i - 1]!).length;
   return {
     subject,
@@ -318,7 +328,9 @@ export async function thesis(subject: Subject, processes: number, perProcess: nu
   const { fork } = await import('node:child_process');
   const key = `bench:thesis:${subject.name}:${processes}:${process.pid}`;
   const worker = new URL('./thesis-worker.js', import.meta.url);
-  const children = Array.from({ length: processes }, () => fork(worker, [subject.name, key, String(perProcess)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+  const children = Array.from({ length: processes }, () =>
+    fork(worker, [subject.name, key, String(perProcess)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }),
+  );
   const message = <T>(child: (typeof children)[number], field: string) =>
     new Promise<T>((resolve, reject) => {
       child.on('message', (m: Record<string, unknown>) => field in m && resolve(m[field] as T));
@@ -382,7 +394,15 @@ export interface ManyKeysSegment {
  * Zipf distribution over `keys` keys, empty critical section. `probe` reads the store server's CPU
  * time and request counter around each segment.
  */
-export async function openManyKeys(subject: Subject, workers: number, keys: number, connections: number, segmentMs: number, probe: StoreProbe, warmMs = 1000): Promise<Session<ManyKeysSegment>> {
+export async function openManyKeys(
+  subject: Subject,
+  workers: number,
+  keys: number,
+  connections: number,
+  segmentMs: number,
+  probe: StoreProbe,
+  warmMs = 1000,
+): Promise<Session<ManyKeysSegment>> {
   const made = await Promise.all(Array.from({ length: connections }, () => subject.client()));
   const draw = zipf(keys);
   const prefix = `bench:many:${subject.name}:${process.pid}:`;
@@ -396,7 +416,13 @@ export async function openManyKeys(subject: Subject, workers: number, keys: numb
           const held = await client.acquire(prefix + draw());
           const granted = performance.now();
           await held.release();
-          records?.push({ client: w, asked, granted, released: granted, ...(held.token === undefined ? {} : { token: String(held.token) }) });
+          records?.push({
+            client: w,
+            asked,
+            granted,
+            released: granted,
+            ...(held.token === undefined ? {} : { token: String(held.token) }),
+          });
         }
       }),
     );

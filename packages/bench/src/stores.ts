@@ -39,7 +39,9 @@ function listenerCpu(port: string, withChildren = false): () => number | undefin
   }
   const cpu = (id: string): number => {
     // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
-    const fields = readFileSync(`/proc/${id}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+    const fields = readFileSync(`/proc/${id}/stat`, 'utf8')
+      .replace(/^.*\) /, '')
+      .split(' ');
     let ticks = Number(fields[11]) + Number(fields[12]);
     // PostgreSQL serves each connection in a child process of the one that listens.
     if (withChildren) {
@@ -66,7 +68,9 @@ function listenerCpu(port: string, withChildren = false): () => number | undefin
 /** Every command a Redis server has run (a script's inner commands included), but the INFO that asks. */
 async function redisCommands(redis: Redis): Promise<number> {
   const stats = await redis.info('commandstats');
-  return [...stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)].filter(([, name]) => name !== 'info').reduce((sum, [, , calls]) => sum + Number(calls), 0);
+  return [...stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
+    .filter(([, name]) => name !== 'info')
+    .reduce((sum, [, , calls]) => sum + Number(calls), 0);
 }
 
 /** ZooKeeper's four-letter-word `srvr`: version, and `Received:`, the packets it has taken in. */
@@ -75,7 +79,11 @@ function zookeeperSrvr(): Promise<string> {
   return new Promise((resolve, reject) => {
     let text = '';
     const socket = connect(Number(port), hostname, () => socket.end('srvr'));
-    socket.setEncoding('utf8').on('data', (chunk: string) => (text += chunk)).on('end', () => resolve(text)).on('error', reject);
+    socket
+      .setEncoding('utf8')
+      .on('data', (chunk: string) => (text += chunk))
+      .on('end', () => resolve(text))
+      .on('error', reject);
   });
 }
 
@@ -84,10 +92,18 @@ function zookeeperSrvr(): Promise<string> {
  * answered).
  */
 export async function openProbe(store: Store): Promise<StoreProbe> {
-  const cpuSeconds = store === 'memory' ? () => (process.cpuUsage().user + process.cpuUsage().system) / 1e6 : listenerCpu(new URL(urls[store]).port, store === 'postgres');
+  const cpuSeconds =
+    store === 'memory'
+      ? () => (process.cpuUsage().user + process.cpuUsage().system) / 1e6
+      : listenerCpu(new URL(urls[store]).port, store === 'postgres');
   switch (store) {
     case 'memory':
-      return { version: async () => `in-process (Node ${process.version})`, requests: async () => undefined, cpuSeconds, close: async () => undefined };
+      return {
+        version: async () => `in-process (Node ${process.version})`,
+        requests: async () => undefined,
+        cpuSeconds,
+        close: async () => undefined,
+      };
     case 'redis': {
       const redis = new Redis(urls.redis);
       return {
@@ -172,7 +188,9 @@ export async function openProbe(store: Store): Promise<StoreProbe> {
         },
         async requests() {
           // Requests the native protocol served (one per CQL statement), this probe's own excluded.
-          const rows = (await client.execute("SELECT completed_tasks FROM system_views.thread_pools WHERE name = 'Native-Transport-Requests'")).rows;
+          const rows = (
+            await client.execute("SELECT completed_tasks FROM system_views.thread_pools WHERE name = 'Native-Transport-Requests'")
+          ).rows;
           return Number(rows[0]!['completed_tasks']) - ++reads;
         },
         cpuSeconds,

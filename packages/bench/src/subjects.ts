@@ -75,7 +75,12 @@ const TTL_MS = 10_000;
  * `pauseMs` after each failure that `busy` accepts (any other error rejects). Checks `signal`
  * before each attempt and rejects with its reason once it has aborted (see `Client.acquire`).
  */
-async function retried(attempt: () => Promise<Held>, signal: AbortSignal | undefined, busy: (error: unknown) => boolean = () => true, pauseMs = 0): Promise<Held> {
+async function retried(
+  attempt: () => Promise<Held>,
+  signal: AbortSignal | undefined,
+  busy: (error: unknown) => boolean = () => true,
+  pauseMs = 0,
+): Promise<Held> {
   for (;;) {
     signal?.throwIfAborted();
     try {
@@ -116,23 +121,34 @@ function deadbolt(name: string, store: Subject['store'], make: () => LockBackend
 export function sharedSubjects(limit: number, readShare: number): { semaphores: Subject[]; readWrite: Subject[] } {
   const variants = new Set(['deadbolt redis unordered', 'deadbolt cassandra lwt', 'deadbolt cassandra shadow']);
   const ours = subjects().filter((s) => s.backend && !variants.has(s.name));
-  const over = (base: Subject, suffix: string, capability: 'semaphore' | 'readWrite', take: (locker: Locker, key: string) => Promise<Lock>): Subject[] => {
+  const over = (
+    base: Subject,
+    suffix: string,
+    capability: 'semaphore' | 'readWrite',
+    take: (locker: Locker, key: string) => Promise<Lock>,
+  ): Subject[] => {
     const probe = base.backend!();
     const has = fullCapabilities(probe.capabilities)[capability];
     void probe.close().catch(() => undefined);
     if (!has) return [];
-    return [{
-      name: `${base.name} ${suffix}`,
-      store: base.store,
-      async client() {
-        const locker = createLocker(base.backend!(), { ttlMs: TTL_MS });
-        return { acquire: (key) => take(locker, key), close: () => locker.close() };
+    return [
+      {
+        name: `${base.name} ${suffix}`,
+        store: base.store,
+        async client() {
+          const locker = createLocker(base.backend!(), { ttlMs: TTL_MS });
+          return { acquire: (key) => take(locker, key), close: () => locker.close() };
+        },
       },
-    }];
+    ];
   };
-  const semaphores = ours.flatMap((s) => over(s, `semaphore (${limit})`, 'semaphore', (locker, key) => locker.semaphore(key, { limit }).acquire()));
+  const semaphores = ours.flatMap((s) =>
+    over(s, `semaphore (${limit})`, 'semaphore', (locker, key) => locker.semaphore(key, { limit }).acquire()),
+  );
   const readWrite = ours.flatMap((s) =>
-    over(s, `read-write (${Math.round(readShare * 100)} % reads)`, 'readWrite', (locker, key) => (Math.random() < readShare ? locker.readWriteLock(key).read() : locker.readWriteLock(key).write())),
+    over(s, `read-write (${Math.round(readShare * 100)} % reads)`, 'readWrite', (locker, key) =>
+      Math.random() < readShare ? locker.readWriteLock(key).read() : locker.readWriteLock(key).write(),
+    ),
   );
   semaphores.push({
     name: `redis-semaphore Semaphore (${limit}, defaults)`,
@@ -296,16 +312,24 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
     name: 'mysql floor (the same two UPDATEs, raw)',
     async client() {
       const pool = createPool({ uri: urls.mysql, connectionLimit: 1 });
-      await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k VARCHAR(64) PRIMARY KEY, owner CHAR(36) NULL, expires_at DATETIME(6) NULL, token BIGINT UNSIGNED NOT NULL)');
+      await pool.query(
+        'CREATE TABLE IF NOT EXISTS bench_floor (k VARCHAR(64) PRIMARY KEY, owner CHAR(36) NULL, expires_at DATETIME(6) NULL, token BIGINT UNSIGNED NOT NULL)',
+      );
       const seen = new Set<string>();
       return {
         async acquire(key) {
           const k = key.slice(-64);
           if (!seen.has(k)) await pool.execute('INSERT IGNORE INTO bench_floor VALUES (?, NULL, NULL, 0)', [k]);
           seen.add(k);
-          const [r] = await pool.execute<ResultSetHeader>('UPDATE bench_floor SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NOW(6) + INTERVAL 10 SECOND WHERE k = ? AND (owner IS NULL OR expires_at <= NOW(6))', ['o', k]);
+          const [r] = await pool.execute<ResultSetHeader>(
+            'UPDATE bench_floor SET token = LAST_INSERT_ID(token + 1), owner = ?, expires_at = NOW(6) + INTERVAL 10 SECOND WHERE k = ? AND (owner IS NULL OR expires_at <= NOW(6))',
+            ['o', k],
+          );
           if (r.affectedRows !== 1) throw new Error('floor key was busy');
-          return { release: async () => void (await pool.execute('UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = ? AND owner = ?', [k, 'o'])) };
+          return {
+            release: async () =>
+              void (await pool.execute('UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = ? AND owner = ?', [k, 'o'])),
+          };
         },
         close: () => pool.end(),
       };
@@ -316,7 +340,9 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
     async client() {
       // A pool of one, like the MySQL floor and the backend: the same client library path.
       const client = new pg.Pool({ connectionString: urls.postgres, max: 1 });
-      await client.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, owner text, expires_at timestamptz, token bigint NOT NULL)');
+      await client.query(
+        'CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, owner text, expires_at timestamptz, token bigint NOT NULL)',
+      );
       return {
         async acquire(key) {
           // Named, so prepared once per connection, as the backend's statements are.
@@ -330,7 +356,11 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
           if (r.rowCount !== 1) throw new Error('floor key was busy');
           return {
             release: async () =>
-              void (await client.query({ name: 'bench_floor_release', text: "UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = $1 AND owner = 'o'", values: [key] })),
+              void (await client.query({
+                name: 'bench_floor_release',
+                text: "UPDATE bench_floor SET owner = NULL, expires_at = NULL WHERE k = $1 AND owner = 'o'",
+                values: [key],
+              })),
           };
         },
         close: () => client.end(),
@@ -387,7 +417,10 @@ async function cassandraFloor(): Promise<Client> {
       await client.execute(`INSERT INTO ${keyspace}.bench_floor (lock_id, owner) VALUES (?, 'o') USING TTL 10`, [key], options);
       const rows = (await client.execute(`SELECT owner FROM ${keyspace}.bench_floor WHERE lock_id = ? LIMIT 2`, [key], options)).rowLength;
       if (rows !== 1) throw new Error('floor key was busy');
-      return { release: async () => void (await client.execute(`DELETE FROM ${keyspace}.bench_floor WHERE lock_id = ? AND owner = 'o'`, [key], options)) };
+      return {
+        release: async () =>
+          void (await client.execute(`DELETE FROM ${keyspace}.bench_floor WHERE lock_id = ? AND owner = 'o'`, [key], options)),
+      };
     },
     close: () => client.shutdown(),
   };
@@ -402,7 +435,9 @@ async function zookeeperFloor(): Promise<Client> {
   await call((cb) => zk.create('/bench-floor', Buffer.alloc(0), zookeeper.CreateMode.PERSISTENT, cb)).catch(() => undefined);
   return {
     async acquire() {
-      const path = await call<string>((cb) => zk.create('/bench-floor/lock-', Buffer.alloc(0), zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, cb));
+      const path = await call<string>((cb) =>
+        zk.create('/bench-floor/lock-', Buffer.alloc(0), zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, cb),
+      );
       const children = await call<string[]>((cb) => zk.getChildren('/bench-floor', cb));
       if (children.length !== 1) throw new Error('floor key was busy');
       return { release: () => call((cb) => zk.remove(path, -1, cb)) };
@@ -443,15 +478,32 @@ export interface MigrationPair {
  */
 export function migrationPairs(): MigrationPair[] {
   const make: Record<string, [Store, () => LockBackend]> = {
-    'memory A': ['memory', ((store) => () => memoryBackend({ store }))(new MemoryLockStore())],
-    'memory B': ['memory', ((store) => () => memoryBackend({ store }))(new MemoryLockStore())],
+    'memory A': [
+      'memory',
+      (
+        (store) => () =>
+          memoryBackend({ store })
+      )(new MemoryLockStore()),
+    ],
+    'memory B': [
+      'memory',
+      (
+        (store) => () =>
+          memoryBackend({ store })
+      )(new MemoryLockStore()),
+    ],
     redis: ['redis', () => redisBackend({ url: urls.redis })],
     etcd: ['etcd', () => etcdBackend({ url: urls.etcd })],
     mysql: ['mysql', () => mysqlBackend({ url: urls.mysql, connectionLimit: 1 })],
     zookeeper: ['zookeeper', () => zookeeperBackend({ url: urls.zookeeper })],
     'cassandra queue': ['cassandra', () => cassandraBackend({ url: urls.cassandra, algorithm: 'queue' })],
   };
-  const pairs: [string, string][] = [['memory A', 'memory B'], ['redis', 'etcd'], ['mysql', 'zookeeper'], ['cassandra queue', 'redis']];
+  const pairs: [string, string][] = [
+    ['memory A', 'memory B'],
+    ['redis', 'etcd'],
+    ['mysql', 'zookeeper'],
+    ['cassandra queue', 'redis'],
+  ];
   return pairs.map(([from, to]) => {
     const [[fromStore, fromMake], [toStore, toMake]] = [make[from]!, make[to]!];
     const [fromSubject, toSubject] = [deadbolt(`deadbolt ${from}`, fromStore, fromMake), deadbolt(`deadbolt ${to}`, toStore, toMake)];
@@ -474,7 +526,9 @@ export function migrationPairs(): MigrationPair[] {
       from: fromSubject,
       to: toSubject,
       nested,
-      dual: deadbolt(`deadbolt ${from} -> ${to} (dual)`, toStore, () => migratingBackend({ from: fromMake(), to: toMake(), phase: 'dual' })),
+      dual: deadbolt(`deadbolt ${from} -> ${to} (dual)`, toStore, () =>
+        migratingBackend({ from: fromMake(), to: toMake(), phase: 'dual' }),
+      ),
     };
   });
 }

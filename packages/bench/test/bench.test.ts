@@ -26,7 +26,9 @@ describe('bench', () => {
   });
 
   it('scenario 1 interleaves the subjects of a store; one that fails is reported and the others finish', async () => {
-    const memory = await subjects().find((s) => s.name === 'deadbolt memory')!.client();
+    const memory = await subjects()
+      .find((s) => s.name === 'deadbolt memory')!
+      .client();
     let attempts = 0;
     const broken = {
       acquire: async () => {
@@ -116,11 +118,12 @@ describe('bench', () => {
   it('`pnpm bench` rejects an unknown option before running anything, and --help prints the usage', async () => {
     const cli = new URL('../dist/cli.js', import.meta.url).pathname;
     const run = promisify(execFile);
-    const bad = await run(process.execPath, [cli, '--scenario', '1'], { timeout: 10_000 }).catch((error: { code: number; stderr: string }) => error);
+    const bad = await run(process.execPath, [cli, '--scenario', '1'], { timeout: 10_000 }).catch(
+      (error: { code: number; stderr: string }) => error,
+    );
     expect(bad).toMatchObject({ code: 2 });
     expect((bad as { stderr: string }).stderr).toMatch(/Unknown option '--scenario'[\s\S]*usage: pnpm bench/);
     const help = await run(process.execPath, [cli, '--help'], { timeout: 10_000 });
     expect(help.stdout).toMatch(/^usage: pnpm bench/);
   });
 });
-

@@ -15,7 +15,16 @@ const chromium = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => 
   }
 });
 // Flags that keep headless Chromium off the network (this machine has none) and out of the sandbox root refuses.
-const flags = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const flags = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 
 describe('report.html', () => {
   it('renders offline in headless Chromium with every chart, from a real (small) run', async () => {
@@ -25,13 +34,24 @@ describe('report.html', () => {
     const redis = all.find((s) => s.name === 'deadbolt redis')!;
     const contendedResults = [await contended(memory, 2, 1, 300), await contended(redis, 2, 1, 300)];
     const thesisResults = [await thesis(redis, 2, 20)];
-    const html = renderReport({ title: 'deadbolt report test', machine: 'test', summaryMarkdown: '| a | b |', contended: contendedResults, thesis: thesisResults });
+    const html = renderReport({
+      title: 'deadbolt report test',
+      machine: 'test',
+      summaryMarkdown: '| a | b |',
+      contended: contendedResults,
+      thesis: thesisResults,
+    });
     const dir = mkdtempSync(join(tmpdir(), 'deadbolt-report-'));
     const file = join(dir, 'report.html');
     writeFileSync(file, html);
     expect(html).not.toMatch(/<script|https?:\/\//); // opens offline: nothing to fetch, nothing to run
 
-    const run = (...args: string[]) => execFileSync(chromium!, [...flags, `--user-data-dir=${join(dir, 'profile')}`, ...args], { encoding: 'utf8', timeout: 60_000, stdio: ['ignore', 'pipe', 'ignore'] });
+    const run = (...args: string[]) =>
+      execFileSync(chromium!, [...flags, `--user-data-dir=${join(dir, 'profile')}`, ...args], {
+        encoding: 'utf8',
+        timeout: 60_000,
+        stdio: ['ignore', 'pipe', 'ignore'],
+      });
     const dom = run('--dump-dom', `file://${file}`);
     // One distribution chart per client count, the fairness bars, one thesis chart.
     expect(dom.match(/<svg/g)?.length).toBe(3);

@@ -35,8 +35,17 @@ export class ChildHolder {
   }
 
   /** Starts a holder process; `env` adds variables to its environment (e.g. another `TZ`). */
-  static async spawn(config: ChildBackendConfig, lockerOptions: LockerOptions, handlers: Handlers = {}, env: Record<string, string> = {}): Promise<ChildHolder> {
-    const child = fork(childEntry, [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...env } });
+  static async spawn(
+    config: ChildBackendConfig,
+    lockerOptions: LockerOptions,
+    handlers: Handlers = {},
+    env: Record<string, string> = {},
+  ): Promise<ChildHolder> {
+    const child = fork(childEntry, [], {
+      serialization: 'advanced',
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: { ...process.env, ...env },
+    });
     const holder = new ChildHolder(child, handlers);
     await holder.waitFor('ready', 15_000);
     await holder.rpc.call('init', config.module, config.export, config.options, lockerOptions);

@@ -137,7 +137,7 @@ export function defineCoreBehaviours(ctx: SuiteContext): void {
     it('7. keys: unicode, 1024-byte and metacharacter keys work; case and trailing space differ', async () => {
       const [a, b] = [await makeLocker(), await makeLocker()];
       const base = freshKey('keys');
-      const longKey = base + '/' + 'é'.repeat((1024 - Buffer.byteLength(base) - 1) / 2 | 0);
+      const longKey = base + '/' + 'é'.repeat(((1024 - Buffer.byteLength(base) - 1) / 2) | 0);
       const keys = [
         `${base}/ключ/鍵/🔒`,
         longKey,
@@ -149,7 +149,12 @@ export function defineCoreBehaviours(ctx: SuiteContext): void {
         expect(await b.tryLock(key)).toBeNull();
         await lock.release();
       }
-      for (const [x, y] of [[`${base}/Key`, `${base}/key`], [`${base}/a`, `${base}/a `], [`${base}/a`, `${base}/a/`], [`${base}/%41`, `${base}/A`]] as const) {
+      for (const [x, y] of [
+        [`${base}/Key`, `${base}/key`],
+        [`${base}/a`, `${base}/a `],
+        [`${base}/a`, `${base}/a/`],
+        [`${base}/%41`, `${base}/A`],
+      ] as const) {
         const lx = await a.lock(x);
         const ly = await b.tryLock(y);
         expect(ly, `${JSON.stringify(x)} and ${JSON.stringify(y)} must be different locks`).not.toBeNull();
@@ -158,5 +163,4 @@ export function defineCoreBehaviours(ctx: SuiteContext): void {
       }
     });
   });
-
 }

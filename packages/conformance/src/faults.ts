@@ -4,7 +4,15 @@
  * the helpers' promises, and leaks. Network faults go through a `FaultProxy` between the backend
  * and its real store.
  */
-import { DEFAULT_MAX_TTL_MS, createLocker, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import {
+  DEFAULT_MAX_TTL_MS,
+  createLocker,
+  type Lock,
+  type LockBackend,
+  type Locker,
+  type LockerOptions,
+  type LockOptions,
+} from '@deadbolt/core';
 import { sleep, wrapBackend, type Lease } from '@deadbolt/core/backend';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FaultProxy } from './fault-proxy.js';
@@ -122,145 +130,171 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await Promise.all(proxies.splice(0).map((p) => p.close()));
     });
 
-    netIt('18. silent partition: signal, timeout, tryLock and close all keep their bounds; after healing the key moves on with a larger token', async () => {
-      const key = freshKey();
-      const [toHolder, toWaiters] = [await startProxy(), await startProxy()];
-      const holder = await makeLockerVia(toHolder);
-      const waiter = await makeLockerVia(toWaiters);
-      const trier = await makeLockerVia(toWaiters);
-      const lock = await holder.lock(key);
-      // Connect the trier first, so its tryLock meets a silent store rather than a refused connect.
-      await trier.tryLock(freshKey('warm-up')).then((l) => l?.release());
-      // A backend used directly: its own calls must end too (command timeouts, keep-alives), not
-      // only core's wait for them, or every abandoned call would pin a connection for good.
-      const raw = await options.network!.createBackend(toWaiters.address, toWaiters.addresses);
-      const rawLease = (await raw.acquire({ key: freshKey('raw'), owner: crypto.randomUUID(), ttlMs: T, wait: false, signal: new AbortController().signal }))!;
-      const waitStarted = performance.now();
-      const waiting = settle(waiter.lock(key, { timeoutMs: 1500 }));
-      await sleep(300);
-      toHolder.blackhole();
-      toWaiters.blackhole();
-      const cutAt = performance.now();
-      const lost = abortedWithin(lock, T + 1000).then(() => performance.now());
-      const tried = settle(trier.tryLock(key));
-      const rawRenewal = settle(raw.renew(rawLease, T));
-      const [waited, tryResult, lostAt] = await Promise.all([waiting, tried, lost]);
-
-      expect(waited.error?.code, 'lock({ timeoutMs }) during a partition').toMatch(/^(LOCK_TIMEOUT|BACKEND_UNAVAILABLE)$/);
-      expect(waited.at - waitStarted).toBeLessThanOrEqual(1500 + 250);
-      expect(tryResult.error?.code, 'tryLock during a partition is a typed error').toMatch(/^BACKEND_(UNAVAILABLE|ERROR)$/);
-      expect(tryResult.at - cutAt).toBeLessThanOrEqual(10_000);
-      expect(lostAt - cutAt).toBeLessThanOrEqual(T + 1000);
-      expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
-
-      const closeStarted = performance.now();
-      const closed = await Promise.all([holder, waiter, trier].map((l) => settle(l.close())));
-      expect(performance.now() - closeStarted).toBeLessThanOrEqual(10_000);
-      for (const c of closed) if (c.error) expect(c.error.code).toMatch(/^BACKEND_/);
-      const rawBound = sleep(Math.max(0, cutAt + 15_000 - performance.now())).then(() => Infinity);
-      const rawSettled = await Promise.race([rawRenewal.then((r) => r.at), rawBound]);
-      expect(rawSettled - cutAt, "the backend's own renew call during a partition never settled").toBeLessThanOrEqual(15_000);
-
-      toHolder.heal();
-      toWaiters.heal();
-      await raw.close();
-      const next = await (await makeLocker()).lock(key, { timeoutMs: 3 * T + 5000 });
-      expect(next.token).toBeGreaterThan(lock.token);
-      await next.release();
-    }, 60_000);
-
-    netIt('19. resets while waiting: the wait carries on and is granted promptly after the release', async () => {
-      const key = freshKey();
-      const holder = await makeLocker();
-      const proxy = await startProxy();
-      const waiter = await makeLockerVia(proxy);
-      const held = await holder.lock(key);
-      const waiting = settle(waiter.lock(key, { timeoutMs: 30_000 }));
-      for (let i = 0; i < 3; i++) {
+    netIt(
+      '18. silent partition: signal, timeout, tryLock and close all keep their bounds; after healing the key moves on with a larger token',
+      async () => {
+        const key = freshKey();
+        const [toHolder, toWaiters] = [await startProxy(), await startProxy()];
+        const holder = await makeLockerVia(toHolder);
+        const waiter = await makeLockerVia(toWaiters);
+        const trier = await makeLockerVia(toWaiters);
+        const lock = await holder.lock(key);
+        // Connect the trier first, so its tryLock meets a silent store rather than a refused connect.
+        await trier.tryLock(freshKey('warm-up')).then((l) => l?.release());
+        // A backend used directly: its own calls must end too (command timeouts, keep-alives), not
+        // only core's wait for them, or every abandoned call would pin a connection for good.
+        const raw = await options.network!.createBackend(toWaiters.address, toWaiters.addresses);
+        const rawLease = (await raw.acquire({
+          key: freshKey('raw'),
+          owner: crypto.randomUUID(),
+          ttlMs: T,
+          wait: false,
+          signal: new AbortController().signal,
+        }))!;
+        const waitStarted = performance.now();
+        const waiting = settle(waiter.lock(key, { timeoutMs: 1500 }));
         await sleep(300);
-        proxy.reset();
-      }
-      await sleep(300);
-      const releasedAt = performance.now();
-      await held.release();
-      const { value: lock, error, at } = await waiting;
-      expect(error, 'the wait failed after connection resets').toBeUndefined();
-      // A session lease cut by a reset may outlive the cut by up to its ttl on the server.
-      const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
-      expect(at - releasedAt).toBeLessThanOrEqual(bound);
-      expect(lock!.held).toBe(true);
-      expect(await (await makeLocker()).tryLock(key)).toBeNull();
-      await lock!.release();
-    }, 60_000);
+        toHolder.blackhole();
+        toWaiters.blackhole();
+        const cutAt = performance.now();
+        const lost = abortedWithin(lock, T + 1000).then(() => performance.now());
+        const tried = settle(trier.tryLock(key));
+        const rawRenewal = settle(raw.renew(rawLease, T));
+        const [waited, tryResult, lostAt] = await Promise.all([waiting, tried, lost]);
 
-    netIt('19d. a wait that starts while the store is silent rides out the silence and is granted after the release', async () => {
-      const key = freshKey();
-      const holder = await makeLocker();
-      const held = await holder.lock(key);
-      const proxy = await startProxy();
-      // A fresh locker: its first connection (and any setup it does) meets the silence.
-      const waiter = await makeLockerVia(proxy);
-      proxy.blackhole();
-      const waiting = settle(waiter.lock(key, { timeoutMs: 30_000 }));
-      await sleep(2500);
-      proxy.heal();
-      await sleep(500);
-      const releasedAt = performance.now();
-      await held.release();
-      const { value: lock, error, at } = await waiting;
-      expect(error, 'the wait failed after a short silence').toBeUndefined();
-      const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
-      expect(at - releasedAt).toBeLessThanOrEqual(bound);
-      expect(lock!.held).toBe(true);
-      expect(lock!.token).toBeGreaterThan(held.token);
-      expect(await (await makeLocker()).tryLock(key)).toBeNull();
-      await lock!.release();
-    }, 60_000);
+        expect(waited.error?.code, 'lock({ timeoutMs }) during a partition').toMatch(/^(LOCK_TIMEOUT|BACKEND_UNAVAILABLE)$/);
+        expect(waited.at - waitStarted).toBeLessThanOrEqual(1500 + 250);
+        expect(tryResult.error?.code, 'tryLock during a partition is a typed error').toMatch(/^BACKEND_(UNAVAILABLE|ERROR)$/);
+        expect(tryResult.at - cutAt).toBeLessThanOrEqual(10_000);
+        expect(lostAt - cutAt).toBeLessThanOrEqual(T + 1000);
+        expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
 
-    netIt('19e. stranded connections: when every open connection goes silent for good, a wait opens new ones and is granted', async () => {
-      const key = freshKey();
-      const proxy = await startProxy();
-      const waiter = await makeLockerVia(proxy);
-      // Several locks at once, so a backend with a pool leaves several idle connections behind.
-      const before = await Promise.all([key, ...Array.from({ length: 4 }, () => freshKey('warm-up'))].map((k) => waiter.lock(k)));
-      await Promise.all(before.map((l) => l.release()));
-      proxy.strand();
-      const started = performance.now();
-      const { value: lock, error, at } = await settle(waiter.lock(key, { timeoutMs: 30_000 }));
-      expect(error, 'the wait failed on stranded connections').toBeUndefined();
-      // A request timeout or two of any backend's defaults (Cassandra's 8 s is the longest; a Redis
-      // Cluster client may meet a second stranded connection when it refreshes its slot map).
-      expect(at - started, 'ms to notice stranded connections and be granted on new ones').toBeLessThanOrEqual(16_000);
-      expect(lock!.held).toBe(true);
-      expect(lock!.token).toBeGreaterThan(before[0]!.token);
-      expect(await (await makeLocker()).tryLock(key)).toBeNull();
-      await lock!.release();
-    }, 60_000);
+        const closeStarted = performance.now();
+        const closed = await Promise.all([holder, waiter, trier].map((l) => settle(l.close())));
+        expect(performance.now() - closeStarted).toBeLessThanOrEqual(10_000);
+        for (const c of closed) if (c.error) expect(c.error.code).toMatch(/^BACKEND_/);
+        const rawBound = sleep(Math.max(0, cutAt + 15_000 - performance.now())).then(() => Infinity);
+        const rawSettled = await Promise.race([rawRenewal.then((r) => r.at), rawBound]);
+        expect(rawSettled - cutAt, "the backend's own renew call during a partition never settled").toBeLessThanOrEqual(15_000);
 
-    netIt('19f. stranded while waiting: when a waiter\'s connections go silent for good mid-wait, it still learns of the release and is granted', async () => {
-      const key = freshKey();
-      const holder = await makeLocker();
-      const held = await holder.lock(key);
-      const proxy = await startProxy();
-      const waiter = await makeLockerVia(proxy);
-      const waiting = settle(waiter.lock(key, { timeoutMs: 60_000 }));
-      await sleep(1000); // the wait is under way: blocked in the store, watching, or polling
-      proxy.strand();
-      await sleep(500);
-      const releasedAt = performance.now();
-      await held.release();
-      const { value: lock, error, at } = await waiting;
-      expect(error, 'the wait failed on stranded connections').toBeUndefined();
-      // A waiter blocked inside the store hears nothing, not even its grant: it learns from another
-      // connection, whose first try may itself meet a stranded one (a request timeout, 19e), that
-      // the store shows it granted, and gives that answer a request timeout more to arrive.
-      const bound = 20_000 + (capabilities.lease === 'session' ? T : 0);
-      expect(at - releasedAt, 'ms from the release to the grant of a stranded waiter').toBeLessThanOrEqual(bound);
-      expect(lock!.held).toBe(true);
-      expect(lock!.token).toBeGreaterThan(held.token);
-      expect(await (await makeLocker()).tryLock(key)).toBeNull();
-      await lock!.release();
-    }, 90_000);
+        toHolder.heal();
+        toWaiters.heal();
+        await raw.close();
+        const next = await (await makeLocker()).lock(key, { timeoutMs: 3 * T + 5000 });
+        expect(next.token).toBeGreaterThan(lock.token);
+        await next.release();
+      },
+      60_000,
+    );
+
+    netIt(
+      '19. resets while waiting: the wait carries on and is granted promptly after the release',
+      async () => {
+        const key = freshKey();
+        const holder = await makeLocker();
+        const proxy = await startProxy();
+        const waiter = await makeLockerVia(proxy);
+        const held = await holder.lock(key);
+        const waiting = settle(waiter.lock(key, { timeoutMs: 30_000 }));
+        for (let i = 0; i < 3; i++) {
+          await sleep(300);
+          proxy.reset();
+        }
+        await sleep(300);
+        const releasedAt = performance.now();
+        await held.release();
+        const { value: lock, error, at } = await waiting;
+        expect(error, 'the wait failed after connection resets').toBeUndefined();
+        // A session lease cut by a reset may outlive the cut by up to its ttl on the server.
+        const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
+        expect(at - releasedAt).toBeLessThanOrEqual(bound);
+        expect(lock!.held).toBe(true);
+        expect(await (await makeLocker()).tryLock(key)).toBeNull();
+        await lock!.release();
+      },
+      60_000,
+    );
+
+    netIt(
+      '19d. a wait that starts while the store is silent rides out the silence and is granted after the release',
+      async () => {
+        const key = freshKey();
+        const holder = await makeLocker();
+        const held = await holder.lock(key);
+        const proxy = await startProxy();
+        // A fresh locker: its first connection (and any setup it does) meets the silence.
+        const waiter = await makeLockerVia(proxy);
+        proxy.blackhole();
+        const waiting = settle(waiter.lock(key, { timeoutMs: 30_000 }));
+        await sleep(2500);
+        proxy.heal();
+        await sleep(500);
+        const releasedAt = performance.now();
+        await held.release();
+        const { value: lock, error, at } = await waiting;
+        expect(error, 'the wait failed after a short silence').toBeUndefined();
+        const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
+        expect(at - releasedAt).toBeLessThanOrEqual(bound);
+        expect(lock!.held).toBe(true);
+        expect(lock!.token).toBeGreaterThan(held.token);
+        expect(await (await makeLocker()).tryLock(key)).toBeNull();
+        await lock!.release();
+      },
+      60_000,
+    );
+
+    netIt(
+      '19e. stranded connections: when every open connection goes silent for good, a wait opens new ones and is granted',
+      async () => {
+        const key = freshKey();
+        const proxy = await startProxy();
+        const waiter = await makeLockerVia(proxy);
+        // Several locks at once, so a backend with a pool leaves several idle connections behind.
+        const before = await Promise.all([key, ...Array.from({ length: 4 }, () => freshKey('warm-up'))].map((k) => waiter.lock(k)));
+        await Promise.all(before.map((l) => l.release()));
+        proxy.strand();
+        const started = performance.now();
+        const { value: lock, error, at } = await settle(waiter.lock(key, { timeoutMs: 30_000 }));
+        expect(error, 'the wait failed on stranded connections').toBeUndefined();
+        // A request timeout or two of any backend's defaults (Cassandra's 8 s is the longest; a Redis
+        // Cluster client may meet a second stranded connection when it refreshes its slot map).
+        expect(at - started, 'ms to notice stranded connections and be granted on new ones').toBeLessThanOrEqual(16_000);
+        expect(lock!.held).toBe(true);
+        expect(lock!.token).toBeGreaterThan(before[0]!.token);
+        expect(await (await makeLocker()).tryLock(key)).toBeNull();
+        await lock!.release();
+      },
+      60_000,
+    );
+
+    netIt(
+      "19f. stranded while waiting: when a waiter's connections go silent for good mid-wait, it still learns of the release and is granted",
+      async () => {
+        const key = freshKey();
+        const holder = await makeLocker();
+        const held = await holder.lock(key);
+        const proxy = await startProxy();
+        const waiter = await makeLockerVia(proxy);
+        const waiting = settle(waiter.lock(key, { timeoutMs: 60_000 }));
+        await sleep(1000); // the wait is under way: blocked in the store, watching, or polling
+        proxy.strand();
+        await sleep(500);
+        const releasedAt = performance.now();
+        await held.release();
+        const { value: lock, error, at } = await waiting;
+        expect(error, 'the wait failed on stranded connections').toBeUndefined();
+        // A waiter blocked inside the store hears nothing, not even its grant: it learns from another
+        // connection, whose first try may itself meet a stranded one (a request timeout, 19e), that
+        // the store shows it granted, and gives that answer a request timeout more to arrive.
+        const bound = 20_000 + (capabilities.lease === 'session' ? T : 0);
+        expect(at - releasedAt, 'ms from the release to the grant of a stranded waiter').toBeLessThanOrEqual(bound);
+        expect(lock!.held).toBe(true);
+        expect(lock!.token).toBeGreaterThan(held.token);
+        expect(await (await makeLocker()).tryLock(key)).toBeNull();
+        await lock!.release();
+      },
+      90_000,
+    );
 
     /**
      * A wait whose request reaches the store (the key is free, so it is granted) while the store's
@@ -300,81 +334,103 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await next.release();
     }
 
-    netIt('19b. lost replies: a wait whose grant landed but whose answer was held fails typed or ends holding alone, with a larger token', () => lostReplies(asLock), 120_000);
+    netIt(
+      '19b. lost replies: a wait whose grant landed but whose answer was held fails typed or ends holding alone, with a larger token',
+      () => lostReplies(asLock),
+      120_000,
+    );
 
     itWhen(
-      () => (!options.network ? 'no network between client and store' : capabilities.semaphore ? undefined : 'the backend has no semaphores'),
+      () =>
+        !options.network ? 'no network between client and store' : capabilities.semaphore ? undefined : 'the backend has no semaphores',
       '19c. lost replies, semaphores: the same for the one permit of a semaphore of limit 1',
       () => lostReplies(asPermit),
       120_000,
     );
 
-    netIt('20a. operations cross: extend() issued while a renewal is in flight leaves the store with the ttl the client counts on', async () => {
-      const { lock, b, delay, probe } = await slowHolder();
-      const renewal = probe.nextRenewal(true);
-      await renewal.started; // a background renewal with the old ttl has begun and is held back
-      const extended = settle(lock.extend(roundTtl(4 * T)));
-      await sleep(4 * delay + 20); // an extend that did not wait would have reached the store by now
-      renewal.open();
-      const { error } = await extended;
-      // A lease that is a session of fixed length may refuse a new length; the lock stays held.
-      if (error) expect(error.code).toBe('INVALID_ARGUMENT');
-      await expectExclusive(lock, b, 1.5 * T);
-      expect(lock.held).toBe(true);
-      await lock.release();
-    }, 60_000);
+    netIt(
+      '20a. operations cross: extend() issued while a renewal is in flight leaves the store with the ttl the client counts on',
+      async () => {
+        const { lock, b, delay, probe } = await slowHolder();
+        const renewal = probe.nextRenewal(true);
+        await renewal.started; // a background renewal with the old ttl has begun and is held back
+        const extended = settle(lock.extend(roundTtl(4 * T)));
+        await sleep(4 * delay + 20); // an extend that did not wait would have reached the store by now
+        renewal.open();
+        const { error } = await extended;
+        // A lease that is a session of fixed length may refuse a new length; the lock stays held.
+        if (error) expect(error.code).toBe('INVALID_ARGUMENT');
+        await expectExclusive(lock, b, 1.5 * T);
+        expect(lock.held).toBe(true);
+        await lock.release();
+      },
+      60_000,
+    );
 
-    netIt('20b. operations cross: a release issued while a renewal is in flight is not undone by it', async () => {
-      const { key, lock, b, delay, probe } = await slowHolder();
-      const renewal = probe.nextRenewal(false);
-      await renewal.started; // the renewal is on its way to the store
-      await lock.release();
-      await sleep(8 * delay + 100); // let anything still in flight land
-      expect(await harness.inspect(key), 'the store still holds a claim the client released').toEqual([]);
-      const next = await b.tryLock(key);
-      expect(next).not.toBeNull();
-      await sleep(renewMs + 8 * delay);
-      expect(await harness.inspect(key)).toEqual([next!.owner]);
-      await next!.release();
-    }, 60_000);
+    netIt(
+      '20b. operations cross: a release issued while a renewal is in flight is not undone by it',
+      async () => {
+        const { key, lock, b, delay, probe } = await slowHolder();
+        const renewal = probe.nextRenewal(false);
+        await renewal.started; // the renewal is on its way to the store
+        await lock.release();
+        await sleep(8 * delay + 100); // let anything still in flight land
+        expect(await harness.inspect(key), 'the store still holds a claim the client released').toEqual([]);
+        const next = await b.tryLock(key);
+        expect(next).not.toBeNull();
+        await sleep(renewMs + 8 * delay);
+        expect(await harness.inspect(key)).toEqual([next!.owner]);
+        await next!.release();
+      },
+      60_000,
+    );
 
-    itWhen(() => (options.createBackendInTimeZone ? undefined : 'the store has no session time zones'), '21a. other clocks: sessions in different time zones exclude each other; expiry is the store\'s', async () => {
-      const key = freshKey();
-      const inZone = async (zone: string, lockerOptions: LockerOptions = {}) =>
-        track(createLocker(await options.createBackendInTimeZone!(zone), { ttlMs: T, ...lockerOptions }));
-      // 25 hours apart: the widest pair MySQL, MariaDB and PostgreSQL all accept.
-      const ahead = await inZone('+13:00');
-      const behind = await inZone('-12:00');
-      const held = await behind.lock(key);
-      expect(await ahead.tryLock(key), 'a session 25 hours ahead took a held key').toBeNull();
-      await sleep(renewMs * 1.5); // across a renewal made from the other zone
-      expect(await ahead.tryLock(key)).toBeNull();
-      await held.release();
-      const fixed = await (await inZone('+13:00', { autoRenew: false })).lock(key);
-      const started = performance.now();
-      const next = await behind.lock(key, { timeoutMs: 3 * T + 5000 });
-      const elapsed = performance.now() - started;
-      if (capabilities.lease === 'ttl') expect(elapsed).toBeGreaterThanOrEqual(T - renewMs - 50);
-      expect(elapsed, 'a lease from another zone expired late').toBeLessThanOrEqual(T + renewMs + 1000);
-      expect(next.token).toBeGreaterThan(fixed.token);
-      await next.release();
-    }, 60_000);
+    itWhen(
+      () => (options.createBackendInTimeZone ? undefined : 'the store has no session time zones'),
+      "21a. other clocks: sessions in different time zones exclude each other; expiry is the store's",
+      async () => {
+        const key = freshKey();
+        const inZone = async (zone: string, lockerOptions: LockerOptions = {}) =>
+          track(createLocker(await options.createBackendInTimeZone!(zone), { ttlMs: T, ...lockerOptions }));
+        // 25 hours apart: the widest pair MySQL, MariaDB and PostgreSQL all accept.
+        const ahead = await inZone('+13:00');
+        const behind = await inZone('-12:00');
+        const held = await behind.lock(key);
+        expect(await ahead.tryLock(key), 'a session 25 hours ahead took a held key').toBeNull();
+        await sleep(renewMs * 1.5); // across a renewal made from the other zone
+        expect(await ahead.tryLock(key)).toBeNull();
+        await held.release();
+        const fixed = await (await inZone('+13:00', { autoRenew: false })).lock(key);
+        const started = performance.now();
+        const next = await behind.lock(key, { timeoutMs: 3 * T + 5000 });
+        const elapsed = performance.now() - started;
+        if (capabilities.lease === 'ttl') expect(elapsed).toBeGreaterThanOrEqual(T - renewMs - 50);
+        expect(elapsed, 'a lease from another zone expired late').toBeLessThanOrEqual(T + renewMs + 1000);
+        expect(next.token).toBeGreaterThan(fixed.token);
+        await next.release();
+      },
+      60_000,
+    );
 
-    ctx.crossProcessIt('21b. other clocks: a holder process in another time zone (TZ) excludes and is excluded', async () => {
-      const key = freshKey();
-      const child = await ctx.spawnChild({}, { TZ: 'Pacific/Kiritimati' });
-      const { id, token } = await child.lock(key);
-      const a = await makeLocker();
-      expect(await a.tryLock(key)).toBeNull();
-      await sleep(renewMs * 1.5);
-      expect(await a.tryLock(key)).toBeNull();
-      await child.release(id);
-      const mine = await a.lock(key, { timeoutMs: 5000 });
-      expect(mine.token).toBeGreaterThan(token);
-      const waiting = child.lock(key, { timeoutMs: 300 }).catch((e: unknown) => e);
-      expect(await waiting).toMatchObject({ code: 'LOCK_TIMEOUT' });
-      await mine.release();
-    }, 60_000);
+    ctx.crossProcessIt(
+      '21b. other clocks: a holder process in another time zone (TZ) excludes and is excluded',
+      async () => {
+        const key = freshKey();
+        const child = await ctx.spawnChild({}, { TZ: 'Pacific/Kiritimati' });
+        const { id, token } = await child.lock(key);
+        const a = await makeLocker();
+        expect(await a.tryLock(key)).toBeNull();
+        await sleep(renewMs * 1.5);
+        expect(await a.tryLock(key)).toBeNull();
+        await child.release(id);
+        const mine = await a.lock(key, { timeoutMs: 5000 });
+        expect(mine.token).toBeGreaterThan(token);
+        const waiting = child.lock(key, { timeoutMs: 300 }).catch((e: unknown) => e);
+        expect(await waiting).toMatchObject({ code: 'LOCK_TIMEOUT' });
+        await mine.release();
+      },
+      60_000,
+    );
 
     it('22a. limits of time: timeouts past the timer range (MAX_SAFE_INTEGER, 2^31 ms) wait instead of firing at once', async () => {
       const key = freshKey();
@@ -416,7 +472,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       expect(await b.tryLock(key)).not.toBeNull();
     }, 60_000);
 
-    it('22c. limits of time: a lock whose ttl is shorter than the locker\'s renew interval is still renewed in time', async () => {
+    it("22c. limits of time: a lock whose ttl is shorter than the locker's renew interval is still renewed in time", async () => {
       const key = freshKey();
       const locker = await makeLocker({ ttlMs: roundTtl(4 * T), renewIntervalMs: 3 * T });
       const b = await makeLocker();
@@ -501,24 +557,29 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       }
     }, 180_000);
 
-    ctx.hookIt('retained', '24b. no leaks: many distinct keys and ttls leave nothing growing once idle', async () => {
-      const backend = await options.createBackend();
-      const locker = track(createLocker(backend, { ttlMs: T }));
-      for (let i = 0; i < 8; i++) {
-        const lock = await locker.lock(freshKey(`ttl-${i}`), { ttlMs: T + i * granularity });
-        await lock.release();
-      }
-      // Idle resources may be given back on a timer: allow a few seconds.
-      const until = performance.now() + 5000;
-      let retained = await harness.retained!(backend);
-      while (retained > 0 && performance.now() < until) {
-        await sleep(100);
-        retained = await harness.retained!(backend);
-      }
-      expect(retained, 'resources kept for keys and ttls no longer in use').toBe(0);
-    }, 60_000);
+    ctx.hookIt(
+      'retained',
+      '24b. no leaks: many distinct keys and ttls leave nothing growing once idle',
+      async () => {
+        const backend = await options.createBackend();
+        const locker = track(createLocker(backend, { ttlMs: T }));
+        for (let i = 0; i < 8; i++) {
+          const lock = await locker.lock(freshKey(`ttl-${i}`), { ttlMs: T + i * granularity });
+          await lock.release();
+        }
+        // Idle resources may be given back on a timer: allow a few seconds.
+        const until = performance.now() + 5000;
+        let retained = await harness.retained!(backend);
+        while (retained > 0 && performance.now() < until) {
+          await sleep(100);
+          retained = await harness.retained!(backend);
+        }
+        expect(retained, 'resources kept for keys and ttls no longer in use').toBe(0);
+      },
+      60_000,
+    );
 
-    it('24c. flat cost: many cycles on one key do not make a cycle (or the store\'s read of the key) more expensive', async () => {
+    it("24c. flat cost: many cycles on one key do not make a cycle (or the store's read of the key) more expensive", async () => {
       const key = freshKey();
       const control = freshKey('control');
       const locker = await makeLocker();
@@ -541,7 +602,9 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       }
       const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[xs.length >> 1]!;
       const [w, f] = [median(worn), median(fresh)];
-      expect(w, `median cycle ${w.toFixed(2)} ms on a key after ${cycles} cycles, ${f.toFixed(2)} ms on one after 10`).toBeLessThanOrEqual(2 * f + 2);
+      expect(w, `median cycle ${w.toFixed(2)} ms on a key after ${cycles} cycles, ${f.toFixed(2)} ms on one after 10`).toBeLessThanOrEqual(
+        2 * f + 2,
+      );
       if (harness.scanCost) {
         const cost = await harness.scanCost(key);
         expect(cost, `cells and tombstones read for the key after ${cycles} cycles`).toBeLessThanOrEqual(50);

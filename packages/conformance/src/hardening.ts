@@ -61,17 +61,32 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
       const holds: LongHold[] = [];
       {
         const key = freshKey('long-mutex');
-        holds.push({ family: 'mutex', held: [await a.lock(key)], probes: [() => b.tryLock(key)], waiting: waitFor(() => c.lock(key, { timeoutMs: holdMs * 3 })) });
+        holds.push({
+          family: 'mutex',
+          held: [await a.lock(key)],
+          probes: [() => b.tryLock(key)],
+          waiting: waitFor(() => c.lock(key, { timeoutMs: holdMs * 3 })),
+        });
       }
       {
         const [k1, k2] = [freshKey('long-all-1'), freshKey('long-all-2')];
         const all = await a.lockAll([k1, k2]);
-        holds.push({ family: 'lockAll', held: [all], probes: [() => b.tryLock(k1), () => b.tryLock(k2), () => b.tryLockAll([k1, k2])], waiting: waitFor(() => c.lock(k2, { timeoutMs: holdMs * 3 })) });
+        holds.push({
+          family: 'lockAll',
+          held: [all],
+          probes: [() => b.tryLock(k1), () => b.tryLock(k2), () => b.tryLockAll([k1, k2])],
+          waiting: waitFor(() => c.lock(k2, { timeoutMs: holdMs * 3 })),
+        });
       }
       if (capabilities.semaphore) {
         const key = freshKey('long-permits');
         const held = [await a.semaphore(key, { limit: 2 }).acquire(), await b.semaphore(key, { limit: 2 }).acquire()];
-        holds.push({ family: 'semaphore', held, probes: [() => c.semaphore(key, { limit: 2 }).tryAcquire()], waiting: waitFor(() => c.semaphore(key, { limit: 2 }).acquire({ timeoutMs: holdMs * 3 })) });
+        holds.push({
+          family: 'semaphore',
+          held,
+          probes: [() => c.semaphore(key, { limit: 2 }).tryAcquire()],
+          waiting: waitFor(() => c.semaphore(key, { limit: 2 }).acquire({ timeoutMs: holdMs * 3 })),
+        });
       }
       if (capabilities.readWrite) {
         const key = freshKey('long-write');
@@ -89,7 +104,13 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
           waiting: waitFor(() => c.readWriteLock(shared).write({ timeoutMs: holdMs * 3 })),
         });
       }
-      const granted = holds.map((h) => ({ family: h.family, at: h.waiting.then(() => performance.now(), () => Infinity) }));
+      const granted = holds.map((h) => ({
+        family: h.family,
+        at: h.waiting.then(
+          () => performance.now(),
+          () => Infinity,
+        ),
+      }));
       const until = performance.now() + holdMs;
       while (performance.now() < until) {
         for (const h of holds) {
@@ -104,7 +125,8 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
       }
       const releasedAt = performance.now();
       for (const h of holds) await Promise.all(h.held.map((l) => l.release()));
-      for (const g of granted) expect(await g.at, `${g.family}: the waiter was granted while the holders held`).toBeGreaterThanOrEqual(releasedAt);
+      for (const g of granted)
+        expect(await g.at, `${g.family}: the waiter was granted while the holders held`).toBeGreaterThanOrEqual(releasedAt);
       for (const h of holds) await (await h.waiting).release();
     }, 120_000);
 
@@ -157,7 +179,8 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
         await expect(locker.lock(key), JSON.stringify(key)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
         await expect(locker.tryLock(key)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
         await expect(locker.lockAll([`${base}/ok`, key])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-        if (capabilities.semaphore) expect(() => locker.semaphore(key, { limit: 2 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+        if (capabilities.semaphore)
+          expect(() => locker.semaphore(key, { limit: 2 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
         if (capabilities.readWrite) expect(() => locker.readWriteLock(key)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
       }
       expect(calls).toEqual([]);
@@ -179,10 +202,15 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
         await (await there.lock(freshKey('namespaces-warm'), { timeoutMs: 25_000 })).release();
         const a = await here.lock(key);
         const b = await there.tryLock(key);
-        expect(b, 'a lock in another namespace was refused: the two share the store\'s lock').not.toBeNull();
+        expect(b, "a lock in another namespace was refused: the two share the store's lock").not.toBeNull();
         await Promise.all([a.release(), b!.release()]);
         // The runbook's migration between two namespaces of one store.
-        const dual = track(createLocker(migratingBackend({ from: await options.createBackend(), to: await options.createBackendInOtherNamespace!(), phase: 'dual' }), { ttlMs: T }));
+        const dual = track(
+          createLocker(
+            migratingBackend({ from: await options.createBackend(), to: await options.createBackendInOtherNamespace!(), phase: 'dual' }),
+            { ttlMs: T },
+          ),
+        );
         const both = await dual.lock(key, { timeoutMs: 5000 });
         expect(await here.tryLock(key), 'a holder in both namespaces did not exclude the old one').toBeNull();
         expect(await there.tryLock(key), 'a holder in both namespaces did not exclude the new one').toBeNull();
@@ -197,7 +225,10 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
       const other = await makeLocker();
       const refused = async (what: string, take: () => Promise<unknown>) => {
         const started = performance.now();
-        const error = await take().then(() => undefined, (e: unknown) => e);
+        const error = await take().then(
+          () => undefined,
+          (e: unknown) => e,
+        );
         expect(error, `${what} inside its own hold`).toBeInstanceOf(SelfDeadlockError);
         expect(performance.now() - started, `${what}: refused at once`).toBeLessThan(1000);
       };
@@ -218,7 +249,10 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
           await sleep(200);
           await refused('a read with a writer queued between', () => rw.read({ timeoutMs: 10_000 }));
           await refused('withRead', () => rw.withRead(() => undefined));
-          void writer.then((w) => w.release(), () => undefined);
+          void writer.then(
+            (w) => w.release(),
+            () => undefined,
+          );
         });
         await sleep(100);
         const rrw = reentrant.readWriteLock(key);
@@ -256,7 +290,7 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
       await plain.withLock(key, () => refused('a lock', () => plain.lock(key, { timeoutMs: 10_000 })));
     }, 60_000);
 
-    it('33. abandoned waits leave nothing: after close() of a locker with many pending waits and the holder\'s release, another client is granted at once', async () => {
+    it("33. abandoned waits leave nothing: after close() of a locker with many pending waits and the holder's release, another client is granted at once", async () => {
       const [holder, next] = [await makeLocker(), await makeLocker()];
       // The waiter's store answers 30 ms late (where there is a network to slow): cleaning up after
       // an abort then takes longer than core waits for it, and close() must not cut it short.
@@ -274,20 +308,30 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
       let shared: { key: string; held: Lock; waits: Promise<unknown>[] } | undefined;
       if (capabilities.readWrite) {
         const sharedKey = freshKey('abandoned-rw');
-        shared = { key: sharedKey, held: await holder.readWriteLock(sharedKey).read(), waits: Array.from({ length: 5 }, () => waiter.readWriteLock(sharedKey).write().catch((e: unknown) => e)) };
+        shared = {
+          key: sharedKey,
+          held: await holder.readWriteLock(sharedKey).read(),
+          waits: Array.from({ length: 5 }, () =>
+            waiter
+              .readWriteLock(sharedKey)
+              .write()
+              .catch((e: unknown) => e),
+          ),
+        };
       }
       await sleep(1000); // every wait has queued in the store
       await waiter.close();
-      for (const outcome of await Promise.all([...waits, ...(shared?.waits ?? [])])) expect(outcome).toMatchObject({ code: 'LOCKER_CLOSED' });
+      for (const outcome of await Promise.all([...waits, ...(shared?.waits ?? [])]))
+        expect(outcome).toMatchObject({ code: 'LOCKER_CLOSED' });
       await held.release();
       const got = await next.tryLock(key);
-      expect(got, 'a closed locker\'s waits still blocked the key').not.toBeNull();
+      expect(got, "a closed locker's waits still blocked the key").not.toBeNull();
       expect(await harness.inspect(key)).toEqual([got!.owner]);
       await got!.release();
       if (shared) {
         await shared.held.release();
         const write = await next.readWriteLock(shared.key).tryWrite();
-        expect(write, 'a closed locker\'s waiting writers still blocked the key').not.toBeNull();
+        expect(write, "a closed locker's waiting writers still blocked the key").not.toBeNull();
         await write!.release();
       }
     }, 60_000);
@@ -310,7 +354,10 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
             }
             const locker = createLocker(backend, { ttlMs: T, operationTimeoutMs: 2000, unavailableGraceMs: 500 });
             for (const call of [() => locker.tryLock(freshKey('secret')), () => locker.lock(freshKey('secret'), { timeoutMs: 2000 })]) {
-              await call().then((lock) => lock?.release(), (error: unknown) => failures.push(error));
+              await call().then(
+                (lock) => lock?.release(),
+                (error: unknown) => failures.push(error),
+              );
             }
             await locker.close().catch((error: unknown) => failures.push(error));
           }
@@ -342,7 +389,8 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
       const key = freshKey('hostile');
       await refuses('createLocker(backend, null)', () => createLocker(backend, null as never));
       for (const [name, rule] of Object.entries(optionRules.createLocker)) {
-        for (const value of rule.hostile) await refuses(`createLocker ${name}: ${show(value)}`, () => createLocker(backend, { ttlMs: T, [name]: value }));
+        for (const value of rule.hostile)
+          await refuses(`createLocker ${name}: ${show(value)}`, () => createLocker(backend, { ttlMs: T, [name]: value }));
         // An inherited value is not an option: a polluted prototype changes nothing.
         createLocker(backend, Object.assign(Object.create({ [name]: rule.hostile[0] }), { ttlMs: T }) as never);
       }
@@ -367,10 +415,18 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
         oneShot.push(['tryAcquire', (o) => semaphore.tryAcquire(o as never)]);
       }
       if (rw) {
-        waiting.push(['read', (o) => rw.read(o as never)], ['write', (o) => rw.write(o as never)], ['withRead', (o) => rw.withRead(fn, o as never)], ['withWrite', (o) => rw.withWrite(fn, o as never)]);
+        waiting.push(
+          ['read', (o) => rw.read(o as never)],
+          ['write', (o) => rw.write(o as never)],
+          ['withRead', (o) => rw.withRead(fn, o as never)],
+          ['withWrite', (o) => rw.withWrite(fn, o as never)],
+        );
         oneShot.push(['tryRead', (o) => rw.tryRead(o as never)], ['tryWrite', (o) => rw.tryWrite(o as never)]);
       }
-      for (const [entries, rules] of [[waiting, optionRules.lock], [oneShot, optionRules.tryLock]] as const) {
+      for (const [entries, rules] of [
+        [waiting, optionRules.lock],
+        [oneShot, optionRules.tryLock],
+      ] as const) {
         for (const [call, run] of entries) {
           for (const bad of [null, 5, 'x', []]) await refuses(`${call}(…, ${show(bad)})`, () => run(bad));
           for (const [name, rule] of Object.entries(rules as Record<string, Rule<unknown>>)) {
@@ -378,10 +434,12 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
           }
         }
       }
-      for (const value of [null, 'x', ...optionRules.semaphore.limit.hostile]) await refuses(`semaphore limit ${show(value)}`, () => locker.semaphore(key, { limit: value as number }));
+      for (const value of [null, 'x', ...optionRules.semaphore.limit.hostile])
+        await refuses(`semaphore limit ${show(value)}`, () => locker.semaphore(key, { limit: value as number }));
       await refuses('semaphore(key, null)', () => locker.semaphore(key, null as never));
       const held = await locker.lock(key);
-      for (const value of [0, -1, NaN, Infinity, '5', null, 1.5]) await refuses(`extend(${show(value)})`, () => held.extend(value as number));
+      for (const value of [0, -1, NaN, Infinity, '5', null, 1.5])
+        await refuses(`extend(${show(value)})`, () => held.extend(value as number));
       await held.release();
       await refuses('migratingBackend(null)', () => migratingBackend(null as never));
       await refuses('memoryBackend(null)', () => memoryBackend(null as never));
@@ -390,7 +448,9 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
         const lock = await locker.lock(key, Object.create({ [name]: rule.hostile[0] }));
         await lock.release();
       }
-      expect(calls, 'store calls besides the test\'s own locks').toEqual(Array.from({ length: 1 + Object.keys(optionRules.lock).length }, () => ['acquire', 'release']).flat());
+      expect(calls, "store calls besides the test's own locks").toEqual(
+        Array.from({ length: 1 + Object.keys(optionRules.lock).length }, () => ['acquire', 'release']).flat(),
+      );
 
       if (!options.factory) return;
       const { create, rules, valid } = options.factory;
@@ -398,7 +458,8 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
       const proxy = await startProxy(firstStore());
       await refuses('the backend factory with null', () => create(null));
       for (const [name, rule] of Object.entries(rules)) {
-        for (const value of rule.hostile) await refuses(`backend option ${name}: ${show(value)}`, () => create({ ...valid(proxy.address), [name]: value }));
+        for (const value of rule.hostile)
+          await refuses(`backend option ${name}: ${show(value)}`, () => create({ ...valid(proxy.address), [name]: value }));
       }
       expect(proxy.accepted, 'connections opened by factories given bad options').toBe(0);
       for (const [name, rule] of Object.entries(rules)) {

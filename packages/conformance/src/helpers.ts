@@ -34,10 +34,14 @@ export async function abortedWithin(lock: Pick<Lock, 'signal'>, ms: number): Pro
   if (lock.signal.aborted) return;
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`lock.signal did not abort within ${ms} ms`)), ms);
-    lock.signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
+    lock.signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
   });
 }
 

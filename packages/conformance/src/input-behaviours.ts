@@ -21,7 +21,9 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
       if (capabilities.minTtlMs > capabilities.ttlGranularityMs) badTtls.push(capabilities.minTtlMs - capabilities.ttlGranularityMs);
       const key = freshKey();
       for (const ttlMs of badTtls) {
-        await expect(locker.lock(key, { ttlMs: ttlMs as number }), `ttlMs ${String(ttlMs)}`).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.lock(key, { ttlMs: ttlMs as number }), `ttlMs ${String(ttlMs)}`).rejects.toMatchObject({
+          code: 'INVALID_ARGUMENT',
+        });
         await expect(locker.tryLock(key, { ttlMs: ttlMs as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
         expect(() => createLocker(counting, { ttlMs: ttlMs as number })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
       }
@@ -29,7 +31,9 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
         await expect(locker.lock(key, { timeoutMs: timeoutMs as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       }
       for (const badKey of ['', 42, undefined, null, {}, 'x'.repeat(1025), 'é'.repeat(513)]) {
-        await expect(locker.lock(badKey as string), `key ${String(badKey).slice(0, 10)}`).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.lock(badKey as string), `key ${String(badKey).slice(0, 10)}`).rejects.toMatchObject({
+          code: 'INVALID_ARGUMENT',
+        });
         await expect(locker.tryLock(badKey as string)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       }
       await expect(locker.lock(key, { signal: 'no' as unknown as AbortSignal })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
@@ -41,17 +45,22 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
       await lock.release();
     });
 
-    itWhen(() => (options.createUnreachableBackend ? undefined : 'no store to be down'), '15. store down: lock() and tryLock() reject with BackendUnavailableError, never a Lock', async () => {
-      if (capabilities.crossProcess) expect(options.createUnreachableBackend).toBeDefined();
-      // A wait tries an unreachable store again for the locker's grace (core's own tests cover
-      // its length); a short one here keeps this about the backend's answer to a closed port.
-      const locker = createLocker(await options.createUnreachableBackend!(), { ttlMs: T, unavailableGraceMs: 500 });
-      lockers.push(locker);
-      const started = performance.now();
-      await expect(locker.tryLock(freshKey())).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
-      await expect(locker.lock(freshKey(), { timeoutMs: 30_000 })).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
-      expect(performance.now() - started).toBeLessThan(25_000);
-    }, 60_000);
+    itWhen(
+      () => (options.createUnreachableBackend ? undefined : 'no store to be down'),
+      '15. store down: lock() and tryLock() reject with BackendUnavailableError, never a Lock',
+      async () => {
+        if (capabilities.crossProcess) expect(options.createUnreachableBackend).toBeDefined();
+        // A wait tries an unreachable store again for the locker's grace (core's own tests cover
+        // its length); a short one here keeps this about the backend's answer to a closed port.
+        const locker = createLocker(await options.createUnreachableBackend!(), { ttlMs: T, unavailableGraceMs: 500 });
+        lockers.push(locker);
+        const started = performance.now();
+        await expect(locker.tryLock(freshKey())).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+        await expect(locker.lock(freshKey(), { timeoutMs: 30_000 })).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+        expect(performance.now() - started).toBeLessThan(25_000);
+      },
+      60_000,
+    );
 
     it('16. close: pending waits reject with LockerClosedError, held locks are released', async () => {
       const [a, b] = [await makeLocker(), await makeLocker()];
@@ -70,13 +79,18 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
       expect(await harness.inspect(k2)).toEqual([]);
     });
 
-    itWhen(() => (options.child ? undefined : 'no child config'), '16b. close: the process exits on its own afterwards (no open handles)', async () => {
-      const child = await spawnChild();
-      await child.lock(freshKey());
-      await child.rpc.call('closeAndDetach');
-      const exit = await Promise.race([child.exited, sleep(15_000).then(() => 'still running' as const)]);
-      expect(exit).toEqual({ code: 0, signal: null });
-    }, 30_000);
+    itWhen(
+      () => (options.child ? undefined : 'no child config'),
+      '16b. close: the process exits on its own afterwards (no open handles)',
+      async () => {
+        const child = await spawnChild();
+        await child.lock(freshKey());
+        await child.rpc.call('closeAndDetach');
+        const exit = await Promise.race([child.exited, sleep(15_000).then(() => 'still running' as const)]);
+        expect(exit).toEqual({ code: 0, signal: null });
+      },
+      30_000,
+    );
 
     it('17. no garbage: after many acquire/release cycles on rotating keys the store holds nothing for them', async () => {
       const cycles = options.garbageCycles ?? 10_000;
@@ -100,5 +114,4 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
       for (const key of keys) expect(await harness.inspect(key), key).toEqual([]);
     }, 300_000);
   });
-
 }

@@ -41,62 +41,74 @@ export function defineLeaseBehaviours(ctx: SuiteContext): void {
       await lock.release();
     }, 60_000);
 
-    crossProcessIt('9a. crash: a kill -9ed holder is replaced after its lease, never before', async () => {
-      const key = freshKey();
-      const child = await spawnChild();
-      await child.lock(key);
-      const b = await makeLocker();
-      const killedAt = performance.now();
-      await child.kill();
-      const lock = await b.lock(key, { timeoutMs: 3 * T + 5000 });
-      const elapsed = performance.now() - killedAt;
-      // A ttl lease: the last renewal was at most one renewal period before the kill, so the lease
-      // lives at least that much longer. A session lease ends when the store sees the session end,
-      // which may be at once (a closed connection).
-      if (capabilities.lease === 'ttl') expect(elapsed).toBeGreaterThanOrEqual(T - renewMs - 50);
-      expect(elapsed).toBeLessThanOrEqual(T + renewMs + 1000);
-      await lock.release();
-    }, 60_000);
+    crossProcessIt(
+      '9a. crash: a kill -9ed holder is replaced after its lease, never before',
+      async () => {
+        const key = freshKey();
+        const child = await spawnChild();
+        await child.lock(key);
+        const b = await makeLocker();
+        const killedAt = performance.now();
+        await child.kill();
+        const lock = await b.lock(key, { timeoutMs: 3 * T + 5000 });
+        const elapsed = performance.now() - killedAt;
+        // A ttl lease: the last renewal was at most one renewal period before the kill, so the lease
+        // lives at least that much longer. A session lease ends when the store sees the session end,
+        // which may be at once (a closed connection).
+        if (capabilities.lease === 'ttl') expect(elapsed).toBeGreaterThanOrEqual(T - renewMs - 50);
+        expect(elapsed).toBeLessThanOrEqual(T + renewMs + 1000);
+        await lock.release();
+      },
+      60_000,
+    );
 
-    crossProcessIt('9b. crash: a kill -9ed waiter blocks nobody beyond ttl, whatever its poll delay', async () => {
-      const key = freshKey();
-      const [a, b] = [await makeLocker(), await makeLocker()];
-      const held = await a.lock(key);
-      // A waiter that polls far more rarely than its ttl: its place in the store must still last about a ttl.
-      const child = await spawnChild({}, undefined, options.slowPollChild?.(5 * T) ?? options.child);
-      void child.lock(key).catch(() => undefined);
-      await sleep(300);
-      await child.kill();
-      const next = b.lock(key, { timeoutMs: 3 * T + 5000 });
-      await sleep(50);
-      const releasedAt = performance.now();
-      await held.release();
-      const lock = await next;
-      expect(performance.now() - releasedAt).toBeLessThanOrEqual(T + renewMs + 1000);
-      await lock.release();
-    }, 60_000);
+    crossProcessIt(
+      '9b. crash: a kill -9ed waiter blocks nobody beyond ttl, whatever its poll delay',
+      async () => {
+        const key = freshKey();
+        const [a, b] = [await makeLocker(), await makeLocker()];
+        const held = await a.lock(key);
+        // A waiter that polls far more rarely than its ttl: its place in the store must still last about a ttl.
+        const child = await spawnChild({}, undefined, options.slowPollChild?.(5 * T) ?? options.child);
+        void child.lock(key).catch(() => undefined);
+        await sleep(300);
+        await child.kill();
+        const next = b.lock(key, { timeoutMs: 3 * T + 5000 });
+        await sleep(50);
+        const releasedAt = performance.now();
+        await held.release();
+        const lock = await next;
+        expect(performance.now() - releasedAt).toBeLessThanOrEqual(T + renewMs + 1000);
+        await lock.release();
+      },
+      60_000,
+    );
 
-    crossProcessIt('10. pause: a SIGSTOPped holder learns it lost the lock before its next fenced write', async () => {
-      const key = freshKey();
-      const child = await spawnChild();
-      const { id } = await child.lock(key);
-      child.rpc.call('fencedWrites', id, 20).catch(() => undefined);
-      await sleep(100);
-      expect(register().accepted.length).toBeGreaterThan(0);
-      child.signal('SIGSTOP');
-      const b = await makeLocker();
-      const lock = await b.lock(key, { timeoutMs: 3 * T + 5000 });
-      expect(register().write(lock.token, 'new holder', 'parent')).toBe(true);
-      child.signal('SIGCONT');
-      await child.waitFor('writer-stopped', 2 * T + 2000);
-      expect(child.events.some((e) => e.name === 'lost')).toBe(true);
-      await sleep(renewMs + 200);
-      // It never wrote with its stale token, and its renewer did not re-create its claim.
-      expect(register().rejected).toEqual([]);
-      expect(await harness.inspect(key)).toEqual([lock.owner]);
-      expect(lock.held).toBe(true);
-      await lock.release();
-    }, 60_000);
+    crossProcessIt(
+      '10. pause: a SIGSTOPped holder learns it lost the lock before its next fenced write',
+      async () => {
+        const key = freshKey();
+        const child = await spawnChild();
+        const { id } = await child.lock(key);
+        child.rpc.call('fencedWrites', id, 20).catch(() => undefined);
+        await sleep(100);
+        expect(register().accepted.length).toBeGreaterThan(0);
+        child.signal('SIGSTOP');
+        const b = await makeLocker();
+        const lock = await b.lock(key, { timeoutMs: 3 * T + 5000 });
+        expect(register().write(lock.token, 'new holder', 'parent')).toBe(true);
+        child.signal('SIGCONT');
+        await child.waitFor('writer-stopped', 2 * T + 2000);
+        expect(child.events.some((e) => e.name === 'lost')).toBe(true);
+        await sleep(renewMs + 200);
+        // It never wrote with its stale token, and its renewer did not re-create its claim.
+        expect(register().rejected).toEqual([]);
+        expect(await harness.inspect(key)).toEqual([lock.owner]);
+        expect(lock.held).toBe(true);
+        await lock.release();
+      },
+      60_000,
+    );
 
     it('11a. lost claim: lock.signal aborts with LockLostError within one renewal period; extend rejects', async () => {
       const key = freshKey();
@@ -111,43 +123,52 @@ export function defineLeaseBehaviours(ctx: SuiteContext): void {
       await lock.release();
     });
 
-    hookIt('dropConnection', '11b. dropped connection: never reported held when it is not', async () => {
-      const key = freshKey();
-      const a = await makeLocker();
-      const b = await makeLocker();
-      const lock = await a.lock(key);
-      await harness.dropConnection!(a.backend, key);
-      if (capabilities.lease === 'session') {
-        await abortedWithin(lock, T + renewMs + 2000);
-      } else {
-        await sleep(renewMs + 500);
-      }
-      if (lock.held) {
-        expect(await b.tryLock(key)).toBeNull();
-        await lock.extend();
-      } else {
-        expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
-      }
-      await lock.release().catch(() => undefined);
-    }, 60_000);
+    hookIt(
+      'dropConnection',
+      '11b. dropped connection: never reported held when it is not',
+      async () => {
+        const key = freshKey();
+        const a = await makeLocker();
+        const b = await makeLocker();
+        const lock = await a.lock(key);
+        await harness.dropConnection!(a.backend, key);
+        if (capabilities.lease === 'session') {
+          await abortedWithin(lock, T + renewMs + 2000);
+        } else {
+          await sleep(renewMs + 500);
+        }
+        if (lock.held) {
+          expect(await b.tryLock(key)).toBeNull();
+          await lock.extend();
+        } else {
+          expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+        }
+        await lock.release().catch(() => undefined);
+      },
+      60_000,
+    );
 
-    hookIt('restartServer', '11c. server restart: the lock is either lost (signal aborted) or still really held', async () => {
-      const key = freshKey();
-      const a = await makeLocker();
-      const b = await makeLocker();
-      const lock = await a.lock(key);
-      await harness.restartServer!();
-      await sleep(renewMs + 1000);
-      if (lock.held) {
-        expect(await b.tryLock(key)).toBeNull();
-      } else {
-        expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
-        const next = await b.lock(key, { timeoutMs: 3 * T + 5000 });
-        expect(next.token).toBeGreaterThan(lock.token);
-        await next.release();
-      }
-      await lock.release().catch(() => undefined);
-    }, 180_000);
+    hookIt(
+      'restartServer',
+      '11c. server restart: the lock is either lost (signal aborted) or still really held',
+      async () => {
+        const key = freshKey();
+        const a = await makeLocker();
+        const b = await makeLocker();
+        const lock = await a.lock(key);
+        await harness.restartServer!();
+        await sleep(renewMs + 1000);
+        if (lock.held) {
+          expect(await b.tryLock(key)).toBeNull();
+        } else {
+          expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+          const next = await b.lock(key, { timeoutMs: 3 * T + 5000 });
+          expect(next.token).toBeGreaterThan(lock.token);
+          await next.release();
+        }
+        await lock.release().catch(() => undefined);
+      },
+      180_000,
+    );
   });
-
 }

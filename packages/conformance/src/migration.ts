@@ -19,7 +19,11 @@ const childModule = new URL('./migration-child.js', import.meta.url).href;
  * credentials (on `from`) and slow pollers come from the sides' options where they offer them. The
  * factory's hostile options (35) are each store's own behaviour; here core's entry points get them.
  */
-export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceOptions, phase: MigrationPhase = 'dual'): ConformanceOptions {
+export function migrationSuiteOptions(
+  from: ConformanceOptions,
+  to: ConformanceOptions,
+  phase: MigrationPhase = 'dual',
+): ConformanceOptions {
   const pair = async (a: LockBackend | Promise<LockBackend>, b: LockBackend | Promise<LockBackend>) =>
     migratingBackend({ from: await a, to: await b, phase });
   const sides = (backend: LockBackend) => backend as MigratingBackend;
@@ -72,16 +76,21 @@ export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceO
     garbageCycles: Math.min(from.garbageCycles ?? 10_000, to.garbageCycles ?? 10_000),
     exclusionRounds: Math.min(from.exclusionRounds ?? 30, to.exclusionRounds ?? 30),
   };
-  if (from.child && to.child) options.child = { module: childModule, export: 'migratingFromConfigs', options: { from: from.child, to: to.child, phase } };
+  if (from.child && to.child)
+    options.child = { module: childModule, export: 'migratingFromConfigs', options: { from: from.child, to: to.child, phase } };
   if (to.createUnreachableBackend) options.createUnreachableBackend = () => pair(from.createBackend(), to.createUnreachableBackend!());
   if (from.network) {
     const network = from.network;
-    options.network = { store: network.store, createBackend: (via, all, extra) => pair(network.createBackend(via, all, extra), to.createBackend()) };
+    options.network = {
+      store: network.store,
+      createBackend: (via, all, extra) => pair(network.createBackend(via, all, extra), to.createBackend()),
+    };
   }
   const [fromOther, toOther] = [from.createBackendInOtherNamespace, to.createBackendInOtherNamespace];
   if (fromOther && toOther) options.createBackendInOtherNamespace = () => pair(fromOther(), toOther());
   const withCredentials = from.createBackendWithCredentials;
-  if (withCredentials) options.createBackendWithCredentials = (user, password, address) => pair(withCredentials(user, password, address), to.createBackend());
+  if (withCredentials)
+    options.createBackendWithCredentials = (user, password, address) => pair(withCredentials(user, password, address), to.createBackend());
   if (from.child && to.child && (from.slowPollChild || to.slowPollChild)) {
     const [fromChild, toChild] = [from.child, to.child];
     options.slowPollChild = (ms) => ({
@@ -93,7 +102,8 @@ export function migrationSuiteOptions(from: ConformanceOptions, to: ConformanceO
   const fromZone = from.createBackendInTimeZone;
   const toZone = to.createBackendInTimeZone;
   if (fromZone || toZone) {
-    options.createBackendInTimeZone = (zone) => pair(fromZone ? fromZone(zone) : from.createBackend(), toZone ? toZone(zone) : to.createBackend());
+    options.createBackendInTimeZone = (zone) =>
+      pair(fromZone ? fromZone(zone) : from.createBackend(), toZone ? toZone(zone) : to.createBackend());
   }
   return options;
 }

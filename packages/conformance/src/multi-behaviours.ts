@@ -154,31 +154,45 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
       const locker = createLocker(counting, { ttlMs: T });
       ctx.lockers.push(locker);
       const good = freshKey();
-      const bad: unknown[] = [undefined, 'k', [], Array.from({ length: MAX_LOCK_ALL_KEYS + 1 }, (_, i) => `k${i}`), [good, ''], [good, 42], [good, 'x'.repeat(1025)]];
+      const bad: unknown[] = [
+        undefined,
+        'k',
+        [],
+        Array.from({ length: MAX_LOCK_ALL_KEYS + 1 }, (_, i) => `k${i}`),
+        [good, ''],
+        [good, 42],
+        [good, 'x'.repeat(1025)],
+      ];
       for (const keys of bad) {
         await expect(locker.lockAll(keys as string[]), String(keys).slice(0, 20)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
         await expect(locker.tryLockAll(keys as string[])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       }
       await expect(locker.lockAll([good], { ttlMs: -1 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       await expect(locker.withLockAll([good], 'no' as unknown as () => void)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-      expect(() => createLocker(counting, { reentrant: 'yes' as unknown as boolean })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      expect(() => createLocker(counting, { reentrant: 'yes' as unknown as boolean })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+      );
       expect(calls).toEqual([]);
     });
 
-    crossProcessIt('28a. lock-delay: after a kill -9 of a holder with lock-delay, the next holder (without one) is granted no earlier than lease end + delay, and not much later', async () => {
-      const key = freshKey('delay-crash');
-      const child = await spawnChild({ lockDelayMs: D });
-      await child.lock(key);
-      const b = await makeLocker();
-      const killedAt = performance.now();
-      await child.kill();
-      const lock = await b.lock(key, { timeoutMs: 3 * (T + D) + 5000 });
-      const elapsed = performance.now() - killedAt;
-      // The last renewal was at most one renewal period before the kill; the store keeps T + D from it.
-      expect(elapsed).toBeGreaterThanOrEqual(T - renewMs + D - 50);
-      expect(elapsed).toBeLessThanOrEqual(T + renewMs + D + 1000);
-      await lock.release();
-    }, 60_000);
+    crossProcessIt(
+      '28a. lock-delay: after a kill -9 of a holder with lock-delay, the next holder (without one) is granted no earlier than lease end + delay, and not much later',
+      async () => {
+        const key = freshKey('delay-crash');
+        const child = await spawnChild({ lockDelayMs: D });
+        await child.lock(key);
+        const b = await makeLocker();
+        const killedAt = performance.now();
+        await child.kill();
+        const lock = await b.lock(key, { timeoutMs: 3 * (T + D) + 5000 });
+        const elapsed = performance.now() - killedAt;
+        // The last renewal was at most one renewal period before the kill; the store keeps T + D from it.
+        expect(elapsed).toBeGreaterThanOrEqual(T - renewMs + D - 50);
+        expect(elapsed).toBeLessThanOrEqual(T + renewMs + D + 1000);
+        await lock.release();
+      },
+      60_000,
+    );
 
     it('28b. lock-delay: a normal release frees the key at once', async () => {
       const key = freshKey('delay-release');
@@ -224,7 +238,9 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
       ctx.lockers.push(locker);
       const key = freshKey();
       for (const bad of [-1, 1.5, NaN, Infinity, '5', null]) {
-        expect(() => createLocker(counting, { lockDelayMs: bad as number }), String(bad)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+        expect(() => createLocker(counting, { lockDelayMs: bad as number }), String(bad)).toThrow(
+          expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+        );
         await expect(locker.lock(key, { lockDelayMs: bad as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
         await expect(locker.tryLock(key, { lockDelayMs: bad as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
         await expect(locker.lockAll([key], { lockDelayMs: bad as number })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });

@@ -53,50 +53,68 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
       }
     });
 
-    hookIt('restartServer', '12c. tokens strictly increase across a server restart', async () => {
-      const key = freshKey();
-      const a = await makeLocker();
-      const before = await a.lock(key);
-      await before.release();
-      await harness.restartServer!();
-      // A locker whose connections predate the restart recovers on its own: until its driver has
-      // reconnected a call may fail with BackendUnavailableError, never hang or report a hold.
-      const again = await retryFor(60_000, () => a.lock(key, { timeoutMs: 30_000 }), (e) => e instanceof BackendUnavailableError);
-      expect(again.token).toBeGreaterThan(before.token);
-      await again.release();
-      const b = await makeLocker();
-      const after = await b.lock(key, { timeoutMs: 30_000 });
-      expect(after.token).toBeGreaterThan(again.token);
-      await after.release();
-    }, 180_000);
-    itWhen(() => (capabilities && probeFloor() ? undefined : 'the backend cannot raise its token floor'), '12d. token floors (migration support): a raised floor holds for every later grant; a released lease cannot raise it; minToken is honoured where declared', async () => {
-      const key = freshKey();
-      const backend = await options.createBackend();
-      const request = (minToken?: bigint) => ({
-        key, owner: crypto.randomUUID(), ttlMs: T, wait: false, signal: new AbortController().signal, ...(minToken === undefined ? {} : { minToken }),
-      });
-      try {
-        const first = (await backend.acquire(request()))!;
-        const floor = first.token + 1_000_000n;
-        expect(await backend.raiseTokenFloor!(first, floor)).toBe(true);
-        await backend.release(first);
-        expect(await backend.raiseTokenFloor!(first, floor + 1_000_000n), 'a released lease raised the floor').toBe(false);
-        const second = (await backend.acquire(request()))!;
-        expect(second.token).toBeGreaterThan(floor);
-        await backend.release(second);
-        if (capabilities.minToken) {
-          const wanted = second.token + 5_000_000n;
-          const third = (await backend.acquire(request(wanted)))!;
-          expect(third.token).toBeGreaterThanOrEqual(wanted);
-          await backend.release(third);
-          const fourth = (await backend.acquire(request()))!;
-          expect(fourth.token).toBeGreaterThan(third.token);
-          await backend.release(fourth);
+    hookIt(
+      'restartServer',
+      '12c. tokens strictly increase across a server restart',
+      async () => {
+        const key = freshKey();
+        const a = await makeLocker();
+        const before = await a.lock(key);
+        await before.release();
+        await harness.restartServer!();
+        // A locker whose connections predate the restart recovers on its own: until its driver has
+        // reconnected a call may fail with BackendUnavailableError, never hang or report a hold.
+        const again = await retryFor(
+          60_000,
+          () => a.lock(key, { timeoutMs: 30_000 }),
+          (e) => e instanceof BackendUnavailableError,
+        );
+        expect(again.token).toBeGreaterThan(before.token);
+        await again.release();
+        const b = await makeLocker();
+        const after = await b.lock(key, { timeoutMs: 30_000 });
+        expect(after.token).toBeGreaterThan(again.token);
+        await after.release();
+      },
+      180_000,
+    );
+    itWhen(
+      () => (capabilities && probeFloor() ? undefined : 'the backend cannot raise its token floor'),
+      '12d. token floors (migration support): a raised floor holds for every later grant; a released lease cannot raise it; minToken is honoured where declared',
+      async () => {
+        const key = freshKey();
+        const backend = await options.createBackend();
+        const request = (minToken?: bigint) => ({
+          key,
+          owner: crypto.randomUUID(),
+          ttlMs: T,
+          wait: false,
+          signal: new AbortController().signal,
+          ...(minToken === undefined ? {} : { minToken }),
+        });
+        try {
+          const first = (await backend.acquire(request()))!;
+          const floor = first.token + 1_000_000n;
+          expect(await backend.raiseTokenFloor!(first, floor)).toBe(true);
+          await backend.release(first);
+          expect(await backend.raiseTokenFloor!(first, floor + 1_000_000n), 'a released lease raised the floor').toBe(false);
+          const second = (await backend.acquire(request()))!;
+          expect(second.token).toBeGreaterThan(floor);
+          await backend.release(second);
+          if (capabilities.minToken) {
+            const wanted = second.token + 5_000_000n;
+            const third = (await backend.acquire(request(wanted)))!;
+            expect(third.token).toBeGreaterThanOrEqual(wanted);
+            await backend.release(third);
+            const fourth = (await backend.acquire(request()))!;
+            expect(fourth.token).toBeGreaterThan(third.token);
+            await backend.release(fourth);
+          }
+        } finally {
+          await backend.close();
         }
-      } finally {
-        await backend.close();
-      }
-    });
+      },
+    );
   });
 
   describe('fairness', () => {
@@ -122,40 +140,43 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
       expect(order).toEqual([0, 1, 2, 3]);
     });
 
-    fifoIt('13b. 1000 contended acquisitions by 5 clients: max wait ≤ 2 × clients hold+handoffs, no starvation', async () => {
-      const key = freshKey();
-      const clients = await Promise.all([1, 2, 3, 4, 5].map(() => makeLocker()));
-      const waits: [asked: number, granted: number][] = [];
-      const perClient = 200;
-      await Promise.all(
-        clients.map(async (locker) => {
-          for (let i = 0; i < perClient; i++) {
-            const asked = performance.now();
-            const lock = await locker.lock(key);
-            waits.push([asked, performance.now()]);
-            await sleep(1);
-            await lock.release();
+    fifoIt(
+      '13b. 1000 contended acquisitions by 5 clients: max wait ≤ 2 × clients hold+handoffs, no starvation',
+      async () => {
+        const key = freshKey();
+        const clients = await Promise.all([1, 2, 3, 4, 5].map(() => makeLocker()));
+        const waits: [asked: number, granted: number][] = [];
+        const perClient = 200;
+        await Promise.all(
+          clients.map(async (locker) => {
+            for (let i = 0; i < perClient; i++) {
+              const asked = performance.now();
+              const lock = await locker.lock(key);
+              waits.push([asked, performance.now()]);
+              await sleep(1);
+              await lock.release();
+            }
+          }),
+        );
+        // A wait is measured in hold+handoff periods: the grants to others while it waited. Counting
+        // them, rather than milliseconds, keeps the bound exact when the test process itself stalls.
+        const grants = waits.map((w) => w[1]).sort((x, y) => x - y);
+        const grantsBefore = (t: number) => {
+          let lo = 0;
+          let hi = grants.length;
+          while (lo < hi) {
+            const mid = (lo + hi) >> 1;
+            if (grants[mid]! < t) lo = mid + 1;
+            else hi = mid;
           }
-        }),
-      );
-      // A wait is measured in hold+handoff periods: the grants to others while it waited. Counting
-      // them, rather than milliseconds, keeps the bound exact when the test process itself stalls.
-      const grants = waits.map((w) => w[1]).sort((x, y) => x - y);
-      const grantsBefore = (t: number) => {
-        let lo = 0;
-        let hi = grants.length;
-        while (lo < hi) {
-          const mid = (lo + hi) >> 1;
-          if (grants[mid]! < t) lo = mid + 1;
-          else hi = mid;
-        }
-        return lo;
-      };
-      const overtakes = waits.map(([asked, granted]) => grantsBefore(granted) - grantsBefore(asked));
-      const worst = Math.max(...overtakes);
-      const worstMs = Math.max(...waits.map(([a, g]) => g - a));
-      expect(worst, `worst wait saw ${worst} other grants (${worstMs.toFixed(1)} ms)`).toBeLessThanOrEqual(2 * clients.length);
-    }, 120_000);
+          return lo;
+        };
+        const overtakes = waits.map(([asked, granted]) => grantsBefore(granted) - grantsBefore(asked));
+        const worst = Math.max(...overtakes);
+        const worstMs = Math.max(...waits.map(([a, g]) => g - a));
+        expect(worst, `worst wait saw ${worst} other grants (${worstMs.toFixed(1)} ms)`).toBeLessThanOrEqual(2 * clients.length);
+      },
+      120_000,
+    );
   });
-
 }

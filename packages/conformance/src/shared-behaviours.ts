@@ -3,14 +3,7 @@
  * the backend's `capabilities.semaphore` / `readWrite`; both run over `acquireShared`, so what one
  * proves about expiry, waiting and cleanup the other relies on.
  */
-import {
-  createLocker,
-  LimitMismatchError,
-  LockUpgradeError,
-  MAX_SEMAPHORE_LIMIT,
-  type Lock,
-  type Locker,
-} from '@deadbolt/core';
+import { createLocker, LimitMismatchError, LockUpgradeError, MAX_SEMAPHORE_LIMIT, type Lock, type Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { describe, expect } from 'vitest';
 import type { SuiteContext } from './context.js';
@@ -37,7 +30,12 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
   const semIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(() => (capabilities.semaphore ? undefined : 'the backend has no semaphores'), name, fn, timeout);
   const semProcIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
-    itWhen(() => (!capabilities.semaphore ? 'the backend has no semaphores' : capabilities.crossProcess ? undefined : 'in-process backend'), name, fn, timeout);
+    itWhen(
+      () => (!capabilities.semaphore ? 'the backend has no semaphores' : capabilities.crossProcess ? undefined : 'in-process backend'),
+      name,
+      fn,
+      timeout,
+    );
   // Holds long enough beside a store's round trips (slowest: Cassandra's Paxos rounds) to overlap.
   const holdMs = Math.max(20, T / 40);
   const rwIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
@@ -50,7 +48,12 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
   };
 
   /** In-process lockers and (cross-process backends) children all run `family` workloads on `key`. */
-  async function contend(key: string, families: SharedFamily[], rounds: number, holdMs: number): Promise<{ family: SharedFamily; holds: Hold[] }[]> {
+  async function contend(
+    key: string,
+    families: SharedFamily[],
+    rounds: number,
+    holdMs: number,
+  ): Promise<{ family: SharedFamily; holds: Hold[] }[]> {
     const worker = async (family: SharedFamily, locker: Locker) => {
       const holds: Hold[] = [];
       for (let i = 0; i < rounds; i++) {
@@ -77,19 +80,27 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     return Promise.all(starts.map((start) => start()));
   }
 
-
   describe('semaphores', () => {
-    semIt('25a. never more than limit holders (processes and in-process), and the limit is reached', async () => {
-      const key = freshKey('semaphore');
-      const limit = 3;
-      const results = await contend(key, Array.from({ length: 6 }, () => ({ limit })), 12, holdMs);
-      const holds = results.flatMap((r) => r.holds);
-      expect(holds.length).toBe(6 * 12);
-      const most = maxOverlap(holds);
-      expect(most).toBeLessThanOrEqual(limit);
-      expect(most, 'permits were never held side by side: a mutex, not a semaphore').toBeGreaterThanOrEqual(2);
-      expect(await inspect(key)).toEqual([]);
-    }, 180_000);
+    semIt(
+      '25a. never more than limit holders (processes and in-process), and the limit is reached',
+      async () => {
+        const key = freshKey('semaphore');
+        const limit = 3;
+        const results = await contend(
+          key,
+          Array.from({ length: 6 }, () => ({ limit })),
+          12,
+          holdMs,
+        );
+        const holds = results.flatMap((r) => r.holds);
+        expect(holds.length).toBe(6 * 12);
+        const most = maxOverlap(holds);
+        expect(most).toBeLessThanOrEqual(limit);
+        expect(most, 'permits were never held side by side: a mutex, not a semaphore').toBeGreaterThanOrEqual(2);
+        expect(await inspect(key)).toEqual([]);
+      },
+      180_000,
+    );
 
     semIt('25b. tryAcquire: limit permits, then null without waiting and without a trace; a release frees one', async () => {
       const key = freshKey();
@@ -108,144 +119,184 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       expect(await inspect(key)).toEqual([]);
     });
 
-    semProcIt("25c. crash: a kill -9ed holder's permit returns after its lease, never before", async () => {
-      const key = freshKey();
-      const child = await spawnChild();
-      await child.acquireShared(key, { limit: 1 });
-      const b = await makeLocker();
-      const killedAt = performance.now();
-      await child.kill();
-      expect(await b.semaphore(key, { limit: 1 }).tryAcquire()).toBeNull();
-      const permit = await b.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 3 * T + 5000 });
-      const elapsed = performance.now() - killedAt;
-      if (capabilities.lease === 'ttl') expect(elapsed).toBeGreaterThanOrEqual(T - renewMs - 50);
-      expect(elapsed).toBeLessThanOrEqual(T + renewMs + 1000);
-      await permit.release();
-    }, 60_000);
+    semProcIt(
+      "25c. crash: a kill -9ed holder's permit returns after its lease, never before",
+      async () => {
+        const key = freshKey();
+        const child = await spawnChild();
+        await child.acquireShared(key, { limit: 1 });
+        const b = await makeLocker();
+        const killedAt = performance.now();
+        await child.kill();
+        expect(await b.semaphore(key, { limit: 1 }).tryAcquire()).toBeNull();
+        const permit = await b.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 3 * T + 5000 });
+        const elapsed = performance.now() - killedAt;
+        if (capabilities.lease === 'ttl') expect(elapsed).toBeGreaterThanOrEqual(T - renewMs - 50);
+        expect(elapsed).toBeLessThanOrEqual(T + renewMs + 1000);
+        await permit.release();
+      },
+      60_000,
+    );
 
-    semIt('25d. limit mismatch: another limit while permits exist is a typed error naming both; an idle semaphore takes the new limit', async () => {
-      const key = freshKey();
-      const [a, b] = [await makeLocker(), await makeLocker()];
-      const held = await a.semaphore(key, { limit: 2 }).acquire();
-      for (const attempt of [() => b.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 500 }), () => b.semaphore(key, { limit: 3 }).tryAcquire()]) {
-        const error = await attempt().then(() => undefined, (e: unknown) => e);
-        expect(error).toBeInstanceOf(LimitMismatchError);
-        expect(error).toMatchObject({ code: 'LIMIT_MISMATCH', key, storedLimit: 2, requestedLimit: 3 });
-        expect((error as Error).message).toMatch(/2.*3/);
-      }
-      if (capabilities.readWrite) await expect(b.readWriteLock(key).tryRead()).rejects.toBeInstanceOf(LimitMismatchError);
-      expect(await inspect(key)).toEqual([held.owner]);
-      await held.release();
-      const again = await b.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 5000 });
-      await expect(a.semaphore(key, { limit: 2 }).tryAcquire()).rejects.toMatchObject({ storedLimit: 3, requestedLimit: 2 });
-      await again.release();
-    });
-
-    semIt('25e. abort, timeout and close leave nothing in the store; the permits stay with their holders', async () => {
-      const key = freshKey();
-      const [a, b] = [await makeLocker(), await makeLocker()];
-      const held = await a.semaphore(key, { limit: 1 }).acquire();
-      const controller = new AbortController();
-      const aborted = b.semaphore(key, { limit: 1 }).acquire({ signal: controller.signal });
-      await sleep(100);
-      controller.abort(new Error('stop'));
-      await expect(aborted).rejects.toThrow('stop');
-      await expect(b.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 200 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
-      const closing = expect(b.semaphore(key, { limit: 1 }).acquire()).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
-      await sleep(100);
-      await b.close();
-      await closing;
-      expect(await inspect(key)).toEqual([held.owner]);
-      // Closing a locker also gives its permits back.
-      const c = await makeLocker();
-      await held.release();
-      const last = (await c.semaphore(key, { limit: 1 }).tryAcquire())!;
-      expect(last.held).toBe(true);
-      await c.close();
-      expect(await inspect(key)).toEqual([]);
-    }, 30_000);
-
-    semIt('25f. fencing: every permit gets a token above every earlier grant, across lockers, processes and expiry', async () => {
-      const key = freshKey();
-      const lockersList = [await makeLocker(), await makeLocker(), await makeLocker({ autoRenew: false })];
-      const child = capabilities.crossProcess ? await spawnChild() : undefined;
-      let last = -1n;
-      const held: Lock[] = [];
-      for (let i = 0; i < 9; i++) {
-        if (child && i % 3 === 1) {
-          const { id, token } = await child.acquireShared(key, { limit: 2 });
-          expect(token).toBeGreaterThan(last);
-          last = token;
-          await child.release(id);
-          continue;
+    semIt(
+      '25d. limit mismatch: another limit while permits exist is a typed error naming both; an idle semaphore takes the new limit',
+      async () => {
+        const key = freshKey();
+        const [a, b] = [await makeLocker(), await makeLocker()];
+        const held = await a.semaphore(key, { limit: 2 }).acquire();
+        for (const attempt of [
+          () => b.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 500 }),
+          () => b.semaphore(key, { limit: 3 }).tryAcquire(),
+        ]) {
+          const error = await attempt().then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+          expect(error).toBeInstanceOf(LimitMismatchError);
+          expect(error).toMatchObject({ code: 'LIMIT_MISMATCH', key, storedLimit: 2, requestedLimit: 3 });
+          expect((error as Error).message).toMatch(/2.*3/);
         }
-        const permit = await lockersList[i % 3]!.semaphore(key, { limit: 2 }).acquire();
-        expect(permit.token).toBeGreaterThan(last);
-        last = permit.token;
-        held.push(permit);
-        if (held.length === 2) await held.shift()!.release();
-      }
-      await Promise.all(held.splice(0).map((p) => p.release()));
-      // A permit left to expire (no renewal) is replaced by a larger token.
-      const stale = await lockersList[2]!.semaphore(key, { limit: 1 }).acquire();
-      const next = await lockersList[0]!.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 3 * T + 5000 });
-      expect(next.token).toBeGreaterThan(stale.token);
-      expect(stale.signal.aborted).toBe(true);
-      await next.release();
-    }, 60_000);
+        if (capabilities.readWrite) await expect(b.readWriteLock(key).tryRead()).rejects.toBeInstanceOf(LimitMismatchError);
+        expect(await inspect(key)).toEqual([held.owner]);
+        await held.release();
+        const again = await b.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 5000 });
+        await expect(a.semaphore(key, { limit: 2 }).tryAcquire()).rejects.toMatchObject({ storedLimit: 3, requestedLimit: 2 });
+        await again.release();
+      },
+    );
 
-    semIt("25g. a lost permit aborts its signal within a renewal period; the others' permits stay", async () => {
-      expect(harness.loseSharedClaim, 'a backend with shared claims needs harness.loseSharedClaim').toBeDefined();
-      const key = freshKey();
-      const [a, b] = [await makeLocker(), await makeLocker()];
-      const lost = await a.semaphore(key, { limit: 2 }).acquire();
-      const kept = await b.semaphore(key, { limit: 2 }).acquire();
-      await harness.loseSharedClaim!(key, lost.owner);
-      await abortedWithin(lost, renewMs + 2000);
-      expect(lost.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
-      expect(kept.held).toBe(true);
-      await sleep(renewMs + 200);
-      expect(kept.held).toBe(true);
-      await kept.release();
-    }, 30_000);
+    semIt(
+      '25e. abort, timeout and close leave nothing in the store; the permits stay with their holders',
+      async () => {
+        const key = freshKey();
+        const [a, b] = [await makeLocker(), await makeLocker()];
+        const held = await a.semaphore(key, { limit: 1 }).acquire();
+        const controller = new AbortController();
+        const aborted = b.semaphore(key, { limit: 1 }).acquire({ signal: controller.signal });
+        await sleep(100);
+        controller.abort(new Error('stop'));
+        await expect(aborted).rejects.toThrow('stop');
+        await expect(b.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 200 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
+        const closing = expect(b.semaphore(key, { limit: 1 }).acquire()).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
+        await sleep(100);
+        await b.close();
+        await closing;
+        expect(await inspect(key)).toEqual([held.owner]);
+        // Closing a locker also gives its permits back.
+        const c = await makeLocker();
+        await held.release();
+        const last = (await c.semaphore(key, { limit: 1 }).tryAcquire())!;
+        expect(last.held).toBe(true);
+        await c.close();
+        expect(await inspect(key)).toEqual([]);
+      },
+      30_000,
+    );
 
-    semIt('25h. bad input (limit, key, ttl) rejects with InvalidArgumentError before any I/O; no garbage after many cycles', async () => {
-      const { backend, calls } = countingBackend(await options.createBackend());
-      const locker = createLocker(backend, { ttlMs: T });
-      ctx.lockers.push(locker);
-      const key = freshKey();
-      for (const limit of [0, -1, 1.5, NaN, Infinity, '3', null, undefined, MAX_SEMAPHORE_LIMIT + 1]) {
-        expect(() => locker.semaphore(key, { limit: limit as number }), `limit ${String(limit)}`).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
-      }
-      for (const badKey of ['', 42, 'x'.repeat(1025)]) {
-        expect(() => locker.semaphore(badKey as string, { limit: 2 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
-        expect(() => locker.readWriteLock(badKey as string)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
-      }
-      await expect(locker.semaphore(key, { limit: 2 }).acquire({ ttlMs: -1 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-      await expect(locker.semaphore(key, { limit: 2 }).withPermit('no' as unknown as () => void)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-      expect(calls).toEqual([]);
-      // Many cycles on rotating keys leave nothing behind.
-      const keys = Array.from({ length: 20 }, (_, i) => freshKey(`sem-garbage-${i}`));
-      let next = 0;
-      await Promise.all(
-        Array.from({ length: 6 }, async () => {
-          while (next < 600) {
-            const k = keys[next++ % keys.length]!;
-            await locker.semaphore(k, { limit: 2 }).withPermit(() => undefined, { timeoutMs: 30_000 });
+    semIt(
+      '25f. fencing: every permit gets a token above every earlier grant, across lockers, processes and expiry',
+      async () => {
+        const key = freshKey();
+        const lockersList = [await makeLocker(), await makeLocker(), await makeLocker({ autoRenew: false })];
+        const child = capabilities.crossProcess ? await spawnChild() : undefined;
+        let last = -1n;
+        const held: Lock[] = [];
+        for (let i = 0; i < 9; i++) {
+          if (child && i % 3 === 1) {
+            const { id, token } = await child.acquireShared(key, { limit: 2 });
+            expect(token).toBeGreaterThan(last);
+            last = token;
+            await child.release(id);
+            continue;
           }
-        }),
-      );
-      for (const k of keys) expect(await inspect(k), k).toEqual([]);
-    }, 120_000);
+          const permit = await lockersList[i % 3]!.semaphore(key, { limit: 2 }).acquire();
+          expect(permit.token).toBeGreaterThan(last);
+          last = permit.token;
+          held.push(permit);
+          if (held.length === 2) await held.shift()!.release();
+        }
+        await Promise.all(held.splice(0).map((p) => p.release()));
+        // A permit left to expire (no renewal) is replaced by a larger token.
+        const stale = await lockersList[2]!.semaphore(key, { limit: 1 }).acquire();
+        const next = await lockersList[0]!.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 3 * T + 5000 });
+        expect(next.token).toBeGreaterThan(stale.token);
+        expect(stale.signal.aborted).toBe(true);
+        await next.release();
+      },
+      60_000,
+    );
+
+    semIt(
+      "25g. a lost permit aborts its signal within a renewal period; the others' permits stay",
+      async () => {
+        expect(harness.loseSharedClaim, 'a backend with shared claims needs harness.loseSharedClaim').toBeDefined();
+        const key = freshKey();
+        const [a, b] = [await makeLocker(), await makeLocker()];
+        const lost = await a.semaphore(key, { limit: 2 }).acquire();
+        const kept = await b.semaphore(key, { limit: 2 }).acquire();
+        await harness.loseSharedClaim!(key, lost.owner);
+        await abortedWithin(lost, renewMs + 2000);
+        expect(lost.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+        expect(kept.held).toBe(true);
+        await sleep(renewMs + 200);
+        expect(kept.held).toBe(true);
+        await kept.release();
+      },
+      30_000,
+    );
+
+    semIt(
+      '25h. bad input (limit, key, ttl) rejects with InvalidArgumentError before any I/O; no garbage after many cycles',
+      async () => {
+        const { backend, calls } = countingBackend(await options.createBackend());
+        const locker = createLocker(backend, { ttlMs: T });
+        ctx.lockers.push(locker);
+        const key = freshKey();
+        for (const limit of [0, -1, 1.5, NaN, Infinity, '3', null, undefined, MAX_SEMAPHORE_LIMIT + 1]) {
+          expect(() => locker.semaphore(key, { limit: limit as number }), `limit ${String(limit)}`).toThrow(
+            expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+          );
+        }
+        for (const badKey of ['', 42, 'x'.repeat(1025)]) {
+          expect(() => locker.semaphore(badKey as string, { limit: 2 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+          expect(() => locker.readWriteLock(badKey as string)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+        }
+        await expect(locker.semaphore(key, { limit: 2 }).acquire({ ttlMs: -1 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(locker.semaphore(key, { limit: 2 }).withPermit('no' as unknown as () => void)).rejects.toMatchObject({
+          code: 'INVALID_ARGUMENT',
+        });
+        expect(calls).toEqual([]);
+        // Many cycles on rotating keys leave nothing behind.
+        const keys = Array.from({ length: 20 }, (_, i) => freshKey(`sem-garbage-${i}`));
+        let next = 0;
+        await Promise.all(
+          Array.from({ length: 6 }, async () => {
+            while (next < 600) {
+              const k = keys[next++ % keys.length]!;
+              await locker.semaphore(k, { limit: 2 }).withPermit(() => undefined, { timeoutMs: 30_000 });
+            }
+          }),
+        );
+        for (const k of keys) expect(await inspect(k), k).toEqual([]);
+      },
+      120_000,
+    );
 
     itWhen(
-      () => (!capabilities.semaphore ? 'the backend has no semaphores' : probeFloor() ? undefined : 'the backend cannot raise its token floor'),
+      () =>
+        !capabilities.semaphore ? 'the backend has no semaphores' : probeFloor() ? undefined : 'the backend cannot raise its token floor',
       '25i. token floors on shared keys (migration support): a raised floor holds for every later permit, two holders raising in either order never lower it, a released permit cannot raise it',
       async () => {
         const key = freshKey();
         const backend = await options.createBackend();
         const request = (minToken?: bigint) => ({
-          key, owner: crypto.randomUUID(), ttlMs: T, wait: false, signal: new AbortController().signal, mode: 'shared' as const, limit: 3,
+          key,
+          owner: crypto.randomUUID(),
+          ttlMs: T,
+          wait: false,
+          signal: new AbortController().signal,
+          mode: 'shared' as const,
+          limit: 3,
           ...(minToken === undefined ? {} : { minToken }),
         });
         try {
@@ -277,71 +328,99 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
   });
 
   describe('semaphores: a client configured with another limit', () => {
-    semIt('25j. a client asking with another limit is refused without failing, blocking or over-admitting the clients configured right', async () => {
-      const key = freshKey('misconfigured');
-      const [a, b, c, wrong] = [await makeLocker(), await makeLocker(), await makeLocker(), await makeLocker()];
-      const held = await a.semaphore(key, { limit: 1 }).acquire();
-      const waiting = b.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 10_000 });
-      await sleep(200);
-      // Refused both ways, again and again, while a right one waits.
-      for (let i = 0; i < 3; i++) {
-        await expect(wrong.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 2000 })).rejects.toMatchObject({ code: 'LIMIT_MISMATCH', storedLimit: 1, requestedLimit: 3 });
-        await expect(wrong.semaphore(key, { limit: 3 }).tryAcquire()).rejects.toMatchObject({ code: 'LIMIT_MISMATCH' });
-      }
-      // One more, racing the holder's release.
-      const racing = wrong.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 2000 }).then((p) => p, (e: unknown) => e);
-      await held.release();
-      const permit = await waiting;
-      expect(permit.held).toBe(true);
-      const raced = await racing;
-      expect(raced, 'the other limit got a permit beside a right one').toMatchObject({ code: 'LIMIT_MISMATCH' });
-      // The one permit is taken: a right client is refused, not admitted.
-      expect(await c.semaphore(key, { limit: 1 }).tryAcquire()).toBeNull();
-      expect(await inspect(key)).toEqual([permit.owner]);
-      await permit.release();
-    }, 30_000);
+    semIt(
+      '25j. a client asking with another limit is refused without failing, blocking or over-admitting the clients configured right',
+      async () => {
+        const key = freshKey('misconfigured');
+        const [a, b, c, wrong] = [await makeLocker(), await makeLocker(), await makeLocker(), await makeLocker()];
+        const held = await a.semaphore(key, { limit: 1 }).acquire();
+        const waiting = b.semaphore(key, { limit: 1 }).acquire({ timeoutMs: 10_000 });
+        await sleep(200);
+        // Refused both ways, again and again, while a right one waits.
+        for (let i = 0; i < 3; i++) {
+          await expect(wrong.semaphore(key, { limit: 3 }).acquire({ timeoutMs: 2000 })).rejects.toMatchObject({
+            code: 'LIMIT_MISMATCH',
+            storedLimit: 1,
+            requestedLimit: 3,
+          });
+          await expect(wrong.semaphore(key, { limit: 3 }).tryAcquire()).rejects.toMatchObject({ code: 'LIMIT_MISMATCH' });
+        }
+        // One more, racing the holder's release.
+        const racing = wrong
+          .semaphore(key, { limit: 3 })
+          .acquire({ timeoutMs: 2000 })
+          .then(
+            (p) => p,
+            (e: unknown) => e,
+          );
+        await held.release();
+        const permit = await waiting;
+        expect(permit.held).toBe(true);
+        const raced = await racing;
+        expect(raced, 'the other limit got a permit beside a right one').toMatchObject({ code: 'LIMIT_MISMATCH' });
+        // The one permit is taken: a right client is refused, not admitted.
+        expect(await c.semaphore(key, { limit: 1 }).tryAcquire()).toBeNull();
+        expect(await inspect(key)).toEqual([permit.owner]);
+        await permit.release();
+      },
+      30_000,
+    );
   });
 
   describe('read-write locks', () => {
-    rwIt('26a. readers share, a writer excludes everyone (processes and in-process)', async () => {
-      const key = freshKey('rw');
-      const families: SharedFamily[] = ['read', 'read', 'write', 'read', 'write', 'read'];
-      const results = await contend(key, families, 10, holdMs);
-      const reads = results.filter((r) => r.family === 'read').flatMap((r) => r.holds);
-      const writes = results.filter((r) => r.family === 'write').flatMap((r) => r.holds);
-      for (const [ws, we] of writes) {
-        for (const [s, e] of [...reads, ...writes]) {
-          if (s === ws && e === we) continue;
-          expect(e <= ws || s >= we, 'a write overlapped another hold').toBe(true);
+    rwIt(
+      '26a. readers share, a writer excludes everyone (processes and in-process)',
+      async () => {
+        const key = freshKey('rw');
+        const families: SharedFamily[] = ['read', 'read', 'write', 'read', 'write', 'read'];
+        const results = await contend(key, families, 10, holdMs);
+        const reads = results.filter((r) => r.family === 'read').flatMap((r) => r.holds);
+        const writes = results.filter((r) => r.family === 'write').flatMap((r) => r.holds);
+        for (const [ws, we] of writes) {
+          for (const [s, e] of [...reads, ...writes]) {
+            if (s === ws && e === we) continue;
+            expect(e <= ws || s >= we, 'a write overlapped another hold').toBe(true);
+          }
         }
-      }
-      expect(maxOverlap(reads), 'readers never shared').toBeGreaterThanOrEqual(2);
-      expect(await inspect(key)).toEqual([]);
-    }, 180_000);
+        expect(maxOverlap(reads), 'readers never shared').toBeGreaterThanOrEqual(2);
+        expect(await inspect(key)).toEqual([]);
+      },
+      180_000,
+    );
 
-    rwIt('26b. a waiting writer is not overtaken by readers that come after it; grants follow arrival', async () => {
-      const key = freshKey();
-      const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
-      const order: string[] = [];
-      const r1 = await a.readWriteLock(key).read();
-      const writer = b.readWriteLock(key).write({ timeoutMs: 10_000 }).then((w) => (order.push('write'), w));
-      await sleep(200);
-      expect(await c.readWriteLock(key).tryRead()).toBeNull();
-      const reader = c.readWriteLock(key).read({ timeoutMs: 10_000 }).then((r) => (order.push('read'), r));
-      await sleep(200);
-      expect(order).toEqual([]);
-      await r1.release();
-      const w = await writer;
-      await sleep(100);
-      expect(order).toEqual(['write']);
-      expect(await a.readWriteLock(key).tryWrite()).toBeNull();
-      await w.release();
-      const r2 = await reader;
-      expect(order).toEqual(['write', 'read']);
-      expect(r2.token).toBeGreaterThan(w.token);
-      expect(w.token).toBeGreaterThan(r1.token);
-      await r2.release();
-    }, 30_000);
+    rwIt(
+      '26b. a waiting writer is not overtaken by readers that come after it; grants follow arrival',
+      async () => {
+        const key = freshKey();
+        const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
+        const order: string[] = [];
+        const r1 = await a.readWriteLock(key).read();
+        const writer = b
+          .readWriteLock(key)
+          .write({ timeoutMs: 10_000 })
+          .then((w) => (order.push('write'), w));
+        await sleep(200);
+        expect(await c.readWriteLock(key).tryRead()).toBeNull();
+        const reader = c
+          .readWriteLock(key)
+          .read({ timeoutMs: 10_000 })
+          .then((r) => (order.push('read'), r));
+        await sleep(200);
+        expect(order).toEqual([]);
+        await r1.release();
+        const w = await writer;
+        await sleep(100);
+        expect(order).toEqual(['write']);
+        expect(await a.readWriteLock(key).tryWrite()).toBeNull();
+        await w.release();
+        const r2 = await reader;
+        expect(order).toEqual(['write', 'read']);
+        expect(r2.token).toBeGreaterThan(w.token);
+        expect(w.token).toBeGreaterThan(r1.token);
+        await r2.release();
+      },
+      30_000,
+    );
 
     rwIt('26c. upgrade refused: a write inside withRead of the same key rejects with LockUpgradeError at once', async () => {
       const key = freshKey();
@@ -380,26 +459,31 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       expect(await inspect(key)).toEqual([]);
     });
 
-    rwIt('26e. an aborted or timed-out writer leaves nothing: the readers behind it go on at once', async () => {
-      const key = freshKey();
-      const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
-      const r1 = await a.readWriteLock(key).read();
-      const controller = new AbortController();
-      const writer = b.readWriteLock(key).write({ signal: controller.signal });
-      await sleep(150);
-      expect(await c.readWriteLock(key).tryRead()).toBeNull();
-      controller.abort(new Error('stop'));
-      await expect(writer).rejects.toThrow('stop');
-      const r2 = await c.readWriteLock(key).read({ timeoutMs: 2000 });
-      await expect(b.readWriteLock(key).write({ timeoutMs: 200 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
-      const r3 = await c.readWriteLock(key).read({ timeoutMs: 2000 });
-      expect(new Set(await inspect(key))).toEqual(new Set([r1.owner, r2.owner, r3.owner]));
-      await Promise.all([r1.release(), r2.release(), r3.release()]);
-      expect(await inspect(key)).toEqual([]);
-    }, 30_000);
+    rwIt(
+      '26e. an aborted or timed-out writer leaves nothing: the readers behind it go on at once',
+      async () => {
+        const key = freshKey();
+        const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
+        const r1 = await a.readWriteLock(key).read();
+        const controller = new AbortController();
+        const writer = b.readWriteLock(key).write({ signal: controller.signal });
+        await sleep(150);
+        expect(await c.readWriteLock(key).tryRead()).toBeNull();
+        controller.abort(new Error('stop'));
+        await expect(writer).rejects.toThrow('stop');
+        const r2 = await c.readWriteLock(key).read({ timeoutMs: 2000 });
+        await expect(b.readWriteLock(key).write({ timeoutMs: 200 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
+        const r3 = await c.readWriteLock(key).read({ timeoutMs: 2000 });
+        expect(new Set(await inspect(key))).toEqual(new Set([r1.owner, r2.owner, r3.owner]));
+        await Promise.all([r1.release(), r2.release(), r3.release()]);
+        expect(await inspect(key)).toEqual([]);
+      },
+      30_000,
+    );
 
     itWhen(
-      () => (!capabilities.readWrite ? 'the backend has no read-write locks' : capabilities.crossProcess ? undefined : 'in-process backend'),
+      () =>
+        !capabilities.readWrite ? 'the backend has no read-write locks' : capabilities.crossProcess ? undefined : 'in-process backend',
       "26f. crash: a kill -9ed writer's lock returns after its lease, and a kill -9ed queued writer blocks readers no longer than its ttl",
       async () => {
         const key = freshKey();

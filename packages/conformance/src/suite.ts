@@ -39,13 +39,18 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   async function spawnChild(lockerOptions: LockerOptions = {}, env?: Record<string, string>, config = options.child): Promise<ChildHolder> {
     if (!config) throw new Error('no child config');
     const register = currentRegister;
-    const child = await ChildHolder.spawn(config, { ttlMs: ttl(), ...lockerOptions }, {
-      read: () => counter.value,
-      write: (value: number) => {
-        counter.value = value;
+    const child = await ChildHolder.spawn(
+      config,
+      { ttlMs: ttl(), ...lockerOptions },
+      {
+        read: () => counter.value,
+        write: (value: number) => {
+          counter.value = value;
+        },
+        fencedWrite: (token: bigint) => register.write(token, 'child', `child:${child.process.pid}`),
       },
-      fencedWrite: (token: bigint) => register.write(token, 'child', `child:${child.process.pid}`),
-    }, env);
+      env,
+    );
     children.push(child);
     return child;
   }
@@ -102,11 +107,30 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       // Shared claims must be real and inspectable for groups 25 and 26 to prove anything.
       if (capabilities.semaphore || capabilities.readWrite) {
         expect(typeof probeShared, 'semaphore/readWrite need acquireShared').toBe('function');
-        expect(harness.inspectShared && harness.loseSharedClaim, 'shared claims need harness.inspectShared and loseSharedClaim').toBeDefined();
+        expect(
+          harness.inspectShared && harness.loseSharedClaim,
+          'shared claims need harness.inspectShared and loseSharedClaim',
+        ).toBeDefined();
       }
     });
 
-    const context = { options, harness, freshKey, makeLocker, spawnChild, lockers, T, renewMs, capabilities, itWhen, crossProcessIt, hookIt, counter, register: () => currentRegister, probeFloor: () => probeHasFloor };
+    const context = {
+      options,
+      harness,
+      freshKey,
+      makeLocker,
+      spawnChild,
+      lockers,
+      T,
+      renewMs,
+      capabilities,
+      itWhen,
+      crossProcessIt,
+      hookIt,
+      counter,
+      register: () => currentRegister,
+      probeFloor: () => probeHasFloor,
+    };
     defineCoreBehaviours(context);
     defineLeaseBehaviours(context);
     defineOrderBehaviours(context);

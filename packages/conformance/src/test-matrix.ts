@@ -4,7 +4,8 @@ import { promisify } from 'node:util';
 import type { Address } from './fault-proxy.js';
 
 /** The servers test-matrix runs. */
-export type MatrixServer = 'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra' | 'redis-cluster' | 'redis-replica' | 'redis-redlock';
+export type MatrixServer =
+  'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra' | 'redis-cluster' | 'redis-replica' | 'redis-redlock';
 
 const DEFAULT_URLS: Record<MatrixServer, string> = {
   redis: 'redis://127.0.0.1:6379',

@@ -6,8 +6,44 @@ export { fullCapabilities, type AcquireRequest, type Lease, type SharedRequest }
 export { backendFailure, keepSecret, noAnswer } from './errors.js';
 export { grantable } from './shared.js';
 export { validateKey, validateKeys, validateTtl } from './validate.js';
-export { count, describe, flag, instance, ms, nested, oneOf, own, parseStoreUrl, readOptions, required, settings, share, signal, text, url, wait, type ReadOptions, type Rule, type Rules, type StoreUrl } from './options.js';
+export {
+  count,
+  describe,
+  flag,
+  instance,
+  ms,
+  nested,
+  oneOf,
+  own,
+  parseStoreUrl,
+  readOptions,
+  required,
+  settings,
+  share,
+  signal,
+  text,
+  url,
+  wait,
+  type ReadOptions,
+  type Rule,
+  type Rules,
+  type StoreUrl,
+} from './options.js';
 export { StrandedConnections } from './stranded.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
-export { AGAIN, cancelOnAbort, InFlight, MIN_WAITER_PLACE_MS, POLL_SOON, waiterCadence, pollForLease, ReleaseNotifier, sleep, UnavailableGrace, waitOnConnections, watchBlocked, type PollOptions } from './wait.js';
+export {
+  AGAIN,
+  cancelOnAbort,
+  InFlight,
+  MIN_WAITER_PLACE_MS,
+  POLL_SOON,
+  waiterCadence,
+  pollForLease,
+  ReleaseNotifier,
+  sleep,
+  UnavailableGrace,
+  waitOnConnections,
+  watchBlocked,
+  type PollOptions,
+} from './wait.js';
 export { observeBackend, wrapBackend, type BackendMethod } from './wrap.js';

@@ -79,7 +79,9 @@ export class LimitMismatchError extends DeadboltError {
 export class LockUpgradeError extends DeadboltError {
   readonly code = 'LOCK_UPGRADE' as const;
   constructor(readonly key: string) {
-    super(`a write lock on ${JSON.stringify(key)} was asked for while this caller holds a read lock on it (upgrades deadlock); release the read lock first`);
+    super(
+      `a write lock on ${JSON.stringify(key)} was asked for while this caller holds a read lock on it (upgrades deadlock); release the read lock first`,
+    );
   }
 }
 
@@ -94,7 +96,9 @@ export class LockUpgradeError extends DeadboltError {
 export class SelfDeadlockError extends DeadboltError {
   readonly code = 'SELF_DEADLOCK' as const;
   constructor(readonly key: string) {
-    super(`${JSON.stringify(key)} is already held by this caller (inside a with… helper of it) through this locker; waiting would deadlock (pass reentrant: true to nest)`);
+    super(
+      `${JSON.stringify(key)} is already held by this caller (inside a with… helper of it) through this locker; waiting would deadlock (pass reentrant: true to nest)`,
+    );
   }
 }
 
@@ -188,7 +192,14 @@ export function noAnswer(backend: string, operation: string, ms: number): Backen
  * `BackendUnavailableError` when `unavailable(error)` says the store could not be reached or answer
  * in time, else `BackendError`. The driver error is the `cause` either way.
  */
-export function backendFailure(backend: string, operation: string, error: unknown, unavailable: (error: unknown) => boolean): DeadboltError {
+export function backendFailure(
+  backend: string,
+  operation: string,
+  error: unknown,
+  unavailable: (error: unknown) => boolean,
+): DeadboltError {
   if (error instanceof DeadboltError) return error;
-  return unavailable(error) ? new BackendUnavailableError(backend, operation, { cause: error }) : new BackendError(backend, operation, { cause: error });
+  return unavailable(error)
+    ? new BackendUnavailableError(backend, operation, { cause: error })
+    : new BackendError(backend, operation, { cause: error });
 }

@@ -7,8 +7,22 @@ import type { Lock, LockOptions, ReadWriteLock, Semaphore, TryLockOptions } from
 
 /** What the families need of their locker. */
 export interface FamilyHost {
-  takeShared(key: string, want: HeldKind, claim: Claim, options: LockOptions | TryLockOptions | undefined, where: string, trying: boolean): Promise<Lock | null>;
-  withHeld<T>(key: string, want: HeldKind, fn: (lock: Lock) => Promise<T> | T, options: LockOptions | undefined, where: string, claim?: Claim): Promise<T>;
+  takeShared(
+    key: string,
+    want: HeldKind,
+    claim: Claim,
+    options: LockOptions | TryLockOptions | undefined,
+    where: string,
+    trying: boolean,
+  ): Promise<Lock | null>;
+  withHeld<T>(
+    key: string,
+    want: HeldKind,
+    fn: (lock: Lock) => Promise<T> | T,
+    options: LockOptions | undefined,
+    where: string,
+    claim?: Claim,
+  ): Promise<T>;
 }
 
 /** What a semaphore or read-write lock asks the backend for. */

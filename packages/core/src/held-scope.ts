@@ -23,7 +23,12 @@ export interface HeldEntry {
 export type HeldKind = 'lock' | 'read' | 'write' | 'permit';
 
 /** Which holds a take of each kind would wait behind (read and write locks of a key wait for each other). */
-const MEETS: Record<HeldKind, readonly HeldKind[]> = { lock: ['lock'], read: ['read', 'write'], write: ['read', 'write'], permit: ['permit'] };
+const MEETS: Record<HeldKind, readonly HeldKind[]> = {
+  lock: ['lock'],
+  read: ['read', 'write'],
+  write: ['read', 'write'],
+  permit: ['permit'],
+};
 
 const scope = new AsyncLocalStorage<readonly HeldEntry[]>();
 

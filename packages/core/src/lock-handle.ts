@@ -60,7 +60,7 @@ export class HeldHandles {
 
   *[Symbol.iterator](): Iterator<LockHandle> {
     // The next link is read before yielding: a caller may remove the handle it was given.
-    for (let h = this.#head; h; ) {
+    for (let h = this.#head; h;) {
       const next: LockHandle | undefined = h.heldNext;
       yield h;
       h = next;
@@ -203,7 +203,11 @@ export class LockHandle implements Lock {
    */
   #releaseAfterDelay(): void {
     if (this.#delayedRelease) return;
-    this.#delayedRelease = after(Math.max(0, this.#lostAt + this.#delayMs - performance.now()), () => void this.#releaseInStore().catch(noop), true);
+    this.#delayedRelease = after(
+      Math.max(0, this.#lostAt + this.#delayMs - performance.now()),
+      () => void this.#releaseInStore().catch(noop),
+      true,
+    );
   }
 
   /**
@@ -222,7 +226,11 @@ export class LockHandle implements Lock {
       }
       return (this.#storeReleased = DONE);
     }
-    this.#storeReleased = this.#storeCall('release', () => backend.release(this.#lease), () => (this.#storeReleased = undefined));
+    this.#storeReleased = this.#storeCall(
+      'release',
+      () => backend.release(this.#lease),
+      () => (this.#storeReleased = undefined),
+    );
     return this.#storeReleased;
   }
 

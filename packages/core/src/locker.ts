@@ -40,7 +40,13 @@ const LOCKER_RULES = {
 } satisfies Rules<LockerOptions>;
 
 /** How a waiting call's options are checked (`lock`, `lockAll`, `acquire`, `read`, `write`, the `with…` helpers). */
-const LOCK_RULES = { ttlMs: count(1), timeoutMs: waitRule, signal: signalRule, reentrant: flag, lockDelayMs: count(0) } satisfies Rules<LockOptions>;
+const LOCK_RULES = {
+  ttlMs: count(1),
+  timeoutMs: waitRule,
+  signal: signalRule,
+  reentrant: flag,
+  lockDelayMs: count(0),
+} satisfies Rules<LockOptions>;
 /** How a one-shot call's options are checked (`tryLock`, `tryLockAll`, `tryAcquire`, `tryRead`, `tryWrite`). */
 const TRY_RULES = { ttlMs: count(1), signal: signalRule, reentrant: flag, lockDelayMs: count(0) } satisfies Rules<TryLockOptions>;
 const SEMAPHORE_RULES = { limit: count(1, MAX_SEMAPHORE_LIMIT) } satisfies Rules<{ limit: number }>;
@@ -205,7 +211,9 @@ class DefaultLocker implements Locker {
     if (typeof fn !== 'function') throw new InvalidArgumentError('withLockAll needs a function');
     return this.holding(this.lockAll(keys, options), (all) =>
       runHolding(
-        all.locks.filter((lock) => !(lock instanceof ReentrantLock)).map((lock) => ({ locker: this, key: lock.key, kind: 'lock' as const, lock })),
+        all.locks
+          .filter((lock) => !(lock instanceof ReentrantLock))
+          .map((lock) => ({ locker: this, key: lock.key, kind: 'lock' as const, lock })),
         () => fn(all),
       ),
     );
@@ -231,7 +239,14 @@ class DefaultLocker implements Locker {
   }
 
   /** The body of `withLock`, `withRead`, `withWrite` and `withPermit`: a scope that holds `key` as `want`. */
-  async withHeld<T>(key: string, want: HeldKind, fn: (lock: Lock) => Promise<T> | T, options: LockOptions | undefined, where: string, claim?: Claim): Promise<T> {
+  async withHeld<T>(
+    key: string,
+    want: HeldKind,
+    fn: (lock: Lock) => Promise<T> | T,
+    options: LockOptions | undefined,
+    where: string,
+    claim?: Claim,
+  ): Promise<T> {
     if (typeof fn !== 'function') throw new InvalidArgumentError(`${where} needs a function`);
     validateKey(key);
     const call = readCall(options, LOCK_RULES, where);
@@ -241,7 +256,14 @@ class DefaultLocker implements Locker {
   }
 
   /** A family take (`read`, `write`, a permit) of a validated key: as `lock()` (`trying` false) or `tryLock()`. */
-  takeShared(key: string, want: HeldKind, claim: Claim, options: LockOptions | TryLockOptions | undefined, where: string, trying: boolean): Promise<Lock | null> {
+  takeShared(
+    key: string,
+    want: HeldKind,
+    claim: Claim,
+    options: LockOptions | TryLockOptions | undefined,
+    where: string,
+    trying: boolean,
+  ): Promise<Lock | null> {
     try {
       const call = readCall(options, trying ? TRY_RULES : LOCK_RULES, where);
       const nested = this.#nested(key, want, call, trying);
@@ -373,9 +395,30 @@ class DefaultLocker implements Locker {
    * answers first on the spot (`acquireNow`): a grant there needs no deadline, no race and no
    * promise but the caller's; only a request that has to wait goes on to `#wait`.
    */
-  #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: true): Promise<LockHandle>;
-  #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: false): Promise<LockHandle | null>;
-  #acquire(key: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: boolean): Promise<LockHandle | null> {
+  #acquire(
+    key: string,
+    terms: LeaseTerms,
+    timeoutMs: number,
+    userSignal: AbortSignal | undefined,
+    claim: Claim | undefined,
+    required: true,
+  ): Promise<LockHandle>;
+  #acquire(
+    key: string,
+    terms: LeaseTerms,
+    timeoutMs: number,
+    userSignal: AbortSignal | undefined,
+    claim: Claim | undefined,
+    required: false,
+  ): Promise<LockHandle | null>;
+  #acquire(
+    key: string,
+    terms: LeaseTerms,
+    timeoutMs: number,
+    userSignal: AbortSignal | undefined,
+    claim: Claim | undefined,
+    required: boolean,
+  ): Promise<LockHandle | null> {
     if (this.#closed) return Promise.reject(new LockerClosedError());
     const owner = randomUUID();
     if (this.backend.acquireNow && !claim) {
@@ -406,7 +449,8 @@ class DefaultLocker implements Locker {
       this.#giveBack(lease);
       throw error;
     }
-    if (!renewed) throw new BackendUnavailableError(this.backend.name, 'acquire', { cause: new Error('the grant ran out before its answer came') });
+    if (!renewed)
+      throw new BackendUnavailableError(this.backend.name, 'acquire', { cause: new Error('the grant ran out before its answer came') });
     return sentAt;
   }
 
@@ -428,7 +472,8 @@ class DefaultLocker implements Locker {
 
   /** The answer to a store that said "busy" (`null`): a wait must never hear it; a single attempt resolves null, or rejects when `required`. */
   #notGranted(key: string, timeoutMs: number, required: boolean): Promise<null> {
-    if (timeoutMs > 0) return Promise.reject(new BackendError(this.backend.name, 'acquire', { cause: 'a waiting acquire returned no lease' }));
+    if (timeoutMs > 0)
+      return Promise.reject(new BackendError(this.backend.name, 'acquire', { cause: 'a waiting acquire returned no lease' }));
     return required ? Promise.reject(new LockTimeoutError(key, timeoutMs)) : Promise.resolve(null);
   }
 
@@ -437,7 +482,15 @@ class DefaultLocker implements Locker {
    * signal and close(), so a silent store can delay none of them; a grant that arrives after the
    * race was lost is handed back.
    */
-  async #wait(key: string, owner: string, terms: LeaseTerms, timeoutMs: number, userSignal: AbortSignal | undefined, claim: Claim | undefined, required: boolean): Promise<LockHandle | null> {
+  async #wait(
+    key: string,
+    owner: string,
+    terms: LeaseTerms,
+    timeoutMs: number,
+    userSignal: AbortSignal | undefined,
+    claim: Claim | undefined,
+    required: boolean,
+  ): Promise<LockHandle | null> {
     const wait = timeoutMs > 0;
     const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
     // The common case (a wait with no deadline, no caller signal) shares the locker's close signal;
@@ -481,8 +534,13 @@ class DefaultLocker implements Locker {
             // The grant came so late (a store that held its answer) that this process could count
             // on less than a renewal period of it: renew it before reporting it, or give it up.
             const renewal = this.#renewGrant(grant, terms);
-            attempt = renewal.then(() => grant, () => null); // for the abort path's wait; never rejects
-            since = await (controller ? raceSignal(renewal, signal, () => this.#giveBack(grant)) : race(renewal, this.#failOnClose, () => this.#giveBack(grant)));
+            attempt = renewal.then(
+              () => grant,
+              () => null,
+            ); // for the abort path's wait; never rejects
+            since = await (controller
+              ? raceSignal(renewal, signal, () => this.#giveBack(grant))
+              : race(renewal, this.#failOnClose, () => this.#giveBack(grant)));
           }
           return grant;
         });

@@ -251,13 +251,16 @@ export class MemoryLockStore {
 
   #armClaimExpiry(key: string, claim: Claim): void {
     clearTimeout(claim.timer);
-    claim.timer = setTimeout(() => {
-      claim.timer = undefined;
-      const state = this.#shared.get(key);
-      if (!state?.claims.includes(claim)) return;
-      if (performance.now() >= claim.expiresAt) this.#dropClaim(key, state, claim);
-      else if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
-    }, Math.max(0, claim.expiresAt - performance.now()) + 1);
+    claim.timer = setTimeout(
+      () => {
+        claim.timer = undefined;
+        const state = this.#shared.get(key);
+        if (!state?.claims.includes(claim)) return;
+        if (performance.now() >= claim.expiresAt) this.#dropClaim(key, state, claim);
+        else if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
+      },
+      Math.max(0, claim.expiresAt - performance.now()) + 1,
+    );
     claim.timer.unref();
   }
 
@@ -289,13 +292,16 @@ export class MemoryLockStore {
   /** Hand the key to the next waiter when the holder's lease runs out. */
   #armExpiry(key: string, holder: Holder): void {
     clearTimeout(holder.timer);
-    holder.timer = setTimeout(() => {
-      holder.timer = undefined;
-      const state = this.#keys.get(key);
-      if (state?.holder !== holder) return;
-      if (performance.now() >= holder.expiresAt) this.#vacate(key, state);
-      else this.#armExpiry(key, holder);
-    }, Math.max(0, holder.expiresAt - performance.now()) + 1);
+    holder.timer = setTimeout(
+      () => {
+        holder.timer = undefined;
+        const state = this.#keys.get(key);
+        if (state?.holder !== holder) return;
+        if (performance.now() >= holder.expiresAt) this.#vacate(key, state);
+        else this.#armExpiry(key, holder);
+      },
+      Math.max(0, holder.expiresAt - performance.now()) + 1,
+    );
     holder.timer.unref();
   }
 

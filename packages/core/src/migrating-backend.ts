@@ -1,5 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { DEFAULT_MAX_TTL_MS, fullCapabilities, type AcquireRequest, type Capabilities, type Lease, type LockBackend, type SharedRequest } from './backend.js';
+import {
+  DEFAULT_MAX_TTL_MS,
+  fullCapabilities,
+  type AcquireRequest,
+  type Capabilities,
+  type Lease,
+  type LockBackend,
+  type SharedRequest,
+} from './backend.js';
 import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
 import { instance, oneOf, readOptions, required, type Rules } from './options.js';
 import { after, raceSignal, type Timer } from './time.js';
@@ -22,7 +30,11 @@ export interface MigratingBackendOptions {
 }
 
 const isBackendRule = instance(isBackend, 'a LockBackend');
-const MIGRATING_RULES = { from: isBackendRule, to: isBackendRule, phase: oneOf(['from', 'dual', 'to']) } satisfies Rules<MigratingBackendOptions>;
+const MIGRATING_RULES = {
+  from: isBackendRule,
+  to: isBackendRule,
+  phase: oneOf(['from', 'dual', 'to']),
+} satisfies Rules<MigratingBackendOptions>;
 
 /**
  * How far above the other store's token a raise may lift a floor, to spare later raises (see
@@ -79,9 +91,14 @@ export class MigratingBackend implements LockBackend {
   constructor(options: MigratingBackendOptions) {
     const read = readOptions(options, MIGRATING_RULES, 'migratingBackend');
     const [from, to, phase] = [required(read.from, 'from'), required(read.to, 'to'), required(read.phase, 'phase')];
-    for (const [side, backend] of [['from', from], ['to', to]] as const) {
+    for (const [side, backend] of [
+      ['from', from],
+      ['to', to],
+    ] as const) {
       if (typeof backend.raiseTokenFloor !== 'function') {
-        throw new InvalidArgumentError(`${side} (${backend.name}) cannot raise its token floor, so tokens could go backwards across the migration`);
+        throw new InvalidArgumentError(
+          `${side} (${backend.name}) cannot raise its token floor, so tokens could go backwards across the migration`,
+        );
       }
     }
     if (from === to) throw new InvalidArgumentError('from and to must be different backends');
@@ -136,7 +153,10 @@ export class MigratingBackend implements LockBackend {
 
   async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
     if (!isDual(lease)) return this.#single.raiseTokenFloor!(lease, floor);
-    const [first, second] = await Promise.all([this.from.raiseTokenFloor!(lease.first, floor), this.to.raiseTokenFloor!(lease.second, floor)]);
+    const [first, second] = await Promise.all([
+      this.from.raiseTokenFloor!(lease.first, floor),
+      this.to.raiseTokenFloor!(lease.second, floor),
+    ]);
     return first && second;
   }
 
@@ -168,7 +188,9 @@ export class MigratingBackend implements LockBackend {
       const lease = await this.#fence(req, first, taken.second, taken.firstSince);
       if (lease) return lease;
       if (!req.wait) {
-        throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error('the lease was lost while its token floor was raised') });
+        throw new BackendUnavailableError(this.name, 'acquire', {
+          cause: new Error('the lease was lost while its token floor was raised'),
+        });
       }
     }
   }
@@ -182,9 +204,13 @@ export class MigratingBackend implements LockBackend {
    */
   async #takeSecond(req: AcquireRequest | SharedRequest, first: Lease): Promise<{ second: Lease; firstSince: number } | null | 'lost'> {
     const ask = (wait: boolean, signal: AbortSignal) =>
-      raceSignal(take(this.to, { ...req, wait, signal, ...(this.to.capabilities.minToken ? { minToken: first.token } : {}) }), signal, (late) => {
-        if (late) this.to.release(late).catch(() => undefined);
-      });
+      raceSignal(
+        take(this.to, { ...req, wait, signal, ...(this.to.capabilities.minToken ? { minToken: first.token } : {}) }),
+        signal,
+        (late) => {
+          if (late) this.to.release(late).catch(() => undefined);
+        },
+      );
     let second: Lease | null;
     try {
       // `to` is mostly free (only holders of `from` and, late in a rollout, `to` processes take
@@ -212,7 +238,9 @@ export class MigratingBackend implements LockBackend {
     await guard.stop();
     if (!second) {
       await this.#releaseParts({ first, second: undefined });
-      throw new BackendUnavailableError(this.name, 'acquire', { cause: new Error(`${this.to.name} returned no lease from a waiting acquire`) });
+      throw new BackendUnavailableError(this.name, 'acquire', {
+        cause: new Error(`${this.to.name} returned no lease from a waiting acquire`),
+      });
     }
     if (guard.lost) {
       // `to` answered just as the first lease was found lost: never report half a lock.
@@ -330,16 +358,21 @@ class FirstLeaseGuard {
   }
 
   #schedule(delayMs: number): void {
-    this.#timer = after(delayMs, () => {
-      this.#renewal = this.#renew();
-    }, true);
+    this.#timer = after(
+      delayMs,
+      () => {
+        this.#renewal = this.#renew();
+      },
+      true,
+    );
   }
 
   async #renew(): Promise<void> {
     if (this.#stopped) return;
     const sentAt = performance.now();
     try {
-      if (!(await this.#backend.renew(this.#lease, this.#req.ttlMs))) return this.#lose(new Error('the first lease was lost while waiting for the second store'));
+      if (!(await this.#backend.renew(this.#lease, this.#req.ttlMs)))
+        return this.#lose(new Error('the first lease was lost while waiting for the second store'));
       this.acquiredAt = sentAt;
     } catch (error) {
       // Keep trying while the lease may still be alive, as core does for a held lock.
@@ -377,7 +410,8 @@ function combine(from: LockBackend, to: LockBackend): Capabilities {
   const granularity = lcm(a.ttlGranularityMs, b.ttlGranularityMs);
   const minTtlMs = Math.ceil(Math.max(a.minTtlMs, b.minTtlMs) / granularity) * granularity;
   const maxTtlMs = Math.min(a.maxTtlMs ?? DEFAULT_MAX_TTL_MS, b.maxTtlMs ?? DEFAULT_MAX_TTL_MS);
-  if (minTtlMs > maxTtlMs) throw new InvalidArgumentError(`the two stores accept no common ttl (at least ${minTtlMs} ms, at most ${maxTtlMs} ms)`);
+  if (minTtlMs > maxTtlMs)
+    throw new InvalidArgumentError(`the two stores accept no common ttl (at least ${minTtlMs} ms, at most ${maxTtlMs} ms)`);
   return {
     fencing: 'strict',
     fairness: a.fairness === 'fifo' && b.fairness === 'fifo' ? 'fifo' : 'none',
@@ -399,8 +433,16 @@ function lcm(x: number, y: number): number {
 
 function isBackend(value: unknown): value is LockBackend {
   const b = value as LockBackend | undefined;
-  return !!b && typeof b === 'object' && typeof b.acquire === 'function' && typeof b.renew === 'function' &&
-    typeof b.release === 'function' && typeof b.close === 'function' && !!b.capabilities && typeof b.name === 'string';
+  return (
+    !!b &&
+    typeof b === 'object' &&
+    typeof b.acquire === 'function' &&
+    typeof b.renew === 'function' &&
+    typeof b.release === 'function' &&
+    typeof b.close === 'function' &&
+    !!b.capabilities &&
+    typeof b.name === 'string'
+  );
 }
 
 /** One loss signal for a lease of two parts (none when neither part has one), and how to stop listening. */

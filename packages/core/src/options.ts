@@ -127,14 +127,18 @@ export function nested<R extends Record<string, Rule<unknown>>>(rules: R): Rule<
 
 /** `rules` whose errors name `parent.option`. */
 function prefixed<R extends Record<string, Rule<unknown>>>(rules: R, parent: string): R {
-  return Object.fromEntries(Object.entries(rules).map(([key, rule]) => [key, { ...rule, check: (v: unknown) => rule.check(v, `${parent}.${key}`) }])) as unknown as R;
+  return Object.fromEntries(
+    Object.entries(rules).map(([key, rule]) => [key, { ...rule, check: (v: unknown) => rule.check(v, `${parent}.${key}`) }]),
+  ) as unknown as R;
 }
 
 /** A whole number from `min` to `max`. */
 export function count(min: number, max = Number.MAX_SAFE_INTEGER): Rule<number> {
   return {
     check: (value, name) =>
-      Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max ? (value as number) : refuse(name, `a whole number from ${min} to ${max}`, value),
+      Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max
+        ? (value as number)
+        : refuse(name, `a whole number from ${min} to ${max}`, value),
     hostile: [...NOT_NUMBERS, Infinity, -Infinity, min - 1, min + 0.5, ...(max < Number.MAX_SAFE_INTEGER ? [max + 1] : [])],
   };
 }
@@ -155,7 +159,9 @@ export function text(pattern: RegExp, wanted: string, hostile: readonly string[]
   return {
     check: (value, name) => {
       if (typeof value !== 'string' || !pattern.test(value)) {
-        throw new InvalidArgumentError(`${name} must be ${wanted}, got ${typeof value === 'string' ? JSON.stringify(value) : describe(value)}`);
+        throw new InvalidArgumentError(
+          `${name} must be ${wanted}, got ${typeof value === 'string' ? JSON.stringify(value) : describe(value)}`,
+        );
       }
       return value;
     },
@@ -188,10 +194,25 @@ export function url(schemes: readonly string[], hostless = false): Rule<StoreUrl
       let parsed = parseStoreUrl(value, schemes);
       keepSecret(parsed?.password);
       if (parsed && parsed.hosts.length === 0 && !hostless) parsed = undefined;
-      if (!parsed) throw new InvalidArgumentError(`${name} must be ${wanted}${schemes.length > 1 ? ` (${schemes.join(', ')})` : ''}; the one given is not (its text is not shown: it may hold a password)`);
+      if (!parsed)
+        throw new InvalidArgumentError(
+          `${name} must be ${wanted}${schemes.length > 1 ? ` (${schemes.join(', ')})` : ''}; the one given is not (its text is not shown: it may hold a password)`,
+        );
       return parsed;
     },
-    hostile: [5, null, {}, '', 'nonsense', ...(hostless ? [] : [`${schemes[0]}://`]), `${schemes[0]}://[`, `${schemes[0]}://127.0.0.1:99999`, `${schemes[0]}://127.0.0.1:port`, `${schemes[0]}://u:%E0%A4%A@127.0.0.1:1`, `ftp://127.0.0.1:1`],
+    hostile: [
+      5,
+      null,
+      {},
+      '',
+      'nonsense',
+      ...(hostless ? [] : [`${schemes[0]}://`]),
+      `${schemes[0]}://[`,
+      `${schemes[0]}://127.0.0.1:99999`,
+      `${schemes[0]}://127.0.0.1:port`,
+      `${schemes[0]}://u:%E0%A4%A@127.0.0.1:1`,
+      `ftp://127.0.0.1:1`,
+    ],
   };
 }
 

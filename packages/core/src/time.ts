@@ -211,15 +211,19 @@ export function race<T>(promise: Promise<T>, arm: (fail: (error: unknown) => voi
  * grant), so nothing the store gave is dropped unseen.
  */
 export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?: (value: T) => void): Promise<T> {
-  return race(promise, (fail) => {
-    const onAbort = () => fail(signal.reason);
-    if (signal.aborted) {
-      onAbort();
-      return () => undefined;
-    }
-    signal.addEventListener('abort', onAbort, { once: true });
-    return () => signal.removeEventListener('abort', onAbort);
-  }, onLate);
+  return race(
+    promise,
+    (fail) => {
+      const onAbort = () => fail(signal.reason);
+      if (signal.aborted) {
+        onAbort();
+        return () => undefined;
+      }
+      signal.addEventListener('abort', onAbort, { once: true });
+      return () => signal.removeEventListener('abort', onAbort);
+    },
+    onLate,
+  );
 }
 
 /**
@@ -227,8 +231,12 @@ export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?:
  * later goes to `onLate`.
  */
 export function withTimeout<T>(promise: Promise<T>, ms: number, timeoutError: () => Error, onLate?: (value: T) => void): Promise<T> {
-  return race(promise, (fail) => {
-    const timer = after(ms, () => fail(timeoutError()));
-    return () => timer.cancel();
-  }, onLate);
+  return race(
+    promise,
+    (fail) => {
+      const timer = after(ms, () => fail(timeoutError()));
+      return () => timer.cancel();
+    },
+    onLate,
+  );
 }

@@ -14,7 +14,10 @@ export const MAX_KEY_BYTES = 1024;
 export function validateKey(key: unknown): asserts key is string {
   if (typeof key !== 'string') throw new InvalidArgumentError(`key must be a string, got ${typeof key}`);
   if (key.length === 0) throw new InvalidArgumentError('key must not be empty');
-  if (!key.isWellFormed()) throw new InvalidArgumentError('key must be well-formed Unicode: it holds a lone UTF-16 surrogate, which stores cannot tell from U+FFFD');
+  if (!key.isWellFormed())
+    throw new InvalidArgumentError(
+      'key must be well-formed Unicode: it holds a lone UTF-16 surrogate, which stores cannot tell from U+FFFD',
+    );
   // A UTF-16 code unit is at most 3 UTF-8 bytes: only a long key needs counting.
   if (key.length <= MAX_KEY_BYTES / 3) return;
   const bytes = Buffer.byteLength(key, 'utf8');
@@ -37,9 +40,7 @@ export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'):
   const max = caps.maxTtlMs ?? DEFAULT_MAX_TTL_MS;
   if (ttlMs > max) throw new InvalidArgumentError(`${name} must be at most ${max} ms on this backend, got ${ttlMs}`);
   if (ttlMs % caps.ttlGranularityMs !== 0) {
-    throw new InvalidArgumentError(
-      `${name} must be a multiple of ${caps.ttlGranularityMs} ms on this backend, got ${ttlMs}`,
-    );
+    throw new InvalidArgumentError(`${name} must be a multiple of ${caps.ttlGranularityMs} ms on this backend, got ${ttlMs}`);
   }
   return ttlMs;
 }

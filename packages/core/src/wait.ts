@@ -169,7 +169,12 @@ const AGAIN_PAUSE_MAX_MS = 1000;
  * connect timeout. Rejects with `signal.reason` when `signal` aborts, and with any other error (or
  * any error of a one-shot attempt, `wait` false) at once.
  */
-export async function waitOnConnections<L>(wait: boolean, signal: AbortSignal, graceMs: number, attempt: () => Promise<L | typeof AGAIN>): Promise<L> {
+export async function waitOnConnections<L>(
+  wait: boolean,
+  signal: AbortSignal,
+  graceMs: number,
+  attempt: () => Promise<L | typeof AGAIN>,
+): Promise<L> {
   const grace = new UnavailableGrace(graceMs);
   let pauseMs = AGAIN_PAUSE_MS;
   for (;;) {
@@ -272,7 +277,13 @@ export function cancelOnAbort(signal: AbortSignal, cancel: () => Promise<unknown
  * (an unreachable store is not this); a grant on its way is given `graceMs` to arrive. The caller
  * then closes the connection and has the server end its session, which frees the lock.
  */
-export function watchBlocked<T>(backend: string, blocked: Promise<T>, suspect: () => Promise<boolean>, graceMs: number, everyMs = 2000): Promise<T> {
+export function watchBlocked<T>(
+  backend: string,
+  blocked: Promise<T>,
+  suspect: () => Promise<boolean>,
+  graceMs: number,
+  everyMs = 2000,
+): Promise<T> {
   return race(blocked, (fail) => {
     let stopped = false;
     let since: number | undefined;
@@ -285,7 +296,11 @@ export function watchBlocked<T>(backend: string, blocked: Promise<T>, suspect: (
           if (stopped) return;
           if (!yes) since = undefined;
           else if (performance.now() - (since ??= sentAt) >= graceMs) {
-            return fail(new BackendUnavailableError(backend, 'acquire', { cause: new Error(`a blocked wait got no answer although the server showed it granted or gone for ${graceMs} ms`) }));
+            return fail(
+              new BackendUnavailableError(backend, 'acquire', {
+                cause: new Error(`a blocked wait got no answer although the server showed it granted or gone for ${graceMs} ms`),
+              }),
+            );
           }
           timer = next();
         });

@@ -54,7 +54,10 @@ export function wrapBackend<L extends Lease>(inner: LockBackend<L>, overrides: P
  * `inner` with every store call (each method but `close`) reported to `onCall` by name before it is
  * made. Throws nothing of its own.
  */
-export function observeBackend<L extends Lease>(inner: LockBackend<L>, onCall: (method: Exclude<BackendMethod, 'close'>) => void): LockBackend<L> {
+export function observeBackend<L extends Lease>(
+  inner: LockBackend<L>,
+  onCall: (method: Exclude<BackendMethod, 'close'>) => void,
+): LockBackend<L> {
   const overrides: Record<string, unknown> = {};
   for (const [member, kind] of Object.entries(MEMBERS) as [BackendMethod, 'value' | 'call'][]) {
     const own = inner[member as keyof LockBackend<L>];

@@ -184,7 +184,10 @@ describe('Locker renewal', () => {
  * The memory backend whose next `failures` acquisitions fail with `error` (an unreachable store by
  * default) before reaching the store; logs each acquisition's owner.
  */
-function unreachableFor(failures: number, error: () => Error = () => new BackendUnavailableError('down', 'connect', { cause: new Error('connect ETIMEDOUT') })) {
+function unreachableFor(
+  failures: number,
+  error: () => Error = () => new BackendUnavailableError('down', 'connect', { cause: new Error('connect ETIMEDOUT') }),
+) {
   const inner = memoryBackend({ store: new MemoryLockStore() });
   const owners: string[] = [];
   let left = failures;
@@ -218,12 +221,16 @@ describe('Locker: a wait rides out an unreachable store (unavailableGraceMs)', (
   it('rejects with the last error once failures have gone on for the grace; 0 fails at the first', async () => {
     const { backend, owners } = unreachableFor(1000);
     const started = performance.now();
-    await expect(createLocker(backend, { unavailableGraceMs: 300 }).lock('k', { timeoutMs: 10_000 })).rejects.toBeInstanceOf(BackendUnavailableError);
+    await expect(createLocker(backend, { unavailableGraceMs: 300 }).lock('k', { timeoutMs: 10_000 })).rejects.toBeInstanceOf(
+      BackendUnavailableError,
+    );
     expect(performance.now() - started).toBeGreaterThanOrEqual(300);
     expect(performance.now() - started).toBeLessThan(3000);
     expect(owners.length).toBeGreaterThan(1);
     owners.length = 0;
-    await expect(createLocker(backend, { unavailableGraceMs: 0 }).lock('k', { timeoutMs: 10_000 })).rejects.toBeInstanceOf(BackendUnavailableError);
+    await expect(createLocker(backend, { unavailableGraceMs: 0 }).lock('k', { timeoutMs: 10_000 })).rejects.toBeInstanceOf(
+      BackendUnavailableError,
+    );
     expect(owners).toHaveLength(1);
   });
 
@@ -394,12 +401,18 @@ describe('pollForLease', () => {
     const notifier = new ReleaseNotifier();
     const controller = new AbortController();
     let attempts = 0;
-    const waiting = pollForLease('k', controller.signal, async () => (attempts++, null), async () => undefined, {
-      notifier,
-      owner: 'me',
-      minDelayMs: 5000,
-      maxDelayMs: 5000,
-    }).catch((e: unknown) => e);
+    const waiting = pollForLease(
+      'k',
+      controller.signal,
+      async () => (attempts++, null),
+      async () => undefined,
+      {
+        notifier,
+        owner: 'me',
+        minDelayMs: 5000,
+        maxDelayMs: 5000,
+      },
+    ).catch((e: unknown) => e);
     await new Promise((r) => setTimeout(r, 20));
     notifier.notify('k', 'someone-else');
     await new Promise((r) => setTimeout(r, 20));
@@ -419,13 +432,17 @@ describe('cancelOnAbort', () => {
     let calls = 0;
     let inFlight = 0;
     let overlapped = false;
-    const stop = cancelOnAbort(controller.signal, async () => {
-      calls++;
-      overlapped ||= inFlight > 0;
-      inFlight++;
-      await new Promise((r) => setTimeout(r, 20));
-      inFlight--;
-    }, 10);
+    const stop = cancelOnAbort(
+      controller.signal,
+      async () => {
+        calls++;
+        overlapped ||= inFlight > 0;
+        inFlight++;
+        await new Promise((r) => setTimeout(r, 20));
+        inFlight--;
+      },
+      10,
+    );
     await new Promise((r) => setTimeout(r, 50));
     expect(calls).toBe(0); // nothing before the abort
     controller.abort();

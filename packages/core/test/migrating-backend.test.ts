@@ -36,14 +36,29 @@ describe('migratingBackend: bad input', () => {
 
   it('rejects a bad phase, from === to, non-backends and backends that cannot raise their token floor', () => {
     for (const phase of ['both', '', undefined, 'FROM']) {
-      expect(() => migratingBackend({ from, to, phase: phase as MigrationPhase })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      expect(() => migratingBackend({ from, to, phase: phase as MigrationPhase })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+      );
     }
     expect(() => migratingBackend({ from, to: from, phase: 'dual' })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
     for (const bad of [null, {}, 'redis://x', { acquire: () => null }]) {
-      expect(() => migratingBackend({ from: bad as unknown as LockBackend, to, phase: 'dual' })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
-      expect(() => migratingBackend({ from, to: bad as unknown as LockBackend, phase: 'from' })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      expect(() => migratingBackend({ from: bad as unknown as LockBackend, to, phase: 'dual' })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+      );
+      expect(() => migratingBackend({ from, to: bad as unknown as LockBackend, phase: 'from' })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+      );
     }
-    const { raiseTokenFloor: _, ...withoutFloor } = { ...to, acquire: to.acquire.bind(to), renew: to.renew.bind(to), release: to.release.bind(to), close: to.close.bind(to), raiseTokenFloor: undefined, name: 'x', capabilities: to.capabilities };
+    const { raiseTokenFloor: _, ...withoutFloor } = {
+      ...to,
+      acquire: to.acquire.bind(to),
+      renew: to.renew.bind(to),
+      release: to.release.bind(to),
+      close: to.close.bind(to),
+      raiseTokenFloor: undefined,
+      name: 'x',
+      capabilities: to.capabilities,
+    };
     expect(() => migratingBackend({ from, to: withoutFloor as LockBackend, phase: 'to' })).toThrow(/cannot raise its token floor/);
     expect(() => migratingBackend(undefined as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
   });
@@ -63,18 +78,36 @@ describe('migratingBackend: bad input', () => {
     for (const phase of ['from', 'dual', 'to'] as const) {
       const caps = migratingBackend({
         from: fake({ fairness: 'none', minTtlMs: 1000, ttlGranularityMs: 1000, lease: 'ttl', wake: 'poll', crossProcess: true }),
-        to: fake({ fairness: 'fifo', minTtlMs: 1500, ttlGranularityMs: 1, maxTtlMs: 40_000, lease: 'session', wake: 'push', crossProcess: true }),
+        to: fake({
+          fairness: 'fifo',
+          minTtlMs: 1500,
+          ttlGranularityMs: 1,
+          maxTtlMs: 40_000,
+          lease: 'session',
+          wake: 'push',
+          crossProcess: true,
+        }),
         phase,
       }).capabilities;
       // Stores that claim shared claims but have no acquireShared (the fakes) offer none.
       expect(caps).toEqual({
-        fencing: 'strict', fairness: 'none', lease: 'session', wake: 'poll', minTtlMs: 2000, ttlGranularityMs: 1000, maxTtlMs: 40_000, crossProcess: true,
-        semaphore: false, readWrite: false,
+        fencing: 'strict',
+        fairness: 'none',
+        lease: 'session',
+        wake: 'poll',
+        minTtlMs: 2000,
+        ttlGranularityMs: 1000,
+        maxTtlMs: 40_000,
+        crossProcess: true,
+        semaphore: false,
+        readWrite: false,
       });
     }
     const both = migratingBackend({ from: memoryBackend({ store: new MemoryLockStore() }), to: fifo, phase: 'dual' }).capabilities;
     expect([both.semaphore, both.readWrite]).toEqual([true, true]);
-    expect(() => migratingBackend({ from: fake({ minTtlMs: 50_000 }), to: fake({ maxTtlMs: 40_000 }), phase: 'dual' })).toThrow(/no common ttl/);
+    expect(() => migratingBackend({ from: fake({ minTtlMs: 50_000 }), to: fake({ maxTtlMs: 40_000 }), phase: 'dual' })).toThrow(
+      /no common ttl/,
+    );
   });
 });
 
@@ -86,7 +119,12 @@ describe('migratingBackend: a rolling migration', () => {
       // Each store has its own history of this key before the migration starts.
       await advance(a, key, ahead === 'from' ? 50 : 3);
       await advance(b, key, ahead === 'to' ? 50 : 3);
-      const steps: MigrationPhase[][] = [['from', 'dual'], ['dual', 'to'], ['dual', 'to'], ['from', 'dual']];
+      const steps: MigrationPhase[][] = [
+        ['from', 'dual'],
+        ['dual', 'to'],
+        ['dual', 'to'],
+        ['from', 'dual'],
+      ];
       let last = -1n;
       for (const pair of steps) {
         const [x, y] = [locker(pair[0]!), locker(pair[1]!)];
@@ -107,7 +145,10 @@ describe('migratingBackend: a rolling migration', () => {
     const { a, b, locker, close } = stores();
     const key = 'killed';
     await advance(b, key, 40);
-    const dual = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: memoryBackend({ store: b }), phase: 'dual' }), { ttlMs: 200, autoRenew: false });
+    const dual = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: memoryBackend({ store: b }), phase: 'dual' }), {
+      ttlMs: 200,
+      autoRenew: false,
+    });
     const crashed = await dual.lock(key);
     expect(crashed.token).toBeGreaterThan(40n);
     // No release: the next holder in the old store gets the key once the lease runs out.
@@ -140,7 +181,10 @@ describe('migratingBackend: dual', () => {
     const [a, b] = [new MemoryLockStore(), new MemoryLockStore()];
     await advance(b, 'order', 5);
     const log: string[] = [];
-    const locker = createLocker(migratingBackend({ from: recording(a, log, 'from').backend, to: recording(b, log, 'to').backend, phase: 'dual' }), { ttlMs: 1000 });
+    const locker = createLocker(
+      migratingBackend({ from: recording(a, log, 'from').backend, to: recording(b, log, 'to').backend, phase: 'dual' }),
+      { ttlMs: 1000 },
+    );
     const lock = await locker.lock('order');
     expect(lock.token).toBe(6n);
     await lock.release();
@@ -159,7 +203,10 @@ describe('migratingBackend: dual', () => {
     const log: string[] = [];
     const to = recording(b, log, 'to');
     to.state.silent = true;
-    const locker = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: to.backend, phase: 'dual' }), { ttlMs: 1000, operationTimeoutMs: 300 });
+    const locker = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: to.backend, phase: 'dual' }), {
+      ttlMs: 1000,
+      operationTimeoutMs: 300,
+    });
     const started = performance.now();
     await expect(locker.lock('silent', { timeoutMs: 200 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
     await expect(locker.tryLock('silent')).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
@@ -171,8 +218,12 @@ describe('migratingBackend: dual', () => {
 
   it('a wait for the second store keeps the first lease alive, and queues again if it is lost meanwhile', async () => {
     const [a, b] = [new MemoryLockStore(), new MemoryLockStore()];
-    const toPhase = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: memoryBackend({ store: b }), phase: 'to' }), { ttlMs: 200 });
-    const dual = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: memoryBackend({ store: b }), phase: 'dual' }), { ttlMs: 200 });
+    const toPhase = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: memoryBackend({ store: b }), phase: 'to' }), {
+      ttlMs: 200,
+    });
+    const dual = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: memoryBackend({ store: b }), phase: 'dual' }), {
+      ttlMs: 200,
+    });
     const held = await toPhase.lock('wait');
     const waiting = dual.lock('wait');
     await sleep(500); // more than two ttls: the first lease lives only if it is renewed
@@ -191,7 +242,9 @@ describe('migratingBackend: dual', () => {
   it('a loss in either store aborts lock.signal and gives the other part back', async () => {
     for (const side of ['from', 'to'] as const) {
       const [a, b] = [new MemoryLockStore(), new MemoryLockStore()];
-      const locker = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: memoryBackend({ store: b }), phase: 'dual' }), { ttlMs: 300 });
+      const locker = createLocker(migratingBackend({ from: memoryBackend({ store: a }), to: memoryBackend({ store: b }), phase: 'dual' }), {
+        ttlMs: 300,
+      });
       const lock = await locker.lock('loss');
       (side === 'from' ? a : b).evictAll();
       await new Promise<void>((resolve) => lock.signal.addEventListener('abort', () => resolve(), { once: true }));

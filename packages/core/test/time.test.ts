@@ -67,7 +67,9 @@ describe('after(): timers that share one Node timer per delay', () => {
     const time = fileURLToPath(new URL('../dist/time.js', import.meta.url));
     const run = (body: string) => {
       const started = performance.now();
-      const child = spawnSync(process.execPath, ['--input-type=module', '-e', `import { after } from ${JSON.stringify(time)};\n${body}`], { encoding: 'utf8' });
+      const child = spawnSync(process.execPath, ['--input-type=module', '-e', `import { after } from ${JSON.stringify(time)};\n${body}`], {
+        encoding: 'utf8',
+      });
       return { ms: performance.now() - started, out: child.stdout.trim(), status: child.status };
     };
     const cancelled = run(`after(5000, () => console.log('fired')).cancel();`);
@@ -89,7 +91,11 @@ describe('after(): timers that share one Node timer per delay', () => {
       for (let i = 0; i < 100000; i++) after(10000 + i * 7.3, () => undefined).cancel();
       await new Promise((r) => setTimeout(r, 50));
       console.log(Math.round((heap() - start) / 1e6));`;
-    const child = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', `import { after } from ${JSON.stringify(time)};\n${body}`], { encoding: 'utf8' });
+    const child = spawnSync(
+      process.execPath,
+      ['--expose-gc', '--input-type=module', '-e', `import { after } from ${JSON.stringify(time)};\n${body}`],
+      { encoding: 'utf8' },
+    );
     expect(child.status, child.stderr).toBe(0);
     expect(Number(child.stdout.trim()), 'MB retained after 100 000 cancelled timers of distinct delays').toBeLessThanOrEqual(3);
     const before = timerLists();

@@ -8,7 +8,16 @@ describe('wrapBackend', () => {
     const wrapped = wrapBackend(inner, { name: 'wrapped' });
     expect(wrapped.name).toBe('wrapped');
     expect(wrapped.capabilities).toBe(inner.capabilities);
-    for (const member of ['acquire', 'acquireShared', 'acquireNow', 'releaseNow', 'renew', 'release', 'raiseTokenFloor', 'close'] as const) {
+    for (const member of [
+      'acquire',
+      'acquireShared',
+      'acquireNow',
+      'releaseNow',
+      'renew',
+      'release',
+      'raiseTokenFloor',
+      'close',
+    ] as const) {
       expect(typeof wrapped[member], member).toBe('function');
     }
     // Bound to the inner backend: a semaphore through the wrapper works.
