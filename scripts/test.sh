@@ -14,4 +14,8 @@ command -v chromium >/dev/null || bash test-matrix/lib.sh apt chromium
 echo "[test] building and type-checking" >&2
 pnpm -s build
 pnpm -s typecheck
+# About 30 s: the promise rules need the type checker. A finding fails the run before any test.
+echo "[test] linting and checking the format" >&2
+pnpm -s lint
+pnpm -s format:check
 exec node scripts/run-tests.mjs "$@"
