@@ -150,6 +150,7 @@ export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
       rules: redlockOptionRules,
       valid: (address) => ({ nodes: [`redis://${address.host}:${address.port}`], maxTtlMs }),
     },
+    createBackendInOtherNamespace: () => redlockBackend({ nodes, maxTtlMs, prefix: 'deadbolt:other:' }),
     createBackendWithCredentials: (user, password, address) =>
       redlockBackend({
         nodes: nodes.map((node, i) => withCredentials(node, user, password, i === 0 ? address : storeAddress(node))),
