@@ -121,7 +121,7 @@ const rpc = new Rpc(process as unknown as Channel, {
     const lock = handle(id);
     const tick = async () => {
       if (lock.signal.aborted) return rpc.emit('writer-stopped', { id });
-      await rpc.call('fencedWrite', lock.token);
+      await rpc.call('fencedWrite', lock.token, process.hrtime.bigint());
       setTimeout(tick, everyMs);
     };
     void tick();

@@ -1,7 +1,7 @@
 export { defineConformanceSuite } from './suite.js';
 export type { ConformanceHarness, ConformanceOptions, SuiteContext } from './context.js';
 export { abortedWithin, closeLockersAfterEach, expectWaitThroughSlowConnect } from './helpers.js';
-export { FencedRegister } from './register.js';
+export { FencedRegister, type FencedWrite } from './register.js';
 export { FaultProxy, type Address } from './fault-proxy.js';
 export { ChildHolder, type ChildBackendConfig } from './children.js';
 export { matrixUrl, restartMatrixServer, retryFor, storeAddress, viaUrl, withCredentials, type MatrixServer } from './test-matrix.js';

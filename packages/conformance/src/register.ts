@@ -3,22 +3,35 @@
  * highest token it has seen and rejects any write that carries a lower one. The current holder may
  * write as often as it likes; a stale holder (lease lost, someone newer wrote) is refused.
  */
+/** One write the register saw. */
+export interface FencedWrite<T> {
+  readonly token: bigint;
+  readonly value: T;
+  readonly writer: string;
+  readonly checkedAt?: bigint;
+}
+
 export class FencedRegister<T = unknown> {
   #highest = -1n;
   #value: T | undefined;
-  readonly accepted: { token: bigint; value: T; writer: string }[] = [];
-  readonly rejected: { token: bigint; value: T; writer: string }[] = [];
+  readonly accepted: FencedWrite<T>[] = [];
+  readonly rejected: FencedWrite<T>[] = [];
 
-  /** Returns true when the write was accepted. */
-  write(token: bigint, value: T, writer = ''): boolean {
+  /**
+   * Returns true when the write was accepted. `checkedAt`: when the writer last checked that it
+   * held its lock (`process.hrtime.bigint()`, one clock for every process of the machine), kept
+   * with the write for tests that ask whether a refused write was checked before a pause.
+   */
+  write(token: bigint, value: T, writer = '', checkedAt?: bigint): boolean {
     if (typeof token !== 'bigint') throw new TypeError('a fencing token is a bigint');
+    const write = checkedAt === undefined ? { token, value, writer } : { token, value, writer, checkedAt };
     if (token < this.#highest) {
-      this.rejected.push({ token, value, writer });
+      this.rejected.push(write);
       return false;
     }
     this.#highest = token;
     this.#value = value;
-    this.accepted.push({ token, value, writer });
+    this.accepted.push(write);
     return true;
   }
 

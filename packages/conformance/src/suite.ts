@@ -47,7 +47,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
         write: (value: number) => {
           counter.value = value;
         },
-        fencedWrite: (token: bigint) => register.write(token, 'child', `child:${child.process.pid}`),
+        fencedWrite: (token: bigint, checkedAt?: bigint) => register.write(token, 'child', `child:${child.process.pid}`, checkedAt),
       },
       env,
     );
