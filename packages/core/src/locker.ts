@@ -22,7 +22,7 @@ import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js'
 import { asDeadboltError, type HandleSettings, HeldHandles, type LeaseTerms, LockHandle, noop, safeLifetime } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
-import { after, race, raceSignal, withTimeout, type Timer } from './time.js';
+import { answerDeadline, race, raceSignal, withTimeout, type Timer } from './time.js';
 import { waitOnConnections } from './wait.js';
 import { count, flag, ms, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
 import { validateKey, validateKeys, validateTtl } from './validate.js';
@@ -504,7 +504,8 @@ class DefaultLocker implements Locker {
       setMaxListeners(0, own.signal);
       this.#waits.add(own);
       const expired = wait ? () => new LockTimeoutError(key, timeoutMs) : () => noAnswer(this.backend.name, 'acquire', limitMs);
-      timer = after(limitMs, () => own.abort(expired()));
+      // A grant that reached the socket while this process was stalled still counts (answerDeadline).
+      timer = answerDeadline(limitMs, () => own.abort(expired()));
       if (userSignal) {
         onCallerAbort = () => own.abort(userSignal.reason);
         userSignal.addEventListener('abort', onCallerAbort, { once: true });

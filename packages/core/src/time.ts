@@ -227,15 +227,33 @@ export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?:
 }
 
 /**
- * Settles as `promise` does, or rejects with `timeoutError()` after `ms`. A value that arrives
- * later goes to `onLate`.
+ * A deadline for an answer: `fn` runs `ms` from now as with `after()`, but only once the I/O this
+ * process had already received by then has been handled (`setImmediate` runs after the poll
+ * phase). When the process was busy or got no CPU for longer than `ms` (a loaded machine), its
+ * timers run late and first, while the answer may already sit in the socket: without the wait,
+ * that answer would lose to a timer that measured this process's stall, not the store's silence.
+ */
+export function answerDeadline(ms: number, fn: () => void): Timer {
+  let verdict: NodeJS.Immediate | undefined;
+  const timer = after(ms, () => (verdict = setImmediate(fn)));
+  return {
+    cancel() {
+      timer.cancel();
+      if (verdict) clearImmediate(verdict);
+    },
+  };
+}
+
+/**
+ * Settles as `promise` does, or rejects with `timeoutError()` when no answer came within `ms`
+ * (`answerDeadline`). A value that arrives later goes to `onLate`.
  */
 export function withTimeout<T>(promise: Promise<T>, ms: number, timeoutError: () => Error, onLate?: (value: T) => void): Promise<T> {
   return race(
     promise,
     (fail) => {
-      const timer = after(ms, () => fail(timeoutError()));
-      return () => timer.cancel();
+      const deadline = answerDeadline(ms, () => fail(timeoutError()));
+      return () => deadline.cancel();
     },
     onLate,
   );

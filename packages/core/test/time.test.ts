@@ -1,7 +1,9 @@
 import { spawnSync } from 'node:child_process';
+import { connect } from 'node:net';
+import { Worker } from 'node:worker_threads';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { after, timerLists } from '../src/time.js';
+import { after, timerLists, withTimeout } from '../src/time.js';
 import { createLocker, memoryBackend, MemoryLockStore } from '../src/index.js';
 
 describe('after(): timers that share one Node timer per delay', () => {
@@ -108,5 +110,39 @@ describe('after(): timers that share one Node timer per delay', () => {
     await held.release();
     await locker.close();
     expect(timerLists() - before).toBeLessThanOrEqual(64);
+  });
+});
+
+describe('withTimeout(): "no answer" means none arrived', () => {
+  it('an answer that reached the socket while this process was busy wins over the timer that ran late', async () => {
+    // An echo server on a thread of its own answers while the main thread is blocked, as a store
+    // does while a loaded machine gives this process no CPU.
+    const worker = new Worker(
+      `const { createServer } = require('node:net');
+       const { parentPort } = require('node:worker_threads');
+       const server = createServer((s) => s.on('data', (d) => s.write(d)));
+       server.listen(0, '127.0.0.1', () => parentPort.postMessage(server.address().port));`,
+      { eval: true },
+    );
+    try {
+      const port = await new Promise<number>((resolve) => worker.once('message', resolve));
+      const socket = connect(port, '127.0.0.1');
+      await new Promise((resolve) => socket.once('connect', resolve));
+      const answer = new Promise<string>((resolve) => socket.once('data', (d) => resolve(String(d))));
+      socket.write('ping');
+      const raced = withTimeout(answer, 50, () => new Error('no answer within 50 ms'));
+      const until = performance.now() + 300;
+      while (performance.now() < until); // busy past the timeout; the echo arrives meanwhile
+      await expect(raced).resolves.toBe('ping');
+      socket.destroy();
+    } finally {
+      await worker.terminate();
+    }
+  });
+
+  it('still fails a promise that never settles, soon after the timeout', async () => {
+    const started = performance.now();
+    await expect(withTimeout(new Promise(() => undefined), 50, () => new Error('silent'))).rejects.toThrow('silent');
+    expect(performance.now() - started).toBeLessThan(1000);
   });
 });
