@@ -22,7 +22,7 @@ import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js'
 import { asDeadboltError, type HandleSettings, HeldHandles, type LeaseTerms, LockHandle, noop, safeLifetime } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
-import { answerDeadline, race, raceSignal, withTimeout, type Timer } from './time.js';
+import { answerDeadline, race, raceSignal, settleWithin, withTimeout, type Timer } from './time.js';
 import { waitOnConnections } from './wait.js';
 import { count, flag, ms, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
 import { validateKey, validateKeys, validateTtl } from './validate.js';
@@ -549,7 +549,7 @@ class DefaultLocker implements Locker {
         if (signal.aborted) {
           // Let the backend finish removing this waiter from the store (it usually takes a round
           // trip), so the caller who hears "aborted" finds nothing left; a silent store gets no more.
-          await withTimeout((attempt ?? Promise.resolve()).then(noop, noop), ABORT_CLEANUP_MS, () => new Error('cleanup')).catch(noop);
+          await settleWithin(attempt ?? Promise.resolve(), ABORT_CLEANUP_MS);
           throw signal.reason;
         }
         throw asDeadboltError(error, this.backend.name, 'acquire');

@@ -258,3 +258,16 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, timeoutError: ()
     onLate,
   );
 }
+
+/**
+ * Waits for `promise` to settle, but at most `ms` (a plain timer: a grace this process gives, not a
+ * verdict on a store's answer). Never rejects.
+ */
+export function settleWithin(promise: Promise<unknown>, ms: number): Promise<void> {
+  return race(promise.then(noop, noop), (fail) => {
+    const timer = after(ms, () => fail(undefined));
+    return () => timer.cancel();
+  }).catch(noop);
+}
+
+const noop = (): void => undefined;

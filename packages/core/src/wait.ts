@@ -1,6 +1,6 @@
 import type { Lease } from './backend.js';
 import { BackendUnavailableError } from './errors.js';
-import { after, race, withTimeout, type Timer } from './time.js';
+import { after, race, settleWithin, type Timer } from './time.js';
 
 /**
  * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
@@ -336,6 +336,6 @@ export class InFlight {
    */
   async settled(withinMs = Infinity): Promise<void> {
     const all = Promise.allSettled([...this.#calls]);
-    await (withinMs === Infinity ? all : withTimeout(all, withinMs, () => new Error('cleanup')).catch(() => undefined));
+    await (withinMs === Infinity ? all : settleWithin(all, withinMs));
   }
 }
