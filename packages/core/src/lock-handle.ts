@@ -3,7 +3,7 @@
 // the list of those it holds (HeldHandles); a handle needs of its locker only its backend and
 // `forget`, so this module does not import the locker.
 import { BackendError, DeadboltError, LockLostError, noAnswer, NotOwnerError } from './errors.js';
-import { after, withTimeout, type Timer } from './time.js';
+import { after, noop, withTimeout, type Timer } from './time.js';
 import { validateTtl } from './validate.js';
 import { DONE } from './wait.js';
 import type { Lease, LockBackend } from './backend.js';
@@ -381,8 +381,6 @@ export class LockHandle implements Lock {
     this.#renewTimer = this.#expiryTimer = undefined;
   }
 }
-
-export const noop = () => undefined;
 
 export function asDeadboltError(error: unknown, backend: string, operation: string): DeadboltError {
   return error instanceof DeadboltError ? error : new BackendError(backend, operation, { cause: error });

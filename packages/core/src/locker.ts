@@ -19,10 +19,10 @@ import {
 } from './errors.js';
 import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
 import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js';
-import { asDeadboltError, type HandleSettings, HeldHandles, type LeaseTerms, LockHandle, noop, safeLifetime } from './lock-handle.js';
+import { asDeadboltError, type HandleSettings, HeldHandles, type LeaseTerms, LockHandle, safeLifetime } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
-import { answerDeadline, race, raceSignal, settleWithin, withTimeout, type Timer } from './time.js';
+import { answerDeadline, race, raceSignal, noop, settleWithin, withTimeout, type Timer } from './time.js';
 import { waitOnConnections } from './wait.js';
 import { count, flag, ms, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
 import { validateKey, validateKeys, validateTtl } from './validate.js';

@@ -270,4 +270,5 @@ export function settleWithin(promise: Promise<unknown>, ms: number): Promise<voi
   }).catch(noop);
 }
 
-const noop = (): void => undefined;
+/** Does nothing: the handler for a settlement nobody needs (a late answer, a cleanup's outcome). */
+export const noop = (): void => undefined;
