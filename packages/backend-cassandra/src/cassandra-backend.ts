@@ -102,6 +102,8 @@ interface Slot {
    * Zeros (never) until the queue algorithm or a renewal writes it.
    */
   written: { at: number; ttlMs: number };
+  /** The latest any cell written in the slot can live until (local monotonic ms): how long a cleanup that failed is worth sending again. */
+  lastsUntil: number;
 }
 
 const { consistencies } = cassandra.types;
@@ -322,6 +324,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const previous = slot.written;
     const sentAt = performance.now();
     if ((await this.#owners('renew', main, l.id)).includes(l.owner)) {
+      this.#writing(slot, ttl);
       await Promise.all([
         this.#run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [
           l.id,
@@ -383,6 +386,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
 
   // --- slots (see schema.ts) --------------------------------------------------------------------
 
+  /** Notes a write of cells that live `ttl` seconds in `slot` (see `Slot.lastsUntil`): it may land as late as the request timeout. */
+  #writing(slot: Slot, ttl: number): void {
+    slot.lastsUntil = Math.max(slot.lastsUntil, performance.now() + this.#commandTimeoutMs + ttl * 1000);
+  }
+
   /** The smallest slot index no acquisition of this backend is using on the key. */
   #takeSlot(id: Buffer): Slot {
     const key = id.toString('base64');
@@ -391,7 +399,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     let index = 0;
     while (used.has(index)) index++;
     used.add(index);
-    return { name: `${this.#instance}/${index}`, index, released: false, written: { at: 0, ttlMs: 0 } };
+    return { name: `${this.#instance}/${index}`, index, released: false, written: { at: 0, ttlMs: 0 }, lastsUntil: 0 };
   }
 
   /**
@@ -569,6 +577,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   #mainCell(id: Buffer, slot: Slot, owner: string, ttl: number, timestamp: number): Statement {
+    this.#writing(slot, ttl);
     return {
       query: `INSERT INTO ${this.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
       params: [id, slot.name, owner, ttl, timestamp],
@@ -590,6 +599,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   #queueCell(id: Buffer, slot: Slot, entry: string, owner: string, ttl: number, timestamp: number): Statement {
+    this.#writing(slot, ttl);
     return {
       query: `INSERT INTO ${this.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
       params: [id, slot.name, entry, owner, ttl, timestamp],
@@ -604,7 +614,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     if (slot.released) return;
     const timestamp = this.#timestamp();
     this.#freeSlot(id, slot); // any later write to the slot has a later timestamp than this delete
-    await this.#batch('release', [
+    await this.#cleanUp('release', slot, [
       {
         query: `DELETE FROM ${this.keyspace}.lock_waiters USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`,
         params: [timestamp, id, slot.name],
@@ -614,6 +624,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         params: [timestamp, id, slot.name],
       },
     ]);
+  }
+
+  /** Sends `deletes`, which free `slot`: again later if the store is out of reach (`InFlight.cleanUp`), as long as its cells may live. */
+  #cleanUp(operation: string, slot: Slot, deletes: Statement[]): Promise<void> {
+    return this.#acquiring.cleanUp(() => this.#batch(operation, deletes), slot.lastsUntil);
   }
 
   // --- the shadow algorithm (the thesis' "old" one) ---------------------------------------------------
@@ -660,6 +675,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   async #shadowAttempt(req: AcquireRequest, id: Buffer, slot: Slot): Promise<CassandraLease | 'owner' | 'concurrent'> {
     const ttl = ttlSeconds(req.ttlMs);
     if ((await this.#owners('acquire', 'shadow_holders', id)).length > 0) return 'owner';
+    this.#writing(slot, ttl);
     await this.#run(
       'acquire',
       `INSERT INTO ${this.keyspace}.shadow_claims (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
@@ -680,10 +696,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         won = true;
       }
     } finally {
-      await this.#run('acquire', `DELETE FROM ${this.keyspace}.shadow_claims USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [
-        this.#timestamp(),
-        id,
-        slot.name,
+      await this.#cleanUp('acquire', slot, [
+        {
+          query: `DELETE FROM ${this.keyspace}.shadow_claims USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`,
+          params: [this.#timestamp(), id, slot.name],
+        },
       ]);
     }
     if (!won) return 'concurrent';
@@ -695,10 +712,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     if (slot.released) return;
     const timestamp = this.#timestamp();
     this.#freeSlot(id, slot);
-    await this.#run('release', `DELETE FROM ${this.keyspace}.shadow_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`, [
-      timestamp,
-      id,
-      slot.name,
+    await this.#cleanUp('release', slot, [
+      {
+        query: `DELETE FROM ${this.keyspace}.shadow_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`,
+        params: [timestamp, id, slot.name],
+      },
     ]);
   }
 

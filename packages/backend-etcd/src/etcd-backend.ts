@@ -344,8 +344,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         ...this.#watchLoss(path, revision, lost),
       };
     } catch (error) {
-      if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(() => undefined);
-      await etcdLease.revoke().catch(() => undefined);
+      if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(noop);
+      await this.#abandon(etcdLease, ttlSeconds);
       throw grantGone(this.name, error);
     } finally {
       clearInterval(keepAlive);
@@ -425,8 +425,29 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     } catch (error) {
       // A cancelled, timed-out or failed waiter removes its key and lease before reporting.
       if (created) await this.#call('delete', () => this.client.delete().key(path).exec()).catch(noop);
-      await etcdLease.revoke().catch(noop);
+      await this.#abandon(etcdLease, ttlSeconds);
       throw grantGone(this.name, error);
+    }
+  }
+
+  /**
+   * Revokes the lease of a claim given up or failed (its key goes with it), again later while the
+   * store is out of reach, as long as the lease may live (`InFlight.cleanUp`): a waiter's key left
+   * behind is a place in line every later waiter would wait out. Never rejects.
+   */
+  #abandon(etcdLease: EtcdLease, ttlSeconds: number): Promise<void> {
+    return this.#acquiring
+      .cleanUp(() => this.#revoke(etcdLease), performance.now() + ttlSeconds * 1000 + this.#commandTimeoutMs)
+      .catch(noop);
+  }
+
+  /** Revokes `etcdLease`, which deletes the keys put with it; one already gone (revoked, expired) counts as done. */
+  async #revoke(etcdLease: EtcdLease): Promise<void> {
+    try {
+      await this.#call('release', () => etcdLease.revoke());
+    } catch (error) {
+      const message = String((error as Error)?.message) + String((error as Error & { cause?: Error }).cause?.message);
+      if (!isLeaseGone(error) && !/not found/i.test(message)) throw error;
     }
   }
 
@@ -448,16 +469,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   async release(lease: EtcdLockLease): Promise<void> {
     const l = lease;
     l.stopWatch();
-    // Revoking the lease deletes our key with it: one write. A lease that is already gone took the key along.
-    try {
-      await this.#call('release', () => l.etcdLease.revoke());
-    } catch (error) {
-      if (
-        !isLeaseGone(error) &&
-        !/not found/i.test(String((error as Error)?.message) + String((error as Error & { cause?: Error }).cause?.message))
-      )
-        throw error;
-    }
+    // Revoking the lease deletes our key with it: one write.
+    await this.#revoke(l.etcdLease);
   }
 
   /**

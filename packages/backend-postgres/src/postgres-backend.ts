@@ -291,7 +291,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      await leave().catch(() => undefined);
+      await this.#leaveLater(req, leave);
       throw error;
     }
   }
@@ -320,9 +320,19 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      await this.#run('release', this.#sql.leave, [keyBytes, req.owner, this.#channel]).catch(() => undefined);
+      await this.#leaveLater(req, () => this.#run('release', this.#sql.leave, [keyBytes, req.owner, this.#channel]));
       throw error;
     }
+  }
+
+  /**
+   * A waiter's leaving (`leave`), sent again later while the store is out of reach, as long as
+   * its place or a claim granted as it gave up may live (`InFlight.cleanUp`). Never rejects: the
+   * wait's own error is what the caller hears.
+   */
+  #leaveLater(req: AcquireRequest, leave: () => Promise<unknown>): Promise<void> {
+    const lives = Math.max(waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs, req.ttlMs) + this.#commandTimeoutMs;
+    return this.#acquiring.cleanUp(leave, performance.now() + lives).catch(() => undefined);
   }
 
   async renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {

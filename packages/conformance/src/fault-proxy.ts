@@ -25,8 +25,9 @@ interface Parked {
  * held data is delivered on `heal`, as TCP would after a partition ends), `muteReplies` (requests
  * still reach the store, its answers are held until `heal`: a write that lands while its reply
  * is lost), `strand` (the connections open now go silent for good, new ones pass),
- * `slowHandshake` (new connections are accepted at once and answered late), and `reset` (every
- * connection is cut with a TCP RST). It listens on 127.0.0.1 only
+ * `slowHandshake` (new connections are accepted at once and answered late), `reset` (every
+ * connection is cut with a TCP RST) and `refuse` (the same, and every new connection too, until
+ * `heal`: a store host that is down). It listens on 127.0.0.1 only
  * and forwards only to its targets: one listener per target, for a store of several nodes (a
  * Redis Cluster), every fault applying to all of them at once.
  */
@@ -45,6 +46,8 @@ export class FaultProxy {
   #handshakeDelayMs = 0;
   /** Connections accepted so far. */
   #accepted = 0;
+  /** Every connection is cut with a TCP reset as soon as it is accepted, until `heal`. */
+  #refusing = false;
 
   private constructor() {}
 
@@ -135,8 +138,18 @@ export class FaultProxy {
     this.#pipes.clear();
   }
 
+  /**
+   * Cut every open connection with a TCP reset and every new one as soon as it is accepted, until
+   * `heal()`: the store's host is down, or its port closed. Every call fails at once.
+   */
+  refuse(): void {
+    this.#refusing = true;
+    this.reset();
+  }
+
   /** Forward again (held data first) and connect the connections accepted meanwhile. */
   heal(): void {
+    this.#refusing = false;
     this.#silent = false;
     this.#muted = false;
     this.#delayMs = 0;
@@ -169,6 +182,10 @@ export class FaultProxy {
   #accept(client: Socket, target: Address): void {
     this.#accepted++;
     client.on('error', () => undefined);
+    if (this.#refusing) {
+      client.resetAndDestroy();
+      return;
+    }
     if (this.#handshakeDelayMs > 0) {
       client.pause();
       const ms = this.#handshakeDelayMs;

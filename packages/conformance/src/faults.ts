@@ -296,6 +296,41 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       90_000,
     );
 
+    netIt(
+      "19g. a wait given up while the store is out of reach leaves no place in line: once it is back, the next client is granted at once, not after the waiter's ttl",
+      async () => {
+        const key = freshKey();
+        const holder = await makeLocker();
+        const held = await holder.lock(key);
+        const proxy = await startProxy();
+        // A long ttl for the waiter's place in line, so a place left behind shows as a long wait.
+        const ttlMs = roundTtl(Math.min(Math.max(T, 20_000), capabilities.maxTtlMs ?? DEFAULT_MAX_TTL_MS));
+        const waiter = await makeLockerVia(proxy, { ttlMs });
+        const giveUp = new AbortController();
+        const waiting = settle(waiter.lock(key, { signal: giveUp.signal, timeoutMs: 60_000 }));
+        await sleep(1000); // queued, watching or polling
+        proxy.refuse(); // every call the waiter makes now fails at once, its leaving too
+        await sleep(300);
+        giveUp.abort(new Error('given up'));
+        const { error } = await waiting;
+        expect(error?.message, 'the wait ends with the reason it was given up for').toBe('given up');
+        await sleep(300);
+        proxy.heal();
+        const releasedAt = performance.now();
+        await held.release();
+        const next = await (await makeLocker()).lock(key, { timeoutMs: 60_000 });
+        // The waiter's own client is still open: whatever place it left must go without a close().
+        const bound = 5000 + (capabilities.lease === 'session' ? T : 0);
+        expect(
+          performance.now() - releasedAt,
+          'ms from the release to the next grant, past a waiter that gave up during the outage',
+        ).toBeLessThanOrEqual(Math.min(bound, ttlMs / 2));
+        expect(next.token).toBeGreaterThan(held.token);
+        await next.release();
+      },
+      90_000,
+    );
+
     /**
      * A wait whose request reaches the store (the key is free, so it is granted) while the store's
      * answers are held past every backend's default request timeout (5 s; Cassandra's 8 s; a

@@ -316,10 +316,13 @@ export function watchBlocked<T>(
 /**
  * The calls a backend has in flight, so that `close()` can let aborted acquisitions finish
  * removing what they wrote before it closes the connections they need for that. (Core stops
- * waiting for an aborted acquire at once; the backend's cleanup goes on behind it.)
+ * waiting for an aborted acquire at once; the backend's cleanup goes on behind it.) Its cleanups
+ * outlast a store out of reach for a while: see `cleanUp`.
  */
 export class InFlight {
   readonly #calls = new Set<Promise<unknown>>();
+  /** Aborted by `settled()`: the backend is closing, and cleanups still being retried make one last try at once. */
+  readonly #closing = new AbortController();
 
   /** Tracks `call` until it settles; returns it unchanged. */
   track<T>(call: Promise<T>): Promise<T> {
@@ -330,11 +333,44 @@ export class InFlight {
   }
 
   /**
-   * Resolves once every call tracked so far has settled, or after `withinMs` (a store gone silent
-   * would hold a cleanup for ever). Never rejects. What a backend's `close()` awaits before it
-   * closes its connections.
+   * Sends `send`, a cleanup: the call that removes what an acquisition left in the store (its
+   * place in line, a claim). Should it fail with `BackendUnavailableError`, it is sent again in
+   * the background (tracked here), 100 ms later and then at pauses doubling up to a second, until
+   * it lands, `untilMs` (local monotonic ms: when what it removes expires anyway) has passed, or
+   * the backend closes (then once more, at once). Without it, a waiter that gives up while the
+   * store is out of reach (a reset, a restart) leaves its place ahead of everyone else's, and
+   * every other client waits out its ttl. `send` must be safe to land late: owner-checked (every
+   * attempt has its own owner id) or timestamped before any later write.
+   * @throws the first attempt's error, as it is: the caller still learns that the store failed.
+   */
+  async cleanUp(send: () => Promise<unknown>, untilMs: number): Promise<void> {
+    try {
+      await send();
+    } catch (error) {
+      if (error instanceof BackendUnavailableError && !this.#closing.signal.aborted) void this.track(this.#sendLater(send, untilMs));
+      throw error;
+    }
+  }
+
+  async #sendLater(send: () => Promise<unknown>, untilMs: number): Promise<void> {
+    for (let pauseMs = 100; performance.now() < untilMs; pauseMs = Math.min(1000, pauseMs * 2)) {
+      await sleep(pauseMs, this.#closing.signal).catch(() => undefined);
+      try {
+        await send();
+        return;
+      } catch {
+        if (this.#closing.signal.aborted) return; // that was its last try
+      }
+    }
+  }
+
+  /**
+   * What a backend's `close()` awaits before it closes its connections: resolves once every call
+   * tracked so far has settled, or after `withinMs` (a store gone silent would hold a cleanup for
+   * ever). Cleanups still being retried make their last try now. Never rejects.
    */
   async settled(withinMs = Infinity): Promise<void> {
+    this.#closing.abort();
     const all = Promise.allSettled([...this.#calls]);
     await (withinMs === Infinity ? all : settleWithin(all, withinMs));
   }

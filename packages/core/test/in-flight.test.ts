@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest';
+import { BackendError, BackendUnavailableError } from '../src/errors.js';
+import { InFlight } from '../src/wait.js';
+
+const unreachable = () => new BackendUnavailableError('test', 'release', { cause: new Error('ECONNRESET') });
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A cleanup that fails as unavailable `failures` times, then lands; counts its sends. */
+function flaky(failures: number) {
+  const sent: number[] = [];
+  return {
+    sent,
+    send: async () => {
+      sent.push(performance.now());
+      if (sent.length <= failures) throw unreachable();
+    },
+  };
+}
+
+// The store side of this (a waiter that gives up during an outage leaves nothing) is conformance
+// behaviour 19g on every backend; these pin the retry rules it relies on.
+describe('InFlight.cleanUp: a cleanup outlasts a store out of reach', () => {
+  it('reports the first failure, then sends again in the background until it lands', async () => {
+    const inFlight = new InFlight();
+    const cleanup = flaky(2);
+    await expect(inFlight.cleanUp(cleanup.send, performance.now() + 10_000)).rejects.toBeInstanceOf(BackendUnavailableError);
+    await sleep(700); // retries after about 100 and 200 ms more
+    expect(cleanup.sent).toHaveLength(3);
+    await sleep(400);
+    expect(cleanup.sent, 'no send after one landed').toHaveLength(3);
+  });
+
+  it('stops once what it removes has expired anyway', async () => {
+    const inFlight = new InFlight();
+    const cleanup = flaky(Infinity);
+    await expect(inFlight.cleanUp(cleanup.send, performance.now() + 250)).rejects.toThrow();
+    await sleep(1200);
+    expect(cleanup.sent.length).toBeLessThanOrEqual(3);
+    const count = cleanup.sent.length;
+    await sleep(1200);
+    expect(cleanup.sent).toHaveLength(count);
+  });
+
+  it('does not retry an error that is not "out of reach"', async () => {
+    const inFlight = new InFlight();
+    let sent = 0;
+    const send = async () => {
+      sent++;
+      throw new BackendError('test', 'release', { cause: new Error('syntax') });
+    };
+    await expect(inFlight.cleanUp(send, performance.now() + 10_000)).rejects.toBeInstanceOf(BackendError);
+    await sleep(400);
+    expect(sent).toBe(1);
+  });
+
+  it('close: settled() makes the retries try once more at once, then waits for them; none after', async () => {
+    const inFlight = new InFlight();
+    const cleanup = flaky(Infinity);
+    await expect(inFlight.cleanUp(cleanup.send, performance.now() + 60_000)).rejects.toThrow();
+    await sleep(800); // sends at about 0, 100, 300 and 700 ms: now in an 800 ms pause
+    const before = cleanup.sent.length;
+    const started = performance.now();
+    await inFlight.settled(5000);
+    expect(performance.now() - started, 'the pause is cut short').toBeLessThan(500);
+    expect(cleanup.sent).toHaveLength(before + 1);
+    await expect(inFlight.cleanUp(cleanup.send, performance.now() + 60_000)).rejects.toThrow();
+    await sleep(300);
+    expect(cleanup.sent, 'no retries once closing').toHaveLength(before + 2);
+  });
+});
