@@ -23,12 +23,14 @@ export {
   signal,
   text,
   url,
+  urlOrClient,
   wait,
   type ReadOptions,
   type Rule,
   type Rules,
   type StoreUrl,
 } from './options.js';
+export { Once } from './once.js';
 export { StrandedConnections } from './stranded.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
 export {

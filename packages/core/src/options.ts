@@ -216,6 +216,23 @@ export function url(schemes: readonly string[], hostless = false): Rule<StoreUrl
   };
 }
 
+/**
+ * Which store a backend talks to, read once for every backend: `url` (the backend makes its own
+ * client from it, and closes it in `close()`) or `client` (yours, left open), exactly one.
+ * `urlForm` shows the URL's shape in the error. @throws InvalidArgumentError when both or neither
+ * is given.
+ */
+export function urlOrClient<C>(
+  options: { readonly url?: StoreUrl | undefined; readonly client?: C | undefined },
+  where: string,
+  urlForm: string,
+): { readonly url: StoreUrl; readonly client?: undefined } | { readonly client: C; readonly url?: undefined } {
+  const { url, client } = options;
+  if (client !== undefined && url === undefined) return { client };
+  if (url !== undefined && client === undefined) return { url };
+  throw new InvalidArgumentError(`${where} needs a url (${urlForm}) or a client, not both`);
+}
+
 /** A parsed store URL: the text as given (for the driver), its hosts, credentials and path. */
 export interface StoreUrl {
   readonly href: string;

@@ -1,6 +1,6 @@
 import type { Lease } from './backend.js';
 import { BackendUnavailableError } from './errors.js';
-import { after, race, settleWithin, type Timer } from './time.js';
+import { after, noop, race, settleWithin, type Timer } from './time.js';
 
 /**
  * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
@@ -350,6 +350,15 @@ export class InFlight {
       if (error instanceof BackendUnavailableError && !this.#closing.signal.aborted) void this.track(this.#sendLater(send, untilMs));
       throw error;
     }
+  }
+
+  /**
+   * `cleanUp` for a wait that ended without a grant (aborted, timed out, failed): `send` removes
+   * its place in line, and any grant it may have won as it ended, which live at most `lastsMs`
+   * from now. Never rejects: the wait's own error is what its caller hears.
+   */
+  leave(send: () => Promise<unknown>, lastsMs: number): Promise<void> {
+    return this.cleanUp(send, performance.now() + lastsMs).catch(noop);
   }
 
   async #sendLater(send: () => Promise<unknown>, untilMs: number): Promise<void> {

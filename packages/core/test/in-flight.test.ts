@@ -41,6 +41,14 @@ describe('InFlight.cleanUp: a cleanup outlasts a store out of reach', () => {
     expect(cleanup.sent).toHaveLength(count);
   });
 
+  it('leave: never rejects, and retries for as long as what it removes lives', async () => {
+    const inFlight = new InFlight();
+    const cleanup = flaky(1);
+    await expect(inFlight.leave(cleanup.send, 10_000)).resolves.toBeUndefined();
+    await sleep(400);
+    expect(cleanup.sent).toHaveLength(2);
+  });
+
   it('does not retry an error that is not "out of reach"', async () => {
     const inFlight = new InFlight();
     let sent = 0;
