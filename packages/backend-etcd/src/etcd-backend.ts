@@ -1,11 +1,4 @@
-import {
-  BackendError,
-  BackendUnavailableError,
-  InvalidArgumentError,
-  LimitMismatchError,
-  type Capabilities,
-  type LockBackend,
-} from '@deadbolt/core';
+import { BackendError, BackendUnavailableError, LimitMismatchError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   after,
   grantable,
@@ -14,6 +7,7 @@ import {
   ms,
   raceSignal,
   readOptions,
+  urlOrClient,
   text,
   url,
   type Rules,
@@ -168,13 +162,12 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   constructor(raw: EtcdBackendOptions) {
     const options = readOptions(raw, etcdOptionRules, 'etcdBackend');
     this.#prefix = options.prefix ?? 'deadbolt/';
-    if ((options.url === undefined) === (options.client === undefined))
-      throw new InvalidArgumentError('etcdBackend needs a url (etcd://host:port[,host:port]) or a client, not both');
-    if (options.client) {
-      this.client = options.client;
+    const store = urlOrClient(options, 'etcdBackend', 'etcd://host:port[,host:port]');
+    if (store.client) {
+      this.client = store.client;
       this.#ownsClient = false;
     } else {
-      const url = options.url!;
+      const url = store.url;
       const scheme = url.scheme === 'https' ? 'https' : 'http';
       const hosts = url.hosts.map(({ host, port }) => `${scheme}://${host}:${port ?? 2379}`);
       const commandTimeout = options.commandTimeoutMs ?? 5000;
@@ -436,9 +429,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * behind is a place in line every later waiter would wait out. Never rejects.
    */
   #abandon(etcdLease: EtcdLease, ttlSeconds: number): Promise<void> {
-    return this.#acquiring
-      .cleanUp(() => this.#revoke(etcdLease), performance.now() + ttlSeconds * 1000 + this.#commandTimeoutMs)
-      .catch(noop);
+    return this.#acquiring.leave(() => this.#revoke(etcdLease), ttlSeconds * 1000 + this.#commandTimeoutMs);
   }
 
   /** Revokes `etcdLease`, which deletes the keys put with it; one already gone (revoked, expired) counts as done. */

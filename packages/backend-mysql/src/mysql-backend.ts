@@ -12,6 +12,7 @@ import {
   AGAIN,
   cancelOnAbort,
   InFlight,
+  Once,
   grantable,
   count,
   instance,
@@ -19,6 +20,7 @@ import {
   noAnswer,
   oneOf,
   readOptions,
+  urlOrClient,
   text,
   url,
   waiterCadence,
@@ -42,7 +44,7 @@ export interface MysqlBackendOptions {
   /** `mysql://user[:password]@host:port/database`. The backend creates (and closes) its own pool. */
   url?: string;
   /** Your own mysql2/promise pool; `close()` leaves it open. Used instead of `url`. */
-  pool?: Pool;
+  client?: Pool;
   /** Table name (created if absent). Default `deadbolt_locks`. */
   table?: string;
   /** Longest pause between a waiter's re-checks. Default 250 ms. */
@@ -111,7 +113,7 @@ const noop = () => undefined;
 /** How each option of `mysqlBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const mysqlOptionRules = {
   url: url(['mysql']),
-  pool: instance(
+  client: instance(
     (v): v is Pool => typeof (v as Pool | null)?.getConnection === 'function' && typeof (v as Pool).query === 'function',
     'a mysql2/promise Pool',
   ),
@@ -144,10 +146,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly name = 'mysql';
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
-  readonly pool: Pool;
+  readonly client: Pool;
   /** Server thread ids of this backend's open connections (for diagnostics and fault tests). */
   readonly threadIds = new Set<number>();
-  readonly #ownsPool: boolean;
+  readonly #ownsClient: boolean;
   readonly #maxPollDelayMs: number;
   readonly #commandTimeoutMs: number;
   /** How long a session-mode waiter rides out failures to get a connection: two connect timeouts. */
@@ -169,7 +171,17 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * migration) on one server with other tables must not share them. Read once, with the tables.
    */
   #lockSpace: string | undefined;
-  #ready: Promise<void> | undefined;
+  /** The tables, and this backend's lock-name space (which needs the database's name): once, again after a failure. */
+  readonly #tables = new Once(async () => {
+    await Promise.all([
+      this.#run('create table', this.#sql.createTable, []),
+      this.#run('create table', this.#sharedSql.createSharedKeys, []),
+      this.#run('create table', this.#sharedSql.createSharedClaims, []),
+      this.#run<RowDataPacket[]>('create table', sql.database, []).then((rows) => {
+        this.#lockSpace = `${String(rows[0]?.['db'] ?? '')}\0${this.#table}\0`;
+      }),
+    ]);
+  });
   #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
@@ -210,21 +222,20 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
     this.#connectGraceMs = 2 * connectTimeoutMs;
-    if ((options.url === undefined) === (options.pool === undefined))
-      throw new InvalidArgumentError('mysqlBackend needs a url (mysql://user@host:port/db) or a pool, not both');
-    if (options.pool) {
-      this.pool = options.pool;
-      this.#ownsPool = false;
+    const store = urlOrClient(options, 'mysqlBackend', 'mysql://user@host:port/db');
+    if (store.client) {
+      this.client = store.client;
+      this.#ownsClient = false;
     } else {
-      const url = options.url!;
+      const url = store.url;
       if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
-      this.pool = createPool({
+      this.client = createPool({
         uri: url.href,
         connectTimeout: connectTimeoutMs,
         connectionLimit: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
         supportBigNumbers: true,
       });
-      this.#ownsPool = true;
+      this.#ownsClient = true;
     }
     const id = escapeId(table);
     this.#sql = Object.fromEntries(STATEMENTS.map((k) => [k, sql[k].replace('??', id)])) as Statements;
@@ -233,10 +244,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       SHARED_STATEMENTS.map((k) => [k, sql[k].replace(/\{(keys|claims)\}/g, (_, n: keyof typeof names) => names[n])]),
     ) as SharedStatements;
     // Track connections so a fault test can KILL exactly this backend's ones.
-    const core = (
-      this.pool as unknown as { pool: { on(e: string, f: (c: { threadId: number; on(e: string, f: () => void): void }) => void): void } }
-    ).pool;
-    core.on('connection', (conn) => {
+    this.client.pool.on('connection', (conn) => {
       this.threadIds.add(conn.threadId);
       const forget = () => this.threadIds.delete(conn.threadId);
       conn.on('end', forget);
@@ -266,7 +274,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * @throws BackendUnavailableError / BackendError when the server fails.
    */
   async holderThread(key: string): Promise<number | null> {
-    await this.#ensureTable();
+    await this.#tables.run();
     const rows = await this.#run<RowDataPacket[]>('holder', sql.holderThread, [this.lockName(key)]);
     return (rows[0]?.['thread'] as number | null | undefined) ?? null;
   }
@@ -296,8 +304,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
         },
       );
     } catch (error) {
-      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      await this.#run('release', this.#sharedSql.sharedRelease, [hash, req.owner]).catch(() => undefined);
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
+      // (again later if the store is out of reach: `InFlight.leave`).
+      const lastsMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs + this.#commandTimeoutMs;
+      await this.#acquiring.leave(() => this.#run('release', this.#sharedSql.sharedRelease, [hash, req.owner]), lastsMs);
       throw error;
     }
   }
@@ -309,7 +319,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * "not yet" for a waiter and is tried again at once, a few times, for a one-shot attempt.
    */
   async #sharedAttempt(req: SharedRequest, hash: Buffer, tries = 1): Promise<MysqlLease | null> {
-    await this.#ensureTable(); // in each attempt, so a wait rides out a failed first try like any other
+    await this.#tables.run(); // in each attempt, so a wait rides out a failed first try like any other
     const q = this.#sharedSql;
     await this.#run('acquire', q.sharedKeyRow, [hash, req.limit]);
     try {
@@ -485,11 +495,11 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     this.#closed = true;
     // Aborted acquisitions finish removing what they wrote first, unless the server went silent.
     await this.#acquiring.settled(this.#commandTimeoutMs);
-    if (this.#ownsPool) await this.pool.end().catch(() => undefined);
+    if (this.#ownsClient) await this.client.end().catch(() => undefined);
   }
 
   async #attempt(req: AcquireRequest, hash: Buffer): Promise<MysqlLease | null> {
-    await this.#ensureTable(); // in each attempt, so a wait rides out a failed first try like any other
+    await this.#tables.run(); // in each attempt, so a wait rides out a failed first try like any other
     const acquiredAt = performance.now();
     const micros = req.ttlMs * 1000;
     const keyBytes = Buffer.from(req.key, 'utf8');
@@ -515,7 +525,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   }
 
   async #sessionAttempt(req: AcquireRequest, hash: Buffer): Promise<MysqlLease | null | typeof AGAIN> {
-    await this.#ensureTable(); // in each attempt, so a wait rides out a failed first try like any other
+    await this.#tables.run(); // in each attempt, so a wait rides out a failed first try like any other
     const lockName = this.lockName(req.key);
     let connection: PoolConnection;
     try {
@@ -531,7 +541,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       req.signal.throwIfAborted();
       // A waiter blocks inside the server; aborting it is a KILL QUERY from another connection.
       const stopKilling = req.wait
-        ? cancelOnAbort(req.signal, () => this.pool.query('KILL QUERY ?', [connection.threadId]))
+        ? cancelOnAbort(req.signal, () => this.client.query('KILL QUERY ?', [connection.threadId]))
         : () => undefined;
       let got: unknown;
       try {
@@ -547,7 +557,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
           if (!req.wait || this.#classify(error) !== 'unavailable') throw error;
           // The server may not notice the cut until it writes the answer: end that thread now so
           // it cannot take the lock for a client that is gone.
-          void this.pool.query('KILL ?', [connection.threadId]).catch(() => undefined);
+          void this.client.query('KILL ?', [connection.threadId]).catch(() => undefined);
           connection.destroy();
           return AGAIN;
         }
@@ -631,24 +641,6 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     }
   }
 
-  #ensureTable(): Promise<void> {
-    this.#ready ??= Promise.all([
-      this.#run('create table', this.#sql.createTable, []),
-      this.#run('create table', this.#sharedSql.createSharedKeys, []),
-      this.#run('create table', this.#sharedSql.createSharedClaims, []),
-      this.#run<RowDataPacket[]>('create table', sql.database, []).then((rows) => {
-        this.#lockSpace = `${String(rows[0]?.['db'] ?? '')}\0${this.#table}\0`;
-      }),
-    ]).then(
-      () => undefined,
-      (error: unknown) => {
-        this.#ready = undefined;
-        throw error;
-      },
-    );
-    return this.#ready;
-  }
-
   /**
    * `#run` for a statement on one claim row that InnoDB may pick as a deadlock victim against a
    * key's attempt transaction (it locks the row's index entries in another order): the statement
@@ -667,7 +659,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   /** A connection from the pool, past any that may have been stranded (`StrandedConnections`). */
   #connection(): Promise<PoolConnection> {
     return this.#stranded.take(
-      () => this.pool.getConnection(),
+      () => this.client.getConnection(),
       (connection) => connection.destroy(),
     );
   }

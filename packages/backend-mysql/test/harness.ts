@@ -65,9 +65,7 @@ function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' 
  */
 export function poolInTimeZone(url: string, zone: string): Pool {
   const pool = createPool({ uri: url, connectionLimit: 10, supportBigNumbers: true });
-  const core = (pool as unknown as { pool: { on(e: 'connection', f: (c: { query(sql: string, params: unknown[]): void }) => void): void } })
-    .pool;
-  core.on('connection', (connection) => connection.query('SET time_zone = ?', [zone]));
+  pool.pool.on('connection', (connection) => void connection.query('SET time_zone = ?', [zone]));
   return pool;
 }
 
@@ -91,7 +89,7 @@ export function mysqlSuiteOptions(mode: 'lease' | 'session' = 'lease'): Conforma
     },
     createBackendInOtherNamespace: () => mysqlBackend({ url, mode, table: 'deadbolt_other' }),
     createBackendWithCredentials: (user, password, address) => mysqlBackend({ url: withCredentials(url, user, password, address), mode }),
-    createBackendInTimeZone: (zone) => mysqlBackend({ pool: poolInTimeZone(url, zone), mode }),
+    createBackendInTimeZone: (zone) => mysqlBackend({ client: poolInTimeZone(url, zone), mode }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
     harness: mysqlHarness(url, mode),

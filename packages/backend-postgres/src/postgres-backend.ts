@@ -12,12 +12,14 @@ import {
   backendFailure,
   cancelOnAbort,
   InFlight,
+  Once,
   count,
   instance,
   ms,
   noAnswer,
   oneOf,
   readOptions,
+  urlOrClient,
   text,
   url,
   waiterCadence,
@@ -41,7 +43,7 @@ export interface PostgresBackendOptions {
   /** `postgres://user[:password]@host:port/database`. The backend creates (and closes) its own pool. */
   url?: string;
   /** Your own `pg` Pool; `close()` leaves it open. Used instead of `url`. */
-  pool?: Pool;
+  client?: Pool;
   /** Table name (created if absent, with `<table>_waiters` beside it). Default `deadbolt_locks`. */
   table?: string;
   /**
@@ -80,7 +82,7 @@ export interface PostgresLease extends Lease {
 /** How each option of `postgresBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const postgresOptionRules = {
   url: url(['postgres', 'postgresql'], true),
-  pool: instance(
+  client: instance(
     (v): v is Pool =>
       v instanceof pg.Pool ||
       (typeof (v as Pool | null)?.connect === 'function' &&
@@ -127,10 +129,10 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly name = 'postgres';
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
-  readonly pool: Pool;
+  readonly client: Pool;
   /** Server process ids of this backend's open connections (for diagnostics and fault tests). */
   readonly pids = new Set<number>();
-  readonly #ownsPool: boolean;
+  readonly #ownsClient: boolean;
   readonly #maxPollDelayMs: number;
   /** How long a session waiter keeps trying to get a connection (see `#acquireSession`). */
   readonly #connectGraceMs: number;
@@ -159,7 +161,18 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   /** Session mode: places among the pool's connections, and turns to open one (see `#sessionConnect`). */
   readonly #places: Gate;
   readonly #opening = new Gate(OPENING_AT_ONCE);
-  #ready: Promise<void> | undefined;
+  /**
+   * Creates the tables and the notify function when something is missing, once per backend. Schema
+   * changes take strong locks, so none is made when all exist; and one creator at a time
+   * (concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog): the statements and an
+   * advisory lock share one implicit transaction.
+   */
+  readonly #tables = new Once(async () => {
+    const { locks, waiters, notifyHead, sharedAcquire } = this.#names;
+    const found = await this.#run('create table', this.#sql.tablesExist, [locks, waiters, notifyHead, sharedAcquire]);
+    if (found.rows[0]?.['ready'] === true) return;
+    await this.#run('create table', `SELECT pg_advisory_xact_lock(${this.#namespace}, 0); ${this.#sql.createTables}`, []);
+  });
   #listener: Promise<pg.Client> | undefined;
   #closed = false;
 
@@ -203,29 +216,28 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     // Two connect timeouts: a connect that fails takes one itself, so a shorter grace would allow
     // no second try.
     this.#connectGraceMs = 2 * connectTimeoutMs;
-    if ((options.url === undefined) === (options.pool === undefined))
-      throw new InvalidArgumentError('postgresBackend needs a url (postgres://user@host:port/db) or a pool, not both');
-    if (options.pool) {
-      this.pool = options.pool;
-      this.#ownsPool = false;
+    const store = urlOrClient(options, 'postgresBackend', 'postgres://user@host:port/db');
+    if (store.client) {
+      this.client = store.client;
+      this.#ownsClient = false;
     } else {
-      const url = options.url!;
+      const url = store.url;
       if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
-      this.pool = new pg.Pool({
+      this.client = new pg.Pool({
         connectionString: url.href,
         connectionTimeoutMillis: connectTimeoutMs,
         max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
         // TCP keep-alive probes find a peer that vanished without closing the socket.
         keepAlive: true,
       });
-      this.#ownsPool = true;
+      this.#ownsClient = true;
     }
-    this.#places = new Gate((this.pool as unknown as { options: { max?: number } }).options.max ?? 10);
+    this.#places = new Gate(this.client.options.max ?? 10);
     // Errors of idle pooled connections reach callers through their next statement; this only
     // keeps them from being thrown as unhandled.
-    this.pool.on('error', () => undefined);
+    this.client.on('error', () => undefined);
     // Track connections so a fault test can terminate exactly this backend's ones.
-    this.pool.on('connect', (client) => this.#track(client));
+    this.client.on('connect', (client) => this.#track(client));
     const names = {
       locks: `"${table}"`,
       waiters: `"${table}_waiters"`,
@@ -259,7 +271,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
 
   async #acquireShared(req: SharedRequest): Promise<PostgresLease | null> {
     if (this.mode === 'session') throw new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') });
-    await this.#ensureTables();
+    await this.#tables.run();
     const keyBytes = Buffer.from(req.key, 'utf8');
     const leave = () => this.#run('release', this.#sql.sharedRelease, [keyBytes, req.owner, this.#channel]).then(() => undefined);
     const attempt = async (queue: boolean): Promise<PostgresLease | null> => {
@@ -299,7 +311,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   async #acquire(req: AcquireRequest): Promise<PostgresLease | null> {
     const keyBytes = Buffer.from(req.key, 'utf8');
     if (this.mode === 'session') return this.#acquireSession(req, keyBytes);
-    await this.#ensureTables();
+    await this.#tables.run();
     const first = await this.#attempt(req, keyBytes, false);
     if (first || !req.wait) return first;
     await this.#listen();
@@ -325,14 +337,9 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     }
   }
 
-  /**
-   * A waiter's leaving (`leave`), sent again later while the store is out of reach, as long as
-   * its place or a claim granted as it gave up may live (`InFlight.cleanUp`). Never rejects: the
-   * wait's own error is what the caller hears.
-   */
+  /** A waiter's leaving (`leave`), again later while the store is out of reach (`InFlight.leave`). */
   #leaveLater(req: AcquireRequest, leave: () => Promise<unknown>): Promise<void> {
-    const lives = Math.max(waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs, req.ttlMs) + this.#commandTimeoutMs;
-    return this.#acquiring.cleanUp(leave, performance.now() + lives).catch(() => undefined);
+    return this.#acquiring.leave(leave, waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs + this.#commandTimeoutMs);
   }
 
   async renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {
@@ -404,7 +411,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const listener = this.#listener;
     this.#listener = undefined;
     await listener?.then((client) => client.end()).catch(() => undefined);
-    if (this.#ownsPool) await this.pool.end().catch(() => undefined);
+    if (this.#ownsClient) await this.client.end().catch(() => undefined);
   }
 
   /** One attempt; `queued`: as a waiter, which joins (or keeps its place in) the queue when the key is busy. */
@@ -439,7 +446,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   }
 
   async #sessionAttempt(req: AcquireRequest, keyBytes: Buffer): Promise<PostgresLease | null | typeof AGAIN> {
-    await this.#ensureTables(); // in each attempt, so a wait rides out a failed first try like any other
+    await this.#tables.run(); // in each attempt, so a wait rides out a failed first try like any other
     const client = await this.#sessionConnect(req.signal);
     let held = false;
     let id = 0;
@@ -452,8 +459,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       // out there and replaced, rather than by a blocking wait that would never end on it.
       let got: unknown = (await this.#on(client, this.#sql.lockTry, params)).rows[0]?.['got'];
       if (req.wait && got !== true) {
-        const pid = (client as unknown as { processID: number }).processID;
-        const stopCancelling = cancelOnAbort(req.signal, () => this.#run('cancel', 'SELECT pg_cancel_backend($1)', [pid]));
+        const pid = processId(client);
+        const stopCancelling = cancelOnAbort(req.signal, () => this.#run('cancel', 'SELECT pg_cancel_backend($1)', [pid ?? null]));
         try {
           // The connection may go silent for good while it blocks: watched from the pool.
           const blocked = client.query(this.#sql.lockWait, params);
@@ -567,7 +574,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     });
     let leaveOpening: (() => void) | undefined;
     try {
-      if (this.pool.idleCount === 0) leaveOpening = await this.#opening.enter(signal);
+      if (this.client.idleCount === 0) leaveOpening = await this.#opening.enter(signal);
       const client = await raceSignal(this.#connection(), signal, (late) => late.release());
       this.#sessionClients.set(client, leavePool);
       return client;
@@ -606,7 +613,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   /** The one listening connection: LISTEN on the channel, turn notifications into wake-ups. */
   #listen(): Promise<pg.Client> {
     this.#listener ??= (async () => {
-      const client = new pg.Client({ ...(this.pool as unknown as { options: pg.ClientConfig }).options, keepAlive: true });
+      const client = new pg.Client({ ...this.client.options, keepAlive: true });
       const drop = () => {
         if (this.#listener === listening) this.#listener = undefined; // the next waiter listens again
         client.end().catch(() => undefined);
@@ -634,29 +641,10 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     return listening;
   }
 
-  /**
-   * Creates the tables and the notify function when something is missing, once per backend. Schema
-   * changes take strong locks, so none is made when all exist; and one creator at a time
-   * (concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog): the statements and an
-   * advisory lock share one implicit transaction.
-   */
-  #ensureTables(): Promise<void> {
-    this.#ready ??= (async () => {
-      const { locks, waiters, notifyHead, sharedAcquire } = this.#names;
-      const found = await this.#run('create table', this.#sql.tablesExist, [locks, waiters, notifyHead, sharedAcquire]);
-      if (found.rows[0]?.['ready'] === true) return;
-      await this.#run('create table', `SELECT pg_advisory_xact_lock(${this.#namespace}, 0); ${this.#sql.createTables}`, []);
-    })().catch((error: unknown) => {
-      this.#ready = undefined;
-      throw error;
-    });
-    return this.#ready;
-  }
-
   /** A connection from the pool, past any that may have been stranded (`StrandedConnections`). */
   #connection(): Promise<PoolClient> {
     return this.#stranded.take(
-      () => this.pool.connect(),
+      () => this.client.connect(),
       (client) => {
         PostgresBackend.#cut(client);
         client.release(new Error('stranded by a silence'));
@@ -666,7 +654,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
 
   /** Ends `client`'s socket, so nothing can answer on it any more (ending it politely would wait on the store). */
   static #cut(client: PoolClient): void {
-    (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+    client.connection.stream.destroy();
   }
 
   /** One statement on a pooled connection, bounded by the command timeout. */
@@ -714,8 +702,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   }
 
   #track(client: pg.Client | PoolClient): void {
-    const pid = (client as unknown as { processID?: number }).processID;
-    if (typeof pid !== 'number') return;
+    const pid = processId(client);
+    if (pid === undefined) return;
     this.pids.add(pid);
     const forget = () => this.pids.delete(pid);
     client.on('end', forget);
@@ -736,6 +724,11 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
 }
 
 /** A prepared statement's name: a digest of its text, so each distinct statement has one. */
+/** The server process of a connected client (pg sets it from the server's first message; its types leave it out). */
+function processId(client: object): number | undefined {
+  return 'processID' in client && typeof client.processID === 'number' ? client.processID : undefined;
+}
+
 const statementNames = new Map<string, string>();
 function statementName(text: string): string {
   let name = statementNames.get(text);

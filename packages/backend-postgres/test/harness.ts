@@ -100,7 +100,7 @@ export function postgresSuiteOptions(mode: Mode = 'lease'): ConformanceOptions {
     createBackendInOtherNamespace: () => postgresBackend({ url, mode, table: 'deadbolt_other' }),
     createBackendWithCredentials: (user, password, address) =>
       postgresBackend({ url: withCredentials(url, user, password, address), mode }),
-    createBackendInTimeZone: (zone) => postgresBackend({ pool: poolInTimeZone(url, zone), mode }),
+    createBackendInTimeZone: (zone) => postgresBackend({ client: poolInTimeZone(url, zone), mode }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
     harness: postgresHarness(url, mode),

@@ -11,11 +11,13 @@ import {
   count,
   flag,
   InFlight,
+  Once,
   instance,
   MAX_TIMER_MS,
   ms,
   pollForLease,
   readOptions,
+  urlOrClient,
   ReleaseNotifier,
   settings,
   text,
@@ -212,8 +214,14 @@ export class RedisBackend implements LockBackend<RedisLease> {
   /** The subscriber is subscribed (set once its first subscription succeeded). */
   #listening = false;
   readonly #allowEviction: boolean;
-  /** The eviction check, once per backend (a failed check is retried); `true` once it passed. */
-  #evictionChecked: Promise<void> | true | undefined;
+  /**
+   * The eviction check (`#checkEviction`), once per backend, again after a failure. A call on a
+   * lease waits until a check under way has settled: Redlock gives back the part of a node that
+   * has not answered yet at once, counting on the give-back following the grant on the connection,
+   * so the give-back must not overtake its acquire while that still waits for the check before
+   * sending (seen in CI: a release that overtook it left the part behind until its ttl ran out).
+   */
+  readonly #evictionChecked = new Once(() => this.#checkEviction());
   #subscriber: Redis | Cluster | undefined;
   readonly #connectTimeoutMs: number;
   readonly #commandTimeoutMs: number;
@@ -222,7 +230,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #syncReplicas: number;
   readonly #syncTimeoutMs: number;
   readonly #restartGuardMs: number;
-  #subscribed: Promise<void> | undefined;
+  /** The subscriber (`#openSubscriber`): once, again after a failure. */
+  readonly #subscribed = new Once(() => this.#openSubscriber());
   #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
@@ -244,13 +253,12 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (this.#syncReplicas > 0 && cluster) throw new InvalidArgumentError('syncReplicas does not work with a Redis Cluster client');
     // The guard's keys have no hash tag: beside a lock's keys in one script, they would cross slots.
     if (this.#restartGuardMs > 0 && cluster) throw new InvalidArgumentError('restartGuardMs does not work with a Redis Cluster client');
-    if ((options.url === undefined) === (options.client === undefined))
-      throw new InvalidArgumentError('redisBackend needs a url (redis://host:port) or a client, not both');
-    if (options.client) {
-      this.client = options.client;
+    const store = urlOrClient(options, 'redisBackend', 'redis://host:port');
+    if (store.client) {
+      this.client = store.client;
       this.#ownsClient = false;
     } else {
-      const url = options.url!;
+      const url = store.url;
       const connection: RedisOptions = {
         connectTimeout,
         // A reply that never comes (the connection silently dead) fails the command instead of
@@ -334,7 +342,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     await this.#checkEviction();
     const keys = this.sharedKeysFor(req.key);
     if (!req.wait) return this.#attemptShared(req, keys);
-    await this.#subscribe();
+    await this.#subscribed.run();
     const { pollMs: poll } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
     try {
       return await pollForLease(
@@ -349,8 +357,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
         },
       );
     } catch (error) {
-      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      await this.#run('release', scripts.sharedRelease, keys, [req.owner, this.#channel, keys.lock]).catch(() => undefined);
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
+      // (again later if the store is out of reach: `InFlight.leave`).
+      const lastsMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs + this.#commandTimeoutMs;
+      await this.#acquiring.leave(() => this.#run('release', scripts.sharedRelease, keys, [req.owner, this.#channel, keys.lock]), lastsMs);
       throw error;
     }
   }
@@ -360,7 +370,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   async #acquire(req: AcquireRequest): Promise<RedisLease | null> {
-    if (this.#evictionChecked !== true) await this.#checkEviction();
+    if (!this.#evictionChecked.done) await this.#evictionChecked.run();
     const keys = this.keysFor(req.key);
     /** Our place in the queue as the last attempt saw it (0: the head). */
     let place = 0;
@@ -391,7 +401,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     let queued = true;
     let already = this.#listening;
     try {
-      await this.#subscribe();
+      await this.#subscribed.run();
       // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
       // net for a lost message and for a holder that died; a waiter behind it can be handed nothing,
       // so it only keeps its place alive (a third of its place's ttl).
@@ -418,8 +428,13 @@ export class RedisBackend implements LockBackend<RedisLease> {
         },
       );
     } catch (error) {
-      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      if (queued) await this.#releaseOwner(keys, req.owner).catch(() => undefined);
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
+      // (again later if the store is out of reach: `InFlight.leave`).
+      if (queued)
+        await this.#acquiring.leave(
+          () => this.#releaseOwner(keys, req.owner),
+          waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs + this.#commandTimeoutMs,
+        );
       throw error;
     } finally {
       this.#handed.delete(handedId);
@@ -451,7 +466,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
     const { keys } = lease;
-    if (this.#evictionChecked !== true) await this.#behindAcquires();
+    if (!this.#evictionChecked.done) await this.#evictionChecked.settled();
     const renewed =
       (await this.#run('renew', lease.shared ? scripts.sharedRenew : scripts.renew, keys, [lease.owner, String(ttlMs)])) === 1;
     if (renewed && this.#syncReplicas > 0) await this.#synced('renew');
@@ -460,7 +475,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
 
   async release(lease: RedisLease): Promise<void> {
     const { keys } = lease;
-    if (this.#evictionChecked !== true) await this.#behindAcquires();
+    if (!this.#evictionChecked.done) await this.#evictionChecked.settled();
     if (lease.shared) await this.#run('release', scripts.sharedRelease, keys, [lease.owner, this.#channel, keys.lock]);
     else await this.#releaseOwner(keys, lease.owner);
   }
@@ -473,7 +488,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
         cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`),
       });
     }
-    if (this.#evictionChecked !== true) await this.#behindAcquires();
+    if (!this.#evictionChecked.done) await this.#evictionChecked.settled();
     if (lease.shared)
       return (
         (await this.#run('raise token floor', scripts.sharedRaiseFloor, keys, [lease.owner, floor.toString(), String(COUNTER_TTL_MS)])) ===
@@ -618,48 +633,29 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   /**
-   * Keeps a call on a lease from overtaking that lease's own acquire while the acquire still waits
-   * for the eviction check before sending. Redlock gives back the part of a node that has not
-   * answered yet at once, counting on the give-back following the grant on the connection; this
-   * waits on the same check, queued behind the acquire, whose command then goes first (seen in
-   * CI: a release that overtook it left the part behind until its ttl ran out).
-   */
-  async #behindAcquires(): Promise<void> {
-    if (this.#evictionChecked instanceof Promise) await this.#evictionChecked.catch(() => undefined);
-  }
-
-  /**
    * Refuses a server that may evict lock keys, unless the user accepted it. A server that does not
    * let us read its configuration (managed services often rename CONFIG) cannot be checked: that
    * is documented, not refused.
    */
-  #checkEviction(): Promise<void> {
-    if (this.#evictionChecked === true) return Promise.resolve();
-    this.#evictionChecked ??= (async () => {
-      if (this.#allowEviction) return;
-      let config: string[];
-      try {
-        if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
-        config = (await this.client.config('GET', 'maxmemory*')) as string[]; // name, value, name, value, ...
-      } catch (error) {
-        if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
-        this.#evictionChecked = undefined;
-        throw new BackendUnavailableError(this.name, 'acquire', { cause: error });
-      }
-      const settings: Record<string, string> = {};
-      for (let i = 0; i + 1 < config.length; i += 2) settings[config[i]!] = config[i + 1]!;
-      const policy = settings['maxmemory-policy'];
-      if (settings['maxmemory'] !== '0' && policy !== 'noeviction') {
-        const cause = new Error(
-          `the server may evict keys (maxmemory ${settings['maxmemory']}, maxmemory-policy ${policy}), and an evicted lock key is a lost lock nobody is told about: set maxmemory-policy noeviction, or pass allowEviction: true to accept it`,
-        );
-        this.#evictionChecked = undefined;
-        throw new BackendError(this.name, 'acquire', { cause });
-      }
-    })().then(() => {
-      this.#evictionChecked = true;
-    });
-    return this.#evictionChecked;
+  async #checkEviction(): Promise<void> {
+    if (this.#allowEviction) return;
+    let config: string[];
+    try {
+      if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
+      config = (await this.client.config('GET', 'maxmemory*')) as string[]; // name, value, name, value, ...
+    } catch (error) {
+      if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
+      throw new BackendUnavailableError(this.name, 'acquire', { cause: error });
+    }
+    const settings: Record<string, string> = {};
+    for (let i = 0; i + 1 < config.length; i += 2) settings[config[i]!] = config[i + 1]!;
+    const policy = settings['maxmemory-policy'];
+    if (settings['maxmemory'] !== '0' && policy !== 'noeviction') {
+      const cause = new Error(
+        `the server may evict keys (maxmemory ${settings['maxmemory']}, maxmemory-policy ${policy}), and an evicted lock key is a lost lock nobody is told about: set maxmemory-policy noeviction, or pass allowEviction: true to accept it`,
+      );
+      throw new BackendError(this.name, 'acquire', { cause });
+    }
   }
 
   /**
@@ -667,49 +663,45 @@ export class RedisBackend implements LockBackend<RedisLease> {
    * (mutex waiters, each message naming the waiter whose turn it is) and the shared claims' one.
    * After a reconnect every waiter re-checks at once, since messages sent meanwhile are lost.
    */
-  #subscribe(): Promise<void> {
+  async #openSubscriber(): Promise<void> {
     const channels = [this.#channel, `${this.#prefix}w:${this.#id}`];
-    this.#subscribed ??= (async () => {
-      // A single-node subscriber subscribes again itself after a reconnect: ioredis's own
-      // re-subscription leaves its promise unhandled, and a close before its answer (a backend
-      // closed just after a reconnect) then surfaces as an unhandled rejection in the user's process.
-      const subscriber =
-        this.client instanceof Cluster
-          ? this.client.duplicate()
-          : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
-      subscriber.on('error', () => undefined);
-      // `<lock key>\n<owner>`, and for a FIFO handoff `<lock key>\n<owner> <token> <deadline>`
-      // (see hand_over in scripts.ts); a shared key's release names no owner.
-      subscriber.on('message', (_channel: string, message: string) => {
-        const split = message.lastIndexOf('\n');
-        const [owner, token, deadline] = message.slice(split + 1).split(' ');
-        const key = message.slice(0, split);
-        if (token !== undefined) {
-          keepNewest(this.#handed, `${key}\n${owner}`, { token, deadline: Number(deadline) }, HANDED_KEPT);
-        }
-        this.#notifier.notify(key, owner || undefined);
-      });
-      let ready = 0;
-      subscriber.on('ready', () => {
-        if (ready++ === 0) return;
-        if (subscriber instanceof Cluster) return this.#notifier.notifyAll();
-        // Once subscribed again; a failure means the connection went again, and its next 'ready' retries.
-        subscriber.subscribe(...channels).then(
-          () => this.#notifier.notifyAll(),
-          () => undefined,
-        );
-      });
-      this.#subscriber = subscriber;
-      try {
-        await subscriber.subscribe(...channels);
-        this.#listening = true;
-      } catch (error) {
-        this.#subscribed = undefined;
-        subscriber.disconnect();
-        throw new BackendUnavailableError(this.name, 'subscribe', { cause: error });
+    // A single-node subscriber subscribes again itself after a reconnect: ioredis's own
+    // re-subscription leaves its promise unhandled, and a close before its answer (a backend
+    // closed just after a reconnect) then surfaces as an unhandled rejection in the user's process.
+    const subscriber =
+      this.client instanceof Cluster
+        ? this.client.duplicate()
+        : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
+    subscriber.on('error', () => undefined);
+    // `<lock key>\n<owner>`, and for a FIFO handoff `<lock key>\n<owner> <token> <deadline>`
+    // (see hand_over in scripts.ts); a shared key's release names no owner.
+    subscriber.on('message', (_channel: string, message: string) => {
+      const split = message.lastIndexOf('\n');
+      const [owner, token, deadline] = message.slice(split + 1).split(' ');
+      const key = message.slice(0, split);
+      if (token !== undefined) {
+        keepNewest(this.#handed, `${key}\n${owner}`, { token, deadline: Number(deadline) }, HANDED_KEPT);
       }
-    })();
-    return this.#subscribed;
+      this.#notifier.notify(key, owner || undefined);
+    });
+    let ready = 0;
+    subscriber.on('ready', () => {
+      if (ready++ === 0) return;
+      if (subscriber instanceof Cluster) return this.#notifier.notifyAll();
+      // Once subscribed again; a failure means the connection went again, and its next 'ready' retries.
+      subscriber.subscribe(...channels).then(
+        () => this.#notifier.notifyAll(),
+        () => undefined,
+      );
+    });
+    this.#subscriber = subscriber;
+    try {
+      await subscriber.subscribe(...channels);
+      this.#listening = true;
+    } catch (error) {
+      subscriber.disconnect();
+      throw new BackendUnavailableError(this.name, 'subscribe', { cause: error });
+    }
   }
 }
 

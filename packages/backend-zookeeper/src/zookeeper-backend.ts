@@ -162,7 +162,7 @@ const SESSION_IDLE_MS = 2000;
  * the client then reports it lost and connects again. Returns how to stop watching.
  */
 function cutWhenSilent(client: ZooKeeperClient, silentMs: number, connected: () => boolean): () => void {
-  const manager = (client as unknown as { connectionManager?: { socket?: Socket } }).connectionManager;
+  const manager = client.connectionManager;
   let socket: Socket | undefined;
   let bytes = 0;
   let since = performance.now();

@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import type { Socket } from 'node:net';
 
 /** The part of node-zookeeper-client's API this backend uses (callback style). */
 export interface ZooKeeperClient {
@@ -22,6 +23,12 @@ export interface ZooKeeperClient {
   transaction(): Transaction;
   /** Adds `scheme:auth` to the session (the digest scheme takes `user:password`). */
   addAuthInfo(scheme: string, auth: Buffer): void;
+  /**
+   * Not part of the library's documented API (checked on 1.1.x): the object that owns the socket.
+   * `createClient` guards its reader and `cutWhenSilent` watches its socket; both do nothing if a
+   * later version has none.
+   */
+  readonly connectionManager?: ConnectionManager;
 }
 
 /** Versions: -1 is any version. node-zookeeper-client reads 0 as -1 too (`version || -1`). */
@@ -75,10 +82,10 @@ const zookeeper = createRequire(import.meta.url)('node-zookeeper-client') as Zoo
  */
 export function createClient(connectionString: string, options: ClientOptions): ZooKeeperClient {
   const client = zookeeper.createClient(connectionString, options);
-  const manager = (client as unknown as { connectionManager?: GuardedManager }).connectionManager;
+  const manager = client.connectionManager;
   const read = manager?.onSocketData;
   if (manager && typeof read === 'function') {
-    manager.onSocketData = function (this: GuardedManager, buffer: Buffer) {
+    manager.onSocketData = function (this: ConnectionManager, buffer: Buffer) {
       try {
         read.call(this, buffer);
       } catch {
@@ -90,11 +97,11 @@ export function createClient(connectionString: string, options: ClientOptions): 
   return client;
 }
 
-/** The parts of node-zookeeper-client's connection manager `createClient` guards. */
-interface GuardedManager {
-  onSocketData: (buffer: Buffer) => void;
+/** The parts of node-zookeeper-client's connection manager this package uses. */
+export interface ConnectionManager {
+  onSocketData?: (buffer: Buffer) => void;
   pendingBuffer: Buffer | null;
-  socket?: { destroy(): void };
+  socket?: Socket;
 }
 export const CreateMode = zookeeper.CreateMode;
 export const NODE_DELETED = zookeeper.Event.NODE_DELETED;

@@ -22,22 +22,22 @@ export const breakClaim: Partial<Record<Store, (backend: LockBackend, key: strin
   async mysql(backend, key) {
     const mysql = backend as MysqlBackend;
     if (mysql.mode === 'lease') {
-      await mysql.pool.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [MysqlBackend.hash(key)]);
+      await mysql.client.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [MysqlBackend.hash(key)]);
       return;
     }
     // Session mode: the claim is the named lock; end the connection that holds it.
     const thread = await mysql.holderThread(key);
-    if (thread !== null) await mysql.pool.query('KILL ?', [thread]);
+    if (thread !== null) await mysql.client.query('KILL ?', [thread]);
   },
   async postgres(backend, key) {
     const pg = backend as PostgresBackend;
     const keyBytes = Buffer.from(key, 'utf8');
     if (pg.mode === 'lease') {
-      await pg.pool.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE lock_key = $1', [keyBytes]);
+      await pg.client.query('UPDATE deadbolt_locks SET owner = NULL, expires_at = NULL WHERE lock_key = $1', [keyBytes]);
       return;
     }
     // Session mode: the claim is the advisory lock; end the session that holds it.
-    await pg.pool.query(
+    await pg.client.query(
       `SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN deadbolt_locks t ON l.objid = t.id::oid
        WHERE t.lock_key = $1 AND l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted`,
       [keyBytes],
