@@ -1,3 +1,4 @@
+import { Once } from '@deadbolt/core/backend';
 import cassandra, { type Client } from 'cassandra-driver';
 
 export interface TimeServiceOptions {
@@ -35,7 +36,8 @@ export class CassandraTimeService {
   #readAt = 0;
   #last = 0;
   #timer: NodeJS.Timeout | undefined;
-  #ready: Promise<void> | undefined;
+  /** The first read: `start()` resolves after it, and runs it again if it failed. */
+  #first = new Once(() => this.tick());
 
   constructor(client: Client, keyspace: string, options: TimeServiceOptions = {}) {
     this.#client = client;
@@ -44,20 +46,22 @@ export class CassandraTimeService {
     this.#maxAheadMicros = (options.maxAheadMs ?? 1000) * 1000;
   }
 
-  /** Starts the background task; resolves after the first read. @throws the driver's error on that read. */
+  /**
+   * Starts the background task; resolves after the first read. @throws the driver's error on that
+   * read; the next `start()` reads again (a first read cut by a reset does not fail it for good).
+   */
   start(): Promise<void> {
-    if (!this.#ready) {
-      this.#ready = this.tick();
+    if (!this.#timer) {
       this.#timer = setInterval(() => void this.tick().catch(() => undefined), this.#intervalMs);
       this.#timer.unref();
     }
-    return this.#ready;
+    return this.#first.run();
   }
 
   stop(): void {
     clearInterval(this.#timer);
     this.#timer = undefined;
-    this.#ready = undefined;
+    this.#first = new Once(() => this.tick());
   }
 
   /** One round: read GlobalTime; if our clock is ahead, write it (value = timestamp = our clock). */

@@ -198,6 +198,24 @@ describe('cassandra backend', () => {
     service.stop();
   });
 
+  it('time service: a first read that failed is made again by the next start(), not kept', async () => {
+    await harness.inspect('warm-up');
+    const keyspace = `deadbolt_late_${Math.random().toString(36).slice(2, 8)}`;
+    const service = new CassandraTimeService(admin.client, keyspace, { intervalMs: 60_000 });
+    // Its table does not exist yet: the first read fails, as one cut by a reset would.
+    await expect(service.start()).rejects.toThrow();
+    await cql(`CREATE KEYSPACE ${keyspace} WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}`);
+    await cql(`CREATE TABLE ${keyspace}.global_time (id text PRIMARY KEY, micros bigint)`);
+    try {
+      await service.start();
+      const row = (await cql(`SELECT micros FROM ${keyspace}.global_time WHERE id = 'GlobalTime'`)).first();
+      expect(row, 'the second start() read and wrote GlobalTime').not.toBeNull();
+    } finally {
+      service.stop();
+      await cql(`DROP KEYSPACE ${keyspace}`);
+    }
+  });
+
   it('time service: a GlobalTime far in the future moves our order by at most maxAheadMs', async () => {
     await harness.inspect('warm-up');
     const future = Math.floor((performance.timeOrigin + performance.now()) * 1000) + 3_600_000_000; // an hour ahead

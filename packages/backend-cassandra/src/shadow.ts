@@ -1,0 +1,122 @@
+// The shadow algorithm (the thesis' "old" one, kept as a benchmark baseline): a taker writes a claim
+// in the shadow partition and becomes the holder if its claim is alone there and the main partition
+// is empty. Unfair under contention: waiters retry after randomized waits.
+import { sleep, UnavailableGrace, type AcquireRequest } from '@deadbolt/core/backend';
+import { ttlSeconds, type CassandraStore, type MutexAlgorithm, type ShadowLease, type Slot } from './store.js';
+
+export interface ShadowBackoff {
+  /** The most a waiter sleeps when another owner holds the lock. */
+  readonly ownerWaitMs: number;
+  /** After a concurrent attempt, a waiter sleeps up to this × its attempt number. */
+  readonly concurrentStepMs: number;
+}
+
+export class ShadowLock implements MutexAlgorithm<ShadowLease> {
+  readonly holderTable = 'shadow_holders' as const;
+  readonly #store: CassandraStore;
+  readonly #backoff: ShadowBackoff;
+
+  constructor(store: CassandraStore, backoff: ShadowBackoff) {
+    this.#store = store;
+    this.#backoff = backoff;
+  }
+
+  /** GetLock: TryLock in a loop with the thesis' randomized waits; TryGetLock: one TryLock. */
+  async acquire(req: AcquireRequest, id: Buffer): Promise<ShadowLease | null> {
+    const grace = new UnavailableGrace();
+    const slot = this.#store.takeSlot(id);
+    try {
+      for (let attempt = 1; ; attempt++) {
+        req.signal.throwIfAborted();
+        let result: ShadowLease | 'owner' | 'concurrent';
+        try {
+          result = await this.#attempt(req, id, slot);
+          grace.succeeded();
+        } catch (error) {
+          if (!req.wait || req.signal.aborted) throw error;
+          grace.failed(error); // a reset while waiting: try again
+          result = 'concurrent';
+        }
+        if (typeof result === 'object') {
+          if (req.signal.aborted) {
+            await this.release(result);
+            req.signal.throwIfAborted();
+          }
+          return result;
+        }
+        if (!req.wait) {
+          this.#store.freeSlot(id, slot);
+          return null;
+        }
+        const wait =
+          result === 'owner' ? Math.random() * this.#backoff.ownerWaitMs : Math.random() * this.#backoff.concurrentStepMs * attempt;
+        let unsubscribe: (() => void) | undefined;
+        await sleep(wait, req.signal, (wake) => (unsubscribe = this.#store.notifier.subscribe(req.key, wake))).finally(() =>
+          unsubscribe?.(),
+        );
+      }
+    } catch (error) {
+      await this.#leave(id, slot).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  renew(lease: ShadowLease, ttlMs: number): Promise<boolean> {
+    return this.#store.renewSlot(lease, this.holderTable, ttlMs, () => this.release(lease));
+  }
+
+  async release(lease: ShadowLease): Promise<void> {
+    await this.#leave(lease.id, lease.slot);
+    this.#store.notifier.notify(lease.key);
+  }
+
+  /** TryLock: Success (a lease) / AnotherThreadIsOwner / ConcurrentAttempt. */
+  async #attempt(req: AcquireRequest, id: Buffer, slot: Slot): Promise<ShadowLease | 'owner' | 'concurrent'> {
+    const store = this.#store;
+    const ttl = ttlSeconds(req.ttlMs);
+    if ((await store.owners('acquire', this.holderTable, id)).length > 0) return 'owner';
+    store.writing(slot, ttl);
+    await store.run(
+      'acquire',
+      `INSERT INTO ${store.keyspace}.shadow_claims (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
+      [id, slot.name, req.owner, ttl, store.timestamp()],
+    );
+    let won = false;
+    let acquiredAt = 0;
+    try {
+      const shadow = await store.owners('acquire', 'shadow_claims', id);
+      const main = await store.owners('acquire', this.holderTable, id);
+      if (shadow.length === 1 && main.length === 0) {
+        acquiredAt = performance.now();
+        await store.run(
+          'acquire',
+          `INSERT INTO ${store.keyspace}.shadow_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
+          [id, slot.name, req.owner, ttl, store.timestamp()],
+        );
+        won = true;
+      }
+    } finally {
+      // Our claim goes whatever happened; sent again later if the store is out of reach (a claim
+      // left behind makes every other taker's attempt concurrent until its ttl).
+      const drop = {
+        query: `DELETE FROM ${store.keyspace}.shadow_claims USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`,
+        params: [store.timestamp(), id, slot.name],
+      };
+      await store.inFlight.cleanUp(() => store.batch('acquire', [drop]), slot.lastsUntil);
+    }
+    if (!won) return 'concurrent';
+    const lease: ShadowLease = { kind: 'shadow', key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n };
+    return store.fence(lease, this.holderTable, req, (l) => this.release(l));
+  }
+
+  /** Removes our main cell, once per slot. */
+  #leave(id: Buffer, slot: Slot): Promise<void> {
+    const keyspace = this.#store.keyspace;
+    return this.#store.leaveSlot('release', id, slot, (timestamp) => [
+      {
+        query: `DELETE FROM ${keyspace}.shadow_holders USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`,
+        params: [timestamp, id, slot.name],
+      },
+    ]);
+  }
+}

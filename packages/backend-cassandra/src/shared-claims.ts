@@ -1,0 +1,187 @@
+// Semaphores and read-write locks. One partition per key in `shared_claims`: a row per claim,
+// clustered by its token, which is also its place in the queue (core's `SharedRequest` rule). A
+// claim joins by one conditional batch that moves the static counter from the value just read (so
+// no claim can have joined since that read) and inserts its row; it is judged by the rows of that
+// same read. Every later write to a claim is a lightweight transaction on its owner, so writes to
+// the partition are all ordered by Paxos (no client clock decides between them).
+import { BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
+import { grantable, POLL_SOON, waiterCadence, type SharedRequest } from '@deadbolt/core/backend';
+import { maxOf, toBigInt, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
+
+/** A claim lost the race to join: read the partition again at once. */
+const JOIN_AGAIN = Symbol('again');
+
+export class SharedClaims {
+  readonly #store: CassandraStore;
+
+  constructor(store: CassandraStore) {
+    this.#store = store;
+  }
+
+  async acquire(req: SharedRequest, id: Buffer): Promise<SharedLease | null> {
+    const store = this.#store;
+    // A waiter's row lasts about a ttl past each refresh (core's waiterCadence); ttls here are whole seconds.
+    const waiterTtl = ttlSeconds(waiterCadence(req.ttlMs, store.poll.maxDelayMs).placeMs);
+    /** Our row once joined: its token, and when it was last written (its ttl counts from there). */
+    let claim: { token: bigint; acquiredAt: number } | undefined;
+    const attempt = async (): Promise<SharedLease | null | typeof JOIN_AGAIN> => {
+      const acquiredAt = performance.now();
+      const rows = (
+        await store.run(
+          'acquire',
+          `SELECT seq, owner, exclusive, claim_counter, claim_limit FROM ${store.keyspace}.shared_claims WHERE lock_id = ?`,
+          [id],
+          { serialRead: true },
+        )
+      ).rows;
+      // A claim whose mode cell is missing counts as exclusive: the reading that can never let two in.
+      const queue = rows
+        .filter((r) => r['seq'] !== null)
+        .map((r) => ({
+          token: toBigInt(r['seq']),
+          owner: r['owner'] as string,
+          mode: r['exclusive'] === false ? ('shared' as const) : ('exclusive' as const),
+        }));
+      if (!claim) {
+        const statics = rows[0];
+        const counter =
+          statics?.['claim_counter'] === null || statics?.['claim_counter'] === undefined ? undefined : toBigInt(statics['claim_counter']);
+        const stored = statics?.['claim_limit'] ?? null;
+        if (queue.length > 0 && stored !== null && stored !== req.limit) throw new LimitMismatchError(req.key, stored as number, req.limit);
+        const token = maxOf((counter ?? 0n) + 1n, req.minToken ?? 0n);
+        const ok = grantable([...queue, { mode: req.mode }], queue.length, req.limit);
+        if (!ok && !req.wait) return null; // judged by a read no claim can have joined since: leave no trace
+        const joined = await store.run(
+          'acquire',
+          `BEGIN BATCH
+          UPDATE ${store.keyspace}.shared_claims SET claim_counter = ?, claim_limit = ? WHERE lock_id = ? IF claim_counter = ?
+          INSERT INTO ${store.keyspace}.shared_claims (lock_id, seq, owner, exclusive) VALUES (?, ?, ?, ?) USING TTL ?
+          APPLY BATCH`,
+          [
+            String(token),
+            req.limit,
+            id,
+            counter === undefined ? null : String(counter),
+            id,
+            String(token),
+            req.owner,
+            req.mode === 'exclusive',
+            ok ? ttlSeconds(req.ttlMs) : waiterTtl,
+          ],
+          { lwt: true },
+        );
+        if (!joined.wasApplied()) return JOIN_AGAIN; // another claim joined first: read again
+        claim = { token, acquiredAt };
+        return ok ? this.#lease(req, id, claim) : null;
+      }
+      const mine = claim;
+      const index = queue.findIndex((c) => c.token === mine.token && c.owner === req.owner);
+      if (index < 0)
+        throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
+      const ok = grantable(queue, index, req.limit);
+      // A waiting row is rewritten (a Paxos round) only every third of its ttl, not on every look;
+      // a granted one gets the lease's ttl, counted from this write.
+      const sentAt = performance.now();
+      if (!ok && sentAt - mine.acquiredAt < (waiterTtl * 1000) / 3) return null;
+      if (!(await this.#rewrite({ id, token: mine.token, owner: req.owner, mode: req.mode }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
+        throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
+      }
+      mine.acquiredAt = sentAt;
+      return ok ? this.#lease(req, id, mine) : null;
+    };
+    try {
+      for (;;) {
+        if (!req.wait) {
+          const lease = await attempt();
+          if (lease !== JOIN_AGAIN) return lease;
+          continue;
+        }
+        // Releases in this process are announced under `shared:<key>` (see `release`).
+        return await store.pollLease(
+          { ...req, key: `shared:${req.key}` },
+          async () => {
+            const lease = await attempt();
+            return lease === JOIN_AGAIN ? POLL_SOON : lease;
+          },
+          (lease) => this.release(lease),
+        );
+      }
+    } catch (error) {
+      // A cancelled, timed-out or failed waiter removes its row before reporting, again later if
+      // the store is out of reach (owner-checked: safe whenever it lands).
+      if (claim) {
+        const { token } = claim;
+        const lastsMs = Math.max(waiterTtl, ttlSeconds(req.ttlMs)) * 1000 + store.commandTimeoutMs;
+        await store.inFlight.leave(() => this.#delete(id, token, req.owner), lastsMs);
+        store.notifier.notify(`shared:${req.key}`); // a claim ahead of others may have left
+      }
+      throw error;
+    }
+  }
+
+  renew(lease: SharedLease, ttlMs: number): Promise<boolean> {
+    return this.#rewrite(lease, ttlSeconds(ttlMs));
+  }
+
+  async release(lease: SharedLease): Promise<void> {
+    await this.#delete(lease.id, lease.token, lease.owner);
+    this.#store.notifier.notify(`shared:${lease.key}`);
+  }
+
+  /** The key's static counter lifted by compare-and-set while our claim's row lives. */
+  async raiseFloor(lease: SharedLease, floor: bigint): Promise<boolean> {
+    const store = this.#store;
+    for (;;) {
+      const row = (
+        await store.run(
+          'raise token floor',
+          `SELECT claim_counter, owner FROM ${store.keyspace}.shared_claims WHERE lock_id = ? AND seq = ?`,
+          [lease.id, String(lease.token)],
+          { serialRead: true },
+        )
+      ).first();
+      if (row?.['owner'] !== lease.owner) return false;
+      const counter = toBigInt(row['claim_counter']);
+      if (counter >= floor) return true;
+      const result = await store.run(
+        'raise token floor',
+        `UPDATE ${store.keyspace}.shared_claims SET claim_counter = ? WHERE lock_id = ? IF claim_counter = ?`,
+        [String(floor), lease.id, String(counter)],
+        { lwt: true },
+      );
+      if (result.wasApplied()) return true;
+    }
+  }
+
+  #lease(req: SharedRequest, id: Buffer, claim: { token: bigint; acquiredAt: number }): SharedLease {
+    return { kind: 'shared', key: req.key, owner: req.owner, id, token: claim.token, acquiredAt: claim.acquiredAt, mode: req.mode };
+  }
+
+  /**
+   * Rewrites a claim's row with a new TTL, if it is still ours. Every cell of the row is written
+   * again: a TTL belongs to a cell, and a cell left out keeps its old one (the mode cell once did,
+   * and a held write lock turned into a read lock when it expired).
+   */
+  async #rewrite(claim: Pick<SharedLease, 'id' | 'token' | 'owner' | 'mode'>, ttl: number): Promise<boolean> {
+    const store = this.#store;
+    const result = await store.run(
+      'renew',
+      `UPDATE ${store.keyspace}.shared_claims USING TTL ? SET owner = ?, exclusive = ? WHERE lock_id = ? AND seq = ? IF owner = ?`,
+      [ttl, claim.owner, claim.mode === 'exclusive', claim.id, String(claim.token), claim.owner],
+      { lwt: true },
+    );
+    return result.wasApplied();
+  }
+
+  #delete(id: Buffer, token: bigint, owner: string) {
+    const store = this.#store;
+    return store.run(
+      'release',
+      `DELETE FROM ${store.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`,
+      [id, String(token), owner],
+      {
+        lwt: true,
+      },
+    );
+  }
+}

@@ -1,0 +1,417 @@
+// What every algorithm of the Cassandra backend shares: how statements are sent and their errors
+// classified, client timestamps, slots (the rows an acquisition writes in), the fencing-token row,
+// waiting, and the lease types. The algorithms (queue.ts, shadow.ts, lwt.ts, shared-claims.ts) are
+// written on top of it, each in its own file; cassandra-backend.ts picks one and dispatches to it.
+import { BackendUnavailableError } from '@deadbolt/core';
+import {
+  backendFailure,
+  InFlight,
+  pollForLease,
+  ReleaseNotifier,
+  waiterCadence,
+  type AcquireRequest,
+  type Lease,
+  type PollOptions,
+  type SharedRequest,
+  POLL_SOON,
+} from '@deadbolt/core/backend';
+import { randomUUID } from 'node:crypto';
+import cassandra, { type Client, type QueryOptions, type types } from 'cassandra-driver';
+import { wallMicros } from './time-service.js';
+
+/** One statement of a batch. */
+export type Statement = { query: string; params: unknown[] };
+/** An attempt that found the key busy. */
+export const NOT_YET = null;
+/** Where each mutex algorithm records the holder. */
+export type HolderTable = 'lock_holders' | 'shadow_holders' | 'lock_lwt';
+
+/** One of a backend's rows on a key, held by one acquisition from its start to its release (see schema.ts). */
+export interface Slot {
+  /** `<backend instance id>/<index>`: the clustering key. */
+  readonly name: string;
+  readonly index: number;
+  /** Set by the first release: the slot may be reused after that, so no later call may delete in it. */
+  released: boolean;
+  /**
+   * When (local monotonic ms) our main cell in the slot was last written, the write sent, and the
+   * least time it lives from its landing (its ttl): how a renewal knows the cell never lapsed.
+   * Zeros (never) until the queue algorithm or a renewal writes it.
+   */
+  written: { at: number; ttlMs: number };
+  /** The latest any cell written in the slot can live until (local monotonic ms): how long a cleanup that failed is worth sending again. */
+  lastsUntil: number;
+}
+
+interface LeaseOnKey extends Lease {
+  /** The key's partition: its UTF-8 bytes. */
+  readonly id: Buffer;
+}
+/** A hold of the queue algorithm: its slot, and its arrival stamp (`<20-digit µs>/<owner>`), which orders the queue. */
+export interface QueueLease extends LeaseOnKey {
+  readonly kind: 'queue';
+  readonly slot: Slot;
+  readonly entry: string;
+}
+/** A hold of the shadow algorithm: its slot. */
+export interface ShadowLease extends LeaseOnKey {
+  readonly kind: 'shadow';
+  readonly slot: Slot;
+}
+/** A hold of the lightweight-transaction algorithm: the key's one row. */
+export interface LwtLease extends LeaseOnKey {
+  readonly kind: 'lwt';
+}
+/**
+ * A semaphore permit or read-write lock: its row in `shared_claims` (the token is its clustering
+ * key, `seq`); a renewal writes the mode again with the owner, so both cells live as long.
+ */
+export interface SharedLease extends LeaseOnKey {
+  readonly kind: 'shared';
+  readonly mode: SharedRequest['mode'];
+}
+export type MutexLease = QueueLease | ShadowLease | LwtLease;
+export type CassandraLease = MutexLease | SharedLease;
+
+/** A mutex algorithm: how it takes, keeps and gives back a key, and where it records the holder. */
+export interface MutexAlgorithm<L extends MutexLease> {
+  readonly holderTable: HolderTable;
+  acquire(req: AcquireRequest, id: Buffer): Promise<L | null>;
+  renew(lease: L, ttlMs: number): Promise<boolean>;
+  release(lease: L): Promise<void>;
+}
+
+/** How many keys this process's guesses (the token cache, the queue's crowded keys) remember: the most recently used. */
+const RECENT_KEYS = 1000;
+
+/** Driver errors that mean the cluster could not be reached or could not answer in time. */
+function isUnavailable(error: unknown): boolean {
+  const e = error as { name?: string; code?: number };
+  if (e instanceof cassandra.errors.NoHostAvailableError || e instanceof cassandra.errors.OperationTimedOutError) return true;
+  if (e instanceof cassandra.errors.DriverError && /connect|closed|shut ?down|socket/i.test(String((e as Error).message))) return true;
+  const codes = cassandra.types.responseErrorCodes;
+  return (
+    e instanceof cassandra.errors.ResponseError &&
+    [codes.unavailableException, codes.overloaded, codes.isBootstrapping, codes.writeTimeout, codes.readTimeout].includes(e.code!)
+  );
+}
+
+export const maxOf = (a: bigint, b: bigint) => (a > b ? a : b);
+export const toBigInt = (value: unknown): bigint => (typeof value === 'bigint' ? value : BigInt(String(value)));
+
+/** Drops the oldest entry (Maps and Sets iterate in insertion order) once there are more than RECENT_KEYS. */
+export function keepNewest(recent: Map<string, unknown> | Set<string>): void {
+  if (recent.size > RECENT_KEYS) recent.delete(recent.keys().next().value!);
+}
+
+/**
+ * Whether a cell written at `written.at` (local monotonic ms, when the write was sent) with a ttl
+ * of at least `written.ttlMs` from its landing is certainly still there, barring a delete: less
+ * than half its ttl has passed here (half: room for any difference in clock rates).
+ */
+export function stillStands(written: { at: number; ttlMs: number }): boolean {
+  return performance.now() - written.at < written.ttlMs / 2;
+}
+
+/** Cell TTL for a lease of `ttlMs`: Cassandra may expire a cell up to a second early, so one more. */
+export function ttlSeconds(ttlMs: number): number {
+  return ttlMs / 1000 + 1;
+}
+
+export interface StoreSettings {
+  readonly name: string;
+  readonly client: Client;
+  readonly keyspace: string;
+  readonly consistency: types.consistencies;
+  readonly serial: types.consistencies;
+  /** Waiters' backoff (never slower than core's cadence rule). */
+  readonly poll: { readonly minDelayMs: number; readonly maxDelayMs: number };
+  readonly commandTimeoutMs: number;
+}
+
+/** The shared part of the backend (see the file's opening comment). */
+export class CassandraStore {
+  readonly name: string;
+  readonly client: Client;
+  readonly keyspace: string;
+  readonly poll: StoreSettings['poll'];
+  readonly commandTimeoutMs: number;
+  /** Wakes this process's waiters when a key is released here (Cassandra has no notifications). */
+  readonly notifier = new ReleaseNotifier();
+  /** Acquisitions and cleanups under way: `close()` lets aborted ones remove their cells first. */
+  readonly inFlight = new InFlight();
+  readonly #consistency: types.consistencies;
+  readonly #serial: types.consistencies;
+  /**
+   * The last token this process saw per key: the first compare-and-set guess. Only a guess (a
+   * wrong one costs one more round), so it keeps the most recent RECENT_KEYS keys and no more.
+   */
+  readonly #tokens = new Map<string, bigint>();
+  /** This backend's rows are named after it (see schema.ts). */
+  readonly #instance = randomUUID();
+  /** Per key (base64), the slot indices its acquisitions are using now. */
+  readonly #slots = new Map<string, Set<number>>();
+  #lastTimestamp = 0;
+
+  constructor(settings: StoreSettings) {
+    this.name = settings.name;
+    this.client = settings.client;
+    this.keyspace = settings.keyspace;
+    this.poll = settings.poll;
+    this.commandTimeoutMs = settings.commandTimeoutMs;
+    this.#consistency = settings.consistency;
+    this.#serial = settings.serial;
+  }
+
+  // --- statements -------------------------------------------------------------------------------
+
+  /** One statement; `lwt` adds the serial consistency, `serialRead` reads at it. @throws typed (`error`). */
+  async run(
+    operation: string,
+    query: string,
+    params: unknown[],
+    how: { lwt?: boolean; serialRead?: boolean } = {},
+  ): Promise<types.ResultSet> {
+    const options: QueryOptions = {
+      prepare: true,
+      consistency: how.serialRead ? this.#serial : this.#consistency,
+      ...(how.lwt ? { serialConsistency: this.#serial } : {}),
+    };
+    try {
+      return await this.client.execute(query, params, options);
+    } catch (error) {
+      throw this.error(operation, error);
+    }
+  }
+
+  /**
+   * Writes in one request (an unlogged batch): the same as sending them side by side, each applied
+   * on its own, for one request instead of several. @throws typed (`error`).
+   */
+  async batch(operation: string, statements: Statement[]): Promise<void> {
+    try {
+      await this.client.batch(statements, { prepare: true, logged: false, consistency: this.#consistency });
+    } catch (error) {
+      throw this.error(operation, error);
+    }
+  }
+
+  /** The typed error for a driver error: unavailable (no host, a timeout, a connection gone) or not. */
+  error(operation: string, error: unknown): Error {
+    return backendFailure(this.name, operation, error, isUnavailable);
+  }
+
+  /** Client timestamps (µs), strictly increasing per backend: a release is always later than the renewals before it. */
+  timestamp(): number {
+    this.#lastTimestamp = Math.max(this.#lastTimestamp + 1, wallMicros());
+    return this.#lastTimestamp;
+  }
+
+  /** The owners in `table`'s partition for `id`, at most two (enough to tell "alone"). */
+  async owners(operation: string, table: string, id: Buffer): Promise<string[]> {
+    const result = await this.run(operation, `SELECT owner FROM ${this.keyspace}.${table} WHERE lock_id = ? LIMIT 2`, [id]);
+    return result.rows.map((r) => r['owner'] as string);
+  }
+
+  // --- slots (see schema.ts) --------------------------------------------------------------------
+
+  /** The smallest slot index no acquisition of this backend is using on the key. */
+  takeSlot(id: Buffer): Slot {
+    const key = id.toString('base64');
+    let used = this.#slots.get(key);
+    if (!used) this.#slots.set(key, (used = new Set()));
+    let index = 0;
+    while (used.has(index)) index++;
+    used.add(index);
+    return { name: `${this.#instance}/${index}`, index, released: false, written: { at: 0, ttlMs: 0 }, lastsUntil: 0 };
+  }
+
+  /**
+   * Marks `slot` released and frees its index, once; true the first time. Only the first release
+   * may delete in the slot: after it, the slot may already hold another acquisition's rows.
+   */
+  freeSlot(id: Buffer, slot: Slot): boolean {
+    if (slot.released) return false;
+    slot.released = true;
+    const key = id.toString('base64');
+    const used = this.#slots.get(key);
+    used?.delete(slot.index);
+    if (used?.size === 0) this.#slots.delete(key);
+    return true;
+  }
+
+  /** Notes a write of cells that live `ttl` seconds in `slot` (see `Slot.lastsUntil`): it may land as late as the request timeout. */
+  writing(slot: Slot, ttl: number): void {
+    slot.lastsUntil = Math.max(slot.lastsUntil, performance.now() + this.commandTimeoutMs + ttl * 1000);
+  }
+
+  /**
+   * Frees `slot` and sends `deletes` (built with `timestamp`, taken before the slot is freed: any
+   * later write to the slot is later still), again later while the store is out of reach, as
+   * long as its cells may live (`InFlight.cleanUp`). Once per slot. @throws the first send's error.
+   */
+  async leaveSlot(operation: string, id: Buffer, slot: Slot, deletes: (timestamp: number) => Statement[]): Promise<void> {
+    if (slot.released) return;
+    const timestamp = this.timestamp();
+    this.freeSlot(id, slot);
+    const statements = deletes(timestamp);
+    await this.inFlight.cleanUp(() => this.batch(operation, statements), slot.lastsUntil);
+  }
+
+  /**
+   * A renewal of a slot's hold in `main` (and of its queue cell, for the queue algorithm): rewrite
+   * our cell if it is still ours, then check again. Resolves false (after `giveUp`) when it is lost.
+   */
+  async renewSlot(lease: QueueLease | ShadowLease, main: HolderTable, ttlMs: number, giveUp: () => Promise<void>): Promise<boolean> {
+    const { slot } = lease;
+    if (slot.released) return false;
+    const ttl = ttlSeconds(ttlMs);
+    // The write's timestamp is taken before the read: a release issued meanwhile (always later,
+    // timestamps only grow) then wins over this write, so a renewal that read "still ours" just
+    // before the release can never put the released cell back.
+    const timestamp = this.timestamp();
+    const previous = slot.written;
+    const sentAt = performance.now();
+    if ((await this.owners('renew', main, lease.id)).includes(lease.owner)) {
+      this.writing(slot, ttl);
+      await Promise.all([
+        this.run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [
+          lease.id,
+          slot.name,
+          lease.owner,
+          ttl,
+          timestamp,
+        ]),
+        lease.kind === 'queue' &&
+          this.run(
+            'renew',
+            `INSERT INTO ${this.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
+            [lease.id, slot.name, lease.entry, lease.owner, ttl, timestamp],
+          ),
+      ]);
+      // Check again: had our cell expired between the read and the write (a pause), someone else
+      // may hold the lock now; take ours back out rather than stand beside them. Another cell
+      // beside ours is no holder, though, if ours provably never lapsed: nobody is alone in main
+      // while our cell is in it. It is then a taker's that backs off at its own read (a newcomer's
+      // first attempt writes main before it knows its place: see the queue's `#atOnce`). Our last
+      // write still stands now, so it did when this write landed.
+      const owners = await this.owners('renew', main, lease.id);
+      if (owners.includes(lease.owner) && (owners.length === 1 || stillStands(previous))) {
+        slot.written = { at: sentAt, ttlMs };
+        return true;
+      }
+    }
+    // Lost: clear our rows now (they are ours alone) and give the slot back.
+    await giveUp();
+    return false;
+  }
+
+  // --- waiting ----------------------------------------------------------------------------------
+
+  /** Polls `attempt` with core's backoff, woken early by releases in this process; `giveBack` releases a grant the wait no longer wants. */
+  pollLease<L extends CassandraLease>(
+    req: AcquireRequest,
+    attempt: () => Promise<L | null | typeof POLL_SOON>,
+    giveBack: (lease: L) => Promise<void>,
+    more: PollOptions = {},
+  ): Promise<L> {
+    return pollForLease(req.key, req.signal, attempt, giveBack, { ...this.pollOptions(req.ttlMs), notifier: this.notifier, ...more });
+  }
+
+  /** The backoff of a waiter with a lease of `ttlMs`: ours, but never slower than core's cadence rule (a quarter of the ttl). */
+  pollOptions(ttlMs: number): { minDelayMs: number; maxDelayMs: number } {
+    const { pollMs } = waiterCadence(ttlMs, this.poll.maxDelayMs);
+    return { minDelayMs: Math.min(this.poll.minDelayMs, pollMs), maxDelayMs: pollMs };
+  }
+
+  // --- fencing tokens ---------------------------------------------------------------------------
+
+  /**
+   * Gives a freshly won lease its fencing token: compare-and-set the key's token row to one more
+   * than it holds, or to `req.minToken` (a migration's hint) if that is higher (one LWT, plus a
+   * SERIAL read the first time this process sees the key), then check the lock is still ours, so
+   * a holder paused between winning and counting can never carry a token newer than its
+   * successor's. On failure the lease is given back (`giveBack`) before the error is reported.
+   */
+  async fence<L extends MutexLease>(won: L, table: HolderTable, req: AcquireRequest, giveBack: (lease: L) => Promise<void>): Promise<L> {
+    try {
+      const token = await this.setToken(won.id, (current) => maxOf((current ?? 0n) + 1n, req.minToken ?? 0n));
+      // Our holder cell was written after `acquiredAt` with the full ttl and only our own release
+      // deletes it: only a slow token round needs the read.
+      if (!stillStands({ at: won.acquiredAt, ttlMs: req.ttlMs }) && !(await this.stillOurs(won, table))) {
+        throw new BackendUnavailableError(this.name, 'acquire', {
+          cause: new Error('the lease expired while its fencing token was being taken'),
+        });
+      }
+      return { ...won, token };
+    } catch (error) {
+      await giveBack(won).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /**
+   * `LockBackend.raiseTokenFloor` for a mutex: the token row is lifted by compare-and-set, then the
+   * lock must still be ours. A successor that won in between either counted before the lift (and
+   * the check finds it) or counts from the lifted value.
+   */
+  async raiseFloor(lease: MutexLease, table: HolderTable, floor: bigint): Promise<boolean> {
+    await this.setToken(lease.id, (current) => (current === undefined || current < floor ? floor : undefined));
+    return this.stillOurs(lease, table);
+  }
+
+  /**
+   * Moves the key's token row to `next(current)` by compare-and-set, retrying on a lost race with
+   * the value the race returned; `next` returning undefined leaves it as it is. Resolves the value
+   * the row then holds. Starts from this process's last sighting (a guess: a wrong one costs one
+   * more round), else a SERIAL read.
+   */
+  async setToken(id: Buffer, next: (current: bigint | undefined) => bigint | undefined): Promise<bigint> {
+    const cacheKey = id.toString('base64');
+    let current = this.#tokens.get(cacheKey);
+    if (current === undefined) {
+      const row = (
+        await this.run('acquire', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [id], { serialRead: true })
+      ).first();
+      current = row ? toBigInt(row['fencing_token']) : undefined;
+    }
+    for (;;) {
+      const value = next(current);
+      if (value === undefined) return current!;
+      const result =
+        current === undefined
+          ? await this.run(
+              'acquire',
+              `INSERT INTO ${this.keyspace}.lock_token (lock_id, fencing_token) VALUES (?, ?) IF NOT EXISTS`,
+              [id, String(value)],
+              { lwt: true },
+            )
+          : await this.run(
+              'acquire',
+              `UPDATE ${this.keyspace}.lock_token SET fencing_token = ? WHERE lock_id = ? IF fencing_token = ?`,
+              [String(value), id, String(current)],
+              { lwt: true },
+            );
+      if (result.wasApplied()) {
+        // Map order is insertion order: re-insert to keep the newest last, drop the oldest.
+        this.#tokens.delete(cacheKey);
+        keepNewest(this.#tokens.set(cacheKey, value));
+        return value;
+      }
+      const seen = result.first()?.['fencing_token'];
+      current = seen === undefined || seen === null ? undefined : toBigInt(seen);
+    }
+  }
+
+  /** Whether `table` still records `lease.owner` as a holder of the key. */
+  async stillOurs(lease: Pick<MutexLease, 'id' | 'owner'>, table: HolderTable): Promise<boolean> {
+    if (table === 'lock_lwt') {
+      return (
+        (
+          await this.run('acquire', `SELECT owner FROM ${this.keyspace}.lock_lwt WHERE lock_id = ?`, [lease.id], { serialRead: true })
+        ).first()?.['owner'] === lease.owner
+      );
+    }
+    return (await this.owners('acquire', table, lease.id)).includes(lease.owner);
+  }
+}
