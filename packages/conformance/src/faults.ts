@@ -17,7 +17,7 @@ import { sleep, wrapBackend, type Lease } from '@deadbolt/core/backend';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FaultProxy } from './fault-proxy.js';
 import type { SuiteContext } from './context.js';
-import { abortedWithin, timerLateness } from './helpers.js';
+import { abortedWithin, stallsFromNow, timerLateness } from './helpers.js';
 
 /** How a promise settled, and when (performance.now()). */
 interface Settled<T> {
@@ -66,6 +66,32 @@ function instrument(inner: LockBackend) {
       return { started: startedP, open: () => open?.() };
     },
   };
+}
+
+/**
+ * A backend whose acquire calls are written down with their outcome and time, beside the test's
+ * own `note`s: what a failure message shows, so a late grant can be told from a slow store.
+ */
+function traced(inner: LockBackend) {
+  const started = performance.now();
+  const lines: string[] = [];
+  const note = (what: string) => void lines.push(`${Math.round(performance.now() - started)} ms: ${what}`);
+  const backend = wrapBackend(inner, {
+    acquire: (req) => {
+      note(`acquire ${req.owner.slice(0, 8)}`);
+      return inner.acquire(req).then(
+        (lease) => {
+          note(`acquire ${req.owner.slice(0, 8)}: ${lease ? 'granted' : 'busy'}`);
+          return lease;
+        },
+        (error: unknown) => {
+          note(`acquire ${req.owner.slice(0, 8)}: ${String((error as Error)?.message ?? error)}`);
+          throw error;
+        },
+      );
+    },
+  });
+  return { backend, note, timeline: () => lines.join('\n') };
 }
 
 /** How a behaviour takes a key: as a lock, or as the one permit of a semaphore of limit 1. */
@@ -193,21 +219,25 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
         const key = freshKey();
         const holder = await makeLocker();
         const proxy = await startProxy();
-        const waiter = await makeLockerVia(proxy);
+        // What the waiter's attempts did and when, shown if the wait is late or fails.
+        const { backend, timeline, note } = traced(await options.network!.createBackend(proxy.address, proxy.addresses));
+        const waiter = track(createLocker(backend, { ttlMs: T }));
         const held = await holder.lock(key);
         const waiting = settle(waiter.lock(key, { timeoutMs: 30_000 }));
         for (let i = 0; i < 3; i++) {
           await sleep(300);
           proxy.reset();
+          note('reset');
         }
         await sleep(300);
         const releasedAt = performance.now();
         await held.release();
+        note('released');
         const { value: lock, error, at } = await waiting;
-        expect(error, 'the wait failed after connection resets').toBeUndefined();
+        expect(error, `the wait failed after connection resets\n${timeline()}`).toBeUndefined();
         // A session lease cut by a reset may outlive the cut by up to its ttl on the server.
         const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
-        expect(at - releasedAt).toBeLessThanOrEqual(bound);
+        expect(at - releasedAt, `ms from the release to the grant\n${timeline()}`).toBeLessThanOrEqual(bound);
         expect(lock!.held).toBe(true);
         expect(await (await makeLocker()).tryLock(key)).toBeNull();
         await lock!.release();
@@ -296,38 +326,52 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       90_000,
     );
 
+    /**
+     * A waiter (its place in line lasting a long ttl) gives up while the store refuses every
+     * connection, so its leaving fails too; the store comes back and the holder releases. The
+     * waiter's own locker stays open: whatever place it left must go without a close().
+     */
+    async function placeLeftBehind(how: Taking): Promise<void> {
+      const key = freshKey();
+      const holder = await makeLocker();
+      const held = await how.take(holder, key, {});
+      const proxy = await startProxy();
+      // A long ttl for the waiter's place in line, so a place left behind shows as a long wait.
+      const ttlMs = roundTtl(Math.min(Math.max(T, 20_000), capabilities.maxTtlMs ?? DEFAULT_MAX_TTL_MS));
+      const waiter = await makeLockerVia(proxy, { ttlMs });
+      const giveUp = new AbortController();
+      const waiting = settle(how.take(waiter, key, { signal: giveUp.signal, timeoutMs: 60_000 }));
+      await sleep(1000); // queued, watching or polling
+      proxy.refuse(); // every call the waiter makes now fails at once, its leaving too
+      await sleep(300);
+      giveUp.abort(new Error('given up'));
+      const { error } = await waiting;
+      expect(error?.message, 'the wait ends with the reason it was given up for').toBe('given up');
+      await sleep(300);
+      proxy.heal();
+      const releasedAt = performance.now();
+      await held.release();
+      const next = await how.take(await makeLocker(), key, { timeoutMs: 60_000 });
+      const bound = 5000 + (capabilities.lease === 'session' ? T : 0);
+      expect(
+        performance.now() - releasedAt,
+        'ms from the release to the next grant, past a waiter that gave up during the outage',
+      ).toBeLessThanOrEqual(Math.min(bound, ttlMs / 2));
+      expect(next.token).toBeGreaterThan(held.token);
+      await next.release();
+    }
+
     netIt(
       "19g. a wait given up while the store is out of reach leaves no place in line: once it is back, the next client is granted at once, not after the waiter's ttl",
-      async () => {
-        const key = freshKey();
-        const holder = await makeLocker();
-        const held = await holder.lock(key);
-        const proxy = await startProxy();
-        // A long ttl for the waiter's place in line, so a place left behind shows as a long wait.
-        const ttlMs = roundTtl(Math.min(Math.max(T, 20_000), capabilities.maxTtlMs ?? DEFAULT_MAX_TTL_MS));
-        const waiter = await makeLockerVia(proxy, { ttlMs });
-        const giveUp = new AbortController();
-        const waiting = settle(waiter.lock(key, { signal: giveUp.signal, timeoutMs: 60_000 }));
-        await sleep(1000); // queued, watching or polling
-        proxy.refuse(); // every call the waiter makes now fails at once, its leaving too
-        await sleep(300);
-        giveUp.abort(new Error('given up'));
-        const { error } = await waiting;
-        expect(error?.message, 'the wait ends with the reason it was given up for').toBe('given up');
-        await sleep(300);
-        proxy.heal();
-        const releasedAt = performance.now();
-        await held.release();
-        const next = await (await makeLocker()).lock(key, { timeoutMs: 60_000 });
-        // The waiter's own client is still open: whatever place it left must go without a close().
-        const bound = 5000 + (capabilities.lease === 'session' ? T : 0);
-        expect(
-          performance.now() - releasedAt,
-          'ms from the release to the next grant, past a waiter that gave up during the outage',
-        ).toBeLessThanOrEqual(Math.min(bound, ttlMs / 2));
-        expect(next.token).toBeGreaterThan(held.token);
-        await next.release();
-      },
+      () => placeLeftBehind(asLock),
+      90_000,
+    );
+
+    itWhen(
+      () =>
+        !options.network ? 'no network between client and store' : capabilities.semaphore ? undefined : 'the backend has no semaphores',
+      '19h. the same for a wait for the one permit of a semaphore of limit 1',
+      () => placeLeftBehind(asPermit),
       90_000,
     );
 
@@ -545,6 +589,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
         const controller = new AbortController();
         let abortedAt = 0;
         let late = () => 0;
+        const stalls = stallsFromNow();
         const waiting = settle(b.lock(key, { signal: controller.signal }));
         point(() => {
           abortedAt = performance.now();
@@ -552,8 +597,11 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
           controller.abort(reason);
         });
         const { error, at } = await waiting;
+        const stalled = stalls();
         expect(error).toBe(reason);
-        expect(at - abortedAt).toBeLessThan(100 + late());
+        // 100 ms, plus what the machine's load took from this process meanwhile (seen: 143 ms with
+        // a 50 ms timer on time, the process unscheduled later in the window).
+        expect(at - abortedAt).toBeLessThan(100 + late() + stalled);
       }
       await sleep(300); // anything an aborted waiter left would be in the store by now
       expect(await harness.inspect(key)).toEqual([held.owner]);

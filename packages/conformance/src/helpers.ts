@@ -1,6 +1,7 @@
 // Helpers the behaviour groups and the backends' own tests share.
 import { type Lock, type Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterEach, expect } from 'vitest';
 import type { FaultProxy } from './fault-proxy.js';
 
@@ -27,6 +28,21 @@ export function timerLateness(ms: number): () => number {
   let late = 0;
   setTimeout(() => (late = Math.max(0, performance.now() - armed - ms)), ms);
   return () => late;
+}
+
+/**
+ * The longest this process could not run at all (ms) from now until the returned function is
+ * called: on a loaded machine a process goes unscheduled, or collects garbage, for tens of ms at a
+ * time, at any moment of a measured window, not only while a timer runs (which `timerLateness`
+ * sees). A bound of a few tens of ms that adds it measures the code, not the machine's load.
+ */
+export function stallsFromNow(): () => number {
+  const delays = monitorEventLoopDelay({ resolution: 10 });
+  delays.enable();
+  return () => {
+    delays.disable();
+    return delays.max / 1e6;
+  };
 }
 
 /** Resolves once `lock.signal` aborts (at once if it already has); rejects if it has not within `ms`. */
