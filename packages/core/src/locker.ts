@@ -72,6 +72,20 @@ const DEFAULT_UNAVAILABLE_GRACE_MS = 5_000;
 /** How long an aborted acquisition waits for the backend's cleanup before rejecting. */
 const ABORT_CLEANUP_MS = 50;
 
+/** One acquisition, as `wait` and `attempt` ask for it. */
+interface Ask {
+  readonly key: string;
+  readonly terms: LeaseTerms;
+  /** 0: a single attempt, which resolves null when busy and is bounded by the operation timeout. */
+  readonly timeoutMs: number;
+  /** The caller's. */
+  readonly signal: AbortSignal | undefined;
+  /** A semaphore's or read-write lock's claim; none for a mutex. */
+  readonly claim: Claim | undefined;
+  /** A busy single attempt rejects with LockTimeoutError (`lock()` with timeout 0) instead of resolving null. */
+  readonly required: boolean;
+}
+
 /**
  * A Locker over `backend`. The locker owns the backend: `close()` closes it.
  * @throws InvalidArgumentError for bad options.
@@ -297,14 +311,14 @@ class DefaultLocker implements Locker {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#acquire(key, lease, call.timeoutMs ?? this.#timeoutMs, call.signal, claim, true);
+    return this.#acquire({ key, terms: lease, timeoutMs: call.timeoutMs ?? this.#timeoutMs, signal: call.signal, claim, required: true });
   }
 
   /** `tryLock()` for a validated key and options, or for a shared claim. */
   async attempt(key: string, call: TryLockOptions, claim?: Claim): Promise<Lock | null> {
     const lease = this.#leaseOf(call);
     call.signal?.throwIfAborted();
-    return this.#acquire(key, lease, 0, call.signal, claim, false);
+    return this.#acquire({ key, terms: lease, timeoutMs: 0, signal: call.signal, claim, required: false });
   }
 
   /**
@@ -389,50 +403,27 @@ class DefaultLocker implements Locker {
   }
 
   /**
-   * One acquisition; `timeoutMs` 0 means a single attempt that resolves null when busy and is
-   * bounded by the operation timeout. `required`: a busy single attempt rejects with
-   * LockTimeoutError (`lock()` with timeout 0) instead of resolving null. A store in this process
-   * answers first on the spot (`acquireNow`): a grant there needs no deadline, no race and no
-   * promise but the caller's; only a request that has to wait goes on to `#wait`.
+   * One acquisition (see `Ask`). A store in this process answers first on the spot
+   * (`acquireNow`): a grant there needs no deadline, no race and no promise but the caller's; only
+   * a request that has to wait goes on to `#wait`.
    */
-  #acquire(
-    key: string,
-    terms: LeaseTerms,
-    timeoutMs: number,
-    userSignal: AbortSignal | undefined,
-    claim: Claim | undefined,
-    required: true,
-  ): Promise<LockHandle>;
-  #acquire(
-    key: string,
-    terms: LeaseTerms,
-    timeoutMs: number,
-    userSignal: AbortSignal | undefined,
-    claim: Claim | undefined,
-    required: false,
-  ): Promise<LockHandle | null>;
-  #acquire(
-    key: string,
-    terms: LeaseTerms,
-    timeoutMs: number,
-    userSignal: AbortSignal | undefined,
-    claim: Claim | undefined,
-    required: boolean,
-  ): Promise<LockHandle | null> {
+  #acquire(ask: Ask & { readonly required: true }): Promise<LockHandle>;
+  #acquire(ask: Ask): Promise<LockHandle | null>;
+  #acquire(ask: Ask): Promise<LockHandle | null> {
     if (this.#closed) return Promise.reject(new LockerClosedError());
     const owner = randomUUID();
-    if (this.backend.acquireNow && !claim) {
+    if (this.backend.acquireNow && !ask.claim) {
       let lease: Lease | null | undefined;
       try {
-        lease = this.backend.acquireNow(this.#request(key, owner, terms, timeoutMs > 0, userSignal ?? this.#closing.signal));
+        lease = this.backend.acquireNow(this.#request(ask.key, owner, ask.terms, ask.timeoutMs > 0, ask.signal ?? this.#closing.signal));
       } catch (error) {
         return Promise.reject(asDeadboltError(error, this.backend.name, 'acquire'));
       }
       // The store read the clock for this grant a moment ago, in this same call.
-      if (lease) return Promise.resolve(this.#hold(lease, terms, lease.acquiredAt));
-      if (lease === null) return this.#notGranted(key, timeoutMs, required);
+      if (lease) return Promise.resolve(this.#hold(lease, ask.terms, lease.acquiredAt));
+      if (lease === null) return this.#notGranted(ask);
     }
-    return this.#wait(key, owner, terms, timeoutMs, userSignal, claim, required);
+    return this.#wait(ask, owner);
   }
 
   /**
@@ -471,7 +462,7 @@ class DefaultLocker implements Locker {
   }
 
   /** The answer to a store that said "busy" (`null`): a wait must never hear it; a single attempt resolves null, or rejects when `required`. */
-  #notGranted(key: string, timeoutMs: number, required: boolean): Promise<null> {
+  #notGranted({ key, timeoutMs, required }: Ask): Promise<null> {
     if (timeoutMs > 0)
       return Promise.reject(new BackendError(this.backend.name, 'acquire', { cause: 'a waiting acquire returned no lease' }));
     return required ? Promise.reject(new LockTimeoutError(key, timeoutMs)) : Promise.resolve(null);
@@ -482,15 +473,8 @@ class DefaultLocker implements Locker {
    * signal and close(), so a silent store can delay none of them; a grant that arrives after the
    * race was lost is handed back.
    */
-  async #wait(
-    key: string,
-    owner: string,
-    terms: LeaseTerms,
-    timeoutMs: number,
-    userSignal: AbortSignal | undefined,
-    claim: Claim | undefined,
-    required: boolean,
-  ): Promise<LockHandle | null> {
+  async #wait(ask: Ask, owner: string): Promise<LockHandle | null> {
+    const { key, terms, timeoutMs, signal: userSignal, claim } = ask;
     const wait = timeoutMs > 0;
     const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
     // The common case (a wait with no deadline, no caller signal) shares the locker's close signal;
@@ -554,7 +538,7 @@ class DefaultLocker implements Locker {
         }
         throw asDeadboltError(error, this.backend.name, 'acquire');
       }
-      return lease ? this.#hold(lease, terms, undefined, since) : await this.#notGranted(key, timeoutMs, required);
+      return lease ? this.#hold(lease, terms, undefined, since) : await this.#notGranted(ask);
     } finally {
       if (--this.#acquiring === 0) this.#onIdle?.();
       if (controller) this.#waits.delete(controller);
