@@ -1,0 +1,134 @@
+// A whole backend in one file: a Redis mutex by SET NX PX, with a fencing counter. The README's
+// "Writing a backend" walks through it; `pnpm build` compiles it and test/example-backend.test.ts
+// runs the whole conformance suite on it against the test-matrix Redis.
+import type { Capabilities, LockBackend } from '@deadbolt/core';
+import {
+  backendFailure,
+  InFlight,
+  instance,
+  ms,
+  pollForLease,
+  readOptions,
+  url,
+  urlOrClient,
+  type AcquireRequest,
+  type Lease,
+} from '@deadbolt/core/backend';
+import { Redis, ReplyError } from 'ioredis';
+
+// Every check and write of a call is one script, so no other client acts between them. The counter
+// rises only on a grant: tokens strictly increase. Renew and release act only for the owner.
+const ACQUIRE = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0`;
+const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
+const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
+/** How the options are checked, before any I/O (a bad one is `InvalidArgumentError`); the suite feeds each rule's hostile values. */
+export const setNxOptionRules = {
+  url: url(['redis']),
+  client: instance((v): v is Redis => v instanceof Redis, 'an ioredis client'),
+  pollMs: ms(),
+  connectTimeoutMs: ms(),
+};
+
+export interface SetNxOptions {
+  /** `redis://host:port`: the backend makes its own client, and closes it in `close()`. */
+  url?: string;
+  /** Or your own ioredis client, left open. */
+  client?: Redis;
+  /** How often a waiter tries again, at most. Default 50 ms. */
+  pollMs?: number;
+  /** For a client made from `url`. Default 2000 ms. */
+  connectTimeoutMs?: number;
+}
+
+/** A mutex on Redis. @throws InvalidArgumentError for bad options. */
+export class SetNxBackend implements LockBackend {
+  readonly name = 'set-nx';
+  readonly capabilities: Capabilities = {
+    fencing: 'strict',
+    fairness: 'none', // waiters poll: whoever asks first after a release wins
+    lease: 'ttl', // the store expires the key: a dead holder frees it after its ttl
+    wake: 'poll',
+    minTtlMs: 10,
+    ttlGranularityMs: 1,
+    crossProcess: true,
+  };
+  readonly #client: Redis;
+  readonly #ownsClient: boolean;
+  readonly #pollMs: number;
+  /** Waits under way: `close()` lets an aborted one finish before it closes the connection. */
+  readonly #inFlight = new InFlight();
+
+  constructor(raw: SetNxOptions) {
+    const options = readOptions(raw, setNxOptionRules, 'setNxBackend');
+    const store = urlOrClient(options, 'setNxBackend', 'redis://host:port');
+    // One try per command: a failed call is the caller's to retry (core does, within its deadlines).
+    this.#client =
+      store.client ??
+      new Redis(store.url.href, {
+        maxRetriesPerRequest: 1,
+        commandTimeout: 2000,
+        connectTimeout: options.connectTimeoutMs ?? 2000,
+        lazyConnect: true,
+      });
+    this.#ownsClient = store.client === undefined;
+    this.#pollMs = options.pollMs ?? 50;
+  }
+
+  acquire(req: AcquireRequest): Promise<Lease | null> {
+    if (!req.wait) return this.#attempt(req);
+    // Core's wait loop: tries again until granted, rides out a reset, rejects when `req.signal`
+    // aborts (a grant won meanwhile is released, so nothing of the waiter stays behind).
+    return this.#inFlight.track(
+      pollForLease(
+        req.key,
+        req.signal,
+        () => this.#attempt(req),
+        (lease) => this.release(lease),
+        { maxDelayMs: this.#pollMs },
+      ),
+    );
+  }
+
+  async #attempt(req: AcquireRequest): Promise<Lease | null> {
+    const acquiredAt = performance.now(); // before the send: the store's ttl starts no earlier
+    const token = await this.#eval(
+      'acquire',
+      ACQUIRE,
+      [`set-nx:lock:${req.key}`, `set-nx:token:${req.key}`],
+      [req.owner, String(req.ttlMs)],
+    );
+    return token === 0 ? null : { key: req.key, owner: req.owner, token: BigInt(token), acquiredAt };
+  }
+
+  async renew(lease: Lease, ttlMs: number): Promise<boolean> {
+    return (await this.#eval('renew', RENEW, [`set-nx:lock:${lease.key}`], [lease.owner, String(ttlMs)])) === 1;
+  }
+
+  async release(lease: Lease): Promise<void> {
+    await this.#eval('release', RELEASE, [`set-nx:lock:${lease.key}`], [lease.owner]);
+  }
+
+  async close(): Promise<void> {
+    await this.#inFlight.settled(2000);
+    if (this.#ownsClient) this.#client.disconnect();
+  }
+
+  /** One script; a reply error is `BackendError`, anything else (no connection, a timeout) `BackendUnavailableError`. */
+  async #eval(operation: string, script: string, keys: string[], args: string[]): Promise<number> {
+    try {
+      return Number(await this.#client.eval(script, keys.length, ...keys, ...args));
+    } catch (error) {
+      // A command that timed out may have met a connection gone silent for good (a partition, a
+      // middlebox that lost its state: nothing is closed). Every retry would meet it too: open a
+      // new one. (Only our own client: yours is yours to manage.)
+      if (this.#ownsClient && error instanceof Error && /timed out/i.test(error.message)) this.#client.disconnect(true);
+      throw backendFailure(this.name, operation, error, (e) => !(e instanceof ReplyError));
+    }
+  }
+}
+
+/** The factory the suite's child processes call. @throws InvalidArgumentError for bad options. */
+export function setNxBackend(options: SetNxOptions): SetNxBackend {
+  return new SetNxBackend(options);
+}
