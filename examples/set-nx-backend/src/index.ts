@@ -57,7 +57,7 @@ export class SetNxBackend implements LockBackend {
   readonly #ownsClient: boolean;
   readonly #pollMs: number;
   /** Waits under way: `close()` lets an aborted one finish before it closes the connection. */
-  readonly #inFlight = new InFlight();
+  readonly #inFlight = new InFlight(2000);
 
   constructor(raw: SetNxOptions) {
     const options = readOptions(raw, setNxOptionRules, 'setNxBackend');
@@ -110,7 +110,7 @@ export class SetNxBackend implements LockBackend {
   }
 
   async close(): Promise<void> {
-    await this.#inFlight.settled(2000);
+    await this.#inFlight.settled();
     if (this.#ownsClient) this.#client.disconnect();
   }
 

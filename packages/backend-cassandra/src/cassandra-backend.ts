@@ -288,7 +288,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     this.timeService.stop();
     // Core aborts every acquisition first; each then deletes its queue and claim cells, which
     // shutting the client down at once would cut short (the cells would block the key for a ttl).
-    await this.#store.inFlight.settled(this.#store.commandTimeoutMs);
+    await this.#store.inFlight.settled();
     if (this.#ownsClient) await this.client.shutdown();
   }
 

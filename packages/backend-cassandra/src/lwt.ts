@@ -52,7 +52,7 @@ export class LwtLock implements MutexAlgorithm<LwtLease> {
     } catch (error) {
       // A Paxos round that timed out may still have applied: take back whatever is ours, again
       // later if the store is out of reach (owner-checked: safe whenever it lands).
-      await store.inFlight.leave(() => this.#delete('acquire', id, req.owner), ttlSeconds(req.ttlMs) * 1000 + store.commandTimeoutMs);
+      await store.inFlight.leave(() => this.#delete('acquire', id, req.owner), ttlSeconds(req.ttlMs) * 1000);
       throw error;
     }
     if (!result.wasApplied()) return null;

@@ -139,7 +139,7 @@ export class CassandraStore {
   /** Wakes this process's waiters when a key is released here (Cassandra has no notifications). */
   readonly notifier = new ReleaseNotifier();
   /** Acquisitions and cleanups under way: `close()` lets aborted ones remove their cells first. */
-  readonly inFlight = new InFlight();
+  readonly inFlight: InFlight;
   readonly #consistency: types.consistencies;
   readonly #serial: types.consistencies;
   /**
@@ -159,6 +159,7 @@ export class CassandraStore {
     this.keyspace = settings.keyspace;
     this.poll = settings.poll;
     this.commandTimeoutMs = settings.commandTimeoutMs;
+    this.inFlight = new InFlight(settings.commandTimeoutMs);
     this.#consistency = settings.consistency;
     this.#serial = settings.serial;
   }

@@ -148,8 +148,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly #ownsClient: boolean;
   readonly #prefix: string;
   /** Acquisitions under way: `close()` lets aborted ones delete their keys and leases first. */
-  readonly #acquiring = new InFlight();
-  #commandTimeoutMs = 5000;
+  readonly #acquiring: InFlight;
+  readonly #commandTimeoutMs: number;
   #closed = false;
   /**
    * Watch cancels still under way. etcd3 holds a watch made while another is being cancelled
@@ -162,6 +162,10 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   constructor(raw: EtcdBackendOptions) {
     const options = readOptions(raw, etcdOptionRules, 'etcdBackend');
     this.#prefix = options.prefix ?? 'deadbolt/';
+    // With a client made from `url`, the deadline of each unary call; a client of yours keeps its own.
+    const commandTimeout = options.commandTimeoutMs ?? 5000;
+    this.#commandTimeoutMs = commandTimeout;
+    this.#acquiring = new InFlight(commandTimeout);
     const store = urlOrClient(options, 'etcdBackend', 'etcd://host:port[,host:port]');
     if (store.client) {
       this.client = store.client;
@@ -170,7 +174,6 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       const url = store.url;
       const scheme = url.scheme === 'https' ? 'https' : 'http';
       const hosts = url.hosts.map(({ host, port }) => `${scheme}://${host}:${port ?? 2379}`);
-      const commandTimeout = options.commandTimeoutMs ?? 5000;
       this.client = new Etcd3({
         hosts,
         ...(url.username === undefined ? {} : { auth: { username: url.username, password: url.password ?? '' } }),
@@ -192,7 +195,6 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
         },
       });
       this.#ownsClient = true;
-      this.#commandTimeoutMs = commandTimeout;
     }
   }
 
@@ -429,7 +431,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * behind is a place in line every later waiter would wait out. Never rejects.
    */
   #abandon(etcdLease: EtcdLease, ttlSeconds: number): Promise<void> {
-    return this.#acquiring.leave(() => this.#revoke(etcdLease), ttlSeconds * 1000 + this.#commandTimeoutMs);
+    return this.#acquiring.leave(() => this.#revoke(etcdLease), ttlSeconds * 1000);
   }
 
   /** Revokes `etcdLease`, which deletes the keys put with it; one already gone (revoked, expired) counts as done. */
@@ -522,7 +524,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     this.#closed = true;
     // Core aborts every acquisition first; each then deletes its key and revokes its lease, which
     // closing the client at once would cut short (the keys would block the lock until their ttl).
-    await this.#acquiring.settled(this.#commandTimeoutMs);
+    await this.#acquiring.settled();
     if (this.#ownsClient) this.client.close();
   }
 

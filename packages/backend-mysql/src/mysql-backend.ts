@@ -161,7 +161,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   /** Session leases already released: their connection is back in the pool. */
   readonly #releasedSessions = new WeakSet<Lease>();
   readonly #notifier = new ReleaseNotifier();
-  readonly #acquiring = new InFlight();
+  readonly #acquiring: InFlight;
   readonly #sql: Statements;
   readonly #sharedSql: SharedStatements;
   readonly #table: string;
@@ -220,6 +220,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
           };
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+    this.#acquiring = new InFlight(this.#commandTimeoutMs);
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
     this.#connectGraceMs = 2 * connectTimeoutMs;
     const store = urlOrClient(options, 'mysqlBackend', 'mysql://user@host:port/db');
@@ -306,7 +307,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
       // (again later if the store is out of reach: `InFlight.leave`).
-      const lastsMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs + this.#commandTimeoutMs;
+      const lastsMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
       await this.#acquiring.leave(() => this.#run('release', this.#sharedSql.sharedRelease, [hash, req.owner]), lastsMs);
       throw error;
     }
@@ -494,7 +495,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     if (this.#closed) return;
     this.#closed = true;
     // Aborted acquisitions finish removing what they wrote first, unless the server went silent.
-    await this.#acquiring.settled(this.#commandTimeoutMs);
+    await this.#acquiring.settled();
     if (this.#ownsClient) await this.client.end().catch(() => undefined);
   }
 

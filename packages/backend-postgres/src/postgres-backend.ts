@@ -148,7 +148,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     string
   >;
   readonly #notifier = new ReleaseNotifier();
-  readonly #acquiring = new InFlight();
+  readonly #acquiring: InFlight;
   /** Session leases already released: their connection is back in the pool. */
   readonly #releasedSessions = new WeakSet<Lease>();
   /** Session mode: advisory lock ids of recently used keys (base64 of the key → id). */
@@ -210,6 +210,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
           };
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 250;
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+    this.#acquiring = new InFlight(this.#commandTimeoutMs);
     // Advisory locks are per database; the table names their namespace within it.
     this.#namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
@@ -339,7 +340,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
 
   /** A waiter's leaving (`leave`), again later while the store is out of reach (`InFlight.leave`). */
   #leaveLater(req: AcquireRequest, leave: () => Promise<unknown>): Promise<void> {
-    return this.#acquiring.leave(leave, waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs + this.#commandTimeoutMs);
+    return this.#acquiring.leave(leave, waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs);
   }
 
   async renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {
@@ -406,7 +407,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await this.#acquiring.settled(this.#commandTimeoutMs);
+    await this.#acquiring.settled();
     for (const client of [...this.#sessionClients.keys()]) this.#giveBack(client, new Error('the backend was closed'));
     const listener = this.#listener;
     this.#listener = undefined;

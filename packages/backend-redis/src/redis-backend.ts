@@ -226,7 +226,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #connectTimeoutMs: number;
   readonly #commandTimeoutMs: number;
   /** Acquisitions under way: `close()` lets aborted ones leave the queue first. */
-  readonly #acquiring = new InFlight();
+  readonly #acquiring: InFlight;
   readonly #syncReplicas: number;
   readonly #syncTimeoutMs: number;
   readonly #restartGuardMs: number;
@@ -244,6 +244,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     this.#allowEviction = options.allowEviction ?? false;
     this.#connectTimeoutMs = connectTimeout;
     this.#commandTimeoutMs = commandTimeout;
+    this.#acquiring = new InFlight(commandTimeout);
     this.#syncReplicas = options.syncReplicas ?? 0;
     this.#syncTimeoutMs = options.syncTimeoutMs ?? 1000;
     this.#restartGuardMs = options.restartGuardMs ?? 0;
@@ -359,7 +360,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
       // (again later if the store is out of reach: `InFlight.leave`).
-      const lastsMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs + this.#commandTimeoutMs;
+      const lastsMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
       await this.#acquiring.leave(() => this.#run('release', scripts.sharedRelease, keys, [req.owner, this.#channel, keys.lock]), lastsMs);
       throw error;
     }
@@ -431,10 +432,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
       // (again later if the store is out of reach: `InFlight.leave`).
       if (queued)
-        await this.#acquiring.leave(
-          () => this.#releaseOwner(keys, req.owner),
-          waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs + this.#commandTimeoutMs,
-        );
+        await this.#acquiring.leave(() => this.#releaseOwner(keys, req.owner), waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs);
       throw error;
     } finally {
       this.#handed.delete(handedId);
@@ -502,7 +500,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     this.#closed = true;
     // Core aborts every acquisition first; each then leaves the queue (one script), which
     // disconnecting at once would cut short (its entry would hold the queue for a waiter's ttl).
-    await this.#acquiring.settled(this.#commandTimeoutMs);
+    await this.#acquiring.settled();
     this.#subscriber?.disconnect();
     if (this.#ownsClient) this.client.disconnect();
   }

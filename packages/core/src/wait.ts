@@ -323,6 +323,16 @@ export class InFlight {
   readonly #calls = new Set<Promise<unknown>>();
   /** Aborted by `settled()`: the backend is closing, and cleanups still being retried make one last try at once. */
   readonly #closing = new AbortController();
+  readonly #answerWithinMs: number;
+
+  /**
+   * `answerWithinMs`: the longest the backend waits for the store's answer to one request (its
+   * command timeout). A write may land that late, so what it wrote may live that much longer;
+   * and `close()` waits that long for the calls in flight (`settled`).
+   */
+  constructor(answerWithinMs: number) {
+    this.#answerWithinMs = answerWithinMs;
+  }
 
   /** Tracks `call` until it settles; returns it unchanged. */
   track<T>(call: Promise<T>): Promise<T> {
@@ -354,11 +364,12 @@ export class InFlight {
 
   /**
    * `cleanUp` for a wait that ended without a grant (aborted, timed out, failed): `send` removes
-   * its place in line, and any grant it may have won as it ended, which live at most `lastsMs`
-   * from now. Never rejects: the wait's own error is what its caller hears.
+   * its place in line, and any grant it may have won as it ended, written with a ttl of at most
+   * `ttlMs` (a request's answer time later, at the latest). Never rejects: the wait's own error
+   * is what its caller hears.
    */
-  leave(send: () => Promise<unknown>, lastsMs: number): Promise<void> {
-    return this.cleanUp(send, performance.now() + lastsMs).catch(noop);
+  leave(send: () => Promise<unknown>, ttlMs: number): Promise<void> {
+    return this.cleanUp(send, performance.now() + ttlMs + this.#answerWithinMs).catch(noop);
   }
 
   async #sendLater(send: () => Promise<unknown>, untilMs: number): Promise<void> {
@@ -375,12 +386,11 @@ export class InFlight {
 
   /**
    * What a backend's `close()` awaits before it closes its connections: resolves once every call
-   * tracked so far has settled, or after `withinMs` (a store gone silent would hold a cleanup for
-   * ever). Cleanups still being retried make their last try now. Never rejects.
+   * tracked so far has settled, or after a request's answer time (a store gone silent would hold a
+   * cleanup for ever). Cleanups still being retried make their last try now. Never rejects.
    */
-  async settled(withinMs = Infinity): Promise<void> {
+  async settled(): Promise<void> {
     this.#closing.abort();
-    const all = Promise.allSettled([...this.#calls]);
-    await (withinMs === Infinity ? all : settleWithin(all, withinMs));
+    await settleWithin(Promise.allSettled([...this.#calls]), this.#answerWithinMs);
   }
 }
