@@ -68,8 +68,12 @@ const LANES = {
   ],
 };
 
-/** The tests that restart a shared server: vitest's -t matches the full name. */
-const RESTARTS = 'server restart';
+/**
+ * The tests that need a shared server to themselves, by name (vitest's -t matches the full name):
+ * those that restart one, and those that count what the server itself counted (every client's
+ * commands: the bench's floor check) while other lanes would be talking to it.
+ */
+const ALONE = '(server restart|server to itself)';
 
 const vitest = join(root, 'node_modules/.bin/vitest');
 
@@ -156,13 +160,15 @@ async function main() {
     console.log(
       `[test] ${all.length} test files in ${Object.keys(lanes).length} lanes side by side, then the server restarts on their own (logs in ${relative(root, results)}/)`,
     );
-    runs = await Promise.all(Object.entries(lanes).map(([name, files]) => runLane(name, files, ['-t', `^(?!.*${RESTARTS})`])));
+    runs = await Promise.all(Object.entries(lanes).map(([name, files]) => runLane(name, files, ['-t', `^(?!.*${ALONE})`])));
     console.log(
       `[test] lanes done in ${((performance.now() - started) / 1000).toFixed(0)} s; now the tests that restart a server, one at a time`,
     );
     // Only files that may hold such a test: a conformance suite, or a test that says so.
-    const restarting = all.filter((f) => /defineConformanceSuite|server restart/.test(readFileSync(join(root, f), 'utf8')));
-    runs.push(await runLane('restarts', restarting, ['-t', RESTARTS]));
+    const restarting = all.filter((f) =>
+      /defineConformanceSuite|server restart|server to itself/.test(readFileSync(join(root, f), 'utf8')),
+    );
+    runs.push(await runLane('restarts', restarting, ['-t', ALONE]));
   }
   console.log(`[test] all tests in ${((performance.now() - started) / 1000).toFixed(0)} s`);
   const matrix = spawn(process.execPath, [join(root, 'test-matrix/matrix.mjs'), ...runs.map((r) => r.json).filter((j) => existsSync(j))], {

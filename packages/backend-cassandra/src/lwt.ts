@@ -13,13 +13,16 @@ export class LwtLock implements MutexAlgorithm<LwtLease> {
   }
 
   acquire(req: AcquireRequest, id: Buffer): Promise<LwtLease | null> {
-    return req.wait
-      ? this.#store.pollLease(
-          req,
-          () => this.#attempt(req, id),
-          (lease) => this.release(lease),
-        )
-      : this.#attempt(req, id);
+    if (!req.wait) return this.#attempt(req, id);
+    // An attempt whose answer did not come may have applied; its take-back (owner-checked) may
+    // land later still. So a wait never tries again under the same owner after a failure: it ends
+    // (no grace), and core tries again under a new owner id, which no take-back can touch.
+    return this.#store.pollLease(
+      req,
+      () => this.#attempt(req, id),
+      (lease) => this.release(lease),
+      { unavailableGraceMs: 0 },
+    );
   }
 
   async renew(lease: LwtLease, ttlMs: number): Promise<boolean> {

@@ -9,7 +9,8 @@ import { openProbe } from '../dist/stores.js';
 import { floors, subjects } from '../dist/subjects.js';
 
 describe('bench', () => {
-  it("counts store requests from the server's own counter: the Redis floor is exactly SET + DEL per cycle", async () => {
+  // The count is every client's: the test runner gives it the server to itself (its name says so).
+  it("counts store requests from the server's own counter (the server to itself): the Redis floor is exactly SET + DEL per cycle", async () => {
     const probe = await openProbe('redis');
     try {
       expect(await probe.version()).toMatch(/^Redis \d+\.\d+/);

@@ -349,8 +349,11 @@ export class InFlight {
    * it lands, `untilMs` (local monotonic ms: when what it removes expires anyway) has passed, or
    * the backend closes (then once more, at once). Without it, a waiter that gives up while the
    * store is out of reach (a reset, a restart) leaves its place ahead of everyone else's, and
-   * every other client waits out its ttl. `send` must be safe to land late: owner-checked (every
-   * attempt has its own owner id) or timestamped before any later write.
+   * every other client waits out its ttl. `send` must be safe to land late: owner-checked, or
+   * timestamped before any later write. Owner-checked is safe only if no later attempt uses the
+   * same owner: core gives every attempt its own id, but a backend's own wait loop
+   * (`pollForLease`) tries again under the same one, so a cleanup sent from inside that loop must
+   * end the wait rather than let it go on (see Cassandra's lwt.ts).
    * @throws the first attempt's error, as it is: the caller still learns that the store failed.
    */
   async cleanUp(send: () => Promise<unknown>, untilMs: number): Promise<void> {
