@@ -111,8 +111,7 @@ export class SharedClaims {
       // the store is out of reach (owner-checked: safe whenever it lands).
       if (claim) {
         const { token } = claim;
-        const lastsMs = Math.max(waiterTtl, ttlSeconds(req.ttlMs)) * 1000;
-        await store.inFlight.leave(() => this.#delete(id, token, req.owner), lastsMs);
+        await store.inFlight.leave(() => this.#delete(id, token, req.owner), ttlSeconds(req.ttlMs) * 1000);
         store.notifier.notify(`shared:${req.key}`); // a claim ahead of others may have left
       }
       throw error;

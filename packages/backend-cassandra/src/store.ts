@@ -39,7 +39,10 @@ export interface Slot {
    * Zeros (never) until the queue algorithm or a renewal writes it.
    */
   written: { at: number; ttlMs: number };
-  /** The latest any cell written in the slot can live until (local monotonic ms): how long a cleanup that failed is worth sending again. */
+  /**
+   * When the ttl of the slot's last written cell runs out (local monotonic ms, from that write's
+   * send): how long a cleanup that failed is worth sending again (`InFlight.cleanUp`).
+   */
   lastsUntil: number;
 }
 
@@ -126,6 +129,7 @@ export interface StoreSettings {
   readonly serial: types.consistencies;
   /** Waiters' backoff (never slower than core's cadence rule). */
   readonly poll: { readonly minDelayMs: number; readonly maxDelayMs: number };
+  /** The longest a request waits for its answer. */
   readonly commandTimeoutMs: number;
 }
 
@@ -135,7 +139,6 @@ export class CassandraStore {
   readonly client: Client;
   readonly keyspace: string;
   readonly poll: StoreSettings['poll'];
-  readonly commandTimeoutMs: number;
   /** Wakes this process's waiters when a key is released here (Cassandra has no notifications). */
   readonly notifier = new ReleaseNotifier();
   /** Acquisitions and cleanups under way: `close()` lets aborted ones remove their cells first. */
@@ -158,7 +161,6 @@ export class CassandraStore {
     this.client = settings.client;
     this.keyspace = settings.keyspace;
     this.poll = settings.poll;
-    this.commandTimeoutMs = settings.commandTimeoutMs;
     this.inFlight = new InFlight(settings.commandTimeoutMs);
     this.#consistency = settings.consistency;
     this.#serial = settings.serial;
@@ -241,9 +243,9 @@ export class CassandraStore {
     return true;
   }
 
-  /** Notes a write of cells that live `ttl` seconds in `slot` (see `Slot.lastsUntil`): it may land as late as the request timeout. */
+  /** Notes a write of cells that live `ttl` seconds in `slot` (see `Slot.lastsUntil`). */
   writing(slot: Slot, ttl: number): void {
-    slot.lastsUntil = Math.max(slot.lastsUntil, performance.now() + this.commandTimeoutMs + ttl * 1000);
+    slot.lastsUntil = Math.max(slot.lastsUntil, performance.now() + ttl * 1000);
   }
 
   /**

@@ -149,7 +149,6 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly #prefix: string;
   /** Acquisitions under way: `close()` lets aborted ones delete their keys and leases first. */
   readonly #acquiring: InFlight;
-  readonly #commandTimeoutMs: number;
   #closed = false;
   /**
    * Watch cancels still under way. etcd3 holds a watch made while another is being cancelled
@@ -164,7 +163,6 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     this.#prefix = options.prefix ?? 'deadbolt/';
     // With a client made from `url`, the deadline of each unary call; a client of yours keeps its own.
     const commandTimeout = options.commandTimeoutMs ?? 5000;
-    this.#commandTimeoutMs = commandTimeout;
     this.#acquiring = new InFlight(commandTimeout);
     const store = urlOrClient(options, 'etcdBackend', 'etcd://host:port[,host:port]');
     if (store.client) {

@@ -307,8 +307,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
       // (again later if the store is out of reach: `InFlight.leave`).
-      const lastsMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
-      await this.#acquiring.leave(() => this.#run('release', this.#sharedSql.sharedRelease, [hash, req.owner]), lastsMs);
+      await this.#acquiring.leave(() => this.#run('release', this.#sharedSql.sharedRelease, [hash, req.owner]), req.ttlMs);
       throw error;
     }
   }

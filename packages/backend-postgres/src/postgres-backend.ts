@@ -304,7 +304,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      await this.#leaveLater(req, leave);
+      await this.#acquiring.leave(leave, req.ttlMs);
       throw error;
     }
   }
@@ -333,14 +333,9 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      await this.#leaveLater(req, () => this.#run('release', this.#sql.leave, [keyBytes, req.owner, this.#channel]));
+      await this.#acquiring.leave(() => this.#run('release', this.#sql.leave, [keyBytes, req.owner, this.#channel]), req.ttlMs);
       throw error;
     }
-  }
-
-  /** A waiter's leaving (`leave`), again later while the store is out of reach (`InFlight.leave`). */
-  #leaveLater(req: AcquireRequest, leave: () => Promise<unknown>): Promise<void> {
-    return this.#acquiring.leave(leave, waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs);
   }
 
   async renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {

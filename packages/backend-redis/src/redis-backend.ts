@@ -224,7 +224,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #evictionChecked = new Once(() => this.#checkEviction());
   #subscriber: Redis | Cluster | undefined;
   readonly #connectTimeoutMs: number;
-  readonly #commandTimeoutMs: number;
   /** Acquisitions under way: `close()` lets aborted ones leave the queue first. */
   readonly #acquiring: InFlight;
   readonly #syncReplicas: number;
@@ -243,7 +242,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
     const commandTimeout = options.commandTimeoutMs ?? 5000;
     this.#allowEviction = options.allowEviction ?? false;
     this.#connectTimeoutMs = connectTimeout;
-    this.#commandTimeoutMs = commandTimeout;
     this.#acquiring = new InFlight(commandTimeout);
     this.#syncReplicas = options.syncReplicas ?? 0;
     this.#syncTimeoutMs = options.syncTimeoutMs ?? 1000;
@@ -360,8 +358,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
       // (again later if the store is out of reach: `InFlight.leave`).
-      const lastsMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
-      await this.#acquiring.leave(() => this.#run('release', scripts.sharedRelease, keys, [req.owner, this.#channel, keys.lock]), lastsMs);
+      await this.#acquiring.leave(
+        () => this.#run('release', scripts.sharedRelease, keys, [req.owner, this.#channel, keys.lock]),
+        req.ttlMs,
+      );
       throw error;
     }
   }
@@ -431,8 +431,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
       // (again later if the store is out of reach: `InFlight.leave`).
-      if (queued)
-        await this.#acquiring.leave(() => this.#releaseOwner(keys, req.owner), waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs);
+      if (queued) await this.#acquiring.leave(() => this.#releaseOwner(keys, req.owner), req.ttlMs);
       throw error;
     } finally {
       this.#handed.delete(handedId);

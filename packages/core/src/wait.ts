@@ -346,7 +346,9 @@ export class InFlight {
    * Sends `send`, a cleanup: the call that removes what an acquisition left in the store (its
    * place in line, a claim). Should it fail with `BackendUnavailableError`, it is sent again in
    * the background (tracked here), 100 ms later and then at pauses doubling up to a second, until
-   * it lands, `untilMs` (local monotonic ms: when what it removes expires anyway) has passed, or
+   * it lands, what it removes has expired anyway (`untilMs`, local monotonic ms: when the ttl of
+   * its last write runs out, counted from that write's send; plus a request's answer time, for a
+   * write that landed late), or
    * the backend closes (then once more, at once). Without it, a waiter that gives up while the
    * store is out of reach (a reset, a restart) leaves its place ahead of everyone else's, and
    * every other client waits out its ttl. `send` must be safe to land late: owner-checked, or
@@ -360,19 +362,20 @@ export class InFlight {
     try {
       await send();
     } catch (error) {
-      if (error instanceof BackendUnavailableError && !this.#closing.signal.aborted) void this.track(this.#sendLater(send, untilMs));
+      if (error instanceof BackendUnavailableError && !this.#closing.signal.aborted)
+        void this.track(this.#sendLater(send, untilMs + this.#answerWithinMs));
       throw error;
     }
   }
 
   /**
-   * `cleanUp` for a wait that ended without a grant (aborted, timed out, failed): `send` removes
-   * its place in line, and any grant it may have won as it ended, written with a ttl of at most
-   * `ttlMs` (a request's answer time later, at the latest). Never rejects: the wait's own error
-   * is what its caller hears.
+   * `cleanUp` for a wait with a lease of `ttlMs` that ended without a grant (aborted, timed out,
+   * failed): `send` removes its place in line (which lasts `waiterCadence`'s `placeMs`) and any
+   * grant it may have won as it ended (`ttlMs`). Never rejects: the wait's own error is what its
+   * caller hears.
    */
   leave(send: () => Promise<unknown>, ttlMs: number): Promise<void> {
-    return this.cleanUp(send, performance.now() + ttlMs + this.#answerWithinMs).catch(noop);
+    return this.cleanUp(send, performance.now() + Math.max(ttlMs, MIN_WAITER_PLACE_MS)).catch(noop);
   }
 
   async #sendLater(send: () => Promise<unknown>, untilMs: number): Promise<void> {
