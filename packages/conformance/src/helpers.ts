@@ -2,6 +2,7 @@
 import { type Lock, type Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { isDeepStrictEqual } from 'node:util';
 import { afterEach, expect } from 'vitest';
 import type { FaultProxy } from './fault-proxy.js';
 
@@ -43,6 +44,22 @@ export function stallsFromNow(): () => number {
     delays.disable();
     return delays.max / 1e6;
   };
+}
+
+/**
+ * Resolves once `read()` deep-equals `expected`; fails the calling test if it still does not after
+ * `ms`. For what a backend removes just behind a rejection: core waits up to 50 ms for an aborted
+ * wait's cleanup and then keeps the caller's deadline, so on a loaded store the cleanup's answer
+ * can come a little after the caller heard the abort.
+ */
+export async function expectSoon<T>(read: () => Promise<T>, expected: T, ms = 1000): Promise<void> {
+  const until = performance.now() + ms;
+  let seen = await read();
+  while (!isDeepStrictEqual(seen, expected) && performance.now() < until) {
+    await sleep(10);
+    seen = await read();
+  }
+  expect(seen).toEqual(expected);
 }
 
 /** Resolves once `lock.signal` aborts (at once if it already has); rejects if it has not within `ms`. */
