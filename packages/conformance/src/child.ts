@@ -4,7 +4,7 @@
  * backend's test names (`ChildBackendConfig`) and uses only the public Locker API.
  */
 import { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
-import { takeShared, type SharedFamily } from './shared-family.js';
+import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
 import { backendFromConfig } from './migration-child.js';
 import { Rpc, type Channel } from './rpc.js';
 
@@ -52,7 +52,7 @@ const rpc = new Rpc(process as unknown as Channel, {
     for (let i = 0; i < count; i++) {
       const lock = await takeShared(need(), key, family, {});
       const start = Number(process.hrtime.bigint());
-      await new Promise((r) => setTimeout(r, holdMs * Math.random()));
+      await new Promise((r) => setTimeout(r, sharedHoldMs(holdMs)));
       holds.push([start, Number(process.hrtime.bigint())]);
       await lock.release();
     }

@@ -8,7 +8,7 @@ import { sleep } from '@deadbolt/core/backend';
 import { describe, expect } from 'vitest';
 import type { SuiteContext } from './context.js';
 import { countingBackend } from './counting.js';
-import { takeShared, type SharedFamily } from './shared-family.js';
+import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
 import { abortedWithin } from './helpers.js';
 
 /** A hold: [start, end] in monotonic ns, comparable across processes on one machine. */
@@ -59,7 +59,7 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       for (let i = 0; i < rounds; i++) {
         const lock = await takeShared(locker, key, family, { timeoutMs: 60_000 });
         const start = Number(process.hrtime.bigint());
-        await sleep(holdMs * Math.random());
+        await sleep(sharedHoldMs(holdMs));
         holds.push([start, Number(process.hrtime.bigint())]);
         await lock.release();
       }

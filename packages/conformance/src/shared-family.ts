@@ -9,3 +9,13 @@ export function takeShared(locker: Locker, key: string, family: SharedFamily, op
   if (family === 'write') return locker.readWriteLock(key).write(options);
   return locker.semaphore(key, family).acquire(options);
 }
+
+/**
+ * How long a shared-claim workload holds (between half of `holdMs` and all of it): claims granted
+ * together reach their clients a few ms apart on a loaded machine (a migration's two stores, a
+ * child process), and holds of 0–`holdMs` let two readers granted together miss each other, so a
+ * check that readers or permits were held at once failed by chance.
+ */
+export function sharedHoldMs(holdMs: number): number {
+  return holdMs * (0.5 + Math.random() / 2);
+}
