@@ -31,11 +31,11 @@ export {
   type StoreUrl,
 } from './options.js';
 export { Once } from './once.js';
+export { SessionLocks, type SessionDialect, type SessionLease } from './session-locks.js';
 export { StrandedConnections } from './stranded.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
 export {
   AGAIN,
-  cancelOnAbort,
   InFlight,
   MIN_WAITER_PLACE_MS,
   POLL_SOON,
@@ -45,7 +45,6 @@ export {
   sleep,
   UnavailableGrace,
   waitOnConnections,
-  watchBlocked,
   type PollOptions,
 } from './wait.js';
 export { observeBackend, wrapBackend, type BackendMethod } from './wrap.js';

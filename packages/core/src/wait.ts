@@ -1,6 +1,6 @@
 import type { Lease } from './backend.js';
 import { BackendUnavailableError } from './errors.js';
-import { after, noop, race, settleWithin, type Timer } from './time.js';
+import { noop, settleWithin } from './time.js';
 
 /**
  * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
@@ -236,80 +236,6 @@ export function sleep(ms: number, signal?: AbortSignal, onWakeable?: (wake: () =
     const timer = setTimeout(done, ms);
     signal?.addEventListener('abort', onAbort, { once: true });
     onWakeable?.(done);
-  });
-}
-
-/**
- * For a wait that blocks inside the server (a named or advisory lock): once `signal` aborts, calls
- * `cancel` (which asks the server, from another connection, to end the waiting statement), and
- * again `everyMs` after each attempt settles, until the returned function is called when the
- * statement has ended. Once is not enough: an abort that lands just before the statement reaches
- * the server cancels nothing, and the wait would go on with nobody waiting for it. A failed attempt
- * is only tried again.
- */
-export function cancelOnAbort(signal: AbortSignal, cancel: () => Promise<unknown>, everyMs = 100): () => void {
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  const repeat = () => {
-    void cancel()
-      .catch(() => undefined)
-      .then(() => {
-        if (!stopped) timer = setTimeout(repeat, everyMs);
-      });
-  };
-  signal.addEventListener('abort', repeat, { once: true });
-  if (signal.aborted) repeat();
-  return () => {
-    stopped = true;
-    signal.removeEventListener('abort', repeat);
-    clearTimeout(timer);
-  };
-}
-
-/**
- * For a wait that blocks inside the server on a connection of its own (a named or advisory lock):
- * settles as `blocked` does, or rejects with `BackendUnavailableError` once `suspect` has said yes
- * for `graceMs` in a row. `suspect` is a check made from another connection about every `everyMs`
- * (jittered): is the lock already ours, or is our wait gone from the server? A connection that
- * went silent for good (a partition, a middlebox that lost its state) carries nothing more, not
- * even the grant, and nothing closes it: without this check such a wait would never end, while
- * the server keeps the lock for a client that is not listening. A check that fails counts as a no
- * (an unreachable store is not this); a grant on its way is given `graceMs` to arrive. The caller
- * then closes the connection and has the server end its session, which frees the lock.
- */
-export function watchBlocked<T>(
-  backend: string,
-  blocked: Promise<T>,
-  suspect: () => Promise<boolean>,
-  graceMs: number,
-  everyMs = 2000,
-): Promise<T> {
-  return race(blocked, (fail) => {
-    let stopped = false;
-    let since: number | undefined;
-    const next = () => after(everyMs * (0.75 + Math.random() / 2), check);
-    const check = () => {
-      const sentAt = performance.now();
-      void suspect()
-        .catch(() => false)
-        .then((yes) => {
-          if (stopped) return;
-          if (!yes) since = undefined;
-          else if (performance.now() - (since ??= sentAt) >= graceMs) {
-            return fail(
-              new BackendUnavailableError(backend, 'acquire', {
-                cause: new Error(`a blocked wait got no answer although the server showed it granted or gone for ${graceMs} ms`),
-              }),
-            );
-          }
-          timer = next();
-        });
-    };
-    let timer: Timer = next();
-    return () => {
-      stopped = true;
-      timer.cancel();
-    };
   });
 }
 

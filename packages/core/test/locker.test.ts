@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type LockBackend } from '../src/index.js';
 import type { Lease } from '../src/backend-api.js';
-import { cancelOnAbort, pollForLease, ReleaseNotifier, watchBlocked } from '../src/wait.js';
+import { cancelOnAbort, watchBlocked } from '../src/session-locks.js';
+import { pollForLease, ReleaseNotifier } from '../src/wait.js';
 
 /** The memory backend with a switch that makes renewals fail as an unreachable store would. */
 function flakyBackend() {

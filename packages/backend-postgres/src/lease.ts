@@ -1,0 +1,185 @@
+// Lease mode: one row per key holds the owner, the lease end by the server's clock and the fencing
+// counter; a queue table keeps waiters in arrival order; shared claims (semaphore permits, read and
+// write locks) are judged by core's rule in one server function. Acquire, renew and release are one
+// statement each. A release notifies (LISTEN/NOTIFY, one listening connection per backend) the head
+// of the queue by name, and only when someone waits; waiters re-check on a bounded backoff in case
+// a notification is lost.
+import { createHash } from 'node:crypto';
+import { LimitMismatchError } from '@deadbolt/core';
+import {
+  noAnswer,
+  pollForLease,
+  ReleaseNotifier,
+  waiterCadence,
+  withTimeout,
+  type AcquireRequest,
+  type InFlight,
+  type Lease,
+  type SharedRequest,
+} from '@deadbolt/core/backend';
+import pg from 'pg';
+import type { PostgresStore } from './store.js';
+
+/** A lease-mode mutex (`row`) or shared claim (`shared`). */
+export interface PostgresRowLease extends Lease {
+  readonly kind: 'row' | 'shared';
+  readonly keyBytes: Buffer;
+}
+
+export class PostgresLeases {
+  readonly #store: PostgresStore;
+  readonly #acquiring: InFlight;
+  readonly #maxPollDelayMs: number;
+  readonly #notifier = new ReleaseNotifier();
+  #listener: Promise<pg.Client> | undefined;
+
+  constructor(store: PostgresStore, acquiring: InFlight, maxPollDelayMs: number) {
+    this.#store = store;
+    this.#acquiring = acquiring;
+    this.#maxPollDelayMs = maxPollDelayMs;
+  }
+
+  /** The name waiters of a key listen under (a digest: the key may be long, NOTIFY payloads are short). */
+  static digest(keyBytes: Buffer): string {
+    return createHash('sha256').update(keyBytes).digest('base64');
+  }
+
+  async acquire(req: AcquireRequest): Promise<PostgresRowLease | null> {
+    const keyBytes = Buffer.from(req.key, 'utf8');
+    await this.#store.tables.run();
+    const first = await this.#attempt(req, keyBytes, false);
+    if (first || !req.wait) return first;
+    await this.#listen();
+    const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
+    const leave = () => this.#store.run('release', this.#store.sql.leave, [keyBytes, req.owner, this.#store.channel]);
+    try {
+      // Mostly asleep: the release that frees the key names the queue's head, which tries at once.
+      return await pollForLease(
+        PostgresLeases.digest(keyBytes),
+        req.signal,
+        () => this.#attempt(req, keyBytes, true),
+        (lease) => leave().then(() => undefined),
+        { notifier: this.#notifier, owner: req.owner, minDelayMs: recheck, maxDelayMs: recheck },
+      );
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
+      await this.#acquiring.leave(leave, req.ttlMs);
+      throw error;
+    }
+  }
+
+  /** One attempt; `queued`: as a waiter, which joins (or keeps its place in) the queue when the key is busy. */
+  async #attempt(req: AcquireRequest, keyBytes: Buffer, queued: boolean): Promise<PostgresRowLease | null> {
+    const acquiredAt = performance.now();
+    const least = (req.minToken ?? 0n).toString();
+    const { sql } = this.#store;
+    // A queued waiter is dropped if it stays silent for about a ttl (core's waiterCadence).
+    const placeMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
+    const result = queued
+      ? await this.#store.run('acquire', sql.acquireQueued, [keyBytes, req.owner, req.ttlMs, placeMs, least])
+      : await this.#store.run('acquire', sql.acquire, [keyBytes, req.owner, req.ttlMs, least]);
+    const token = result.rows[0]?.['token'];
+    if (token === undefined) return null;
+    return { kind: 'row', key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes };
+  }
+
+  /** One function call per attempt, see queries.ts. */
+  async acquireShared(req: SharedRequest): Promise<PostgresRowLease | null> {
+    await this.#store.tables.run();
+    const { sql, channel } = this.#store;
+    const keyBytes = Buffer.from(req.key, 'utf8');
+    const leave = () => this.#store.run('release', sql.sharedRelease, [keyBytes, req.owner, channel]);
+    const attempt = async (queue: boolean): Promise<PostgresRowLease | null> => {
+      const acquiredAt = performance.now();
+      const waiterMs = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
+      const params = [keyBytes, req.owner, req.ttlMs, queue, req.mode, req.limit, waiterMs, (req.minToken ?? 0n).toString()];
+      const row = (await this.#store.run('acquire', sql.sharedAcquire, params)).rows[0]!;
+      if (row['status'] === 2) {
+        if (queue) await leave();
+        throw new LimitMismatchError(req.key, Number(row['val']), req.limit);
+      }
+      if (row['status'] !== 1) return null;
+      return { kind: 'shared', key: req.key, owner: req.owner, token: BigInt(row['val'] as string), acquiredAt, keyBytes };
+    };
+    if (!req.wait) return attempt(false);
+    await this.#listen();
+    const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
+    try {
+      return await pollForLease(
+        `s:${PostgresLeases.digest(keyBytes)}`,
+        req.signal,
+        () => attempt(true),
+        (lease) => this.release(lease),
+        { notifier: this.#notifier, minDelayMs: Math.min(5, recheck), maxDelayMs: recheck },
+      );
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
+      await this.#acquiring.leave(leave, req.ttlMs);
+      throw error;
+    }
+  }
+
+  async renew(lease: PostgresRowLease, ttlMs: number): Promise<boolean> {
+    const { sql } = this.#store;
+    return (
+      (await this.#store.run('renew', lease.kind === 'shared' ? sql.sharedRenew : sql.renew, [lease.keyBytes, lease.owner, ttlMs]))
+        .rowCount === 1
+    );
+  }
+
+  async release(lease: PostgresRowLease): Promise<void> {
+    const { sql } = this.#store;
+    await this.#store.run('release', lease.kind === 'shared' ? sql.sharedRelease : sql.release, [
+      lease.keyBytes,
+      lease.owner,
+      this.#store.channel,
+    ]);
+  }
+
+  async raiseTokenFloor(lease: PostgresRowLease, floor: bigint): Promise<boolean> {
+    const { sql } = this.#store;
+    const params = [lease.keyBytes, lease.owner, floor.toString()];
+    return (
+      (await this.#store.run('raise token floor', lease.kind === 'shared' ? sql.sharedRaiseFloor : sql.raiseFloor, params)).rowCount === 1
+    );
+  }
+
+  /** Ends the listening connection. */
+  async close(): Promise<void> {
+    const listener = this.#listener;
+    this.#listener = undefined;
+    await listener?.then((client) => client.end()).catch(() => undefined);
+  }
+
+  /** The one listening connection: LISTEN on the channel, turn notifications into wake-ups. */
+  #listen(): Promise<pg.Client> {
+    const store = this.#store;
+    this.#listener ??= (async () => {
+      const client = new pg.Client({ ...store.client.options, keepAlive: true });
+      const drop = () => {
+        if (this.#listener === listening) this.#listener = undefined; // the next waiter listens again
+        client.end().catch(() => undefined);
+      };
+      client.on('error', drop);
+      client.on('end', drop);
+      client.on('notification', (message) => {
+        const payload = message.payload ?? '';
+        const split = payload.lastIndexOf(' ');
+        this.#notifier.notify(payload.slice(0, split), payload.slice(split + 1) || undefined);
+      });
+      const bounded = <T>(sent: Promise<T>) =>
+        withTimeout(sent, store.commandTimeoutMs, () => noAnswer(store.name, 'listen', store.commandTimeoutMs));
+      try {
+        await bounded(client.connect());
+        store.track(client);
+        await bounded(client.query(`LISTEN "${store.channel}"`));
+        return client;
+      } catch (error) {
+        drop();
+        throw store.error('listen', error);
+      }
+    })();
+    const listening = this.#listener;
+    return listening;
+  }
+}
