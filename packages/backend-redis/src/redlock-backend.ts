@@ -227,7 +227,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     // A node that did not answer (yet) may have granted all the same: it keeps a part, so that a
     // release, renewal or lift reaches it too (each is owner-checked there).
     const parts = outcomes.map((o): RedisLease | undefined =>
-      'ok' in o ? o.ok : 'busy' in o ? undefined : { key: req.key, owner: req.owner, token: 0n, acquiredAt: started, keys },
+      'ok' in o ? o.ok : 'busy' in o ? undefined : { kind: 'mutex', key: req.key, owner: req.owner, token: 0n, acquiredAt: started, keys },
     );
     const granted = outcomes.flatMap((o) => ('ok' in o ? [o.ok] : []));
     const giveBack = () => this.release({ key: req.key, owner: req.owner, token: 0n, acquiredAt: started, parts }).catch(() => undefined);

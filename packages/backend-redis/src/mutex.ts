@@ -1,0 +1,185 @@
+// The mutex: one EVALSHA per attempt (`SET NX PX` plus the fencing token when the key is free and
+// nobody waits; otherwise the queue step), a FIFO queue of waiters (or, with `fifo: false`, none:
+// the order is a flag of the same scripts, see `mutex` in scripts.ts), and a release that hands
+// the key to the queue's head in the same script and messages its process.
+import { BackendUnavailableError } from '@deadbolt/core';
+import { pollForLease, waiterCadence, type AcquireRequest, type InFlight, type Lease } from '@deadbolt/core/backend';
+import { MAX_EXACT_TOKEN, scripts, type RedisKeys, type RedisStore } from './store.js';
+
+/** A mutex lease (`mutex`) or a shared claim (`shared`: `keys` are then the shared-claim keys). */
+export interface RedisLease extends Lease {
+  readonly kind: 'mutex' | 'shared';
+  readonly keys: RedisKeys;
+}
+
+/** An attempt that left a waiter queued: its send time (`performance.now()`) and the deadline it set (server ms). */
+interface Placed {
+  readonly sentAt: number;
+  readonly deadline: number;
+}
+
+export interface RedisMutexOptions {
+  readonly fifo: boolean;
+  readonly maxPollDelayMs: number;
+  readonly restartGuardMs: number;
+}
+
+export class RedisMutex {
+  readonly #store: RedisStore;
+  readonly #acquiring: InFlight;
+  readonly #options: RedisMutexOptions;
+  /** The release script's options (see `mutex` in scripts.ts): the same for every release. */
+  readonly #releaseOptions: string;
+
+  constructor(store: RedisStore, acquiring: InFlight, options: RedisMutexOptions) {
+    this.#store = store;
+    this.#acquiring = acquiring;
+    this.#options = options;
+    this.#releaseOptions = `-0${options.fifo ? '1' : '0'}|${store.id}|0|0`;
+  }
+
+  async acquire(req: AcquireRequest): Promise<RedisLease | null> {
+    if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.run();
+    const keys = this.#store.keysFor(req.key);
+    /** Our place in the queue as the last attempt saw it (0: the head). */
+    let place = 0;
+    /** The last attempt that left us queued: when it was sent, and the deadline it set us. */
+    let placed: Placed | undefined;
+    const onPlace = (p: number, at: Placed) => void ((place = p), (placed = at));
+    // The first attempt before any wait bookkeeping: uncontended, it is the whole acquisition.
+    let first: RedisLease | null = null;
+    try {
+      first = await this.#attempt(req, keys, false, onPlace);
+    } catch (error) {
+      if (!(error instanceof BackendUnavailableError)) throw error;
+      // A one-shot attempt with no answer may still have been granted: give it back in the
+      // background (owner-checked), so a late grant does not block the key for its whole ttl.
+      if (!req.wait) {
+        void this.releaseOwner(keys, req.owner).catch(() => undefined);
+        throw error;
+      }
+      // A waiter rides out a reset in the wait loop below, as it would at any later attempt.
+    }
+    if (first || !req.wait) return first;
+    // Queued now. When the subscription was not in place yet, a handoff may have come before it:
+    // the loop's first attempt, at once, finds it. When it was, the loop starts by waiting, unless a
+    // FIFO handoff reached us before our first attempt's answer did (kept in `#handed`: the loop's
+    // first call takes it). An unordered wake-up that came that early is lost; the head's next
+    // re-check, within `poll`, makes up for it.
+    const handedId = `${keys.lock}\n${req.owner}`;
+    let queued = true;
+    let already = this.#store.listening;
+    try {
+      await this.#store.subscribed.run();
+      // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
+      // net for a lost message and for a holder that died; a waiter behind it can be handed nothing,
+      // so it only keeps its place alive (a third of its place's ttl).
+      const { placeMs, pollMs: poll } = waiterCadence(req.ttlMs, this.#options.maxPollDelayMs);
+      const behind = Math.max(poll, Math.floor(placeMs / 3));
+      return await pollForLease(
+        keys.lock,
+        req.signal,
+        async () => {
+          const handed = this.#handedLease(req, keys, handedId, placed);
+          if (handed) return handed;
+          if (already) return ((already = false), null);
+          const lease = await this.#attempt(req, keys, queued, onPlace);
+          queued ||= lease === null;
+          return lease;
+        },
+        (lease) => this.release(lease).then(() => undefined),
+        {
+          notifier: this.#store.notifier,
+          owner: req.owner,
+          minDelayMs: poll,
+          maxDelayMs: poll,
+          nextDelayMs: () => (place > 0 ? behind : poll),
+        },
+      );
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
+      // (again later if the store is out of reach: `InFlight.leave`).
+      if (queued) await this.#acquiring.leave(() => this.releaseOwner(keys, req.owner), req.ttlMs);
+      throw error;
+    } finally {
+      this.#store.handed.delete(handedId);
+    }
+  }
+
+  /**
+   * The grant a handoff message brought `req`'s waiter, as a lease, when it can be trusted without
+   * asking the store; undefined otherwise (the next attempt then finds the grant, or that there is
+   * none). The release that handed us the key ended our lease at our queue deadline, which the
+   * attempt that last left us queued set to the server's time (in whole ms) + the waiter ttl (at
+   * least our ttl). That attempt was sent no later than it ran, so a lease counted from 1 ms before
+   * its send time ends no later than the store's. The message must carry that attempt's deadline:
+   * an attempt of ours that ran after the handoff would have been granted, not queued, unless the
+   * handed lease had already ended, and then it set a later deadline; so a match also shows the
+   * message is not an old one. With replica sync the grant must be waited for on our own
+   * connection, so the attempt confirms it instead.
+   */
+  #handedLease(req: AcquireRequest, keys: RedisKeys, id: string, placed: Placed | undefined): RedisLease | undefined {
+    const grant = this.#store.handed.get(id);
+    if (!grant || !placed) return undefined;
+    this.#store.handed.delete(id);
+    if (grant.deadline !== placed.deadline || this.#store.syncReplicas > 0) return undefined;
+    const acquiredAt = placed.sentAt - 1;
+    // With less than half the lease left, the attempt confirms instead (and renews it to a full ttl).
+    if (performance.now() - acquiredAt > req.ttlMs / 2) return undefined;
+    return { kind: 'mutex', key: req.key, owner: req.owner, token: BigInt(grant.token), acquiredAt, keys };
+  }
+
+  /** One attempt; a queued waiter's place (0: the head), send time and new deadline go to `onPlace`. */
+  async #attempt(
+    req: AcquireRequest,
+    keys: RedisKeys,
+    queued: boolean,
+    onPlace: (place: number, at: Placed) => void,
+  ): Promise<RedisLease | null> {
+    const acquiredAt = performance.now();
+    const guarded = this.#options.restartGuardMs > 0;
+    // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
+    const least = req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0';
+    const mode = !req.wait ? '0' : queued ? '2' : '1';
+    // The common case (SET NX PX) may be tried unless we are queued (our turn comes through the
+    // queue) or a least token was asked for (the full step honours it).
+    const fast = mode !== '2' && least === '0' ? '+' : '-';
+    const options = `${fast}${mode}${this.#options.fifo ? '1' : '0'}|${this.#store.id}|${waiterCadence(req.ttlMs, this.#options.maxPollDelayMs).placeMs}|${least}`;
+    const token = await this.#store.run(
+      'acquire',
+      guarded ? scripts.guardedAcquire : scripts.acquire,
+      keys,
+      guarded ? [req.owner, String(req.ttlMs), options, String(this.#options.restartGuardMs)] : [req.owner, String(req.ttlMs), options],
+      guarded ? [`${this.#store.prefix}born`, `${this.#store.prefix}restart-guard`] : [],
+    );
+    if (token === null) return null;
+    if (Array.isArray(token)) {
+      onPlace(token[0] as number, { sentAt: acquiredAt, deadline: token[1] as number });
+      return null;
+    }
+    const lease: RedisLease = { kind: 'mutex', key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
+    if (this.#store.syncReplicas > 0) await this.#store.synced('acquire', () => this.release(lease));
+    return lease;
+  }
+
+  /**
+   * The release script for `owner` (see `mutex` in scripts.ts): gives back the lock if `owner`
+   * holds it and drops its queue entry, so it also serves a waiter that leaves and an attempt whose
+   * answer never came.
+   */
+  releaseOwner(keys: RedisKeys, owner: string): Promise<unknown> {
+    return this.#store.run('release', scripts.release, keys, [owner, '0', this.#releaseOptions]);
+  }
+
+  async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
+    return (await this.#store.run('renew', scripts.renew, lease.keys, [lease.owner, String(ttlMs)])) === 1;
+  }
+
+  release(lease: RedisLease): Promise<unknown> {
+    return this.releaseOwner(lease.keys, lease.owner);
+  }
+
+  async raiseTokenFloor(lease: RedisLease, floor: bigint): Promise<boolean> {
+    return (await this.#store.run('raise token floor', scripts.raiseFloor, lease.keys, [lease.owner, floor.toString()])) === 1;
+  }
+}

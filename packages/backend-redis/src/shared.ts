@@ -1,0 +1,85 @@
+// Shared claims (semaphore permits, read and write locks): one script per attempt judges the claim
+// by core's rule against the key's claims (see `shared` in scripts.ts); a release publishes on the
+// shared channel, which wakes this process's waiters of that key.
+import { LimitMismatchError } from '@deadbolt/core';
+import { pollForLease, waiterCadence, type InFlight, type SharedRequest } from '@deadbolt/core/backend';
+import type { RedisLease } from './mutex.js';
+import { COUNTER_TTL_MS } from './scripts.js';
+import { MAX_EXACT_TOKEN, scripts, type RedisKeys, type RedisStore } from './store.js';
+
+export class RedisSharedClaims {
+  readonly #store: RedisStore;
+  readonly #acquiring: InFlight;
+  readonly #maxPollDelayMs: number;
+
+  constructor(store: RedisStore, acquiring: InFlight, maxPollDelayMs: number) {
+    this.#store = store;
+    this.#acquiring = acquiring;
+    this.#maxPollDelayMs = maxPollDelayMs;
+  }
+
+  async acquire(req: SharedRequest): Promise<RedisLease | null> {
+    const store = this.#store;
+    if (!store.evictionChecked.done) await store.evictionChecked.run();
+    const keys = store.sharedKeysFor(req.key);
+    if (!req.wait) return this.#attempt(req, keys);
+    await store.subscribed.run();
+    const { pollMs: poll } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
+    try {
+      return await pollForLease(
+        keys.lock,
+        req.signal,
+        () => this.#attempt(req, keys),
+        (lease) => this.release(lease).then(() => undefined),
+        { notifier: store.notifier, minDelayMs: Math.min(5, poll), maxDelayMs: poll },
+      );
+    } catch (error) {
+      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
+      // (again later if the store is out of reach: `InFlight.leave`).
+      await this.#acquiring.leave(() => this.#leave(keys, req.owner), req.ttlMs);
+      throw error;
+    }
+  }
+
+  async #attempt(req: SharedRequest, keys: RedisKeys): Promise<RedisLease | null> {
+    const acquiredAt = performance.now();
+    const waiterTtl = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
+    const reply = (await this.#store.run('acquire', scripts.sharedAcquire, keys, [
+      req.owner,
+      String(req.ttlMs),
+      req.wait ? '1' : '0',
+      req.mode === 'exclusive' ? 'X' : 'S',
+      String(req.limit),
+      String(Math.max(COUNTER_TTL_MS, req.ttlMs * 2)),
+      String(waiterTtl),
+      req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
+    ])) as [number, string?];
+    if (reply[0] === 2) {
+      // Another limit: leave no claim of ours behind (a waiter may have queued on an earlier call).
+      if (req.wait) await this.#leave(keys, req.owner);
+      throw new LimitMismatchError(req.key, Number(reply[1]), req.limit);
+    }
+    if (reply[0] !== 1) return null;
+    const lease: RedisLease = { kind: 'shared', key: req.key, owner: req.owner, token: BigInt(reply[1]!), acquiredAt, keys };
+    if (this.#store.syncReplicas > 0) await this.#store.synced('acquire', () => this.release(lease));
+    return lease;
+  }
+
+  /** Drops `owner`'s claim (held or queued) and wakes the key's waiters. */
+  #leave(keys: RedisKeys, owner: string): Promise<unknown> {
+    return this.#store.run('release', scripts.sharedRelease, keys, [owner, this.#store.channel, keys.lock]);
+  }
+
+  async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
+    return (await this.#store.run('renew', scripts.sharedRenew, lease.keys, [lease.owner, String(ttlMs)])) === 1;
+  }
+
+  release(lease: RedisLease): Promise<unknown> {
+    return this.#leave(lease.keys, lease.owner);
+  }
+
+  async raiseTokenFloor(lease: RedisLease, floor: bigint): Promise<boolean> {
+    const args = [lease.owner, floor.toString(), String(COUNTER_TTL_MS)];
+    return (await this.#store.run('raise token floor', scripts.sharedRaiseFloor, lease.keys, args)) === 1;
+  }
+}

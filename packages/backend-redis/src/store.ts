@@ -1,0 +1,279 @@
+// The server as the mutex and the shared claims both see it: key names, one script call with its
+// error mapping, the eviction check, replica sync, and the one subscriber connection whose release
+// messages wake this process's waiters.
+import { createHash, randomUUID } from 'node:crypto';
+import { BackendError, BackendUnavailableError } from '@deadbolt/core';
+import { Once, ReleaseNotifier } from '@deadbolt/core/backend';
+import { Cluster, ReplyError, type Redis } from 'ioredis';
+import {
+  ACQUIRE,
+  GUARDED_ACQUIRE,
+  RAISE_FLOOR,
+  RELEASE,
+  RENEW,
+  SHARED_ACQUIRE,
+  SHARED_RAISE_FLOOR,
+  SHARED_RELEASE,
+  SHARED_RENEW,
+} from './scripts.js';
+
+export interface RedisKeys {
+  readonly lock: string;
+  readonly token: string;
+  readonly queue: string;
+  readonly deadlines: string;
+}
+
+/** A grant carried by a handoff message: the token, and the lease end the release set (server ms). */
+export interface HandedGrant {
+  readonly token: string;
+  readonly deadline: number;
+}
+
+/** The largest token a Lua number (a double) holds exactly. */
+export const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
+
+/** How many keys' names `keysFor` keeps (the oldest goes first). */
+const KEY_NAMES_KEPT = 1024;
+
+/** How many handoff grants `handed` keeps for waiters that have not taken them (the oldest goes first). */
+const HANDED_KEPT = 1024;
+
+/** Sets `key` in `map`, first dropping the oldest entry when the map already holds `limit`. */
+function keepNewest<K, V>(map: Map<K, V>, key: K, value: V, limit: number): void {
+  if (map.size >= limit) map.delete(map.keys().next().value!);
+  map.set(key, value);
+}
+
+class Script {
+  readonly sha: string;
+  constructor(readonly source: string) {
+    this.sha = createHash('sha1').update(source).digest('hex');
+  }
+}
+
+export const scripts = {
+  acquire: new Script(ACQUIRE),
+  guardedAcquire: new Script(GUARDED_ACQUIRE),
+  renew: new Script(RENEW),
+  release: new Script(RELEASE),
+  raiseFloor: new Script(RAISE_FLOOR),
+  sharedAcquire: new Script(SHARED_ACQUIRE),
+  sharedRenew: new Script(SHARED_RENEW),
+  sharedRelease: new Script(SHARED_RELEASE),
+  sharedRaiseFloor: new Script(SHARED_RAISE_FLOOR),
+};
+
+export interface RedisStoreOptions {
+  readonly prefix: string;
+  readonly connectTimeoutMs: number;
+  readonly allowEviction: boolean;
+  readonly syncReplicas: number;
+  readonly syncTimeoutMs: number;
+}
+
+export class RedisStore {
+  readonly name = 'redis';
+  readonly client: Redis | Cluster;
+  readonly prefix: string;
+  /** Shared claims' release messages (every process's subscriber receives them). */
+  readonly channel: string;
+  /** Names this backend's waiters in the queue, so a release messages only their process. */
+  readonly id = randomUUID();
+  readonly notifier = new ReleaseNotifier();
+  readonly syncReplicas: number;
+  /**
+   * Grants that handoff messages brought, by `<lock key>\n<owner>`, until the waiter takes them
+   * (see the mutex's `#handedLease`). A message can come before the answer to the attempt that
+   * queued its waiter (they come on two connections), so grants are kept whether or not anyone is
+   * known to wait for them yet; a waiter that gave up first leaves one behind, so only the newest
+   * `HANDED_KEPT` are kept.
+   */
+  readonly handed = new Map<string, HandedGrant>();
+  /** The subscriber is subscribed (set once its first subscription succeeded). */
+  listening = false;
+  /**
+   * The eviction check (`#checkEviction`), once per backend, again after a failure. A call on a
+   * lease waits until a check under way has settled (`settled`): Redlock gives back the part of a
+   * node that has not answered yet at once, counting on the give-back following the grant on the
+   * connection, so the give-back must not overtake its acquire while that still waits for the
+   * check before sending (seen in CI: a release that overtook it left the part behind until its
+   * ttl ran out).
+   */
+  readonly evictionChecked = new Once(() => this.#checkEviction());
+  /** The subscriber (`#openSubscriber`): once, again after a failure. */
+  readonly subscribed = new Once(() => this.#openSubscriber());
+  readonly #options: RedisStoreOptions;
+  readonly #keyNames = new Map<string, RedisKeys>();
+  #subscriber: Redis | Cluster | undefined;
+
+  constructor(client: Redis | Cluster, options: RedisStoreOptions) {
+    this.client = client;
+    this.#options = options;
+    this.prefix = options.prefix;
+    this.channel = `${options.prefix}released`;
+    this.syncReplicas = options.syncReplicas;
+  }
+
+  /**
+   * Redis key names for a lock. The hash tag is a digest of the key (user keys may contain braces);
+   * the key itself follows, so two keys never share names.
+   */
+  keysFor(key: string): RedisKeys {
+    let keys = this.#keyNames.get(key);
+    if (!keys) {
+      const base = this.#base(key);
+      keys = { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
+      // A digest per acquisition is a tenth of this process's share of an uncontended cycle, and a
+      // busy key is taken again and again: keep the names of the keys last used.
+      keepNewest(this.#keyNames, key, keys, KEY_NAMES_KEPT);
+    }
+    return keys;
+  }
+
+  /** Redis key names for a shared key (semaphore or read-write lock); see scripts.ts. `lock` names the claims. */
+  sharedKeysFor(key: string): RedisKeys {
+    const base = this.#base(key);
+    return { lock: `${base}claims:${key}`, token: `${base}stoken:${key}`, queue: `${base}sexp:${key}`, deadlines: `${base}smeta:${key}` };
+  }
+
+  /** `<prefix>{<22-char digest of the key>}`: the hash tag every key of one lock shares. */
+  #base(key: string): string {
+    return `${this.prefix}{${createHash('sha256').update(key).digest('base64url').slice(0, 22)}}`;
+  }
+
+  /** EVALSHA, loading the script with EVAL when the server does not know it (restart, SCRIPT FLUSH). @throws typed errors */
+  async run(operation: string, script: Script, keys: RedisKeys, args: string[], moreKeys: string[] = []): Promise<unknown> {
+    const keyList = [keys.lock, keys.token, keys.queue, keys.deadlines, ...moreKeys];
+    try {
+      if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
+      try {
+        return await this.client.evalsha(script.sha, keyList.length, ...keyList, ...args);
+      } catch (error) {
+        if (!(error instanceof ReplyError) || !String((error as Error).message).startsWith('NOSCRIPT')) throw error;
+        return await this.client.eval(script.source, keyList.length, ...keyList, ...args);
+      }
+    } catch (error) {
+      if (error instanceof ReplyError) throw new BackendError(this.name, operation, { cause: error });
+      throw new BackendUnavailableError(this.name, operation, { cause: error });
+    }
+  }
+
+  /**
+   * Replica sync: resolves once `syncReplicas` replicas have every write this connection made so
+   * far (so the one just made). For an acquisition (`giveBack` given) a shortfall gives the lease
+   * back and rejects with BackendError; otherwise it rejects with BackendUnavailableError.
+   */
+  async synced(operation: string, giveBack?: () => Promise<unknown>): Promise<void> {
+    const { syncReplicas, syncTimeoutMs } = this.#options;
+    let acknowledged: number;
+    try {
+      acknowledged = (await (this.client as Redis).wait(syncReplicas, syncTimeoutMs)) as number;
+    } catch (error) {
+      if (giveBack) await giveBack().catch(() => undefined);
+      throw new BackendUnavailableError(this.name, operation, { cause: error });
+    }
+    if (acknowledged >= syncReplicas) return;
+    const cause = new Error(`${acknowledged} of ${syncReplicas} replicas acknowledged the write within ${syncTimeoutMs} ms`);
+    if (!giveBack) throw new BackendUnavailableError(this.name, operation, { cause });
+    await giveBack().catch(() => undefined);
+    throw new BackendError(this.name, operation, { cause });
+  }
+
+  /** Closes the subscriber connection (the command connection is the backend's to close). */
+  close(): void {
+    this.#subscriber?.disconnect();
+  }
+
+  /**
+   * A Cluster client queues commands until it has found the cluster, and keeps trying for ever:
+   * wait for that at most `connectTimeoutMs`, so an unreachable cluster fails the call instead.
+   */
+  #clusterReady(cluster: Cluster): Promise<void> {
+    const { connectTimeoutMs } = this.#options;
+    return new Promise((resolve, reject) => {
+      const done = (error?: Error) => {
+        clearTimeout(timer);
+        cluster.off('ready', onReady);
+        if (error) reject(error);
+        else resolve();
+      };
+      const onReady = () => done();
+      const timer = setTimeout(() => done(new Error(`no Redis Cluster node answered within ${connectTimeoutMs} ms`)), connectTimeoutMs);
+      cluster.on('ready', onReady);
+      if (cluster.status === 'ready') done();
+    });
+  }
+
+  /**
+   * Refuses a server that may evict lock keys, unless the user accepted it. A server that does not
+   * let us read its configuration (managed services often rename CONFIG) cannot be checked: that
+   * is documented, not refused.
+   */
+  async #checkEviction(): Promise<void> {
+    if (this.#options.allowEviction) return;
+    let config: string[];
+    try {
+      if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
+      config = (await this.client.config('GET', 'maxmemory*')) as string[]; // name, value, name, value, ...
+    } catch (error) {
+      if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
+      throw new BackendUnavailableError(this.name, 'acquire', { cause: error });
+    }
+    const settings: Record<string, string> = {};
+    for (let i = 0; i + 1 < config.length; i += 2) settings[config[i]!] = config[i + 1]!;
+    const policy = settings['maxmemory-policy'];
+    if (settings['maxmemory'] !== '0' && policy !== 'noeviction') {
+      const cause = new Error(
+        `the server may evict keys (maxmemory ${settings['maxmemory']}, maxmemory-policy ${policy}), and an evicted lock key is a lost lock nobody is told about: set maxmemory-policy noeviction, or pass allowEviction: true to accept it`,
+      );
+      throw new BackendError(this.name, 'acquire', { cause });
+    }
+  }
+
+  /**
+   * One subscriber connection per backend, opened by the first waiter: this backend's own channel
+   * (mutex waiters, each message naming the waiter whose turn it is) and the shared claims' one.
+   * After a reconnect every waiter re-checks at once, since messages sent meanwhile are lost.
+   */
+  async #openSubscriber(): Promise<void> {
+    const channels = [this.channel, `${this.prefix}w:${this.id}`];
+    // A single-node subscriber subscribes again itself after a reconnect: ioredis's own
+    // re-subscription leaves its promise unhandled, and a close before its answer (a backend
+    // closed just after a reconnect) then surfaces as an unhandled rejection in the user's process.
+    const subscriber =
+      this.client instanceof Cluster
+        ? this.client.duplicate()
+        : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
+    subscriber.on('error', () => undefined);
+    // `<lock key>\n<owner>`, and for a FIFO handoff `<lock key>\n<owner> <token> <deadline>`
+    // (see hand_over in scripts.ts); a shared key's release names no owner.
+    subscriber.on('message', (_channel: string, message: string) => {
+      const split = message.lastIndexOf('\n');
+      const [owner, token, deadline] = message.slice(split + 1).split(' ');
+      const key = message.slice(0, split);
+      if (token !== undefined) {
+        keepNewest(this.handed, `${key}\n${owner}`, { token, deadline: Number(deadline) }, HANDED_KEPT);
+      }
+      this.notifier.notify(key, owner || undefined);
+    });
+    let ready = 0;
+    subscriber.on('ready', () => {
+      if (ready++ === 0) return;
+      if (subscriber instanceof Cluster) return this.notifier.notifyAll();
+      // Once subscribed again; a failure means the connection went again, and its next 'ready' retries.
+      subscriber.subscribe(...channels).then(
+        () => this.notifier.notifyAll(),
+        () => undefined,
+      );
+    });
+    this.#subscriber = subscriber;
+    try {
+      await subscriber.subscribe(...channels);
+      this.listening = true;
+    } catch (error) {
+      subscriber.disconnect();
+      throw new BackendUnavailableError(this.name, 'subscribe', { cause: error });
+    }
+  }
+}
