@@ -1,12 +1,16 @@
+// The in-memory backend and its store: mutex and shared claims with the same semantics as a real
+// store (server-side expiry by timers, FIFO waiters, tokens that never repeat), answering on the
+// spot (`acquireNow`). About 420 lines because the store and the backend over it are one piece: the
+// backend only forwards to the store's grants, queues and timers, which read top to bottom.
 import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest } from './backend.js';
 import { LimitMismatchError, LockerClosedError } from './errors.js';
 import { instance, readOptions, type Rules } from './options.js';
 import { grantable } from './shared.js';
 import { DONE } from './wait.js';
 
-/** A memory lease; `shared` marks a semaphore permit or read-write lock. */
+/** A memory lease: a mutex's, or a shared claim's (a semaphore permit or read-write lock). */
 export interface MemoryLease extends Lease {
-  readonly shared?: true;
+  readonly kind: 'mutex' | 'shared';
 }
 
 interface Claim {
@@ -36,7 +40,7 @@ interface Holder {
 
 interface Waiter {
   readonly req: AcquireRequest;
-  readonly grant: (lease: Lease) => void;
+  readonly grant: (lease: MemoryLease) => void;
 }
 
 interface KeyState {
@@ -98,7 +102,7 @@ export class MemoryLockStore {
   }
 
   /** `LockBackend.acquireNow`: a grant or a busy one-shot answer at once; undefined when the request must wait. Never throws. */
-  acquireNow(req: AcquireRequest): Lease | null | undefined {
+  acquireNow(req: AcquireRequest): MemoryLease | null | undefined {
     const state = this.#keys.get(req.key);
     if (!state) return this.#grant(req.key, this.#newState(req.key), req);
     this.#expireIfDue(req.key, state);
@@ -107,7 +111,7 @@ export class MemoryLockStore {
     return this.#grant(req.key, this.#state(req.key), req);
   }
 
-  acquire(req: AcquireRequest): Promise<Lease | null> {
+  acquire(req: AcquireRequest): Promise<MemoryLease | null> {
     req.signal.throwIfAborted();
     const now = this.acquireNow(req);
     if (now !== undefined) return Promise.resolve(now);
@@ -133,7 +137,7 @@ export class MemoryLockStore {
   }
 
   renew(lease: MemoryLease, ttlMs: number): boolean {
-    if (lease.shared) return this.#renewClaim(lease, ttlMs);
+    if (lease.kind === 'shared') return this.#renewClaim(lease, ttlMs);
     const state = this.#keys.get(lease.key);
     const holder = state?.holder;
     if (!holder || holder.owner !== lease.owner) return false;
@@ -147,7 +151,7 @@ export class MemoryLockStore {
   }
 
   release(lease: MemoryLease): void {
-    if (lease.shared) {
+    if (lease.kind === 'shared') {
       const state = this.#shared.get(lease.key);
       const claim = state?.claims.find((c) => c.req.owner === lease.owner && !c.grant);
       if (state && claim) this.#dropClaim(lease.key, state, claim);
@@ -162,9 +166,10 @@ export class MemoryLockStore {
   raiseTokenFloor(lease: MemoryLease, floor: bigint): boolean {
     this.#expireIfDue(lease.key);
     this.#expireShared(lease.key);
-    const owner = lease.shared
-      ? this.#shared.get(lease.key)?.claims.find((c) => c.req.owner === lease.owner && !c.grant)?.req.owner
-      : this.#keys.get(lease.key)?.holder?.owner;
+    const owner =
+      lease.kind === 'shared'
+        ? this.#shared.get(lease.key)?.claims.find((c) => c.req.owner === lease.owner && !c.grant)?.req.owner
+        : this.#keys.get(lease.key)?.holder?.owner;
     if (owner !== lease.owner) return false;
     if (floor > this.#lastToken) this.#lastToken = floor;
     return true;
@@ -224,7 +229,7 @@ export class MemoryLockStore {
     claim.expiresAt = acquiredAt + req.ttlMs;
     claim.grant = undefined;
     if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
-    return { key, owner: req.owner, token, acquiredAt, shared: true };
+    return { kind: 'shared', key, owner: req.owner, token, acquiredAt };
   }
 
   /** Remove a claim (released, expired, aborted, or a failed try) and grant whoever may go now. */
@@ -279,14 +284,14 @@ export class MemoryLockStore {
     return state;
   }
 
-  #grant(key: string, state: KeyState, req: AcquireRequest): Lease {
+  #grant(key: string, state: KeyState, req: AcquireRequest): MemoryLease {
     if (req.minToken !== undefined && req.minToken > this.#lastToken + 1n) this.#lastToken = req.minToken - 1n;
     const token = ++this.#lastToken;
     const acquiredAt = performance.now();
     const holder: Holder = { owner: req.owner, token, expiresAt: acquiredAt + req.ttlMs, timer: undefined };
     state.holder = holder;
     if (state.waiters.length > 0) this.#armExpiry(key, holder);
-    return { key, owner: req.owner, token, acquiredAt };
+    return { kind: 'mutex', key, owner: req.owner, token, acquiredAt };
   }
 
   /** Hand the key to the next waiter when the holder's lease runs out. */
@@ -374,7 +379,7 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
 
   // Not async: the store answers with a settled promise, and an async wrapper would add two more
   // turns of the microtask queue to every in-process lock.
-  acquire(req: AcquireRequest): Promise<Lease | null> {
+  acquire(req: AcquireRequest): Promise<MemoryLease | null> {
     try {
       if (this.#closed) throw new LockerClosedError('the memory backend is closed');
       return this.store.acquire(req);
@@ -392,7 +397,7 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
     return this.store.renew(lease, ttlMs);
   }
 
-  acquireNow(req: AcquireRequest): Lease | null | undefined {
+  acquireNow(req: AcquireRequest): MemoryLease | null | undefined {
     if (this.#closed) throw new LockerClosedError('the memory backend is closed');
     return this.store.acquireNow(req);
   }

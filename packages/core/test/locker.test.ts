@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type LockBackend } from '../src/index.js';
 import type { Lease } from '../src/backend-api.js';
+import type { MemoryLease } from '../src/memory-backend.js';
 import { cancelOnAbort, watchBlocked } from '../src/session-locks.js';
 import { pollForLease, ReleaseNotifier } from '../src/wait.js';
 
@@ -8,11 +9,11 @@ import { pollForLease, ReleaseNotifier } from '../src/wait.js';
 function flakyBackend() {
   const inner = memoryBackend({ store: new MemoryLockStore() });
   const state = { failRenew: false, renewCalls: 0 };
-  const backend: LockBackend = {
+  const backend: LockBackend<MemoryLease> = {
     name: 'flaky',
     capabilities: inner.capabilities,
     acquire: (req) => inner.acquire(req),
-    renew: async (lease: Lease, ttl: number) => {
+    renew: async (lease: MemoryLease, ttl: number) => {
       state.renewCalls++;
       if (state.failRenew) throw new Error('connection refused');
       return inner.renew(lease, ttl);
@@ -44,14 +45,14 @@ describe('Locker renewal', () => {
     const inner = memoryBackend({ store: new MemoryLockStore() });
     const sentTtls: number[] = [];
     let hold: Promise<void> | undefined;
-    const backend: LockBackend = {
+    const backend: LockBackend<MemoryLease> = {
       ...inner,
       name: 'slow',
       capabilities: inner.capabilities,
       acquire: (req) => inner.acquire(req),
       release: (lease) => inner.release(lease),
       close: () => inner.close(),
-      renew: async (lease: Lease, ttl: number) => {
+      renew: async (lease: MemoryLease, ttl: number) => {
         sentTtls.push(ttl);
         await hold;
         return inner.renew(lease, ttl);
@@ -75,7 +76,7 @@ describe('Locker renewal', () => {
   it('renews a lease granted late (already a third through its ttl) at once, not a third of a ttl later', async () => {
     const inner = memoryBackend({ store: new MemoryLockStore() });
     const renewedAt: number[] = [];
-    const backend: LockBackend = {
+    const backend: LockBackend<MemoryLease> = {
       name: 'late',
       capabilities: inner.capabilities,
       // As a slow store (or a migration's second store) does: the lease started 200 ms before the grant arrived.
@@ -83,7 +84,7 @@ describe('Locker renewal', () => {
         const lease = await inner.acquire(req);
         return lease && { ...lease, acquiredAt: lease.acquiredAt - 200 };
       },
-      renew: (lease: Lease, ttl: number) => (renewedAt.push(performance.now()), inner.renew(lease, ttl)),
+      renew: (lease: MemoryLease, ttl: number) => (renewedAt.push(performance.now()), inner.renew(lease, ttl)),
       release: (lease) => inner.release(lease),
       close: () => inner.close(),
     };
@@ -192,7 +193,7 @@ function unreachableFor(
   const inner = memoryBackend({ store: new MemoryLockStore() });
   const owners: string[] = [];
   let left = failures;
-  const backend: LockBackend = {
+  const backend: LockBackend<MemoryLease> = {
     name: 'down',
     capabilities: inner.capabilities,
     acquire: async (req) => {
@@ -200,7 +201,7 @@ function unreachableFor(
       if (left-- > 0) throw error();
       return inner.acquire(req);
     },
-    renew: (lease: Lease, ttl: number) => inner.renew(lease, ttl),
+    renew: (lease: MemoryLease, ttl: number) => inner.renew(lease, ttl),
     release: (lease) => inner.release(lease),
     close: () => inner.close(),
   };
@@ -255,7 +256,7 @@ describe('Locker: a wait rides out an unreachable store (unavailableGraceMs)', (
     let renewals = 0;
     let lateGrants = 1;
     let letGo = false;
-    const backend: LockBackend = {
+    const backend: LockBackend<MemoryLease> = {
       name: 'late',
       capabilities: inner.capabilities,
       // The store started the lease a whole ttl before its answer arrived.
@@ -263,7 +264,7 @@ describe('Locker: a wait rides out an unreachable store (unavailableGraceMs)', (
         const lease = await inner.acquire(req);
         return lease && lateGrants-- > 0 ? { ...lease, acquiredAt: lease.acquiredAt - 1000 } : lease;
       },
-      renew: async (lease: Lease, ttl: number) => {
+      renew: async (lease: MemoryLease, ttl: number) => {
         renewals++;
         if (letGo) {
           letGo = false;
@@ -294,7 +295,7 @@ describe('Locker: a wait rides out an unreachable store (unavailableGraceMs)', (
 function loggedBackend() {
   const inner = memoryBackend({ store: new MemoryLockStore() });
   const state: { calls: string[]; gate: Promise<void> | undefined; failNow: boolean } = { calls: [], gate: undefined, failNow: false };
-  const backend: LockBackend = {
+  const backend: LockBackend<MemoryLease> = {
     name: 'logged',
     capabilities: inner.capabilities,
     acquireNow: (req) => {
@@ -303,7 +304,7 @@ function loggedBackend() {
       return inner.acquireNow(req);
     },
     acquire: (req) => (state.calls.push(`acquire ${req.owner}`), inner.acquire(req)),
-    renew: async (lease: Lease, ttl: number) => {
+    renew: async (lease: MemoryLease, ttl: number) => {
       state.calls.push('renew');
       await state.gate;
       return inner.renew(lease, ttl);

@@ -9,6 +9,7 @@ import {
   type MigrationPhase,
 } from '../src/index.js';
 import { sleep, type Lease } from '../src/backend-api.js';
+import type { MemoryLease } from '../src/memory-backend.js';
 
 /** Two memory stores standing in for the old and the new store, and a locker per phase over them. */
 function stores() {
@@ -164,11 +165,11 @@ describe('migratingBackend: a rolling migration', () => {
 function recording(store: MemoryLockStore, log: string[], name: string) {
   const inner = memoryBackend({ store });
   const state = { silent: false };
-  const backend: LockBackend = {
+  const backend: LockBackend<MemoryLease> = {
     name,
     capabilities: inner.capabilities,
     acquire: (req) => (log.push(`${name}.acquire`), state.silent ? new Promise<never>(() => undefined) : inner.acquire(req)),
-    renew: (lease: Lease, ttl: number) => (log.push(`${name}.renew`), inner.renew(lease, ttl)),
+    renew: (lease: MemoryLease, ttl: number) => (log.push(`${name}.renew`), inner.renew(lease, ttl)),
     release: (lease) => (log.push(`${name}.release`), inner.release(lease)),
     raiseTokenFloor: (lease, floor) => (log.push(`${name}.raise`), inner.raiseTokenFloor(lease, floor)),
     close: () => inner.close(),
