@@ -1,0 +1,364 @@
+// The server as the mutex and the shared claims both see it: key names, one call with its error
+// mapping, claims' etcd leases (revoked when given up, moved to a new ttl), and the watches (made
+// one at a time after any cancel under way, cancelled in the background).
+import { BackendError, BackendUnavailableError } from '@deadbolt/core';
+import { after, raceSignal, type InFlight, type Lease, type Timer } from '@deadbolt/core/backend';
+import type { Etcd3, Lease as EtcdLease, Watcher } from 'etcd3';
+
+export interface EtcdLockLease extends Lease {
+  /** A mutex's, or a shared claim's (a semaphore permit or read-write lock: its key lives under `sharedPrefixFor`). */
+  readonly kind: 'mutex' | 'shared';
+  /** `<prefix><base64url key>/<owner>`, the waiter's own key. */
+  readonly path: string;
+  /** Our key's create revision; the token is this plus the key's offset at the grant. */
+  readonly revision: bigint;
+  acquiredAt: number;
+  etcdLease: EtcdLease;
+  ttlSeconds: number;
+  lost: AbortSignal;
+  /**
+   * Watches our own key, from the grant's revision on; its deletion (release, revocation, expiry,
+   * anyone) means the lock is gone. Made `LOSS_WATCH_DELAY_MS` after the grant (see there);
+   * undefined if the lease ended first or the watch could not be made.
+   */
+  watcher: Promise<Watcher | undefined>;
+  /** Stops the loss watch (or keeps it from being made). */
+  stopWatch: () => void;
+}
+
+/**
+ * How long after a grant the loss watch is made. Most holds are short, and for them a watch is two
+ * more messages (create, cancel) and client work on the critical path of the next lock; the watch
+ * starts from the grant's revision, so a deletion in the first moments of a hold is still reported,
+ * at most this much later. Renewal finds a loss within ttl / 3 in any case.
+ */
+export const LOSS_WATCH_DELAY_MS = 100;
+
+/** A stored offset (decimal text), or 0 when the key has none. */
+export const offsetOf = (value: Buffer | string | undefined) => (value === undefined ? 0n : BigInt(value.toString()));
+
+export const noop = () => undefined;
+
+/** etcd3 rejects keep-alives of a revoked or expired lease with a plain Error saying so. */
+export const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.test(String((error as Error)?.message));
+
+/**
+ * An acquisition's error, typed: a lease that ran out before the acquisition could use it (a grant
+ * and a transaction more than a ttl apart: an overloaded store) is the store not answering in
+ * time, which a wait rides out (core tries again with a new lease), not a store error.
+ */
+function grantGone(backend: string, error: unknown): unknown {
+  return isLeaseGone(error) ? new BackendUnavailableError(backend, 'acquire', { cause: error }) : error;
+}
+
+export class EtcdStore {
+  readonly name = 'etcd';
+  readonly client: Etcd3;
+  readonly #prefix: string;
+  /** Acquisitions under way (the backend's): a claim given up is revoked through it (`abandon`). */
+  readonly #acquiring: InFlight;
+  /**
+   * Watch cancels still under way. etcd3 holds a watch made while another is being cancelled
+   * (about 100 ms here), so each watch of ours is made only once they are done (`settledWatches`);
+   * nothing else waits for a cancel, a grant least of all.
+   */
+  readonly #cancelling = new Set<Promise<void>>();
+
+  constructor(client: Etcd3, prefix: string, acquiring: InFlight) {
+    this.client = client;
+    this.#prefix = prefix;
+    this.#acquiring = acquiring;
+  }
+
+  /**
+   * The lease of a granted claim: its token is our key's create revision (`mine`) plus the offset
+   * read with the grant; its loss watch starts after `revision`, the grant's.
+   */
+  granted(
+    kind: EtcdLockLease['kind'],
+    req: { readonly key: string; readonly owner: string },
+    claim: { mine: bigint; offset: bigint; revision: bigint; acquiredAt: number; path: string; etcdLease: EtcdLease; ttlSeconds: number },
+  ): EtcdLockLease {
+    const lost = new AbortController();
+    const { mine, offset, revision, acquiredAt, path, etcdLease, ttlSeconds } = claim;
+    return {
+      kind,
+      key: req.key,
+      owner: req.owner,
+      token: mine + offset,
+      revision: mine,
+      acquiredAt,
+      path,
+      etcdLease,
+      ttlSeconds,
+      lost: lost.signal,
+      ...this.watchLoss(path, revision, lost),
+    };
+  }
+
+  /**
+   * A claim given up (aborted, timed out) or failed: deletes its key if it was made and revokes its
+   * etcd lease (again later while etcd is out of reach, `abandon`), so no place in line stays
+   * behind. Returns `error`, typed, for the caller to throw.
+   */
+  async giveUp(made: boolean, path: string, etcdLease: EtcdLease, ttlSeconds: number, error: unknown): Promise<unknown> {
+    if (made) await this.call('delete', () => this.client.delete().key(path).exec()).catch(noop);
+    await this.abandon(etcdLease, ttlSeconds);
+    return grantGone(this.name, error);
+  }
+
+  /** A new etcd lease of `ttlSeconds` for one claim, not kept alive by the client (renewal does it). */
+  newLease(ttlSeconds: number): EtcdLease {
+    const etcdLease = this.client.lease(ttlSeconds, { autoKeepAlive: false });
+    etcdLease.on('lost', () => undefined);
+    return etcdLease;
+  }
+
+  /**
+   * The prefix under which every waiter of `key` writes its own key: `<prefix>#m/<base64url key>/`.
+   * Base64url has no `/` or `#`, so one lock's prefix never contains another's; the prefix has no
+   * `#`, so every key of one prefix starts `<prefix>#`, which no key of another prefix (one that
+   * extends it, or that it extends) does.
+   */
+  prefixFor(key: string): string {
+    return `${this.#prefix}#m/${Buffer.from(key, 'utf8').toString('base64url')}/`;
+  }
+
+  /**
+   * Where a lock's token offset lives: beside its prefix, never under any lock's prefix (base64url
+   * has no `#`). Written only by a holder, so a holder reads the final value at any time.
+   */
+  offsetKeyFor(key: string): string {
+    return `${this.#prefix}#m/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
+  }
+
+  /**
+   * Where the claims on a shared key (semaphore, read-write lock) live: one key per claim, named by
+   * its owner, valued `<S|X>:<limit>`, bound to the claim's own etcd lease. `#s/` keeps them apart
+   * from every mutex (`#m/`).
+   */
+  sharedPrefixFor(key: string): string {
+    return `${this.#prefix}#s/${Buffer.from(key, 'utf8').toString('base64url')}/`;
+  }
+
+  /**
+   * A shared key's token offset (see `raiseTokenFloor`): beside its claims, never under them. Kept
+   * as 20 zero-padded digits, so etcd's byte-wise value compare is a numeric one: concurrent
+   * holders raise it, and a raise never lowers it.
+   */
+  sharedOffsetKeyFor(key: string): string {
+    return `${this.#prefix}#s/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
+  }
+
+  /**
+   * Revokes the lease of a claim given up or failed (its key goes with it), again later while the
+   * store is out of reach, as long as the lease may live (`InFlight.cleanUp`): a waiter's key left
+   * behind is a place in line every later waiter would wait out. Never rejects.
+   */
+  abandon(etcdLease: EtcdLease, ttlSeconds: number): Promise<void> {
+    return this.#acquiring.leave(() => this.revoke(etcdLease), ttlSeconds * 1000);
+  }
+
+  /** Revokes `etcdLease`, which deletes the keys put with it; one already gone (revoked, expired) counts as done. */
+  async revoke(etcdLease: EtcdLease): Promise<void> {
+    try {
+      await this.call('release', () => etcdLease.revoke());
+    } catch (error) {
+      const message = String((error as Error)?.message) + String((error as Error & { cause?: Error }).cause?.message);
+      if (!isLeaseGone(error) && !/not found/i.test(message)) throw error;
+    }
+  }
+
+  /**
+   * The loss watch of a lease (see `EtcdLockLease.watcher`): aborts `lost` when our key is deleted
+   * after `fromRevision`. Made `LOSS_WATCH_DELAY_MS` from now unless stopped first.
+   */
+  watchLoss(path: string, fromRevision: bigint, lost: AbortController): Pick<EtcdLockLease, 'watcher' | 'stopWatch'> {
+    let timer: Timer | undefined;
+    let begin: (watcher: Promise<Watcher | undefined>) => void = noop;
+    const watcher = new Promise<Watcher | undefined>((resolve) => (begin = resolve));
+    timer = after(LOSS_WATCH_DELAY_MS, () => begin(this.lossWatch(path, fromRevision, lost)), true);
+    const stopWatch = () => {
+      timer?.cancel();
+      timer = undefined;
+      begin(Promise.resolve(undefined));
+      void watcher.then((w) => w && this.cancel(w));
+    };
+    return { watcher, stopWatch };
+  }
+
+  async lossWatch(path: string, fromRevision: bigint, lost: AbortController): Promise<Watcher | undefined> {
+    try {
+      await this.settledWatches();
+      const watcher = await this.client
+        .watch()
+        .key(path)
+        .startRevision((fromRevision + 1n).toString())
+        .create();
+      watcher.on('delete', () => lost.abort(new Error(`etcd key ${path} was deleted (lease revoked or expired)`)));
+      watcher.on('error', noop);
+      return watcher;
+    } catch {
+      // No push notice then; renewal still finds the loss within one period.
+      return undefined;
+    }
+  }
+
+  holderQuery(lockPrefix: string) {
+    return this.client.getAll().prefix(lockPrefix).sort('Create', 'Ascend').limit(1);
+  }
+
+  async ownsKey(l: EtcdLockLease): Promise<boolean> {
+    const found = await this.call('renew', () => this.client.get(l.path).exec());
+    const kv = found.kvs[0];
+    return kv !== undefined && BigInt(kv.create_revision) === l.revision;
+  }
+
+  /** A new ttl needs a new lease: move our key to it (only if the key is still ours), then drop the old one. */
+  async rebind(l: EtcdLockLease, ttlSeconds: number): Promise<boolean> {
+    const next = this.client.lease(ttlSeconds, { autoKeepAlive: false });
+    next.on('lost', () => undefined);
+    const id = await this.call('renew', () => next.grant());
+    const result = await this.call('renew', () =>
+      this.client.if(l.path, 'Create', '==', l.revision.toString()).then(this.client.put(l.path).value(l.owner).lease(id)).commit(),
+    );
+    if (!result.succeeded) {
+      await next.revoke().catch(() => undefined);
+      return false;
+    }
+    const old = l.etcdLease;
+    l.etcdLease = next;
+    l.ttlSeconds = ttlSeconds;
+    await old.revoke().catch(() => undefined);
+    return true;
+  }
+
+  /**
+   * Resolves once no cancel of ours is under way (see `#cancelling`); rejects with `signal`'s reason
+   * if it aborts first (a wait given up must not queue behind every other waiter's cancel: a close
+   * of many waiters would take that long to let them clean up).
+   */
+  async settledWatches(signal?: AbortSignal): Promise<void> {
+    while (this.#cancelling.size > 0) {
+      const all = Promise.all(this.#cancelling);
+      await (signal ? raceSignal(all, signal) : all);
+    }
+  }
+
+  /**
+   * A watch made by `create`, or `signal`'s reason as soon as it aborts. etcd3 makes a client's
+   * watches one after another (each waits for the answer to the one before), so a hundred waiters
+   * starting watches take a hundred round trips; a waiter given up must not wait its turn to clean
+   * up (a close of many waiters would outlast its deadline). A watch made after all is cancelled.
+   */
+  watchUnlessAborted(create: () => Promise<Watcher>, signal: AbortSignal): Promise<Watcher> {
+    return raceSignal(this.call('watch', create), signal, (late) => void this.cancel(late));
+  }
+
+  /** Cancels `watcher` in the background, where `settledWatches` finds it; never rejects. */
+  cancel(watcher: Watcher): Promise<void> {
+    const done: Promise<void> = watcher
+      .cancel()
+      .then(noop, noop)
+      .finally(() => this.#cancelling.delete(done));
+    this.#cancelling.add(done);
+    return done;
+  }
+
+  /**
+   * A watch for the deletion of `key` from now on. Not from an earlier revision: etcd hands a watch
+   * that starts behind its current revision to a catch-up loop that runs every 100 ms, which held
+   * handoffs up to that long (p50 86 ms with two clients). One watch over the byte range from
+   * `key` to `own` (our own key) sees both in revision order (other waiters' keys in between are
+   * ignored). `deleted(signal)` resolves once `key` or our own key is deleted (or the watch failed: look again)
+   * with whether that deletion was all that happened to the two keys since the watch began (see
+   * `waitForPredecessors` in mutex.ts); rejects with the abort reason.
+   */
+  async watchDeletion(
+    key: Buffer,
+    own: string,
+    signal: AbortSignal,
+  ): Promise<{ deleted: (signal: AbortSignal) => Promise<boolean>; cancel: () => Promise<void> }> {
+    const ours = Buffer.from(own);
+    const [low, high] = Buffer.compare(key, ours) < 0 ? [key, ours] : [ours, key];
+    await this.settledWatches(signal);
+    const watcher = await this.watchUnlessAborted(
+      () =>
+        this.client
+          .watch()
+          .inRange({ start: low, end: Buffer.concat([high, Buffer.from([0])]) })
+          .create(),
+      signal,
+    );
+    let quiet = true;
+    /** Set when `key` went (or the watch failed): whether all was quiet until then. */
+    let outcome: boolean | undefined;
+    let wake: () => void = noop;
+    const done = (quietUntilNow: boolean) => {
+      if (outcome !== undefined) return;
+      outcome = quietUntilNow;
+      wake();
+    };
+    watcher.on('put', (kv) => {
+      if (kv.key.equals(key) || kv.key.equals(ours)) quiet = false;
+    });
+    watcher.on('delete', (kv) => {
+      // Our own key gone: look at once (the look then finds it gone and fails the wait).
+      if (kv.key.equals(ours)) done((quiet = false));
+      else if (kv.key.equals(key)) done(quiet);
+    });
+    watcher.on('error', () => done(false));
+    return {
+      deleted: (signal) =>
+        new Promise<boolean>((resolve, reject) => {
+          if (outcome !== undefined) return resolve(outcome);
+          const onAbort = () => reject(signal.reason);
+          if (signal.aborted) return onAbort();
+          signal.addEventListener('abort', onAbort, { once: true });
+          wake = () => {
+            signal.removeEventListener('abort', onAbort);
+            resolve(outcome!);
+          };
+        }),
+      cancel: () => this.cancel(watcher),
+    };
+  }
+
+  /** Resolves when any key under `prefix` is deleted at or after `fromRevision`; rejects with the abort reason. */
+  async deleted(prefix: string, fromRevision: bigint, signal: AbortSignal): Promise<void> {
+    const watcher = await this.watchUnlessAborted(
+      () => this.client.watch().prefix(prefix).startRevision(fromRevision.toString()).create(),
+      signal,
+    );
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = () => reject(signal.reason);
+        if (signal.aborted) return onAbort();
+        signal.addEventListener('abort', onAbort, { once: true });
+        const done = () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        watcher.on('delete', done);
+        // A compacted start revision means the key is long gone: look again.
+        watcher.on('error', done);
+      });
+    } finally {
+      await watcher.cancel().catch(noop);
+    }
+  }
+
+  /** `fn`, its failure typed: `BackendUnavailableError` when etcd could not be reached or answer in time, else `BackendError` (a lease gone stays as it is: callers tell it apart). */
+  async call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      if (isLeaseGone(error)) throw error;
+      const kind = `${(error as Error)?.constructor?.name} ${(error as Error)?.message}`;
+      if (/Unavailable|DeadlineExceeded|ConnectFailed|ClientClosed|ECONNREFUSED|BrokenCircuit/.test(kind)) {
+        throw new BackendUnavailableError(this.name, operation, { cause: error });
+      }
+      throw new BackendError(this.name, operation, { cause: error });
+    }
+  }
+}
