@@ -5,7 +5,8 @@
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
  * 7 a contended semaphore, 8 a read-heavy read-write lock. Writes
- * bench-results/<time>/{results.json, summary.md, report.html}.
+ * bench-results/<time>/{results.json, summary.md, report.html}. About 650 lines: the order of
+ * the run (which subjects, interleaved how) and each scenario's table, in the order the report has.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';

@@ -3,7 +3,8 @@
 // whole life of such a lock, written once: a connection of its own, a try, a wait blocked inside
 // the server (cancelled on abort, watched for a connection gone silent, begun again on a new
 // connection when cut), the lock-delay marker, the fencing token, renewal, release. A backend
-// supplies only its statements, as a `SessionDialect`.
+// supplies only its statements, as a `SessionDialect`. About 400 lines with the three helpers only
+// it uses (the connection gate, the cancel that repeats, the watch of a blocked wait).
 import type { AcquireRequest, Lease } from './backend.js';
 import { BackendError, BackendUnavailableError } from './errors.js';
 import { after, noop, race, raceSignal, type Timer } from './time.js';
