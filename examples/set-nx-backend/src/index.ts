@@ -57,7 +57,7 @@ export class SetNxBackend implements LockBackend {
   readonly #ownsClient: boolean;
   readonly #pollMs: number;
   /** Waits under way: `close()` lets an aborted one finish before it closes the connection. */
-  readonly #inFlight = new InFlight(2000);
+  readonly #inFlight = new InFlight('set-nx', 2000);
 
   constructor(raw: SetNxOptions) {
     const options = readOptions(raw, setNxOptionRules, 'setNxBackend');
@@ -76,17 +76,19 @@ export class SetNxBackend implements LockBackend {
   }
 
   acquire(req: AcquireRequest): Promise<Lease | null> {
-    if (!req.wait) return this.#attempt(req);
-    // Core's wait loop: tries again until granted, rides out a reset, rejects when `req.signal`
+    // Tracked, so that close() lets a wait finish and a closed backend refuses new ones at once.
+    // Core's wait loop tries again until granted, rides out a reset, rejects when `req.signal`
     // aborts (a grant won meanwhile is released, so nothing of the waiter stays behind).
-    return this.#inFlight.track(
-      pollForLease(
-        req.key,
-        req.signal,
-        () => this.#attempt(req),
-        (lease) => this.release(lease),
-        { maxDelayMs: this.#pollMs },
-      ),
+    return this.#inFlight.track(() =>
+      req.wait
+        ? pollForLease(
+            req.key,
+            req.signal,
+            () => this.#attempt(req),
+            (lease) => this.release(lease),
+            { maxDelayMs: this.#pollMs },
+          )
+        : this.#attempt(req),
     );
   }
 

@@ -1,4 +1,4 @@
-import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
+import { InvalidArgumentError, LockerClosedError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   describe,
   instance,
@@ -240,11 +240,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   acquire(req: AcquireRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(this.#connect().then(() => this.#mutex.acquire(req, this.idFor(req.key))));
+    return this.#store.inFlight.track(() => this.#connect().then(() => this.#mutex.acquire(req, this.idFor(req.key))));
   }
 
   acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(this.#connect().then(() => this.#shared.acquire(req, this.idFor(req.key))));
+    return this.#store.inFlight.track(() => this.#connect().then(() => this.#shared.acquire(req, this.idFor(req.key))));
   }
 
   async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {
@@ -300,8 +300,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   #connect(): Promise<void> {
-    if (this.#closed)
-      return Promise.reject(new BackendUnavailableError(this.name, 'connect', { cause: new Error('the backend is closed') }));
+    if (this.#closed) return Promise.reject(new LockerClosedError('the cassandra backend is closed'));
     return this.#ready.run();
   }
 }

@@ -162,7 +162,7 @@ export class CassandraStore {
     this.client = settings.client;
     this.keyspace = settings.keyspace;
     this.poll = settings.poll;
-    this.inFlight = new InFlight(settings.commandTimeoutMs);
+    this.inFlight = new InFlight('cassandra', settings.commandTimeoutMs);
     this.#consistency = settings.consistency;
     this.#serial = settings.serial;
   }

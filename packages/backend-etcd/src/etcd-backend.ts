@@ -88,7 +88,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     const options = readOptions(raw, etcdOptionRules, 'etcdBackend');
     // With a client made from `url`, the deadline of each unary call; a client of yours keeps its own.
     const commandTimeout = options.commandTimeoutMs ?? 5000;
-    this.#acquiring = new InFlight(commandTimeout);
+    this.#acquiring = new InFlight(this.name, commandTimeout);
     const store = urlOrClient(options, 'etcdBackend', 'etcd://host:port[,host:port]');
     if (store.client) {
       this.client = store.client;
@@ -133,11 +133,11 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   }
 
   acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {
-    return this.#acquiring.track(acquireMutex(this.#store, req));
+    return this.#acquiring.track(() => acquireMutex(this.#store, req));
   }
 
   acquireShared(req: SharedRequest): Promise<EtcdLockLease | null> {
-    return this.#acquiring.track(acquireSharedClaim(this.#store, req));
+    return this.#acquiring.track(() => acquireSharedClaim(this.#store, req));
   }
 
   async renew(lease: EtcdLockLease, ttlMs: number): Promise<boolean> {

@@ -138,7 +138,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     }
     this.#store = new MysqlStore(this.client, options.table ?? 'deadbolt_locks', commandTimeoutMs);
     this.threadIds = this.#store.threadIds;
-    this.#acquiring = new InFlight(commandTimeoutMs);
+    this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     this.#leases = new MysqlLeases(this.#store, this.#acquiring, options.maxPollDelayMs ?? 250);
     // A pool of your own: its size is not ours to know; mysql2's default is 10.
     const poolSize = store.client ? (store.client.pool.config.connectionLimit ?? 10) : connectionLimit;
@@ -171,15 +171,16 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   }
 
   acquire(req: AcquireRequest): Promise<MysqlLease | null> {
-    const acquired: Promise<MysqlLease | null> = this.mode === 'session' ? this.#sessions.acquire(req) : this.#leases.acquire(req);
-    return this.#acquiring.track(acquired);
+    return this.#acquiring.track((): Promise<MysqlLease | null> =>
+      this.mode === 'session' ? this.#sessions.acquire(req) : this.#leases.acquire(req),
+    );
   }
 
   /** Lease mode only (the capabilities say so); see the shared statements in queries.ts. */
   acquireShared(req: SharedRequest): Promise<MysqlLease | null> {
     if (this.mode === 'session')
       return Promise.reject(new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') }));
-    return this.#acquiring.track(this.#leases.acquireShared(req));
+    return this.#acquiring.track(() => this.#leases.acquireShared(req));
   }
 
   renew(lease: MysqlLease, ttlMs: number): Promise<boolean> {

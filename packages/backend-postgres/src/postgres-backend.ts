@@ -158,21 +158,22 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     const server = new PostgresStore(this.client, table, namespace, commandTimeoutMs);
     this.pids = server.pids;
-    this.#acquiring = new InFlight(commandTimeoutMs);
+    this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     this.#leases = new PostgresLeases(server, this.#acquiring, options.maxPollDelayMs ?? 250);
     this.#sessions = new SessionLocks(new PostgresSessions(server), 2 * connectTimeoutMs, commandTimeoutMs);
   }
 
   acquire(req: AcquireRequest): Promise<PostgresLease | null> {
-    const acquired: Promise<PostgresLease | null> = this.mode === 'session' ? this.#sessions.acquire(req) : this.#leases.acquire(req);
-    return this.#acquiring.track(acquired);
+    return this.#acquiring.track((): Promise<PostgresLease | null> =>
+      this.mode === 'session' ? this.#sessions.acquire(req) : this.#leases.acquire(req),
+    );
   }
 
   /** Lease mode only (the capabilities say so): one function call per attempt, see queries.ts. */
   acquireShared(req: SharedRequest): Promise<PostgresLease | null> {
     if (this.mode === 'session')
       return Promise.reject(new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') }));
-    return this.#acquiring.track(this.#leases.acquireShared(req));
+    return this.#acquiring.track(() => this.#leases.acquireShared(req));
   }
 
   renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {

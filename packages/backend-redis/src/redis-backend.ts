@@ -172,7 +172,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       this.#ownsClient = true;
     }
     const fifo = options.fifo ?? true;
-    this.#acquiring = new InFlight(commandTimeout);
+    this.#acquiring = new InFlight(this.name, commandTimeout);
     this.#store = new RedisStore(this.client, {
       prefix,
       connectTimeoutMs: connectTimeout,
@@ -210,22 +210,23 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   acquire(req: AcquireRequest): Promise<RedisLease | null> {
-    return this.#acquiring.track(this.#mutex.acquire(req));
+    return this.#acquiring.track(() => this.#mutex.acquire(req));
   }
 
   acquireShared(req: SharedRequest): Promise<RedisLease | null> {
-    return this.#acquiring.track(this.#shared.acquire(req));
+    return this.#acquiring.track(() => this.#shared.acquire(req));
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
-    await this.#checked();
+    // A call on a lease waits for an eviction check under way (see `RedisStore.evictionChecked`).
+    if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
     const renewed = await (lease.kind === 'shared' ? this.#shared : this.#mutex).renew(lease, ttlMs);
     if (renewed && this.#store.syncReplicas > 0) await this.#store.synced('renew');
     return renewed;
   }
 
   async release(lease: RedisLease): Promise<void> {
-    await this.#checked();
+    if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
     await (lease.kind === 'shared' ? this.#shared : this.#mutex).release(lease);
   }
 
@@ -236,7 +237,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
         cause: new Error(`a token floor of ${floor} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`),
       });
     }
-    await this.#checked();
+    if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
     return (lease.kind === 'shared' ? this.#shared : this.#mutex).raiseTokenFloor(lease, floor);
   }
 
@@ -248,11 +249,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
     await this.#acquiring.settled();
     this.#store.close();
     if (this.#ownsClient) this.client.disconnect();
-  }
-
-  /** A call on a lease waits for an eviction check under way (see `RedisStore.evictionChecked`). */
-  async #checked(): Promise<void> {
-    if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
   }
 }
 

@@ -5,6 +5,7 @@ import {
   flag,
   MAX_TIMER_MS,
   ms,
+  InFlight,
   pollForLease,
   readOptions,
   required,
@@ -124,6 +125,8 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   readonly #quorum: number;
   readonly #driftFactor: number;
   readonly #retryDelayMs: number;
+  /** Acquisitions under way: `close()` lets them finish first, and refuses new ones. */
+  readonly #acquiring: InFlight;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: RedlockBackendOptions) {
@@ -146,6 +149,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     this.#quorum = Math.floor(this.#nodes.length / 2) + 1;
     this.#driftFactor = drift;
     this.#retryDelayMs = retry;
+    this.#acquiring = new InFlight(this.name, options.commandTimeoutMs ?? 5000);
     this.capabilities = {
       fencing: 'strict',
       fairness: 'none',
@@ -169,17 +173,19 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     return this.#nodes;
   }
 
-  async acquire(req: AcquireRequest): Promise<RedlockLease | null> {
-    if (!req.wait) return this.#attempt(req);
-    return pollForLease(
-      req.key,
-      req.signal,
-      () => this.#attempt(req),
-      (lease) => this.release(lease),
-      {
-        minDelayMs: Math.min(5, this.#retryDelayMs),
-        maxDelayMs: Math.min(this.#retryDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
-      },
+  acquire(req: AcquireRequest): Promise<RedlockLease | null> {
+    if (!req.wait) return this.#acquiring.track(() => this.#attempt(req));
+    return this.#acquiring.track(() =>
+      pollForLease(
+        req.key,
+        req.signal,
+        () => this.#attempt(req),
+        (lease) => this.release(lease),
+        {
+          minDelayMs: Math.min(5, this.#retryDelayMs),
+          maxDelayMs: Math.min(this.#retryDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
+        },
+      ),
     );
   }
 
@@ -208,7 +214,9 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     return false;
   }
 
+  /** Lets acquisitions under way finish giving back what they won, then closes every node; later acquisitions reject with `LockerClosedError`. */
   async close(): Promise<void> {
+    await this.#acquiring.settled();
     await Promise.all(this.#nodes.map((node) => node.close()));
   }
 

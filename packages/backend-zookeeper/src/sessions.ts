@@ -3,7 +3,7 @@
 // is lost: the standard connection policy, see the backend's comment.
 import { setMaxListeners } from 'node:events';
 import type { Socket } from 'node:net';
-import { BackendError, BackendUnavailableError } from '@deadbolt/core';
+import { BackendError, BackendUnavailableError, LockerClosedError } from '@deadbolt/core';
 import { createClient, type ZooKeeperClient } from './zookeeper-client.js';
 
 const NAME = 'zookeeper';
@@ -78,11 +78,11 @@ export class ZooKeeperSessions {
 
   /**
    * The session whose timeout is `ttlMs`, connected; every lock with that ttl shares it.
-   * @throws BackendUnavailableError when no session connects in time; BackendError when the server
+   * @throws LockerClosedError once the backend is closed; BackendUnavailableError when no session connects in time; BackendError when the server
    * will not grant that timeout.
    */
   async session(ttlMs: number): Promise<Session> {
-    if (this.#closed) throw new BackendUnavailableError(NAME, 'connect', { cause: new Error('the backend is closed') });
+    if (this.#closed) throw new LockerClosedError('the zookeeper backend is closed');
     let session = this.#sessions.get(ttlMs);
     if (!session || session.lost.aborted) {
       session = this.#connect(ttlMs);

@@ -167,7 +167,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
 
   /**
    * The session whose timeout is `ttlMs`, connected; every lock with that ttl shares it.
-   * @throws BackendUnavailableError when no session connects in time; BackendError when the server
+   * @throws LockerClosedError once the backend is closed; BackendUnavailableError when no session connects in time; BackendError when the server
    * will not grant that timeout.
    */
   session(ttlMs: number): Promise<ZooKeeperSession> {

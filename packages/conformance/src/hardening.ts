@@ -337,6 +337,30 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
       }
     }, 60_000);
 
+    it('33b. a closed backend: new acquisitions on it (lock, tryLock, a permit, a read) reject at once with LockerClosedError, never waited out as a store out of reach', async () => {
+      const backend = await options.createBackend();
+      const locker = track(createLocker(backend, { ttlMs: T }));
+      const key = freshKey('closed-backend');
+      await (await locker.lock(key)).release(); // connected, tables and sessions made
+      await backend.close();
+      const started = performance.now();
+      const attempts: Promise<unknown>[] = [locker.tryLock(key), locker.lock(key, { timeoutMs: 10_000 })];
+      if (capabilities.semaphore) attempts.push(locker.semaphore(freshKey('closed-sem'), { limit: 2 }).acquire({ timeoutMs: 10_000 }));
+      if (capabilities.readWrite) attempts.push(locker.readWriteLock(freshKey('closed-rw')).read({ timeoutMs: 10_000 }));
+      for (const outcome of await Promise.all(
+        attempts.map((a) =>
+          a.then(
+            (got) => got,
+            (e: unknown) => e,
+          ),
+        ),
+      ))
+        expect(outcome, 'an acquisition on a closed backend').toMatchObject({ code: 'LOCKER_CLOSED' });
+      // A store out of reach is ridden out for the unavailable grace (5 s): a closed backend is not one.
+      expect(performance.now() - started).toBeLessThan(1000);
+      await backend.close(); // again: nothing to do
+    });
+
     itWhen(
       () => (options.createBackendWithCredentials ? undefined : 'the backend takes no credentials'),
       '34. no secret in an error: a password in the URL appears in no message, stack, cause, property or console output',

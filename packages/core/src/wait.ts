@@ -1,5 +1,5 @@
 import type { Lease } from './backend.js';
-import { BackendUnavailableError } from './errors.js';
+import { BackendUnavailableError, LockerClosedError } from './errors.js';
 import { noop, settleWithin } from './time.js';
 
 /**
@@ -250,18 +250,27 @@ export class InFlight {
   /** Aborted by `settled()`: the backend is closing, and cleanups still being retried make one last try at once. */
   readonly #closing = new AbortController();
   readonly #answerWithinMs: number;
+  readonly #backend: string;
 
   /**
-   * `answerWithinMs`: the longest the backend waits for the store's answer to one request (its
+   * `backend`: its name, for errors. `answerWithinMs`: the longest the backend waits for the store's answer to one request (its
    * command timeout). A write may land that late, so what it wrote may live that much longer;
    * and `close()` waits that long for the calls in flight (`settled`).
    */
-  constructor(answerWithinMs: number) {
+  constructor(backend: string, answerWithinMs: number) {
+    this.#backend = backend;
     this.#answerWithinMs = answerWithinMs;
   }
 
-  /** Tracks `call` until it settles; returns it unchanged. */
-  track<T>(call: Promise<T>): Promise<T> {
+  /**
+   * Starts `start` (an acquisition) and tracks it until it settles. Once the backend is closing
+   * (`settled` was called), rejects with `LockerClosedError` instead, starting nothing: a closed
+   * pool or client would fail the call as a store out of reach, which a wait rides out for its
+   * grace and then reports as unavailable.
+   */
+  track<T>(start: () => Promise<T>): Promise<T> {
+    if (this.#closing.signal.aborted) return Promise.reject(new LockerClosedError(`the ${this.#backend} backend is closed`));
+    const call = start();
     this.#calls.add(call);
     const done = () => this.#calls.delete(call);
     call.then(done, done);
@@ -289,7 +298,7 @@ export class InFlight {
       await send();
     } catch (error) {
       if (error instanceof BackendUnavailableError && !this.#closing.signal.aborted)
-        void this.track(this.#sendLater(send, untilMs + this.#answerWithinMs));
+        void this.track(() => this.#sendLater(send, untilMs + this.#answerWithinMs));
       throw error;
     }
   }

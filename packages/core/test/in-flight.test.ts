@@ -21,7 +21,7 @@ function flaky(failures: number) {
 // behaviour 19g on every backend; these pin the retry rules it relies on.
 describe('InFlight.cleanUp: a cleanup outlasts a store out of reach', () => {
   it('reports the first failure, then sends again in the background until it lands', async () => {
-    const inFlight = new InFlight(5000);
+    const inFlight = new InFlight('store', 5000);
     const cleanup = flaky(2);
     await expect(inFlight.cleanUp(cleanup.send, performance.now() + 10_000)).rejects.toBeInstanceOf(BackendUnavailableError);
     await sleep(700); // retries after about 100 and 200 ms more
@@ -31,7 +31,7 @@ describe('InFlight.cleanUp: a cleanup outlasts a store out of reach', () => {
   });
 
   it('stops once what it removes has expired anyway', async () => {
-    const inFlight = new InFlight(0); // no answer time to add to the expiry
+    const inFlight = new InFlight('store', 0); // no answer time to add to the expiry
     const cleanup = flaky(Infinity);
     await expect(inFlight.cleanUp(cleanup.send, performance.now() + 250)).rejects.toThrow();
     await sleep(1200);
@@ -42,7 +42,7 @@ describe('InFlight.cleanUp: a cleanup outlasts a store out of reach', () => {
   });
 
   it('leave: never rejects, and retries for as long as what it removes lives', async () => {
-    const inFlight = new InFlight(5000);
+    const inFlight = new InFlight('store', 5000);
     const cleanup = flaky(1);
     await expect(inFlight.leave(cleanup.send, 10_000)).resolves.toBeUndefined();
     await sleep(400);
@@ -50,7 +50,7 @@ describe('InFlight.cleanUp: a cleanup outlasts a store out of reach', () => {
   });
 
   it('does not retry an error that is not "out of reach"', async () => {
-    const inFlight = new InFlight(5000);
+    const inFlight = new InFlight('store', 5000);
     let sent = 0;
     const send = async () => {
       sent++;
@@ -62,7 +62,7 @@ describe('InFlight.cleanUp: a cleanup outlasts a store out of reach', () => {
   });
 
   it('close: settled() makes the retries try once more at once, then waits for them; none after', async () => {
-    const inFlight = new InFlight(5000);
+    const inFlight = new InFlight('store', 5000);
     const cleanup = flaky(Infinity);
     await expect(inFlight.cleanUp(cleanup.send, performance.now() + 60_000)).rejects.toThrow();
     await sleep(800); // sends at about 0, 100, 300 and 700 ms: now in an 800 ms pause
