@@ -1,4 +1,4 @@
-import { InvalidArgumentError, LockerClosedError, type Capabilities, type LockBackend } from '@deadbolt/core';
+import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   describe,
   instance,
@@ -240,11 +240,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   acquire(req: AcquireRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(() => this.#connect().then(() => this.#mutex.acquire(req, this.idFor(req.key))));
+    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#mutex.acquire(req, this.idFor(req.key))));
   }
 
   acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(() => this.#connect().then(() => this.#shared.acquire(req, this.idFor(req.key))));
+    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#shared.acquire(req, this.idFor(req.key))));
   }
 
   async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {
@@ -297,11 +297,6 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     if (algorithm === undefined)
       throw new InvalidArgumentError(`a ${lease.kind} lease was given to a Cassandra backend of the ${this.algorithm} algorithm`);
     return algorithm;
-  }
-
-  #connect(): Promise<void> {
-    if (this.#closed) return Promise.reject(new LockerClosedError('the cassandra backend is closed'));
-    return this.#ready.run();
   }
 }
 

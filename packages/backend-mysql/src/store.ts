@@ -14,7 +14,7 @@ export type Statements = Record<keyof typeof queries, string>;
 const UNAVAILABLE_ERRNOS = new Set([1040, 1053, 2002, 2003, 2006, 2013, 1927]);
 
 /** Server errors after which a statement is simply sent again: a deadlock or lock wait timeout rolled it back whole. */
-export const RETRY_ERRNOS = new Set([1205, 1213]);
+const RETRY_ERRNOS = new Set([1205, 1213]);
 
 /** Whether `error` (typed or raw) is a deadlock or lock wait timeout: rolled back whole. */
 export function rolledBack(error: unknown): boolean {

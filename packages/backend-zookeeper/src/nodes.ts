@@ -2,10 +2,8 @@
 // (a request unanswered within a ttl ends its session), each failure typed.
 import { BackendError, BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
 import { backendFailure, noAnswer, withTimeout, type SharedRequest } from '@deadbolt/core/backend';
-import type { Session } from './sessions.js';
+import { NAME, type Session } from './sessions.js';
 import { Code, CreateMode, codeOf, isUnavailable, zk, type Stat } from './zookeeper-client.js';
-
-const NAME = 'zookeeper';
 
 export const NODE_PREFIX = 'lock-';
 

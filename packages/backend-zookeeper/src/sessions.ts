@@ -6,7 +6,8 @@ import type { Socket } from 'node:net';
 import { BackendError, BackendUnavailableError, LockerClosedError } from '@deadbolt/core';
 import { createClient, type ZooKeeperClient } from './zookeeper-client.js';
 
-const NAME = 'zookeeper';
+/** The backend's name, for errors. */
+export const NAME = 'zookeeper';
 
 /** One ZooKeeper session; its timeout is the ttl of every lease taken through it. */
 export interface ZooKeeperSession {
