@@ -32,6 +32,8 @@ export class PostgresLeases {
   readonly #maxPollDelayMs: number;
   readonly #notifier = new ReleaseNotifier();
   #listener: Promise<pg.Client> | undefined;
+  /** Whether the listening connection is up (LISTEN answered, not dropped since). */
+  #heard = false;
 
   constructor(store: PostgresStore, acquiring: InFlight, maxPollDelayMs: number) {
     this.#store = store;
@@ -49,7 +51,6 @@ export class PostgresLeases {
     await this.#store.tables.run();
     const first = await this.#attempt(req, keyBytes, false);
     if (first || !req.wait) return first;
-    await this.#listen();
     const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
     const leave = () => this.#store.run('release', this.#store.sql.leave, [keyBytes, req.owner, this.#store.channel]);
     try {
@@ -57,7 +58,7 @@ export class PostgresLeases {
       return await pollForLease(
         PostgresLeases.digest(keyBytes),
         req.signal,
-        () => this.#attempt(req, keyBytes, true),
+        () => this.#queued(() => this.#attempt(req, keyBytes, true)),
         (lease) => leave().then(() => undefined),
         { notifier: this.#notifier, owner: req.owner, minDelayMs: recheck, maxDelayMs: recheck },
       );
@@ -102,13 +103,12 @@ export class PostgresLeases {
       return { kind: 'shared', key: req.key, owner: req.owner, token: BigInt(row['val'] as string), acquiredAt, keyBytes };
     };
     if (!req.wait) return attempt(false);
-    await this.#listen();
     const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
     try {
       return await pollForLease(
         `s:${PostgresLeases.digest(keyBytes)}`,
         req.signal,
-        () => attempt(true),
+        () => this.#queued(() => attempt(true)),
         (lease) => this.release(lease),
         { notifier: this.#notifier, minDelayMs: Math.min(5, recheck), maxDelayMs: recheck },
       );
@@ -148,7 +148,24 @@ export class PostgresLeases {
   async close(): Promise<void> {
     const listener = this.#listener;
     this.#listener = undefined;
+    this.#heard = false;
     await listener?.then((client) => client.end()).catch(() => undefined);
+  }
+
+  /**
+   * A waiter's attempt, which joins the queue (or keeps its place), and then makes sure this
+   * backend listens. The first wait of a backend opens the listening connection (a new server
+   * process); joining the queue before it rather than after keeps arrival order the order in which
+   * the waits began: on a loaded machine the connection took longer than other callers took to
+   * arrive. A waiter queued before the listener was up may have missed its release's notification,
+   * so it tries once more as soon as it listens.
+   */
+  async #queued<L>(attempt: () => Promise<L | null>): Promise<L | null> {
+    const listened = this.#heard;
+    const got = await attempt();
+    if (got || listened) return got;
+    await this.#listen();
+    return attempt();
   }
 
   /** The one listening connection: LISTEN on the channel, turn notifications into wake-ups. */
@@ -156,8 +173,12 @@ export class PostgresLeases {
     const store = this.#store;
     this.#listener ??= (async () => {
       const client = new pg.Client({ ...store.client.options, keepAlive: true });
+      const current = () => this.#listener === listening;
       const drop = () => {
-        if (this.#listener === listening) this.#listener = undefined; // the next waiter listens again
+        if (current()) {
+          this.#listener = undefined; // the next waiter listens again
+          this.#heard = false;
+        }
         client.end().catch(() => undefined);
       };
       client.on('error', drop);
@@ -173,6 +194,7 @@ export class PostgresLeases {
         await bounded(client.connect());
         store.track(client);
         await bounded(client.query(`LISTEN "${store.channel}"`));
+        if (current()) this.#heard = true;
         return client;
       } catch (error) {
         drop();

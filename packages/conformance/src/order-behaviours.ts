@@ -127,14 +127,27 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
       const waiters = await Promise.all([1, 2, 3, 4].map(() => makeLocker()));
       const held = await holder.lock(key);
       const order: number[] = [];
-      const done = waiters.map(async (locker, i) => {
-        await sleep(150 * i);
-        const lock = await locker.lock(key);
-        order.push(i);
-        await sleep(5);
-        await lock.release();
-      });
-      await sleep(150 * waiters.length + 200);
+      // Arrival is when the store has the waiter: each next waiter starts once the store shows one
+      // more claimant (at least 150 ms apart). A lock call's first steps (a new backend's first
+      // connection, say) took longer than 150 ms on a loaded machine, which made two waiters'
+      // arrivals cross. Where the harness shows only the holder (a session lock's waiters live in
+      // the server's own queue), the wait for it ends after a second and the 150 ms stand alone.
+      const claimants = async () => new Set(await harness.inspect(key)).size;
+      const done: Promise<void>[] = [];
+      for (const [i, locker] of waiters.entries()) {
+        done.push(
+          (async () => {
+            const lock = await locker.lock(key);
+            order.push(i);
+            await sleep(5);
+            await lock.release();
+          })(),
+        );
+        const until = performance.now() + 1000;
+        await sleep(150);
+        while ((await claimants()) < i + 2 && performance.now() < until) await sleep(10);
+      }
+      await sleep(200);
       await held.release();
       await Promise.all(done);
       expect(order).toEqual([0, 1, 2, 3]);
@@ -145,6 +158,10 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
       async () => {
         const key = freshKey();
         const clients = await Promise.all([1, 2, 3, 4, 5].map(() => makeLocker()));
+        // Each client's first lock opens its connections (a new server process on some stores), which
+        // on a loaded machine took longer than many grants to the others: that is set-up, not a wait
+        // in the queue. So every client has locked once, on another key, before the count starts.
+        await Promise.all(clients.map(async (locker) => (await locker.lock(freshKey('warm'))).release()));
         const waits: [asked: number, granted: number][] = [];
         const perClient = 200;
         await Promise.all(
