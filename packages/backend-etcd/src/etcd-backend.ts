@@ -15,7 +15,7 @@ import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
 import { Etcd3, isRecoverableError } from 'etcd3';
 import { acquireMutex, raiseMutexFloor } from './mutex.js';
 import { acquireSharedClaim, raiseSharedFloor } from './shared.js';
-import { EtcdStore, isLeaseGone, type EtcdLockLease } from './store.js';
+import { EtcdStore, type EtcdLockLease } from './store.js';
 
 export { LOSS_WATCH_DELAY_MS, type EtcdLockLease } from './store.js';
 
@@ -145,15 +145,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     const ttlSeconds = ttlMs / 1000;
     if (ttlSeconds !== l.ttlSeconds) return this.#store.rebind(l, ttlSeconds);
     // The lease alone is not the claim: the key may have been deleted under it. Both at once.
-    const [alive, owned] = await Promise.all([
-      this.#store
-        .call('renew', () => l.etcdLease.keepaliveOnce())
-        .then(
-          (response) => Number(response.TTL) > 0,
-          (error: unknown) => (isLeaseGone(error) ? false : Promise.reject(error)),
-        ),
-      this.#store.ownsKey(l),
-    ]);
+    const [alive, owned] = await Promise.all([this.#store.keepAlive(l.etcdLease), this.#store.ownsKey(l)]);
     return alive && owned;
   }
 

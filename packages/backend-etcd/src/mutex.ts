@@ -43,21 +43,18 @@ export async function acquireMutex(store: EtcdStore, req: AcquireRequest): Promi
         await etcdLease.revoke().catch(noop);
         return null;
       }
-      // Waiting can outlast the ttl: keep our lease alive meanwhile (each confirmed keep-alive
-      // restarts its ttl from when it was sent).
-      const keepAlive = setInterval(
-        () => {
-          const sentAt = performance.now();
-          etcdLease.keepaliveOnce().then((r) => void (Number(r.TTL) > 0 && (refreshedAt = Math.max(refreshedAt, sentAt))), noop);
-        },
-        (ttlSeconds * 1000) / 3,
-      );
+      // Waiting can outlast the ttl: our lease is kept alive meanwhile.
+      const keeper = store.keepWaiting(etcdLease, ttlSeconds, refreshedAt, req.signal);
       try {
         const newest = result.succeeded ? result.responses[0]!.response_range.kvs[0] : undefined;
-        offset = await waitForPredecessors(store, lockPrefix, offsetKey, path, mine, req.signal, newest?.key);
+        offset = await waitForPredecessors(store, lockPrefix, offsetKey, path, mine, keeper.signal, newest?.key);
+      } catch (error) {
+        throw store.keptError(keeper, req.signal, error);
       } finally {
-        clearInterval(keepAlive);
+        await keeper.stop();
       }
+      if (keeper.lost) throw store.keptError(keeper, req.signal);
+      refreshedAt = keeper.since;
     }
     return store.granted('mutex', req, { mine, offset, revision, acquiredAt: refreshedAt, path, etcdLease, ttlSeconds });
   } catch (error) {

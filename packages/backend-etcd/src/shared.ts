@@ -4,8 +4,8 @@
 // only grow, also across restarts). A waiter watches the prefix for deletions and re-reads.
 // Limits travel in every claim's value, so a newcomer with another limit sees it and withdraws.
 import { BackendError, BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
-import { grantable, type SharedRequest } from '@deadbolt/core/backend';
-import { isLeaseGone, offsetOf, type EtcdLockLease, type EtcdStore } from './store.js';
+import { grantable, type LeaseKeeper, type SharedRequest } from '@deadbolt/core/backend';
+import { offsetOf, type EtcdLockLease, type EtcdStore } from './store.js';
 
 /** One claim in a shared key's queue, as read from its etcd key. */
 interface QueuedClaim {
@@ -39,7 +39,8 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
   let acquiredAt = performance.now();
   const etcdLease = store.newLease(ttlSeconds);
   let created = false;
-  let keepAlive: NodeJS.Timeout | undefined;
+  /** Keeps our lease alive once we wait, which can outlast the ttl. */
+  let keeper: LeaseKeeper | undefined;
   try {
     const leaseId = await store.call('grant lease', () => etcdLease.grant());
     const claims = () => store.client.getAll().prefix(prefix).sort('Create', 'Ascend');
@@ -65,7 +66,7 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
     let offset = offsetOf(result.responses[2]!.response_range.kvs[0]?.value);
     let seenAt = revision;
     const misconfigured = new Set<bigint>();
-    for (let waited = false; ; waited = true) {
+    for (;;) {
       const queue = inForce(
         req,
         misconfigured,
@@ -79,16 +80,11 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
       if (index < 0)
         throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
       if (grantable(queue, index, req.limit)) {
-        if (waited) {
-          acquiredAt = performance.now();
-          const alive = await store
-            .call('acquire', () => etcdLease.keepaliveOnce())
-            .then(
-              (r) => Number(r.TTL) > 0,
-              (e: unknown) => (isLeaseGone(e) ? false : Promise.reject(e)),
-            );
-          if (!alive)
-            throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
+        if (keeper) {
+          // The lease counts from its last confirmed keep-alive.
+          await keeper.stop();
+          if (keeper.lost) throw store.keptError(keeper, req.signal);
+          acquiredAt = keeper.since;
         }
         break;
       }
@@ -97,9 +93,8 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
         await etcdLease.revoke().catch(() => undefined);
         return null;
       }
-      // Waiting can outlast the ttl: keep our lease alive meanwhile.
-      keepAlive ??= setInterval(() => void etcdLease.keepaliveOnce().catch(() => undefined), (ttlSeconds * 1000) / 3);
-      await store.deleted(prefix, seenAt + 1n, req.signal);
+      keeper ??= store.keepWaiting(etcdLease, ttlSeconds, acquiredAt, req.signal);
+      await store.deleted(prefix, seenAt + 1n, keeper.signal);
       const now = await store.call('wait', () =>
         store.client
           .if(path, 'Create', '>', 0)
@@ -113,9 +108,8 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
     }
     return store.granted('shared', req, { mine, offset, revision, acquiredAt, path, etcdLease, ttlSeconds });
   } catch (error) {
-    throw await store.giveUp(created, path, etcdLease, ttlSeconds, error);
-  } finally {
-    clearInterval(keepAlive);
+    await keeper?.stop();
+    throw await store.giveUp(created, path, etcdLease, ttlSeconds, keeper ? store.keptError(keeper, req.signal, error) : error);
   }
 }
 

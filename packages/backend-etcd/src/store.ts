@@ -2,7 +2,7 @@
 // mapping, claims' etcd leases (revoked when given up, moved to a new ttl), and the watches (made
 // one at a time after any cancel under way, cancelled in the background).
 import { BackendError, BackendUnavailableError } from '@deadbolt/core';
-import { after, raceSignal, type InFlight, type Lease, type Timer } from '@deadbolt/core/backend';
+import { after, LeaseKeeper, raceSignal, type InFlight, type Lease, type Timer } from '@deadbolt/core/backend';
 import type { Etcd3, Lease as EtcdLease, Watcher } from 'etcd3';
 
 export interface EtcdLockLease extends Lease {
@@ -105,6 +105,37 @@ export class EtcdStore {
     if (made) await this.call('delete', () => this.client.delete().key(path).exec()).catch(noop);
     await this.abandon(etcdLease, ttlSeconds);
     return grantGone(this.name, error);
+  }
+
+  /** One keep-alive of `etcdLease`: whether etcd still has it (false once expired or revoked). */
+  keepAlive(etcdLease: EtcdLease): Promise<boolean> {
+    return this.call('renew', () => etcdLease.keepaliveOnce()).then(
+      (response) => Number(response.TTL) > 0,
+      (error: unknown) => (isLeaseGone(error) ? false : Promise.reject(error)),
+    );
+  }
+
+  /**
+   * Keeps a waiter's etcd lease alive while it waits, which can outlast the ttl (core's
+   * `LeaseKeeper`: a confirmed keep-alive restarts the ttl from its send time). Its signal aborts
+   * the wait when `wait` does, or once the lease is lost, so the wait ends rather than outliving the
+   * key that queued it; `keptError` says what such a wait reports.
+   */
+  keepWaiting(etcdLease: EtcdLease, ttlSeconds: number, since: number, wait: AbortSignal): LeaseKeeper {
+    return new LeaseKeeper(() => this.keepAlive(etcdLease), ttlSeconds * 1000, since, wait);
+  }
+
+  /**
+   * What a wait kept by `keeper` reports when it ends with `error`, or with no error after the lease
+   * was lost: the caller's abort as it is; a lost lease as the store not answering in time, which
+   * core's wait rides out with a new lease.
+   */
+  keptError(keeper: LeaseKeeper, wait: AbortSignal, error?: unknown): unknown {
+    if (wait.aborted) return error ?? wait.reason;
+    if (!keeper.lost) return error;
+    return new BackendUnavailableError(this.name, 'acquire', {
+      cause: error ?? keeper.signal.reason ?? new Error("the waiter's lease expired"),
+    });
   }
 
   /** A new etcd lease of `ttlSeconds` for one claim, not kept alive by the client (renewal does it). */

@@ -30,6 +30,7 @@ export {
   type Rules,
   type StoreUrl,
 } from './options.js';
+export { LeaseKeeper } from './lease-keeper.js';
 export { Once } from './once.js';
 export { SessionLocks, type SessionDialect, type SessionLease } from './session-locks.js';
 export { StrandedConnections } from './stranded.js';

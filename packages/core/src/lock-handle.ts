@@ -1,8 +1,10 @@
 // The lock handle: one held lease, its background renewal, its local estimate of how long it is
 // surely held, loss detection and release (with lock-delay). The locker makes handles and keeps
 // the list of those it holds (HeldHandles); a handle needs of its locker only its backend and
-// `forget`, so this module does not import the locker.
+// `forget`, so this module does not import the locker. How often it renews and when it counts a
+// lease as run out is the one rule of lease-keeper.ts.
 import { BackendError, DeadboltError, LockLostError, noAnswer, NotOwnerError } from './errors.js';
+import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
 import { after, noop, withTimeout, type Timer } from './time.js';
 import { validateTtl } from './validate.js';
 import { DONE } from './wait.js';
@@ -27,11 +29,6 @@ export interface HandleSettings {
 export interface LeaseTerms {
   readonly ttlMs: number;
   readonly delayMs: number;
-}
-
-/** Drift allowance subtracted from every local lease estimate (as Redlock does: 1 % + 2 ms). */
-export function safeLifetime(ttlMs: number): number {
-  return ttlMs - Math.max(2, ttlMs * 0.01);
 }
 
 /**
@@ -301,7 +298,7 @@ export class LockHandle implements Lock {
   #schedule(now?: number): void {
     this.#stopTimers();
     if (!this.#settings.autoRenew) return this.#armExpiry();
-    const interval = Math.min(this.#settings.renewIntervalMs ?? Infinity, this.#ttlMs / 3);
+    const interval = renewalDueMs(this.#ttlMs, this.#settings.renewIntervalMs);
     // An interval after the lease's start, not after now: a grant that arrives late (a slow store,
     // a second store in a migration) may already be a third through its ttl, and is renewed at once.
     now ??= performance.now();
@@ -331,7 +328,7 @@ export class LockHandle implements Lock {
       // Keep trying while the lease may still be ours; the armed expiry timer declares it lost.
       this.#lastRenewError = error;
       const left = this.#validUntil - performance.now();
-      this.#scheduleRenew(Math.max(5, Math.min(this.#ttlMs / 6, left / 2)));
+      this.#scheduleRenew(renewalRetryMs(this.#ttlMs, left));
       return;
     }
     if (this.#state !== 'held') return;

@@ -19,7 +19,8 @@ import {
 } from './errors.js';
 import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
 import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js';
-import { asDeadboltError, type HandleSettings, HeldHandles, type LeaseTerms, LockHandle, safeLifetime } from './lock-handle.js';
+import { renewalDueMs, safeLifetime } from './lease-keeper.js';
+import { asDeadboltError, type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 import { answerDeadline, race, raceSignal, noop, settleWithin, withTimeout, type Timer } from './time.js';
@@ -515,7 +516,7 @@ class DefaultLocker implements Locker {
           const request = this.#request(key, who, terms, wait, signal);
           attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
           const grant = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
-          if (grant && grant.acquiredAt + safeLifetime(terms.ttlMs) - performance.now() < terms.ttlMs / 3) {
+          if (grant && grant.acquiredAt + safeLifetime(terms.ttlMs) - performance.now() < renewalDueMs(terms.ttlMs)) {
             // The grant came so late (a store that held its answer) that this process could count
             // on less than a renewal period of it: renew it before reporting it, or give it up.
             const renewal = this.#renewGrant(grant, terms);

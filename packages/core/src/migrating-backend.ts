@@ -14,7 +14,8 @@ import {
 } from './backend.js';
 import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
 import { instance, oneOf, readOptions, required, type Rules } from './options.js';
-import { after, raceSignal, type Timer } from './time.js';
+import { LeaseKeeper } from './lease-keeper.js';
+import { raceSignal } from './time.js';
 
 /**
  * Where a process stands in a migration from one store to another:
@@ -230,7 +231,9 @@ export class MigratingBackend implements LockBackend {
       await this.from.release(first);
       return null;
     }
-    const guard = new FirstLeaseGuard(this.from, first, req);
+    // Core renews only what it was handed: the first lease is kept alive here while `to` is awaited,
+    // and a first lease lost meanwhile aborts that wait, so the acquisition can start over.
+    const guard = new LeaseKeeper(() => this.from.renew(first, req.ttlMs), req.ttlMs, first.acquiredAt, req.signal, first.lost);
     try {
       second = await ask(true, guard.signal);
     } catch (error) {
@@ -252,7 +255,7 @@ export class MigratingBackend implements LockBackend {
       if (!req.signal.aborted) return 'lost';
       throw req.signal.reason;
     }
-    return { second, firstSince: guard.acquiredAt };
+    return { second, firstSince: guard.since };
   }
 
   /**
@@ -314,83 +317,6 @@ export class MigratingBackend implements LockBackend {
       failure ??= { error };
     }
     if (failure) throw failure.error;
-  }
-}
-
-/**
- * Keeps the `from` lease alive while a `dual` acquisition waits for `to` (core renews only what it
- * was handed). Its signal aborts the wait for `to` when the caller's does, or when the first lease
- * is lost (reported lost, or not confirmed in time), so the acquisition can start over.
- */
-class FirstLeaseGuard {
-  readonly signal: AbortSignal;
-  /** The send time of the last confirmed renewal: where the first lease's ttl now counts from. */
-  acquiredAt: number;
-  lost = false;
-  readonly #controller = new AbortController();
-  readonly #backend: LockBackend;
-  readonly #lease: Lease;
-  readonly #req: AcquireRequest;
-  readonly #onAbort: () => void;
-  readonly #onLost: () => void;
-  #timer: Timer | undefined;
-  #renewal: Promise<void> = Promise.resolve();
-  #stopped = false;
-
-  constructor(backend: LockBackend, lease: Lease, req: AcquireRequest) {
-    this.#backend = backend;
-    this.#lease = lease;
-    this.#req = req;
-    this.acquiredAt = lease.acquiredAt;
-    this.signal = this.#controller.signal;
-    this.#onAbort = () => this.#controller.abort(req.signal.reason);
-    this.#onLost = () => this.#lose(lease.lost?.reason);
-    if (req.signal.aborted) this.#onAbort();
-    req.signal.addEventListener('abort', this.#onAbort, { once: true });
-    if (lease.lost?.aborted) this.#onLost();
-    lease.lost?.addEventListener('abort', this.#onLost, { once: true });
-    if (req.wait) this.#schedule(req.ttlMs / 3);
-  }
-
-  /** Stops renewing; resolves once a renewal in flight has settled (one store call per lease at a time). */
-  async stop(): Promise<void> {
-    this.#stopped = true;
-    this.#timer?.cancel();
-    this.#req.signal.removeEventListener('abort', this.#onAbort);
-    this.#lease.lost?.removeEventListener('abort', this.#onLost);
-    await this.#renewal;
-  }
-
-  #schedule(delayMs: number): void {
-    this.#timer = after(
-      delayMs,
-      () => {
-        this.#renewal = this.#renew();
-      },
-      true,
-    );
-  }
-
-  async #renew(): Promise<void> {
-    if (this.#stopped) return;
-    const sentAt = performance.now();
-    try {
-      if (!(await this.#backend.renew(this.#lease, this.#req.ttlMs)))
-        return this.#lose(new Error('the first lease was lost while waiting for the second store'));
-      this.acquiredAt = sentAt;
-    } catch (error) {
-      // Keep trying while the lease may still be alive, as core does for a held lock.
-      if (performance.now() - this.acquiredAt > this.#req.ttlMs * 0.9) return this.#lose(error);
-      if (!this.#stopped) this.#schedule(Math.min(this.#req.ttlMs / 6, 1000));
-      return;
-    }
-    if (!this.#stopped) this.#schedule(this.#req.ttlMs / 3);
-  }
-
-  #lose(reason: unknown): void {
-    if (this.#stopped) return;
-    this.lost = true;
-    this.#controller.abort(reason ?? new Error('the first lease was lost'));
   }
 }
 
