@@ -18,7 +18,7 @@ import {
 import cassandra, { type Client, type types } from 'cassandra-driver';
 import { LwtLock } from './lwt.js';
 import { QueueLock } from './queue.js';
-import { ensureSchema } from './schema.js';
+import { ensureSchema, idFor } from './schema.js';
 import { ShadowLock } from './shadow.js';
 import { SharedClaims } from './shared-claims.js';
 import { CassandraStore, type CassandraLease, type MutexAlgorithm, type MutexLease } from './store.js';
@@ -234,17 +234,12 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     this.#shared = new SharedClaims(this.#store);
   }
 
-  /** The partition key of `key`: its UTF-8 bytes. */
-  idFor(key: string): Buffer {
-    return Buffer.from(key, 'utf8');
-  }
-
   acquire(req: AcquireRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#mutex.acquire(req, this.idFor(req.key))));
+    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#mutex.acquire(req, idFor(req.key))));
   }
 
   acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#shared.acquire(req, this.idFor(req.key))));
+    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#shared.acquire(req, idFor(req.key))));
   }
 
   async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {

@@ -5,5 +5,5 @@ export {
   type CassandraBackendOptions,
   cassandraOptionRules,
 } from './cassandra-backend.js';
-export { CLAIM_TABLES, schemaStatements } from './schema.js';
+export { schemaStatements } from './schema.js';
 export { CassandraTimeService, type TimeServiceOptions } from './time-service.js';

@@ -1,5 +1,10 @@
 import type { Client } from 'cassandra-driver';
 
+/** The partition key of `key` in every lock table: its UTF-8 bytes. */
+export function idFor(key: string): Buffer {
+  return Buffer.from(key, 'utf8');
+}
+
 /** The tables that hold claims (holders and waiters of every algorithm); `lock_token` and `global_time` are metadata. */
 export const CLAIM_TABLES = ['lock_waiters', 'lock_holders', 'shadow_holders', 'shadow_claims', 'lock_lwt'] as const;
 

@@ -1,4 +1,5 @@
 import { cassandraBackend, CassandraTimeService } from '@deadbolt/cassandra';
+import { idFor } from '@deadbolt/cassandra/testing';
 import { createLocker } from '@deadbolt/core';
 import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -25,11 +26,11 @@ describe('cassandra backend', () => {
     const held = await a.lock(k);
     const waiting = b.lock(k);
     await new Promise((r) => setTimeout(r, 300));
-    const queue = (await cql(`SELECT entry, owner FROM deadbolt.lock_waiters WHERE lock_id = ?`, [admin.idFor(k)])).rows;
+    const queue = (await cql(`SELECT entry, owner FROM deadbolt.lock_waiters WHERE lock_id = ?`, [idFor(k)])).rows;
     queue.sort((x, y) => String(x['entry']).localeCompare(String(y['entry'])));
     expect(queue.map((r) => r['owner'])).toEqual([held.owner, expect.any(String)]);
     for (const row of queue) expect(row['entry']).toMatch(new RegExp(`^\\d{20}/${row['owner']}$`));
-    const main = (await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [admin.idFor(k)])).rows;
+    const main = (await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [idFor(k)])).rows;
     expect(main.map((r) => r['owner'])).toEqual([held.owner]);
     await held.release();
     const next = await waiting;
@@ -41,12 +42,12 @@ describe('cassandra backend', () => {
     const locker = newLocker('queue');
     const k = key();
     const lock = await locker.lock(k);
-    const slot = (await cql(`SELECT slot FROM deadbolt.lock_holders WHERE lock_id = ?`, [admin.idFor(k)])).first()['slot'] as string;
+    const slot = (await cql(`SELECT slot FROM deadbolt.lock_holders WHERE lock_id = ?`, [idFor(k)])).first()['slot'] as string;
     // A renewal's write, sent before the release but delivered after it, carries an older timestamp.
     const lateTimestamp = String(Math.floor((performance.timeOrigin + performance.now()) * 1000) - 1000);
     await lock.release();
     await cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 10 AND TIMESTAMP ?`, [
-      admin.idFor(k),
+      idFor(k),
       slot,
       lock.owner,
       lateTimestamp,
@@ -100,7 +101,7 @@ describe('cassandra backend', () => {
       // its cell out again and waits in the queue.
       const waiting = ask(b, true);
       await new Promise((r) => setTimeout(r, 300));
-      const main = await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [admin.idFor(k)]);
+      const main = await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [idFor(k)]);
       expect(main.rows.map((r) => r['owner'])).toEqual([held.owner]);
       expect(await harness.inspect(k)).toHaveLength(2); // b's queue cell
       expect(await a.renew(held, 3000)).toBe(true);
@@ -125,11 +126,7 @@ describe('cassandra backend', () => {
         signal: new AbortController().signal,
       }))!;
       const taker = async () =>
-        cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 3`, [
-          admin.idFor(k),
-          'someone/0',
-          'taker',
-        ]);
+        cql(`INSERT INTO deadbolt.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 3`, [idFor(k), 'someone/0', 'taker']);
       // A newcomer's first attempt has its main cell in for a moment: not a holder.
       await taker();
       expect(await backend.renew(lease, 2000)).toBe(true);
@@ -138,7 +135,7 @@ describe('cassandra backend', () => {
       await new Promise((r) => setTimeout(r, 1100));
       await taker();
       expect(await backend.renew(lease, 2000)).toBe(false);
-      const main = (await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [admin.idFor(k)])).rows.map((r) => r['owner']);
+      const main = (await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [idFor(k)])).rows.map((r) => r['owner']);
       expect(main).toEqual(['taker']);
     } finally {
       await backend.close();
@@ -151,7 +148,7 @@ describe('cassandra backend', () => {
     for (const algorithm of ['queue', 'lwt', 'shadow', 'queue'] as const) {
       const lock = await newLocker(algorithm).lock(k);
       expect(lock.token).toBeGreaterThan(last);
-      const row = (await cql(`SELECT fencing_token FROM deadbolt.lock_token WHERE lock_id = ?`, [admin.idFor(k)])).first();
+      const row = (await cql(`SELECT fencing_token FROM deadbolt.lock_token WHERE lock_id = ?`, [idFor(k)])).first();
       expect(BigInt(String(row!['fencing_token']))).toBe(lock.token);
       last = lock.token;
       await lock.release();
@@ -162,9 +159,7 @@ describe('cassandra backend', () => {
     const [a, b] = [newLocker('lwt'), newLocker('lwt')];
     const k = key();
     const lock = await a.lock(k, { ttlMs: 5000 });
-    const ttl = (await cql(`SELECT TTL(owner) AS ttl FROM deadbolt.lock_lwt WHERE lock_id = ?`, [admin.idFor(k)])).first()![
-      'ttl'
-    ] as number;
+    const ttl = (await cql(`SELECT TTL(owner) AS ttl FROM deadbolt.lock_lwt WHERE lock_id = ?`, [idFor(k)])).first()!['ttl'] as number;
     expect(ttl).toBeGreaterThan(4);
     expect(ttl).toBeLessThanOrEqual(6);
     expect(await b.tryLock(k)).toBeNull();

@@ -1,10 +1,5 @@
-import {
-  cassandraBackend,
-  cassandraOptionRules,
-  CLAIM_TABLES as TABLES,
-  type CassandraAlgorithm,
-  type CassandraBackend,
-} from '@deadbolt/cassandra';
+import { cassandraBackend, cassandraOptionRules, type CassandraAlgorithm, type CassandraBackend } from '@deadbolt/cassandra';
+import { CLAIM_TABLES as TABLES, idFor } from '@deadbolt/cassandra/testing';
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { types } from 'cassandra-driver';
@@ -27,7 +22,7 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
       const client = await ready();
       const owners = new Set<string>();
       for (const table of TABLES) {
-        const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], {
+        const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [idFor(key)], {
           prepare: true,
         });
         for (const row of result.rows) if (row['owner'] !== null) owners.add(row['owner'] as string);
@@ -37,11 +32,11 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
     async loseClaim(key) {
       const client = await ready();
       for (const table of TABLES)
-        await client.execute(`DELETE FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], { prepare: true });
+        await client.execute(`DELETE FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [idFor(key)], { prepare: true });
     },
     async inspectShared(key) {
       const client = await ready();
-      const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [admin.idFor(key)], {
+      const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [idFor(key)], {
         prepare: true,
         consistency: SERIAL,
       });
@@ -49,7 +44,7 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
     },
     async loseSharedClaim(key, owner) {
       const client = await ready();
-      const result = await client.execute(`SELECT seq, owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [admin.idFor(key)], {
+      const result = await client.execute(`SELECT seq, owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [idFor(key)], {
         prepare: true,
         consistency: SERIAL,
       });
@@ -57,7 +52,7 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
         if (row['owner'] !== owner) continue;
         await client.execute(
           `DELETE FROM ${admin.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`,
-          [admin.idFor(key), row['seq'], owner],
+          [idFor(key), row['seq'], owner],
           { prepare: true },
         );
       }
@@ -75,7 +70,7 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
       const client = await ready();
       let scanned = 0;
       for (const table of TABLES) {
-        const result = await client.execute(`SELECT * FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [admin.idFor(key)], {
+        const result = await client.execute(`SELECT * FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [idFor(key)], {
           prepare: true,
           traceQuery: true,
         });

@@ -52,6 +52,9 @@ export const etcdOptionRules = {
   commandTimeoutMs: ms(),
 } satisfies Rules<EtcdBackendOptions>;
 
+/** Each backend's store, for `@deadbolt/etcd/testing` (testing.ts): not part of the backend's API. */
+export const storeOf = new WeakMap<EtcdBackend, EtcdStore>();
+
 /**
  * etcd backend: the recipe of etcd's Go `concurrency.Mutex`. Every acquirer writes its own key
  * under the lock's prefix, bound to a lease of its own, in one transaction that also reads the
@@ -120,16 +123,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
       this.#ownsClient = true;
     }
     this.#store = new EtcdStore(this.client, options.prefix ?? 'deadbolt/', this.#acquiring);
-  }
-
-  /** Where the keys of `key`'s mutex live; see `EtcdStore.prefixFor`. */
-  prefixFor(key: string): string {
-    return this.#store.prefixFor(key);
-  }
-
-  /** Where the claims on a shared key live; see `EtcdStore.sharedPrefixFor`. */
-  sharedPrefixFor(key: string): string {
-    return this.#store.sharedPrefixFor(key);
+    storeOf.set(this, this.#store);
   }
 
   acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { etcdBackend, type EtcdBackend } from '@deadbolt/etcd';
+import { prefixFor } from '@deadbolt/etcd/testing';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const url = matrixUrl('etcd');
@@ -17,7 +18,7 @@ describe('etcd backend', () => {
     const locker = newLocker(30_000); // renewal every 10 s: only the key watch can be this quick
     const k = key();
     const lock = await locker.lock(k);
-    const kv = (await admin.client.getAll().prefix(admin.prefixFor(k)).exec()).kvs[0]!;
+    const kv = (await admin.client.getAll().prefix(prefixFor(admin, k)).exec()).kvs[0]!;
     expect(BigInt(kv.create_revision)).toBe(lock.token); // the token is the key's create revision
     await new Promise((r) => setTimeout(r, 200)); // the loss watch starts in the background
     const revokedAt = performance.now();
@@ -37,7 +38,7 @@ describe('etcd backend', () => {
     const lock = await waiting;
     await new Promise((r) => setTimeout(r, 2500));
     expect(lock.held).toBe(true);
-    expect((await admin.client.getAll().prefix(admin.prefixFor(k)).keys()).length).toBe(1);
+    expect((await admin.client.getAll().prefix(prefixFor(admin, k)).keys()).length).toBe(1);
     await lock.release();
   }, 30_000);
 
@@ -74,7 +75,7 @@ describe('etcd backend', () => {
     const k = key();
     const lock = await locker.lock(k);
     await lock.extend(6000);
-    const kv = (await admin.client.getAll().prefix(admin.prefixFor(k)).exec()).kvs[0]!;
+    const kv = (await admin.client.getAll().prefix(prefixFor(admin, k)).exec()).kvs[0]!;
     expect(BigInt(kv.create_revision)).toBe(lock.token);
     const ttl = await admin.client.leaseClient.leaseTimeToLive({ ID: kv.lease });
     expect(Number(ttl.grantedTTL)).toBe(6);
@@ -112,7 +113,7 @@ describe('etcd backend', () => {
     const held = await a.lock(k);
     const waiting = b.lock(k).catch((e: unknown) => e);
     await new Promise((r) => setTimeout(r, 500));
-    const keys = await admin.client.getAll().prefix(admin.prefixFor(k)).keys();
+    const keys = await admin.client.getAll().prefix(prefixFor(admin, k)).keys();
     const theirs = keys.find((name) => !name.endsWith(held.owner))!;
     const deletedAt = performance.now();
     await admin.client.delete().key(theirs).exec();

@@ -1,34 +1,35 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { etcdBackend, etcdOptionRules } from '@deadbolt/etcd';
+import { prefixFor, sharedPrefixFor } from '@deadbolt/etcd/testing';
 
 /** Reads and breaks the lock keys directly. */
 export function etcdHarness(url: string): ConformanceHarness {
   const admin = etcdBackend({ url });
   return {
     async inspect(key) {
-      const prefix = admin.prefixFor(key);
+      const prefix = prefixFor(admin, key);
       const keys = await admin.client.getAll().prefix(prefix).sort('Create', 'Ascend').keys();
       return keys.map((k) => k.slice(prefix.length));
     },
     async loseClaim(key) {
-      await admin.client.delete().prefix(admin.prefixFor(key)).exec();
+      await admin.client.delete().prefix(prefixFor(admin, key)).exec();
     },
     async inspectShared(key) {
-      const prefix = admin.sharedPrefixFor(key);
+      const prefix = sharedPrefixFor(admin, key);
       const keys = await admin.client.getAll().prefix(prefix).sort('Create', 'Ascend').keys();
       return keys.map((k) => k.slice(prefix.length));
     },
     async loseSharedClaim(key, owner) {
       await admin.client
         .delete()
-        .key(admin.sharedPrefixFor(key) + owner)
+        .key(sharedPrefixFor(admin, key) + owner)
         .exec();
     },
     async dropConnection(_backend, key) {
       // The lease is etcd's session: revoking it is what a lost client looks like to the store.
       // Only the key's claims: other suites may hold locks in this etcd meanwhile.
-      const kvs = await admin.client.getAll().prefix(admin.prefixFor(key)).exec();
+      const kvs = await admin.client.getAll().prefix(prefixFor(admin, key)).exec();
       for (const kv of kvs.kvs) if (kv.lease !== '0') await admin.client.leaseClient.leaseRevoke({ ID: kv.lease }).catch(() => undefined);
     },
     restartServer: () => restartMatrixServer('etcd'),

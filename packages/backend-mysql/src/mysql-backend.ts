@@ -14,7 +14,7 @@ import {
   type Rules,
   type SharedRequest,
 } from '@deadbolt/core/backend';
-import { createPool, type Pool, type PoolConnection, type RowDataPacket } from 'mysql2/promise';
+import { createPool, type Pool, type PoolConnection } from 'mysql2/promise';
 import { MysqlLeases, type MysqlRowLease } from './lease.js';
 import { MysqlSessions, type MysqlSessionLease } from './session.js';
 import { MysqlStore } from './store.js';
@@ -71,6 +71,9 @@ export const mysqlOptionRules = {
   commandTimeoutMs: ms(),
 } satisfies Rules<MysqlBackendOptions>;
 
+/** Each backend's store, for `@deadbolt/mysql/testing` (testing.ts): not part of the backend's API. */
+export const storeOf = new WeakMap<MysqlBackend, MysqlStore>();
+
 /**
  * MySQL / MariaDB lease backend. One row per key holds the owner, the lease end by the server's
  * clock, and the fencing counter; acquire, renew and release are one statement each (two on a
@@ -83,8 +86,6 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
   readonly client: Pool;
-  /** Server thread ids of this backend's open connections (for diagnostics and fault tests). */
-  readonly threadIds: Set<number>;
   readonly #store: MysqlStore;
   readonly #leases: MysqlLeases;
   readonly #sessions: SessionLocks<PoolConnection, string>;
@@ -137,7 +138,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       this.#ownsClient = true;
     }
     this.#store = new MysqlStore(this.client, options.table ?? 'deadbolt_locks', commandTimeoutMs);
-    this.threadIds = this.#store.threadIds;
+    storeOf.set(this, this.#store);
     this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     this.#leases = new MysqlLeases(this.#store, this.#acquiring, options.maxPollDelayMs ?? 250);
     // A pool of your own: its size is not ours to know; mysql2's default is 10.
@@ -148,26 +149,6 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   /** SHA-256 of the key: the primary key, so any key of up to 1024 bytes fits and compares exactly. */
   static hash(key: string): Buffer {
     return MysqlStore.hash(key);
-  }
-
-  /**
-   * The `GET_LOCK` name of a key in session mode: a digest of this backend's database, table and
-   * the key (the server caps names at 64 characters, and they are server-wide). After the first
-   * acquisition (which reads the database) only. @throws BackendError before that.
-   */
-  lockName(key: string): string {
-    return this.#store.lockName(key);
-  }
-
-  /**
-   * Session mode: the server thread (connection id) that holds `key`'s named lock, or null. For
-   * diagnostics and fault injection: `KILL` it and the holder loses its lock as a crashed one would.
-   * @throws BackendUnavailableError / BackendError when the server fails.
-   */
-  async holderThread(key: string): Promise<number | null> {
-    await this.#store.tables.run();
-    const rows = await this.#store.run<RowDataPacket[]>('holder', this.#store.sql.holderThread, [this.lockName(key)]);
-    return (rows[0]?.['thread'] as number | null | undefined) ?? null;
   }
 
   acquire(req: AcquireRequest): Promise<MysqlLease | null> {

@@ -2,6 +2,7 @@ import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conforman
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
 import { MysqlBackend, mysqlBackend, mysqlOptionRules } from '@deadbolt/mysql';
+import { holderThread, threadIds } from '@deadbolt/mysql/testing';
 import { createPool, type Pool } from 'mysql2/promise';
 
 /** Reads and breaks the lock table directly. */
@@ -36,7 +37,7 @@ export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', t
 
 /** In session mode the claim is the named lock: who holds it, and killing that connection. */
 function sessionHarness(admin: Pool, names: MysqlBackend, table: string): Pick<ConformanceHarness, 'inspect' | 'loseClaim'> {
-  const holder = (key: string) => names.holderThread(key);
+  const holder = (key: string) => holderThread(names, key);
   return {
     async inspect(key) {
       if ((await holder(key)) === null) return [];
@@ -53,7 +54,7 @@ function sessionHarness(admin: Pool, names: MysqlBackend, table: string): Pick<C
 function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' | 'loseClaim'> {
   return {
     async dropConnection(backend: LockBackend) {
-      for (const id of (backend as MysqlBackend).threadIds) await admin.query('KILL ?', [id]).catch(() => undefined);
+      for (const id of threadIds(backend as MysqlBackend)) await admin.query('KILL ?', [id]).catch(() => undefined);
     },
     restartServer: () => restartMatrixServer('mysql'),
   };

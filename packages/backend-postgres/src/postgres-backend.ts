@@ -79,6 +79,9 @@ export const postgresOptionRules = {
   advisoryNamespace: count(0, 0x7fffffff),
 } satisfies Rules<PostgresBackendOptions>;
 
+/** Each backend's store, for `@deadbolt/postgres/testing` (testing.ts): not part of the backend's API. */
+export const storeOf = new WeakMap<PostgresBackend, PostgresStore>();
+
 /**
  * PostgreSQL backend.
  *
@@ -97,8 +100,6 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
   readonly client: Pool;
-  /** Server process ids of this backend's open connections (for diagnostics and fault tests). */
-  readonly pids: Set<number>;
   readonly #ownsClient: boolean;
   readonly #acquiring: InFlight;
   readonly #leases: PostgresLeases;
@@ -157,7 +158,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     // Advisory locks are per database; the table names their namespace within it.
     const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     const server = new PostgresStore(this.client, table, namespace, commandTimeoutMs);
-    this.pids = server.pids;
+    storeOf.set(this, server);
     this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     this.#leases = new PostgresLeases(server, this.#acquiring, options.maxPollDelayMs ?? 250);
     this.#sessions = new SessionLocks(new PostgresSessions(server), 2 * connectTimeoutMs, commandTimeoutMs);

@@ -2,6 +2,7 @@ import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conforman
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
 import { PostgresBackend, postgresBackend, postgresOptionRules } from '@deadbolt/postgres';
+import { pids } from '@deadbolt/postgres/testing';
 import pg from 'pg';
 
 type Mode = 'lease' | 'session';
@@ -22,7 +23,7 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
   };
   const common: Omit<ConformanceHarness, 'inspect' | 'loseClaim'> = {
     async dropConnection(backend: LockBackend) {
-      for (const pid of (backend as PostgresBackend).pids)
+      for (const pid of pids(backend as PostgresBackend))
         await admin.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
     },
     restartServer: () => restartMatrixServer('postgres'),

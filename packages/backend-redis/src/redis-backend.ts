@@ -102,6 +102,9 @@ export const redisOptionRules = {
   allowEviction: flag,
 } satisfies Rules<RedisBackendOptions>;
 
+/** Each backend's store, for `@deadbolt/redis/testing` (testing.ts): not part of the backend's API. */
+export const storeOf = new WeakMap<RedisBackend, RedisStore>();
+
 /**
  * Redis backend. Acquire is one EVALSHA (`SET NX PX` plus the fencing token, or the FIFO queue
  * step); renew and release are owner-checked scripts; a release publishes on one channel, which
@@ -180,6 +183,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       syncReplicas,
       syncTimeoutMs: options.syncTimeoutMs ?? 1000,
     });
+    storeOf.set(this, this.#store);
     this.#mutex = new RedisMutex(this.#store, this.#acquiring, { fifo, maxPollDelayMs: maxPoll, restartGuardMs });
     this.#shared = new RedisSharedClaims(this.#store, this.#acquiring, maxPoll);
     this.capabilities = {
@@ -194,19 +198,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
       semaphore: true,
       readWrite: true,
     };
-  }
-
-  /**
-   * Redis key names for a lock. The hash tag is a digest of the key (user keys may contain braces);
-   * the key itself follows, so two keys never share names.
-   */
-  keysFor(key: string): RedisKeys {
-    return this.#store.keysFor(key);
-  }
-
-  /** Redis key names for a shared key (semaphore or read-write lock); see scripts.ts. `lock` names the claims. */
-  sharedKeysFor(key: string): RedisKeys {
-    return this.#store.sharedKeysFor(key);
   }
 
   acquire(req: AcquireRequest): Promise<RedisLease | null> {

@@ -19,7 +19,7 @@ import {
   type StoreUrl,
 } from '@deadbolt/core/backend';
 import { Redis } from 'ioredis';
-import { RedisBackend, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
+import { RedisBackend, storeOf, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
 
 export interface RedlockBackendOptions {
   /**
@@ -163,11 +163,6 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     };
   }
 
-  /** The key names one lock uses on every node (the single-node backend's). */
-  keysFor(key: string) {
-    return this.#nodes[0]!.keysFor(key);
-  }
-
   /** The nodes' own backends (for inspection: each node's client is `nodes[i].client`). */
   get nodes(): readonly RedisBackend[] {
     return this.#nodes;
@@ -231,7 +226,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
       this.#nodes.map(() => true),
       (node) => node.acquire(one),
     );
-    const keys = this.#nodes[0]!.keysFor(req.key);
+    const keys = storeOf.get(this.#nodes[0]!)!.keysFor(req.key);
     // A node that did not answer (yet) may have granted all the same: it keeps a part, so that a
     // release, renewal or lift reaches it too (each is owner-checked there).
     const parts = outcomes.map((o): RedisLease | undefined =>

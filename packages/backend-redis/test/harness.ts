@@ -1,6 +1,7 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { RedisBackend, redisBackend, redisOptionRules, redlockBackend, redlockOptionRules } from '@deadbolt/redis';
+import { keysFor, sharedKeysFor } from '@deadbolt/redis/testing';
 import type { LockBackend } from '@deadbolt/core';
 import { Cluster, Redis } from 'ioredis';
 
@@ -72,7 +73,7 @@ export function redisClusterSuiteOptions(): ConformanceOptions {
   };
 }
 
-/** Reads and breaks the store directly, through a backend of its own (for `keysFor`). */
+/** Reads and breaks the store directly, through a backend of its own (for its key names). */
 export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'redis'): ConformanceHarness {
   const cluster = server === 'redis-cluster';
   const admin = redisBackend({ url, cluster });
@@ -82,7 +83,7 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
     async inspect(key) {
       // The lock key is `<owner>` or, once someone waited, `<owner>|<token>|<lease end ms>`; queue
       // members are `<owner>|<backend id>`. A holder whose lease end has passed holds nothing.
-      const keys = admin.keysFor(key);
+      const keys = keysFor(admin, key);
       const [value, queued, [seconds, micros]] = await Promise.all([
         admin.client.get(keys.lock),
         admin.client.zrange(keys.queue, 0, -1),
@@ -93,18 +94,18 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
       return [...(live ? [holder] : []), ...queued.map((member) => member.slice(0, member.lastIndexOf('|')))];
     },
     async loseClaim(key) {
-      await admin.client.del(admin.keysFor(key).lock);
+      await admin.client.del(keysFor(admin, key).lock);
     },
     async inspectShared(key) {
       // Live claims only: an expired one is dropped by the next script that looks at the key.
-      const keys = admin.sharedKeysFor(key);
+      const keys = sharedKeysFor(admin, key);
       const [seconds, micros] = await admin.client.time();
       const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
       const live = new Set(await admin.client.zrangebyscore(keys.queue, `(${nowMs}`, '+inf'));
       return (await admin.client.zrange(keys.lock, 0, -1)).filter((owner) => live.has(owner));
     },
     async loseSharedClaim(key, owner) {
-      const keys = admin.sharedKeysFor(key);
+      const keys = sharedKeysFor(admin, key);
       await admin.client.multi().zrem(keys.lock, owner).zrem(keys.queue, owner).hdel(keys.deadlines, owner).exec();
     },
     async dropConnection(backend: LockBackend) {
@@ -160,12 +161,12 @@ export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
     harness: {
       async inspect(key) {
         // Whoever holds the key on any node (a Redlock never queues).
-        const name = keyNames.keysFor(key).lock;
+        const name = keysFor(keyNames, key).lock;
         const values = await Promise.all(admins.map((admin) => admin.get(name)));
         return [...new Set(values.filter((v): v is string => v !== null))];
       },
       async loseClaim(key) {
-        const name = keyNames.keysFor(key).lock;
+        const name = keysFor(keyNames, key).lock;
         await Promise.all(admins.map((admin) => admin.del(name)));
       },
       async dropConnection() {

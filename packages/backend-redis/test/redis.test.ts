@@ -10,6 +10,7 @@ import {
   viaUrl,
 } from '@deadbolt/conformance';
 import { redisBackend, type RedisBackend } from '@deadbolt/redis';
+import { keysFor } from '@deadbolt/redis/testing';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 
@@ -105,7 +106,7 @@ describe('redis backend', () => {
     try {
       const backend = redisBackend({ client, maxPollDelayMs: 5000 });
       const k = key();
-      const keys = backend.keysFor(k);
+      const keys = keysFor(backend, k);
       const held = await holder.lock(k);
       const ttlMs = 20_000;
       const waiting = backend.acquire({ key: k, owner: randomUUID(), ttlMs, wait: true, signal: new AbortController().signal });
@@ -138,7 +139,7 @@ describe('redis backend', () => {
     const make = () => track(createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 }));
     const [a, b, c] = [make(), make(), make()];
     const k = key();
-    const keys = (a.backend as RedisBackend).keysFor(k);
+    const keys = keysFor(a.backend as RedisBackend, k);
     const held = await a.lock(k);
     const waiting = b.lock(k);
     // c must queue behind b. Calls made together can join in either order (each backend first
@@ -194,7 +195,7 @@ describe('redis backend', () => {
       const error = await trier.tryLock(k).catch((e: unknown) => e);
       expect(error).toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
       // The request was carried out (the grant wrote the key's token counter), only its answer was held.
-      expect(await admin.exists(backend.keysFor(k).token)).toBe(1);
+      expect(await admin.exists(keysFor(backend, k).token)).toBe(1);
       // Still muted: the give-back reaches the store all the same, and the key is free long before its 30 s ttl.
       const started = performance.now();
       const lock = await newLocker().lock(k, { timeoutMs: 10_000 });
@@ -208,12 +209,12 @@ describe('redis backend', () => {
   it('puts every key of a lock in one cluster hash slot, whatever the user key contains', async () => {
     const backend = redisBackend({ url });
     for (const k of ['plain', 'with {braces}', '}{', '{', 'ключ 🔒', 'x'.repeat(1024)]) {
-      const names = Object.values(backend.keysFor(k));
+      const names = Object.values(keysFor(backend, k));
       const slots = await Promise.all(names.map((n) => admin.cluster('KEYSLOT', n).catch(() => slotOf(n))));
       expect(new Set(slots).size, k).toBe(1);
       expect(new Set(names).size).toBe(4);
     }
-    expect(backend.keysFor('a').lock).not.toBe(backend.keysFor('a ').lock);
+    expect(keysFor(backend, 'a').lock).not.toBe(keysFor(backend, 'a ').lock);
     await backend.close();
   });
 

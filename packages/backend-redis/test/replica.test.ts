@@ -1,6 +1,7 @@
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl, storeAddress } from '@deadbolt/conformance';
 import { redisBackend } from '@deadbolt/redis';
+import { keysFor } from '@deadbolt/redis/testing';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 
@@ -63,7 +64,7 @@ describe('redis replica sync (syncReplicas)', () => {
     });
     const lock = await taking;
     // One read, asserted: WAIT has already confirmed the replica holds the write.
-    expect(await replica.get(keys.keysFor(k).lock)).toBe(lock.owner);
+    expect(await replica.get(keysFor(keys, k).lock)).toBe(lock.owner);
     try {
       await replica.replicaof('NO', 'ONE'); // the failover: the replica is the primary now
       const other = track(createLocker(redisBackend({ url: replicaUrl }), { ttlMs: 2000 }));
@@ -84,7 +85,7 @@ describe('redis replica sync (syncReplicas)', () => {
     const error = await locker.lock(k, { timeoutMs: 5000 }).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'BACKEND_ERROR', cause: { message: expect.stringMatching(/1 of 2 replicas/) } });
     expect(performance.now() - started).toBeLessThan(300 + 1000);
-    expect(await primary.get(keys.keysFor(k).lock)).toBeNull();
+    expect(await primary.get(keysFor(keys, k).lock)).toBeNull();
     expect(await locker.tryLock(k).catch((e: unknown) => e)).toMatchObject({ code: 'BACKEND_ERROR' });
   });
 
@@ -95,7 +96,7 @@ describe('redis replica sync (syncReplicas)', () => {
     const lock = await locker.lock(held);
     await replicaStopped(async () => {
       expect(await locker.tryLock(refused).catch((e: unknown) => e)).toMatchObject({ code: 'BACKEND_ERROR' });
-      expect(await primary.get(keys.keysFor(refused).lock)).toBeNull();
+      expect(await primary.get(keysFor(keys, refused).lock)).toBeNull();
       await abortedWithin(lock, ttlMs + 1000);
       expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
     });

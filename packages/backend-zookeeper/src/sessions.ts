@@ -72,7 +72,7 @@ export class ZooKeeperSessions {
     this.#connectTimeoutMs = connectTimeoutMs;
   }
 
-  /** Sessions currently open (for fault-injection tests: force one to expire). */
+  /** Sessions currently open. */
   open(): ZooKeeperSession[] {
     return [...this.#sessions.values()].filter((s) => !s.lost.aborted);
   }

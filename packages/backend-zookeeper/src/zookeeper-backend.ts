@@ -32,7 +32,7 @@ import {
   remove,
   removeOwn,
 } from './nodes.js';
-import { ZooKeeperSessions, type Session, type ZooKeeperSession } from './sessions.js';
+import { ZooKeeperSessions, type Session } from './sessions.js';
 import { Code, CreateMode, NODE_DELETED, zxidOf, type Stat } from './zookeeper-client.js';
 
 export { bySequence, sequenceOf } from './nodes.js';
@@ -97,6 +97,12 @@ interface QueueShape {
   readonly shared?: { readonly key: string; readonly limit: number };
 }
 
+/** What `@deadbolt/zookeeper/testing` (testing.ts) reads of each backend: not part of its API. */
+export const internalsOf = new WeakMap<
+  ZooKeeperBackend,
+  { readonly sessions: ZooKeeperSessions; pathFor(key: string): string; sharedPathFor(key: string): string }
+>();
+
 /**
  * ZooKeeper backend: Curator's InterProcessMutex recipe. Each acquirer creates an
  * EPHEMERAL_SEQUENTIAL node `lock-<owner>-<seq>` under the key's node; the lowest sequence holds
@@ -145,10 +151,15 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     this.#sessions = new ZooKeeperSessions(hosts, auth, options.connectTimeoutMs ?? 3000);
     this.#root = options.root ?? '/deadbolt';
     this.capabilities = { ...this.capabilities, maxTtlMs: options.maxSessionTimeoutMs ?? 40_000 };
+    internalsOf.set(this, {
+      sessions: this.#sessions,
+      pathFor: (key) => this.#pathFor(key),
+      sharedPathFor: (key) => this.#sharedPathFor(key),
+    });
   }
 
   /** The node of `key`: base64url of its UTF-8 bytes, so every key is a legal name and no two collide. */
-  pathFor(key: string): string {
+  #pathFor(key: string): string {
     return `${this.#root}/${Buffer.from(key, 'utf8').toString('base64url')}`;
   }
 
@@ -156,26 +167,12 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
    * The node of a shared key (semaphore, read-write lock): under `#shared`, which no base64url
    * mutex node name can be. Its children are `lock-<S|X><limit>-<owner>-<sequence>`, one per claim.
    */
-  sharedPathFor(key: string): string {
+  #sharedPathFor(key: string): string {
     return `${this.#root}/#shared/${Buffer.from(key, 'utf8').toString('base64url')}`;
   }
 
-  /** Sessions currently open (for fault-injection tests: force one to expire). */
-  sessions(): ZooKeeperSession[] {
-    return this.#sessions.open();
-  }
-
-  /**
-   * The session whose timeout is `ttlMs`, connected; every lock with that ttl shares it.
-   * @throws LockerClosedError once the backend is closed; BackendUnavailableError when no session connects in time; BackendError when the server
-   * will not grant that timeout.
-   */
-  session(ttlMs: number): Promise<ZooKeeperSession> {
-    return this.#sessions.session(ttlMs);
-  }
-
   acquire(req: AcquireRequest): Promise<ZooKeeperLease | null> {
-    return this.#acquire(req, { parent: this.pathFor(req.key), prefix: NODE_PREFIX, granted: (queue, index) => index === 0 });
+    return this.#acquire(req, { parent: this.#pathFor(req.key), prefix: NODE_PREFIX, granted: (queue, index) => index === 0 });
   }
 
   /**
@@ -187,7 +184,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   acquireShared(req: SharedRequest): Promise<ZooKeeperLease | null> {
     const kind = `${NODE_PREFIX}${req.mode === 'exclusive' ? 'X' : 'S'}${req.limit}-`;
     return this.#acquire(req, {
-      parent: this.sharedPathFor(req.key),
+      parent: this.#sharedPathFor(req.key),
       prefix: kind,
       // Every live claim has our limit (see `joinShared` in nodes.ts).
       granted: (queue, index) => grantable(queue.map(claimOf), index, req.limit),

@@ -1,6 +1,7 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { zookeeperBackend, zookeeperOptionRules, type ZooKeeperBackend, type ZooKeeperSession } from '@deadbolt/zookeeper';
+import { pathFor, session, sessions, sharedPathFor } from '@deadbolt/zookeeper/testing';
 import { createRequire } from 'node:module';
 import { bySequence } from '../src/zookeeper-backend.js';
 
@@ -23,8 +24,8 @@ const ownerOf = (name: string) => /^lock-(?:[SX]\d+-)?(.+?)-(-?\d+)$/.exec(name)
 
 /** Owner ids of the nodes queued under a key, in sequence order. */
 export async function queuedOwners(admin: ZooKeeperBackend, key: string): Promise<string[]> {
-  const { client } = await admin.session(ADMIN_TTL);
-  return (await children(client, admin.pathFor(key)))
+  const { client } = await session(admin, ADMIN_TTL);
+  return (await children(client, pathFor(admin, key)))
     .filter((n) => n.startsWith('lock-'))
     .sort(bySequence)
     .map(ownerOf);
@@ -59,28 +60,28 @@ export function zookeeperHarness(url: string): ConformanceHarness {
   return {
     inspect: (key) => queuedOwners(admin, key),
     async inspectShared(key) {
-      const { client } = await admin.session(ADMIN_TTL);
-      return (await children(client, admin.sharedPathFor(key)))
+      const { client } = await session(admin, ADMIN_TTL);
+      return (await children(client, sharedPathFor(admin, key)))
         .filter((n) => n.startsWith('lock-'))
         .sort(bySequence)
         .map(ownerOf);
     },
     async loseSharedClaim(key, owner) {
-      const { client } = await admin.session(ADMIN_TTL);
-      const path = admin.sharedPathFor(key);
+      const { client } = await session(admin, ADMIN_TTL);
+      const path = sharedPathFor(admin, key);
       for (const c of await children(client, path)) if (c.includes(owner)) await call((cb) => client.remove(`${path}/${c}`, -1, cb));
     },
     async loseClaim(key) {
-      const { client } = await admin.session(ADMIN_TTL);
-      const path = admin.pathFor(key);
+      const { client } = await session(admin, ADMIN_TTL);
+      const path = pathFor(admin, key);
       for (const c of await children(client, path)) await call((cb) => client.remove(`${path}/${c}`, -1, cb));
     },
     async dropConnection(backend) {
-      for (const session of (backend as ZooKeeperBackend).sessions()) await expireSession(url, session);
+      for (const open of sessions(backend as ZooKeeperBackend)) await expireSession(url, open);
     },
     restartServer: () => restartMatrixServer('zookeeper'),
     // Sessions still open once idle: one per distinct ttl ever used was the leak.
-    retained: (backend) => (backend as ZooKeeperBackend).sessions().length,
+    retained: (backend) => sessions(backend as ZooKeeperBackend).length,
   };
 }
 

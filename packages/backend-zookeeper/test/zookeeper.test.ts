@@ -1,6 +1,7 @@
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { zookeeperBackend } from '@deadbolt/zookeeper';
+import { pathFor, session, sessions } from '@deadbolt/zookeeper/testing';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { bySequence, sequenceOf } from '../src/zookeeper-backend.js';
 import { expireSession, queuedOwners } from './harness.js';
@@ -12,11 +13,11 @@ const newLocker = (ttlMs = 2000) => track(createLocker(zookeeperBackend({ url })
 const key = () => `zookeeper-test/${Math.random().toString(36).slice(2)}`;
 
 const stat = async (path: string) => {
-  const { client } = await admin.session(10_000);
+  const { client } = await session(admin, 10_000);
   return new Promise<{ czxid: Buffer } | null>((resolve, reject) => client.exists(path, undefined, (e, s) => (e ? reject(e) : resolve(s))));
 };
 const children = async (path: string) => {
-  const { client } = await admin.session(10_000);
+  const { client } = await session(admin, 10_000);
   return new Promise<string[]>((resolve) => client.getChildren(path, undefined, (e, c) => resolve(e ? [] : c)));
 };
 
@@ -32,7 +33,7 @@ describe('zookeeper backend', () => {
     const locker = newLocker();
     const k = key();
     const lock = await locker.lock(k);
-    const [real] = await children(admin.pathFor(k));
+    const [real] = await children(pathFor(admin, k));
     const prefix = real!.slice(0, real!.lastIndexOf('-') + 1);
     expect(sequential(prefix, sequenceOf(real!))).toBe(real);
     await lock.release();
@@ -57,9 +58,9 @@ describe('zookeeper backend', () => {
     const [a, b, c] = [newLocker(), newLocker(), newLocker()];
     const k = key();
     const lock = await a.lock(k);
-    const [node] = await children(admin.pathFor(k));
+    const [node] = await children(pathFor(admin, k));
     expect(node).toMatch(new RegExp(`^lock-${lock.owner}-\\d{10}$`));
-    expect((await stat(`${admin.pathFor(k)}/${node}`))!.czxid.readBigInt64BE()).toBe(lock.token);
+    expect((await stat(`${pathFor(admin, k)}/${node}`))!.czxid.readBigInt64BE()).toBe(lock.token);
     const waiting = [b.lock(k)];
     await new Promise((r) => setTimeout(r, 300)); // b queues before c
     waiting.push(c.lock(k));
@@ -77,10 +78,10 @@ describe('zookeeper backend', () => {
     const locker = newLocker(30_000); // renewal every 10 s: only the node watch can be this quick
     const k = key();
     const lock = await locker.lock(k);
-    const [node] = await children(admin.pathFor(k));
-    const { client } = await admin.session(10_000);
+    const [node] = await children(pathFor(admin, k));
+    const { client } = await session(admin, 10_000);
     const deletedAt = performance.now();
-    await new Promise<void>((resolve, reject) => client.remove(`${admin.pathFor(k)}/${node}`, -1, (e) => (e ? reject(e) : resolve())));
+    await new Promise<void>((resolve, reject) => client.remove(`${pathFor(admin, k)}/${node}`, -1, (e) => (e ? reject(e) : resolve())));
     await abortedWithin(lock, 2000);
     expect(performance.now() - deletedAt).toBeLessThan(2000);
     expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
@@ -91,14 +92,14 @@ describe('zookeeper backend', () => {
     const locker = track(createLocker(backend, { ttlMs: 2000 }));
     const [k1, k2] = [key(), key()];
     const [l1, l2] = [await locker.lock(k1), await locker.lock(k2)];
-    const [session] = backend.sessions();
+    const [session] = sessions(backend);
     await expireSession(url, session!);
     await abortedWithin(l1, 3000);
     await abortedWithin(l2, 3000);
     // The server deletes the session's nodes when it ends it (the twin's close or our own, whichever lands).
     await vi.waitFor(async () => expect(await queuedOwners(admin, k1)).toEqual([]), { timeout: 3000 });
     const again = await locker.lock(k1, { timeoutMs: 5000 });
-    expect(backend.sessions()[0]).not.toBe(session);
+    expect(sessions(backend)[0]).not.toBe(session);
     expect(again.token).toBeGreaterThan(l1.token);
     await again.release();
   });
@@ -122,13 +123,13 @@ describe('zookeeper backend', () => {
     const [k1, k2] = [key(), key()];
     await (await locker.lock(k1)).release();
     await (await locker.lock(k2)).release();
-    expect(await stat(admin.pathFor(k1))).not.toBeNull(); // kept for the next acquisition a moment
-    await vi.waitFor(async () => expect(await stat(admin.pathFor(k1))).toBeNull(), { timeout: 3000 });
+    expect(await stat(pathFor(admin, k1))).not.toBeNull(); // kept for the next acquisition a moment
+    await vi.waitFor(async () => expect(await stat(pathFor(admin, k1))).toBeNull(), { timeout: 3000 });
     const other = newLocker();
     const k3 = key();
     await (await other.lock(k3)).release();
     await other.close();
-    expect(await stat(admin.pathFor(k3))).toBeNull();
+    expect(await stat(pathFor(admin, k3))).toBeNull();
   });
 
   it('creates a missing root path (every level) on first use, as on a fresh server', async () => {
@@ -138,7 +139,7 @@ describe('zookeeper backend', () => {
     const [first, second] = [locker.lock(key(), { timeoutMs: 5000 }), locker.lock(key(), { timeoutMs: 5000 })];
     for (const lock of await Promise.all([first, second])) await lock.release();
     await locker.close();
-    const { client } = await admin.session(10_000);
+    const { client } = await session(admin, 10_000);
     for (const path of [`${top}/nested/locks`, `${top}/nested`, top]) {
       expect(await stat(path)).not.toBeNull();
       await new Promise<void>((resolve, reject) => client.remove(path, -1, (e) => (e ? reject(e) : resolve())));

@@ -1,0 +1,30 @@
+// @deadbolt/redis/testing: what tests, the benchmark and fault drills read of a backend that is not
+// its API: the Redis keys where a lock lives, to read or break them directly.
+import { InvalidArgumentError } from '@deadbolt/core';
+import { RedisBackend, storeOf } from './redis-backend.js';
+import { RedlockBackend } from './redlock-backend.js';
+import type { RedisKeys } from './store.js';
+
+function store(backend: RedisBackend | RedlockBackend) {
+  const single = backend instanceof RedlockBackend ? backend.nodes[0] : backend;
+  const found = single instanceof RedisBackend ? storeOf.get(single) : undefined;
+  if (!found) throw new InvalidArgumentError('backend must be a RedisBackend or RedlockBackend');
+  return found;
+}
+
+/**
+ * The Redis key names of `key`'s lock (a Redlock backend's are the same on every node). The hash tag
+ * is a digest of the key (user keys may contain braces); the key itself follows, so two keys never
+ * share names. @throws InvalidArgumentError when `backend` is not a Redis or Redlock backend.
+ */
+export function keysFor(backend: RedisBackend | RedlockBackend, key: string): RedisKeys {
+  return store(backend).keysFor(key);
+}
+
+/**
+ * The Redis key names of a shared key (semaphore or read-write lock); `lock` names the claims.
+ * @throws InvalidArgumentError when `backend` is not a Redis or Redlock backend.
+ */
+export function sharedKeysFor(backend: RedisBackend | RedlockBackend, key: string): RedisKeys {
+  return store(backend).sharedKeysFor(key);
+}
