@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { backendOf } from '@deadbolt/core/testing';
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { etcdBackend, type EtcdBackend } from '@deadbolt/etcd';
@@ -84,7 +85,7 @@ describe('etcd backend', () => {
 
   it('a waiter behind the holder alone is granted on its deletion, and a token floor the holder raised meanwhile still counts', async () => {
     // The holder through the backend itself, to raise its floor as a migration's dual phase does.
-    const backend = track(createLocker(etcdBackend({ url }))).backend as EtcdBackend;
+    const backend = backendOf(track(createLocker(etcdBackend({ url })))) as EtcdBackend;
     const k = key();
     const holder = (await backend.acquire({
       key: k,

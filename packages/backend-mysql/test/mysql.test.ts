@@ -1,4 +1,5 @@
 import { createLocker } from '@deadbolt/core';
+import { backendOf } from '@deadbolt/core/testing';
 import { closeLockersAfterEach, expectWaitThroughSlowConnect, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { mysqlBackend, type MysqlBackend } from '@deadbolt/mysql';
 import { threadIds } from '@deadbolt/mysql/testing';
@@ -40,7 +41,7 @@ describe('mysql backend', () => {
     const waiting = b.lock(k, { timeoutMs: 10_000 });
     await new Promise((r) => setTimeout(r, 200));
     const killedAt = performance.now();
-    for (const id of threadIds(a.backend as MysqlBackend)) await admin.query('KILL ?', [id]).catch(() => undefined);
+    for (const id of threadIds(backendOf(a) as MysqlBackend)) await admin.query('KILL ?', [id]).catch(() => undefined);
     const lock = await waiting;
     expect(performance.now() - killedAt).toBeLessThan(2000); // not the 30 s ttl
     expect(lock.token).toBeGreaterThan(held.token);

@@ -1,4 +1,5 @@
 import { BackendUnavailableError, createLocker } from '@deadbolt/core';
+import { backendOf } from '@deadbolt/core/testing';
 import { sleep } from '@deadbolt/core/backend';
 import { closeLockersAfterEach, expectWaitThroughSlowConnect, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
 import { postgresBackend, type PostgresBackend } from '@deadbolt/postgres';
@@ -91,7 +92,7 @@ describe('postgres backend', () => {
     const waiting = b.lock(k, { timeoutMs: 10_000 });
     await sleep(100);
     // Cut every connection of the waiter's backend, its listener among them.
-    for (const pid of pids(b.backend as PostgresBackend)) await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    for (const pid of pids(backendOf(b) as PostgresBackend)) await admin.query('SELECT pg_terminate_backend($1)', [pid]);
     await held.release();
     const releasedAt = performance.now();
     const lock = await waiting;
@@ -120,7 +121,7 @@ describe('postgres backend', () => {
     const waiting = b.lock(k, { timeoutMs: 10_000 });
     await sleep(200);
     const killedAt = performance.now();
-    for (const pid of pids(a.backend as PostgresBackend)) await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    for (const pid of pids(backendOf(a) as PostgresBackend)) await admin.query('SELECT pg_terminate_backend($1)', [pid]);
     const lock = await waiting;
     expect(performance.now() - killedAt).toBeLessThan(2000); // not the 30 s ttl
     expect(lock.token).toBeGreaterThan(held.token);

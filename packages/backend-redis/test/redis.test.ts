@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { backendOf } from '@deadbolt/core/testing';
 import { createLocker } from '@deadbolt/core';
 import {
   abortedWithin,
@@ -139,7 +140,7 @@ describe('redis backend', () => {
     const make = () => track(createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 }));
     const [a, b, c] = [make(), make(), make()];
     const k = key();
-    const keys = keysFor(a.backend as RedisBackend, k);
+    const keys = keysFor(backendOf(a) as RedisBackend, k);
     const held = await a.lock(k);
     const waiting = b.lock(k);
     // c must queue behind b. Calls made together can join in either order (each backend first

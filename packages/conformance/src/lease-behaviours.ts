@@ -3,6 +3,7 @@
  * holders.
  */
 import { sleep } from '@deadbolt/core/backend';
+import { backendOf } from '@deadbolt/core/testing';
 import { describe, expect, it } from 'vitest';
 import type { SuiteContext } from './context.js';
 import { abortedWithin } from './helpers.js';
@@ -134,7 +135,7 @@ export function defineLeaseBehaviours(ctx: SuiteContext): void {
         const a = await makeLocker();
         const b = await makeLocker();
         const lock = await a.lock(key);
-        await harness.dropConnection!(a.backend, key);
+        await harness.dropConnection!(backendOf(a), key);
         if (capabilities.lease === 'session') {
           await abortedWithin(lock, T + renewMs + 2000);
         } else {

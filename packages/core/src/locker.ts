@@ -95,6 +95,15 @@ export function createLocker(backend: LockBackend, options?: LockerOptions): Loc
   return new DefaultLocker(backend, options);
 }
 
+/**
+ * The backend a locker made by `createLocker` runs on (for `@deadbolt/core/testing`: a test or fault
+ * drill reaches the store through it). @throws InvalidArgumentError for any other object.
+ */
+export function backendOf(locker: Locker): LockBackend {
+  if (!(locker instanceof DefaultLocker)) throw new InvalidArgumentError('locker must come from createLocker');
+  return locker.backend;
+}
+
 class DefaultLocker implements Locker {
   readonly backend: LockBackend;
   readonly #ttlMs: number;

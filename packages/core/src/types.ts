@@ -1,6 +1,5 @@
 // The user API's types: what a locker, a lock and the families promise. A leaf module (it imports
-// only the backend contract's types), so every part of core can name them without a cycle.
-import type { LockBackend } from './backend.js';
+// nothing), so every part of core can name them without a cycle.
 
 /** Defaults for every lock a locker takes. */
 export interface LockerOptions {
@@ -166,7 +165,6 @@ export interface ReadWriteLock {
 }
 
 export interface Locker extends AsyncDisposable {
-  readonly backend: LockBackend;
   /**
    * Wait until `key` is granted. Settles by `timeoutMs` however the store behaves; a grant that
    * arrives later is handed back.
