@@ -10,6 +10,7 @@ import {
   type AcquireRequest,
   type Rules,
   type SharedRequest,
+  TestingHooks,
 } from '@deadbolt/core/backend';
 import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
 import { Etcd3, isRecoverableError } from 'etcd3';
@@ -53,7 +54,7 @@ export const etcdOptionRules = {
 } satisfies Rules<EtcdBackendOptions>;
 
 /** Each backend's store, for `@deadbolt/etcd/testing` (testing.ts): not part of the backend's API. */
-export const storeOf = new WeakMap<EtcdBackend, EtcdStore>();
+export const storeOf = new TestingHooks<EtcdBackend, EtcdStore>('an EtcdBackend');
 
 /**
  * etcd backend: the recipe of etcd's Go `concurrency.Mutex`. Every acquirer writes its own key

@@ -1,13 +1,8 @@
 // @deadbolt/etcd/testing: what tests, the benchmark and fault drills read of a backend that is not
 // its API: where a lock's keys live in etcd, to read or delete them directly.
-import { InvalidArgumentError } from '@deadbolt/core';
-import { EtcdBackend, storeOf } from './etcd-backend.js';
+import { storeOf, type EtcdBackend } from './etcd-backend.js';
 
-function store(backend: EtcdBackend) {
-  const found = backend instanceof EtcdBackend ? storeOf.get(backend) : undefined;
-  if (!found) throw new InvalidArgumentError('backend must be an EtcdBackend');
-  return found;
-}
+const store = (backend: EtcdBackend) => storeOf.of(backend);
 
 /**
  * The prefix under which every claimant of `key`'s mutex writes its own key (holder and waiters).

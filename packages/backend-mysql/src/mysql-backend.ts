@@ -13,6 +13,7 @@ import {
   type AcquireRequest,
   type Rules,
   type SharedRequest,
+  TestingHooks,
 } from '@deadbolt/core/backend';
 import { createPool, type Pool, type PoolConnection } from 'mysql2/promise';
 import { MysqlLeases, type MysqlRowLease } from './lease.js';
@@ -72,7 +73,7 @@ export const mysqlOptionRules = {
 } satisfies Rules<MysqlBackendOptions>;
 
 /** Each backend's store, for `@deadbolt/mysql/testing` (testing.ts): not part of the backend's API. */
-export const storeOf = new WeakMap<MysqlBackend, MysqlStore>();
+export const storeOf = new TestingHooks<MysqlBackend, MysqlStore>('a MysqlBackend');
 
 /**
  * MySQL / MariaDB lease backend. One row per key holds the owner, the lease end by the server's

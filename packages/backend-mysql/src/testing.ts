@@ -1,14 +1,9 @@
 // @deadbolt/mysql/testing: what tests, the benchmark and fault drills read of a backend that is not
 // its API: its server threads, and where a session-mode lock lives on the server.
-import { InvalidArgumentError } from '@deadbolt/core';
 import type { RowDataPacket } from 'mysql2/promise';
-import { MysqlBackend, storeOf } from './mysql-backend.js';
+import { storeOf, type MysqlBackend } from './mysql-backend.js';
 
-function store(backend: MysqlBackend) {
-  const found = backend instanceof MysqlBackend ? storeOf.get(backend) : undefined;
-  if (!found) throw new InvalidArgumentError('backend must be a MysqlBackend');
-  return found;
-}
+const store = (backend: MysqlBackend) => storeOf.of(backend);
 
 /**
  * Server thread ids of the backend's open connections (`KILL` one and it fails as a crashed

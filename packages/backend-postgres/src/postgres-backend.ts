@@ -14,6 +14,7 @@ import {
   type AcquireRequest,
   type Rules,
   type SharedRequest,
+  TestingHooks,
 } from '@deadbolt/core/backend';
 import pg, { type Pool, type PoolClient } from 'pg';
 import { PostgresLeases, type PostgresRowLease } from './lease.js';
@@ -80,7 +81,7 @@ export const postgresOptionRules = {
 } satisfies Rules<PostgresBackendOptions>;
 
 /** Each backend's store, for `@deadbolt/postgres/testing` (testing.ts): not part of the backend's API. */
-export const storeOf = new WeakMap<PostgresBackend, PostgresStore>();
+export const storeOf = new TestingHooks<PostgresBackend, PostgresStore>('a PostgresBackend');
 
 /**
  * PostgreSQL backend.

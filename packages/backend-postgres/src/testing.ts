@@ -1,7 +1,6 @@
 // @deadbolt/postgres/testing: what tests, the benchmark and fault drills read of a backend that is
 // not its API: the server processes of its connections.
-import { InvalidArgumentError } from '@deadbolt/core';
-import { PostgresBackend, storeOf } from './postgres-backend.js';
+import { storeOf, type PostgresBackend } from './postgres-backend.js';
 
 /**
  * Server process ids of the backend's open connections (`pg_terminate_backend` one and it fails as
@@ -9,7 +8,5 @@ import { PostgresBackend, storeOf } from './postgres-backend.js';
  * @throws InvalidArgumentError when `backend` is not a PostgreSQL backend.
  */
 export function pids(backend: PostgresBackend): ReadonlySet<number> {
-  const found = backend instanceof PostgresBackend ? storeOf.get(backend) : undefined;
-  if (!found) throw new InvalidArgumentError('backend must be a PostgresBackend');
-  return found.pids;
+  return storeOf.of(backend).pids;
 }

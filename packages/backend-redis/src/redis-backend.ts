@@ -15,6 +15,7 @@ import {
   type Rule,
   type Rules,
   type SharedRequest,
+  TestingHooks,
 } from '@deadbolt/core/backend';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { RedisMutex, type RedisLease } from './mutex.js';
@@ -103,7 +104,7 @@ export const redisOptionRules = {
 } satisfies Rules<RedisBackendOptions>;
 
 /** Each backend's store, for `@deadbolt/redis/testing` (testing.ts): not part of the backend's API. */
-export const storeOf = new WeakMap<RedisBackend, RedisStore>();
+export const storeOf = new TestingHooks<RedisBackend, RedisStore>('a RedisBackend');
 
 /**
  * Redis backend. Acquire is one EVALSHA (`SET NX PX` plus the fencing token, or the FIFO queue

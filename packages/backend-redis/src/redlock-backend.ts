@@ -20,6 +20,7 @@ import {
 } from '@deadbolt/core/backend';
 import { Redis } from 'ioredis';
 import { RedisBackend, storeOf, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
+import type { RedisStore } from './store.js';
 
 export interface RedlockBackendOptions {
   /**
@@ -122,6 +123,8 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   readonly name = 'redlock';
   readonly capabilities: Capabilities;
   readonly #nodes: RedisBackend[];
+  /** Key names, the same on every node (they share the prefix): the first node's. */
+  readonly #names: RedisStore;
   readonly #quorum: number;
   readonly #driftFactor: number;
   readonly #retryDelayMs: number;
@@ -146,6 +149,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
         restartGuardMs: maxTtl,
       }),
     );
+    this.#names = storeOf.of(this.#nodes[0]!);
     this.#quorum = Math.floor(this.#nodes.length / 2) + 1;
     this.#driftFactor = drift;
     this.#retryDelayMs = retry;
@@ -226,7 +230,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
       this.#nodes.map(() => true),
       (node) => node.acquire(one),
     );
-    const keys = storeOf.get(this.#nodes[0]!)!.keysFor(req.key);
+    const keys = this.#names.keysFor(req.key);
     // A node that did not answer (yet) may have granted all the same: it keeps a part, so that a
     // release, renewal or lift reaches it too (each is owner-checked there).
     const parts = outcomes.map((o): RedisLease | undefined =>

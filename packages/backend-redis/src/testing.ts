@@ -1,16 +1,11 @@
 // @deadbolt/redis/testing: what tests, the benchmark and fault drills read of a backend that is not
 // its API: the Redis keys where a lock lives, to read or break them directly.
-import { InvalidArgumentError } from '@deadbolt/core';
-import { RedisBackend, storeOf } from './redis-backend.js';
+import { storeOf, type RedisBackend } from './redis-backend.js';
 import { RedlockBackend } from './redlock-backend.js';
 import type { RedisKeys } from './store.js';
 
-function store(backend: RedisBackend | RedlockBackend) {
-  const single = backend instanceof RedlockBackend ? backend.nodes[0] : backend;
-  const found = single instanceof RedisBackend ? storeOf.get(single) : undefined;
-  if (!found) throw new InvalidArgumentError('backend must be a RedisBackend or RedlockBackend');
-  return found;
-}
+/** The store of a Redis backend, or of a Redlock backend's first node (its key names are every node's). */
+const store = (backend: RedisBackend | RedlockBackend) => storeOf.of(backend instanceof RedlockBackend ? backend.nodes[0]! : backend);
 
 /**
  * The Redis key names of `key`'s lock (a Redlock backend's are the same on every node). The hash tag

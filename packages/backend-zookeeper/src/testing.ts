@@ -1,14 +1,9 @@
 // @deadbolt/zookeeper/testing: what tests, the benchmark and fault drills read of a backend that is
 // not its API: its sessions (to expire one) and where a lock's nodes live.
-import { InvalidArgumentError } from '@deadbolt/core';
 import type { ZooKeeperSession } from './sessions.js';
-import { internalsOf, ZooKeeperBackend } from './zookeeper-backend.js';
+import { internalsOf, type ZooKeeperBackend } from './zookeeper-backend.js';
 
-function internals(backend: ZooKeeperBackend) {
-  const found = backend instanceof ZooKeeperBackend ? internalsOf.get(backend) : undefined;
-  if (!found) throw new InvalidArgumentError('backend must be a ZooKeeperBackend');
-  return found;
-}
+const internals = (backend: ZooKeeperBackend) => internalsOf.of(backend);
 
 /** The backend's open sessions (force one to expire, and its locks are lost as a crashed client's would be). @throws InvalidArgumentError when `backend` is not a ZooKeeper backend. */
 export function sessions(backend: ZooKeeperBackend): ZooKeeperSession[] {

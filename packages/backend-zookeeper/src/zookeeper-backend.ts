@@ -16,6 +16,7 @@ import {
   type AcquireRequest,
   type Lease,
   type SharedRequest,
+  TestingHooks,
 } from '@deadbolt/core/backend';
 import {
   call,
@@ -98,10 +99,10 @@ interface QueueShape {
 }
 
 /** What `@deadbolt/zookeeper/testing` (testing.ts) reads of each backend: not part of its API. */
-export const internalsOf = new WeakMap<
+export const internalsOf = new TestingHooks<
   ZooKeeperBackend,
   { readonly sessions: ZooKeeperSessions; pathFor(key: string): string; sharedPathFor(key: string): string }
->();
+>('a ZooKeeperBackend');
 
 /**
  * ZooKeeper backend: Curator's InterProcessMutex recipe. Each acquirer creates an

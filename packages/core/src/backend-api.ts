@@ -34,6 +34,7 @@ export { LeaseKeeper } from './lease-keeper.js';
 export { Once } from './once.js';
 export { SessionLocks, type SessionDialect, type SessionLease } from './session-locks.js';
 export { StrandedConnections } from './stranded.js';
+export { TestingHooks } from './testing-hooks.js';
 export { after, MAX_TIMER_MS, raceSignal, withTimeout, type Timer } from './time.js';
 export {
   AGAIN,
