@@ -47,8 +47,11 @@ export class LeaseKeeper {
   readonly #onWait = () => this.#controller.abort(this.#wait.reason);
   readonly #onStoreLost = () => this.#lose(this.#storeLost?.reason ?? new Error('the store reported the lease lost'));
   #since: number;
-  #renewTimer: Timer | undefined;
-  #expiryTimer: Timer | undefined;
+  /**
+   * One timer at a time, as the lock handle's: the next renewal while none is in flight, the end
+   * of the estimate while one is (a renewal that never answers must not keep the lease).
+   */
+  #timer: Timer | undefined;
   #renewal: Promise<void> = Promise.resolve();
   #lastError: unknown;
   #lost = false;
@@ -65,7 +68,7 @@ export class LeaseKeeper {
     else wait.addEventListener('abort', this.#onWait, { once: true });
     if (storeLost?.aborted) this.#onStoreLost();
     else storeLost?.addEventListener('abort', this.#onStoreLost, { once: true });
-    this.#arm();
+    this.#schedule(this.#since + renewalDueMs(this.#ttlMs) - performance.now());
   }
 
   /** The send time of the last confirmed renewal (or the `since` it was given): where the lease's ttl counts from. */
@@ -75,54 +78,59 @@ export class LeaseKeeper {
 
   /** Whether the lease is lost, or no longer surely alive by the estimate. */
   get lost(): boolean {
-    return this.#lost || performance.now() >= this.#since + safeLifetime(this.#ttlMs);
+    return this.#lost || performance.now() >= this.#end();
   }
 
   /** Stops renewing; resolves once a renewal in flight has settled (one store call per lease at a time). */
   async stop(): Promise<void> {
     this.#stopped = true;
-    this.#renewTimer?.cancel();
-    this.#expiryTimer?.cancel();
+    this.#timer?.cancel();
     this.#wait.removeEventListener('abort', this.#onWait);
     this.#storeLost?.removeEventListener('abort', this.#onStoreLost);
     await this.#renewal;
   }
 
-  /** The next renewal, due a third of the ttl after `since`, and the expiry of the estimate. */
-  #arm(delayMs = Math.max(0, this.#since + renewalDueMs(this.#ttlMs) - performance.now())): void {
+  /** Where the estimate runs out. */
+  #end(): number {
+    return this.#since + safeLifetime(this.#ttlMs);
+  }
+
+  #schedule(delayMs: number): void {
     if (this.#stopped || this.#lost) return;
-    this.#renewTimer = after(delayMs, () => (this.#renewal = this.#renewOnce()), true);
-    this.#expiryTimer?.cancel();
-    this.#expiryTimer = after(
-      Math.max(0, this.#since + safeLifetime(this.#ttlMs) - performance.now()),
-      () => this.#lose(this.#lastError ?? new Error('the lease was not renewed in time')),
-      true,
-    );
+    this.#timer = after(Math.max(0, delayMs), () => (this.#renewal = this.#renewOnce()), true);
   }
 
   async #renewOnce(): Promise<void> {
     if (this.#stopped || this.#lost) return;
+    if (performance.now() >= this.#end()) return this.#lose(this.#lastError ?? new Error('the lease was not renewed in time'));
+    this.#timer = after(
+      this.#end() - performance.now(),
+      () => this.#lose(this.#lastError ?? new Error('the lease was not renewed in time')),
+      true,
+    );
     const sentAt = performance.now();
+    let ok: boolean;
     try {
-      if (!(await this.#renew())) return this.#lose(new Error('the store no longer holds the lease'));
+      ok = await this.#renew();
     } catch (error) {
+      this.#timer.cancel();
       this.#lastError = error;
-      const left = this.#since + safeLifetime(this.#ttlMs) - performance.now();
-      if (!this.#stopped && !this.#lost && left > 0)
-        this.#renewTimer = after(renewalRetryMs(this.#ttlMs, left), () => (this.#renewal = this.#renewOnce()), true);
-      return;
+      const left = this.#end() - performance.now();
+      if (left <= 0) return this.#lose(error);
+      return this.#schedule(renewalRetryMs(this.#ttlMs, left));
     }
+    this.#timer.cancel();
+    if (!ok) return this.#lose(new Error('the store no longer holds the lease'));
     if (this.#stopped || this.#lost) return;
     this.#since = sentAt;
     this.#lastError = undefined;
-    this.#arm();
+    this.#schedule(this.#since + renewalDueMs(this.#ttlMs) - performance.now());
   }
 
   #lose(reason: unknown): void {
     if (this.#stopped || this.#lost) return;
     this.#lost = true;
-    this.#renewTimer?.cancel();
-    this.#expiryTimer?.cancel();
+    this.#timer?.cancel();
     this.#controller.abort(reason);
   }
 }
