@@ -2,7 +2,6 @@
 // the lock's prefix, bound to an etcd lease of its own, in one transaction that also reads the
 // current holder (the key with the lowest create revision). A waiter watches only the nearest
 // earlier key and re-checks when it goes: FIFO by create revision, no thundering herd.
-import { BackendUnavailableError } from '@deadbolt/core';
 import type { AcquireRequest } from '@deadbolt/core/backend';
 import { noop, offsetOf, type EtcdLockLease, type EtcdStore } from './store.js';
 
@@ -109,10 +108,7 @@ async function waitForPredecessors(
           )
           .commit(),
       );
-      if (!found.succeeded)
-        throw new BackendUnavailableError(store.name, 'acquire', {
-          cause: new Error("the waiter's key is gone: its lease expired while it waited"),
-        });
+      if (!found.succeeded) throw store.waiterGone(new Error("the waiter's key is gone: its lease expired while it waited"));
       const predecessor = found.responses[0]!.response_range.kvs[0]?.key;
       const offset = offsetOf(found.responses[1]!.response_range.kvs[0]?.value);
       if (!predecessor) return offset;

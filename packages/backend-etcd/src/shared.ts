@@ -3,7 +3,7 @@
 // the queue, judged by core's rule, and the token is our key's create revision (etcd's revisions
 // only grow, also across restarts). A waiter watches the prefix for deletions and re-reads.
 // Limits travel in every claim's value, so a newcomer with another limit sees it and withdraws.
-import { BackendError, BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
+import { BackendError, LimitMismatchError } from '@deadbolt/core';
 import { grantable, type LeaseKeeper, type SharedRequest } from '@deadbolt/core/backend';
 import { offsetOf, type EtcdLockLease, type EtcdStore } from './store.js';
 
@@ -77,8 +77,7 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
         })),
       );
       const index = queue.findIndex((c) => c.revision === mine);
-      if (index < 0)
-        throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's lease expired while it waited") });
+      if (index < 0) throw store.waiterGone(new Error("the claim's key is gone: its lease expired while it waited"));
       if (grantable(queue, index, req.limit)) {
         if (keeper) {
           // The lease counts from its last confirmed keep-alive.

@@ -133,9 +133,15 @@ export class EtcdStore {
   keptError(keeper: LeaseKeeper, wait: AbortSignal, error?: unknown): unknown {
     if (wait.aborted) return error ?? wait.reason;
     if (!keeper.lost) return error;
-    return new BackendUnavailableError(this.name, 'acquire', {
-      cause: error ?? keeper.signal.reason ?? new Error("the waiter's lease expired"),
-    });
+    return this.waiterGone(error ?? keeper.signal.reason);
+  }
+
+  /**
+   * A waiter whose key is gone, or whose lease was lost, while it waited: the store did not answer
+   * in time (a lease runs out only then), which core's wait rides out with a new lease.
+   */
+  waiterGone(cause: unknown = new Error("the waiter's lease expired while it waited")): BackendUnavailableError {
+    return new BackendUnavailableError(this.name, 'acquire', { cause });
   }
 
   /** A new etcd lease of `ttlSeconds` for one claim, not kept alive by the client (renewal does it). */
