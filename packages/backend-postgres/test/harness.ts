@@ -29,19 +29,23 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
     restartServer: () => restartMatrixServer('postgres'),
   };
   if (mode === 'session') {
-    /** The server process holding the key's advisory lock (there is none while it is free). */
-    const holder = async (k: string) =>
-      (
-        await query(
-          `SELECT l.pid FROM pg_locks l JOIN "${table}" t ON l.objid = t.id::oid WHERE t.lock_key = $1 AND l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted`,
-          [key(k)],
-        )
-      )[0]?.pid as number | undefined;
+    /** The server processes holding (granted) or waiting for the key's advisory lock. */
+    const sessions = async (k: string) =>
+      (await query(
+        `SELECT l.pid, l.granted FROM pg_locks l JOIN "${table}" t ON l.objid = t.id::oid WHERE t.lock_key = $1 AND l.locktype = 'advisory' AND l.objsubid = 2`,
+        [key(k)],
+      )) as { pid: number; granted: boolean }[];
+    const holder = async (k: string) => (await sessions(k)).find((s) => s.granted)?.pid;
     return {
       ...common,
+      // The holder's owner id (from the key's row), then a name for each session waiting in the
+      // server's own lock queue (the server does not say in which order; nor does it know owner ids).
       async inspect(k) {
-        if ((await holder(k)) === undefined) return [];
-        return (await query(`SELECT owner FROM "${table}" WHERE lock_key = $1`, [key(k)])).map((r) => String(r.owner));
+        const found = await sessions(k);
+        const owners = found.some((s) => s.granted)
+          ? (await query(`SELECT owner FROM "${table}" WHERE lock_key = $1`, [key(k)])).map((r) => String(r.owner))
+          : [];
+        return [...owners, ...found.filter((s) => !s.granted).map((s) => `waiting session ${s.pid}`)];
       },
       async loseClaim(k) {
         const pid = await holder(k);

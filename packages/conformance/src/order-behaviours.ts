@@ -130,8 +130,8 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
       // Arrival is when the store has the waiter: each next waiter starts once the store shows one
       // more claimant (at least 150 ms apart). A lock call's first steps (a new backend's first
       // connection, say) took longer than 150 ms on a loaded machine, which made two waiters'
-      // arrivals cross. Where the harness shows only the holder (a session lock's waiters live in
-      // the server's own queue), the wait for it ends after a second and the 150 ms stand alone.
+      // arrivals cross. Where the harness cannot see waiters (MySQL's named-lock waiters are not
+      // tied to their lock's name anywhere the server shows), the wait for it ends after a second.
       const claimants = async () => new Set(await harness.inspect(key)).size;
       const done: Promise<void>[] = [];
       for (const [i, locker] of waiters.entries()) {
