@@ -21,21 +21,19 @@ export interface Timer {
  * same whole-millisecond delay share one Node timer: they wait in a list in the order they were
  * armed (their deadlines are then in order too, give or take under a millisecond), and the list's
  * one timer fires for its head. Cancelling unlinks an entry; a list left empty keeps its timer
- * only unref'd (so a cancelled timer never holds the process open), for the next timer of its delay,
- * but at most IDLE_LISTS_KEPT such lists are kept: waits with ever new delays (each key of a
- * `lockAll` gets what is left of one deadline) would otherwise keep a list and a Node timer per
- * delay until it passed. Delays too long for one Node timer chain them. `now`: the caller's
- * `performance.now()`, if it just read it.
+ * only unref'd (so a cancelled timer never holds the process open), for the next timer of its delay.
+ * Waits with ever new delays (each key of a `lockAll` gets what is left of one deadline) would then
+ * keep a list and a Node timer per delay until it passed, so making a list once there are many
+ * first drops the empty ones (`listFor`): the bookkeeping happens when lists are made, never on the
+ * arm-and-cancel path a lock cycle takes. Delays too long for one Node timer chain them. `now`: the
+ * caller's `performance.now()`, if it just read it.
  */
 export function after(ms: number, fn: () => void, unref = false, now = performance.now()): Timer {
   if (ms === Infinity) return NEVER;
   const deadline = now + ms;
   const whole = Math.max(1, Math.ceil(ms));
   if (whole > MAX_TIMER_MS) return chained(deadline, fn, unref);
-  const lists = unref ? unrefLists : refLists;
-  let list = lists.get(whole);
-  if (!list) lists.set(whole, (list = new TimerList(lists, whole, unref)));
-  return list.add(deadline, fn);
+  return listFor(unref ? unrefLists : refLists, whole, unref).add(deadline, fn);
 }
 
 const NEVER: Timer = { cancel: () => undefined };
@@ -72,10 +70,25 @@ class Entry implements Timer {
 const refLists = new Map<number, TimerList>();
 const unrefLists = new Map<number, TimerList>();
 
-/** How many empty lists keep their timer for the next timer of their delay (the oldest goes first). */
-const IDLE_LISTS_KEPT = 64;
-/** The empty lists kept, in the order they became empty. */
-const idle = new Set<TimerList>();
+/** Lists kept without a sweep: enough for every delay a busy process arms over and over. */
+const LISTS_KEPT = 64;
+/** Making a list when this many exist first drops the empty ones; then twice what is left, at least LISTS_KEPT. */
+let sweepAt = LISTS_KEPT;
+
+/** The list of timers of delay `whole` (made if there is none; see `after` for when empty lists go). */
+function listFor(lists: Map<number, TimerList>, whole: number, unref: boolean): TimerList {
+  const list = lists.get(whole);
+  if (list) return list;
+  if (refLists.size + unrefLists.size >= sweepAt) {
+    for (const each of refLists.values()) each.dropIfEmpty();
+    for (const each of unrefLists.values()) each.dropIfEmpty();
+    // Doubling keeps the sweeps' cost, amortized over the lists made, constant per list.
+    sweepAt = Math.max(LISTS_KEPT, 2 * (refLists.size + unrefLists.size));
+  }
+  const made = new TimerList(lists, whole, unref);
+  lists.set(whole, made);
+  return made;
+}
 
 /**
  * The delay a Node timer is armed with for `ms`: `ms` itself up to 64, above that rounded down to
@@ -108,7 +121,6 @@ class TimerList {
   ) {}
 
   add(deadline: number, fn: () => void): Entry {
-    idle.delete(this);
     const entry = new Entry(deadline, fn, this);
     entry.prev = this.#tail;
     if (this.#tail) this.#tail.next = entry;
@@ -127,16 +139,15 @@ class TimerList {
     if (entry.next) entry.next.prev = entry.prev;
     else this.#tail = entry.prev;
     entry.prev = entry.next = entry.list = undefined;
-    if (!this.#head && this.#timer) {
-      this.#timer.unref();
-      idle.add(this);
-      if (idle.size > IDLE_LISTS_KEPT) idle.values().next().value!.#drop();
-    }
+    if (!this.#head) this.#timer?.unref();
   }
 
-  /** Gives up an empty list and its timer. */
+  /** Gives up the list and its timer if no timer waits in it. */
+  dropIfEmpty(): void {
+    if (!this.#head) this.#drop();
+  }
+
   #drop(): void {
-    idle.delete(this);
     clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.lists.get(this.ms) === this) this.lists.delete(this.ms);
