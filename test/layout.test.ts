@@ -81,6 +81,7 @@ describe('source layout', () => {
       'BackendUnavailableError',
       'DEFAULT_MAX_TTL_MS',
       'DeadboltError',
+      'FENCE_TOKEN_LIMIT',
       'InvalidArgumentError',
       'LimitMismatchError',
       'LockLostError',
@@ -91,12 +92,15 @@ describe('source layout', () => {
       'MAX_LOCK_ALL_KEYS',
       'MAX_SEMAPHORE_LIMIT',
       'MemoryBackend',
+      'MemoryFence',
       'MemoryLockStore',
       'MigratingBackend',
       'NotOwnerError',
       'SelfDeadlockError',
+      'StaleTokenError',
       'createLocker',
       'memoryBackend',
+      'memoryFence',
       'migratingBackend',
     ]);
     const toolkit = Object.keys(await import('../packages/core/src/backend-api.js'));

@@ -12,7 +12,8 @@ export type DeadboltErrorCode =
   | 'BACKEND_ERROR'
   | 'LIMIT_MISMATCH'
   | 'LOCK_UPGRADE'
-  | 'SELF_DEADLOCK';
+  | 'SELF_DEADLOCK'
+  | 'STALE_TOKEN';
 
 /** Base class of every deadbolt error. */
 export abstract class DeadboltError extends Error {
@@ -98,6 +99,25 @@ export class SelfDeadlockError extends DeadboltError {
   constructor(readonly key: string) {
     super(
       `${JSON.stringify(key)} is already held by this caller (inside a with… helper of it) through this locker; waiting would deadlock (pass reentrant: true to nest)`,
+    );
+  }
+}
+
+/**
+ * A fenced write (`Fence`) carried a token lower than one the resource has already accepted: a
+ * newer holder of the lock has written since, so this writer's lock is gone, whatever it believes.
+ * Nothing was written. `highest` is the token the resource holds, where the store said.
+ */
+export class StaleTokenError extends DeadboltError {
+  readonly code = 'STALE_TOKEN' as const;
+  constructor(
+    readonly resource: string,
+    readonly token: bigint,
+    readonly highest?: bigint,
+  ) {
+    super(
+      `fenced write to ${JSON.stringify(resource)} refused: token ${token} is below ` +
+        (highest === undefined ? 'the highest one it has accepted' : `${highest}, the highest one it has accepted`),
     );
   }
 }

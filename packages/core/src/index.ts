@@ -17,7 +17,9 @@ export {
   LockTimeoutError,
   NotOwnerError,
   SelfDeadlockError,
+  StaleTokenError,
   type DeadboltErrorCode,
 } from './errors.js';
+export { FENCE_TOKEN_LIMIT, MemoryFence, memoryFence, type Fence, type FencedValue } from './fence.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './migrating-backend.js';

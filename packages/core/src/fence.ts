@@ -1,0 +1,102 @@
+// Fenced writes: the check that makes a fencing token worth having. A lock alone cannot stop a
+// holder that was paused (a long GC, a stopped VM, a slow network) past its lease from writing
+// after someone else took the lock; the resource it writes to can, if it remembers the highest
+// token it has accepted and refuses anything lower. Each store package ships a `Fence` for data
+// kept in that store; this file holds the contract, its input rules and the in-process one.
+import { InvalidArgumentError, StaleTokenError } from './errors.js';
+import { describe } from './options.js';
+import { validateKey } from './validate.js';
+
+/** The highest token a fence accepts plus one: every store keeps tokens below it exactly (38 decimal digits). */
+export const FENCE_TOKEN_LIMIT = 10n ** 38n;
+
+/** What a fenced resource holds: the last accepted value and the token it was written with. */
+export interface FencedValue {
+  readonly value: string;
+  readonly token: bigint;
+}
+
+/**
+ * Values in a store guarded by fencing tokens: a write is accepted when its token is at least the
+ * highest one the resource has accepted (the current holder may write as often as it likes, with
+ * its one token), and refused with `StaleTokenError` when it is lower. The check and the write are
+ * one atomic step in the store, so a stale write can never land between them.
+ *
+ * Pass a lock's `token` (`lock.token`): tokens rise with every grant of a key, so once a newer
+ * holder has written, every write of an older one is refused. Use one resource per lock key (or a
+ * resource guarded by exactly one key): tokens of different keys are not comparable.
+ */
+export interface Fence {
+  /**
+   * Writes `value` to `resource` with `token`.
+   * @throws InvalidArgumentError for a bad resource (the lock key rules), a token that is not a
+   *   bigint in [0, FENCE_TOKEN_LIMIT) or a value that is not a string, before any I/O;
+   *   StaleTokenError when the resource has accepted a higher token (nothing written);
+   *   BackendUnavailableError / BackendError when the store fails (the write may or may not have
+   *   landed: read it back, or write again with the same token, which is safe).
+   */
+  write(resource: string, token: bigint, value: string): Promise<void>;
+  /**
+   * The last value written to `resource` and its token; null if it was never written.
+   * @throws InvalidArgumentError for a bad resource; BackendUnavailableError / BackendError.
+   */
+  read(resource: string): Promise<FencedValue | null>;
+  /** Closes what the fence opened (a client it was given stays open). Never throws. */
+  close(): Promise<void>;
+}
+
+/**
+ * Checks a fenced write's arguments before any I/O.
+ * @throws InvalidArgumentError naming what is wrong.
+ */
+export function checkFencedWrite(resource: unknown, token: unknown, value: unknown): asserts resource is string {
+  checkFenceToken(resource, token);
+  if (typeof value !== 'string') throw new InvalidArgumentError(`value must be a string, got ${describe(value)}`);
+}
+
+/**
+ * Checks a resource and the token a write to it carries (a guard in a transaction, which writes
+ * no value of its own), before any I/O. @throws InvalidArgumentError naming what is wrong.
+ */
+export function checkFenceToken(resource: unknown, token: unknown): asserts resource is string {
+  checkResource(resource);
+  if (typeof token !== 'bigint' || token < 0n || token >= FENCE_TOKEN_LIMIT) {
+    throw new InvalidArgumentError(`token must be a lock's fencing token (a bigint from 0 up to 10^38 - 1), got ${describe(token)}`);
+  }
+}
+
+/** @throws InvalidArgumentError unless `resource` passes the lock key rules. */
+export function checkResource(resource: unknown): asserts resource is string {
+  try {
+    validateKey(resource);
+  } catch (error) {
+    throw new InvalidArgumentError(`resource: ${(error as Error).message.replace(/^key /, '')}`);
+  }
+}
+
+/**
+ * A fence in this process's memory: for tests, and for resources that live in this process.
+ * Never fails but on bad input.
+ */
+export class MemoryFence implements Fence {
+  readonly #values = new Map<string, FencedValue>();
+
+  async write(resource: string, token: bigint, value: string): Promise<void> {
+    checkFencedWrite(resource, token, value);
+    const held = this.#values.get(resource);
+    if (held && token < held.token) throw new StaleTokenError(resource, token, held.token);
+    this.#values.set(resource, { value, token });
+  }
+
+  async read(resource: string): Promise<FencedValue | null> {
+    checkResource(resource);
+    return this.#values.get(resource) ?? null;
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** A new `MemoryFence`. */
+export function memoryFence(): MemoryFence {
+  return new MemoryFence();
+}
