@@ -14,6 +14,7 @@ import {
   type Rule,
   type Rules,
   type SharedRequest,
+  type StoreUrl,
 } from '@deadbolt/core/backend';
 import cassandra, { type Client, type types } from 'cassandra-driver';
 import { LwtLock } from './lwt.js';
@@ -77,7 +78,7 @@ export interface CassandraBackendOptions {
 const { consistencies } = cassandra.types;
 
 /** A keyspace: a CQL identifier that needs no quotes (it starts with a letter). */
-const keyspaceRule = text(/^[A-Za-z]\w{0,47}$/, 'a plain CQL identifier (a letter, then letters, digits or _; at most 48)', [
+export const keyspaceRule = text(/^[A-Za-z]\w{0,47}$/, 'a plain CQL identifier (a letter, then letters, digits or _; at most 48)', [
   '',
   '1abc',
   'a-b',
@@ -187,18 +188,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       const url = given.url;
       if (url.path) keyspace = keyspaceRule.check(url.path, "the url's keyspace");
       const contactPoints = url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`));
-      this.client = new cassandra.Client({
-        contactPoints,
-        localDataCenter: options.localDataCenter ?? 'datacenter1',
-        ...(url.username === undefined ? {} : { authProvider: new cassandra.auth.PlainTextAuthProvider(url.username, url.password ?? '') }),
-        // A connection that leaves one request unanswered for the request timeout is closed and
-        // opened again: a partition or a middlebox that lost its state strands a connection silently,
-        // and the driver's default (64 timeouts in a row) would send every retry of a wait into it.
-        socketOptions: { connectTimeout: options.connectTimeoutMs ?? 2000, readTimeout: commandTimeout, defunctReadTimeoutThreshold: 0 },
-        // After a restart, come back within half a second rather than the default's growing delays.
-        policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
+      this.client = openCassandra(url, {
+        localDataCenter: options.localDataCenter,
+        connectTimeout: options.connectTimeoutMs ?? 2000,
+        commandTimeout,
       });
-      containRefreshRace(this.client);
       this.#ownsClient = true;
       this.#schemaScope = contactPoints.join(',');
     }
@@ -293,6 +287,29 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       throw new InvalidArgumentError(`a ${lease.kind} lease was given to a Cassandra backend of the ${this.algorithm} algorithm`);
     return algorithm;
   }
+}
+
+/**
+ * A client for `url`'s contact points, made as every client deadbolt makes: bounded connects and
+ * requests, a connection that leaves a request unanswered replaced, quick reconnects.
+ */
+export function openCassandra(
+  url: StoreUrl,
+  o: { localDataCenter?: string | undefined; connectTimeout: number; commandTimeout: number },
+): Client {
+  const client = new cassandra.Client({
+    contactPoints: url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`)),
+    localDataCenter: o.localDataCenter ?? 'datacenter1',
+    ...(url.username === undefined ? {} : { authProvider: new cassandra.auth.PlainTextAuthProvider(url.username, url.password ?? '') }),
+    // A connection that leaves one request unanswered for the request timeout is closed and
+    // opened again: a partition or a middlebox that lost its state strands a connection silently,
+    // and the driver's default (64 timeouts in a row) would send every retry of a wait into it.
+    socketOptions: { connectTimeout: o.connectTimeout, readTimeout: o.commandTimeout, defunctReadTimeoutThreshold: 0 },
+    // After a restart, come back within half a second rather than the default's growing delays.
+    policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
+  });
+  containRefreshRace(client);
+  return client;
 }
 
 /**

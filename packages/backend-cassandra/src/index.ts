@@ -7,3 +7,4 @@ export {
 } from './cassandra-backend.js';
 export { schemaStatements } from './schema.js';
 export { CassandraTimeService, type TimeServiceOptions } from './time-service.js';
+export { CassandraFence, cassandraFence, cassandraFenceOptionRules, type CassandraFenceOptions } from './fence.js';

@@ -43,6 +43,8 @@ export function schemaStatements(keyspace: string, replication: string): string[
     // fencing tokens (never expire) and the time service's GlobalTime cell
     t('lock_token', 'lock_id blob PRIMARY KEY, fencing_token bigint', ''),
     t('global_time', 'id text PRIMARY KEY, micros bigint', ''),
+    // fenced writes (fence.ts): per resource the highest token accepted and the last value
+    t('fences', 'resource blob PRIMARY KEY, fence_token varint, value text', ''),
   ];
 }
 

@@ -10,6 +10,7 @@ import {
   type AcquireRequest,
   type Rules,
   type SharedRequest,
+  type StoreUrl,
   TestingHooks,
 } from '@deadbolt/core/backend';
 import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
@@ -57,6 +58,35 @@ export const etcdOptionRules = {
 export const storeOf = new TestingHooks<EtcdBackend, EtcdStore>('an EtcdBackend');
 
 /**
+ * A client for `url` (one or more members), made as every client deadbolt makes: bounded dials
+ * and calls, a silent connection found by pings, a failed host retried after a second.
+ */
+export function openEtcd(url: StoreUrl, o: { connectTimeout: number; commandTimeout: number }): Etcd3 {
+  const scheme = url.scheme === 'https' ? 'https' : 'http';
+  const hosts = url.hosts.map(({ host, port }) => `${scheme}://${host}:${port ?? 2379}`);
+  return new Etcd3({
+    hosts,
+    ...(url.username === undefined ? {} : { auth: { username: url.username, password: url.password ?? '' } }),
+    dialTimeout: o.connectTimeout,
+    // A deadline on a watch stream would tear down every watch of the client each time it
+    // passed. (gRPC takes deadlines as wall-clock dates; only the difference matters here.)
+    defaultCallOptions: (call) => (call.isStream ? {} : { deadline: Date.now() + o.commandTimeout }),
+    // Ping a quiet connection so a silent peer (a partition, a middlebox that lost the
+    // connection's state) is found within ~11 s, not the OS's minutes: a waiter's watch and
+    // keep-alives are streams without deadlines, so nothing else would ever end them. Only while
+    // calls are open, and not more often than etcd allows (5 s; more often, it hangs up).
+    grpcOptions: { 'grpc.keepalive_time_ms': 6_000, 'grpc.keepalive_timeout_ms': 5_000 },
+    // After three failed calls the client stops sending to a host for a while; its default 5 s
+    // turned every reconnect into a 5 s outage for a client of one host (a wait on a
+    // connection found dead re-queued only after it). One second still steers a pool of hosts
+    // away from a dead one.
+    faultHandling: {
+      host: () => circuitBreaker(handleWhen(isRecoverableError), { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(3) }),
+    },
+  });
+}
+
+/**
  * etcd backend: the recipe of etcd's Go `concurrency.Mutex`. Every acquirer writes its own key
  * under the lock's prefix, bound to a lease of its own, in one transaction that also reads the
  * current holder (the key with the lowest create revision). A waiter watches only the nearest
@@ -94,35 +124,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     const commandTimeout = options.commandTimeoutMs ?? 5000;
     this.#acquiring = new InFlight(this.name, commandTimeout);
     const store = urlOrClient(options, 'etcdBackend', 'etcd://host:port[,host:port]');
-    if (store.client) {
-      this.client = store.client;
-      this.#ownsClient = false;
-    } else {
-      const url = store.url;
-      const scheme = url.scheme === 'https' ? 'https' : 'http';
-      const hosts = url.hosts.map(({ host, port }) => `${scheme}://${host}:${port ?? 2379}`);
-      this.client = new Etcd3({
-        hosts,
-        ...(url.username === undefined ? {} : { auth: { username: url.username, password: url.password ?? '' } }),
-        dialTimeout: options.connectTimeoutMs ?? 2000,
-        // A deadline on a watch stream would tear down every watch of the client each time it
-        // passed. (gRPC takes deadlines as wall-clock dates; only the difference matters here.)
-        defaultCallOptions: (call) => (call.isStream ? {} : { deadline: Date.now() + commandTimeout }),
-        // Ping a quiet connection so a silent peer (a partition, a middlebox that lost the
-        // connection's state) is found within ~11 s, not the OS's minutes: a waiter's watch and
-        // keep-alives are streams without deadlines, so nothing else would ever end them. Only while
-        // calls are open, and not more often than etcd allows (5 s; more often, it hangs up).
-        grpcOptions: { 'grpc.keepalive_time_ms': 6_000, 'grpc.keepalive_timeout_ms': 5_000 },
-        // After three failed calls the client stops sending to a host for a while; its default 5 s
-        // turned every reconnect into a 5 s outage for a client of one host (a wait on a
-        // connection found dead re-queued only after it). One second still steers a pool of hosts
-        // away from a dead one.
-        faultHandling: {
-          host: () => circuitBreaker(handleWhen(isRecoverableError), { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(3) }),
-        },
-      });
-      this.#ownsClient = true;
-    }
+    this.client = store.client ?? openEtcd(store.url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout });
+    this.#ownsClient = !store.client;
     this.#store = new EtcdStore(this.client, options.prefix ?? 'deadbolt/', this.#acquiring);
     storeOf.set(this, this.#store);
   }

@@ -7,3 +7,4 @@ export {
   redisOptionRules,
 } from './redis-backend.js';
 export { RedlockBackend, redlockBackend, type RedlockBackendOptions, type RedlockLease, redlockOptionRules } from './redlock-backend.js';
+export { RedisFence, redisFence, redisFenceOptionRules, type RedisFenceOptions } from './fence.js';

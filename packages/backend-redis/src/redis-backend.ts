@@ -15,6 +15,7 @@ import {
   type Rule,
   type Rules,
   type SharedRequest,
+  type StoreUrl,
   TestingHooks,
 } from '@deadbolt/core/backend';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
@@ -107,6 +108,52 @@ export const redisOptionRules = {
 export const storeOf = new TestingHooks<RedisBackend, RedisStore>('a RedisBackend');
 
 /**
+ * A client for `url` (one server, or a cluster's seed nodes), made as every client deadbolt makes:
+ * bounded connects and commands, a silent connection replaced, no command queued while the server
+ * is down. Its errors reach callers through their commands. @throws InvalidArgumentError when the
+ * URL names several servers without `cluster`.
+ */
+export function openRedis(
+  url: StoreUrl,
+  o: {
+    cluster: boolean;
+    connectTimeout: number;
+    commandTimeout: number;
+    clusterOptions?: Omit<ClusterOptions, 'redisOptions'> | undefined;
+  },
+): Redis | Cluster {
+  const connection: RedisOptions = {
+    connectTimeout: o.connectTimeout,
+    // A reply that never comes (the connection silently dead) fails the command instead of
+    // waiting for the OS to notice; TCP keep-alive probes find a peer that vanished.
+    commandTimeout: o.commandTimeout,
+    // ...and a connection that has commands out but answers nothing for as long is replaced:
+    // one that went silent for good (a middlebox that lost its state) would otherwise fail
+    // every command until keep-alive probes gave up on it, minutes later if ever.
+    socketTimeout: o.commandTimeout,
+    keepAlive: 10_000,
+    // Fail a command after one reconnect attempt instead of queueing it while Redis is down:
+    // the caller gets BackendUnavailableError, never an endless wait.
+    maxRetriesPerRequest: 1,
+    lazyConnect: false,
+  };
+  let client: Redis | Cluster;
+  if (o.cluster) {
+    const auth = { ...(url.username ? { username: url.username } : {}), ...(url.password ? { password: url.password } : {}) };
+    client = new Cluster(
+      url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? 6379 })),
+      { slotsRefreshTimeout: o.connectTimeout, ...o.clusterOptions, redisOptions: { ...connection, ...auth } },
+    );
+  } else {
+    if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one Redis server (several only with cluster: true)');
+    client = new Redis(url.href, connection);
+  }
+  // Errors reach callers through the failed commands; this only stops ioredis logging them.
+  client.on('error', () => undefined);
+  return client;
+}
+
+/**
  * Redis backend. Acquire is one EVALSHA (`SET NX PX` plus the fencing token, or the FIFO queue
  * step); renew and release are owner-checked scripts; a release publishes on one channel, which
  * a single subscriber connection per backend turns into wake-ups for this process's waiters. The
@@ -141,40 +188,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
     // The guard's keys have no hash tag: beside a lock's keys in one script, they would cross slots.
     if (restartGuardMs > 0 && cluster) throw new InvalidArgumentError('restartGuardMs does not work with a Redis Cluster client');
     const store = urlOrClient(options, 'redisBackend', 'redis://host:port');
-    if (store.client) {
-      this.client = store.client;
-      this.#ownsClient = false;
-    } else {
-      const url = store.url;
-      const connection: RedisOptions = {
-        connectTimeout,
-        // A reply that never comes (the connection silently dead) fails the command instead of
-        // waiting for the OS to notice; TCP keep-alive probes find a peer that vanished.
-        commandTimeout: commandTimeout,
-        // ...and a connection that has commands out but answers nothing for as long is replaced:
-        // one that went silent for good (a middlebox that lost its state) would otherwise fail
-        // every command until keep-alive probes gave up on it, minutes later if ever.
-        socketTimeout: commandTimeout,
-        keepAlive: 10_000,
-        // Fail a command after one reconnect attempt instead of queueing it while Redis is down:
-        // the caller gets BackendUnavailableError, never an endless wait.
-        maxRetriesPerRequest: 1,
-        lazyConnect: false,
-      };
-      if (cluster) {
-        const auth = { ...(url.username ? { username: url.username } : {}), ...(url.password ? { password: url.password } : {}) };
-        this.client = new Cluster(
-          url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? 6379 })),
-          { slotsRefreshTimeout: connectTimeout, ...options.clusterOptions, redisOptions: { ...connection, ...auth } },
-        );
-      } else {
-        if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one Redis server (several only with cluster: true)');
-        this.client = new Redis(url.href, connection);
-      }
-      // Errors reach callers through the failed commands; this only stops ioredis logging them.
-      this.client.on('error', () => undefined);
-      this.#ownsClient = true;
-    }
+    this.client = store.client ?? openRedis(store.url, { cluster, connectTimeout, commandTimeout, clusterOptions: options.clusterOptions });
+    this.#ownsClient = !store.client;
     const fifo = options.fifo ?? true;
     this.#acquiring = new InFlight(this.name, commandTimeout);
     this.#store = new RedisStore(this.client, {

@@ -45,7 +45,7 @@ function keepNewest<K, V>(map: Map<K, V>, key: K, value: V, limit: number): void
   map.set(key, value);
 }
 
-class Script {
+export class Script {
   readonly sha: string;
   constructor(readonly source: string) {
     this.sha = createHash('sha1').update(source).digest('hex');
@@ -144,19 +144,28 @@ export class RedisStore {
 
   /** EVALSHA, loading the script with EVAL when the server does not know it (restart, SCRIPT FLUSH). @throws typed errors */
   async run(operation: string, script: Script, keys: RedisKeys, args: string[], moreKeys: string[] = []): Promise<unknown> {
-    const keyList = [keys.lock, keys.token, keys.queue, keys.deadlines, ...moreKeys];
+    return this.eval(operation, script, [keys.lock, keys.token, keys.queue, keys.deadlines, ...moreKeys], args);
+  }
+
+  /** EVALSHA of `script` on `keys`, loading it with EVAL when the server does not know it (restart, SCRIPT FLUSH). @throws typed errors */
+  async eval(operation: string, script: Script, keys: string[], args: string[]): Promise<unknown> {
     try {
       if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
       try {
-        return await this.client.evalsha(script.sha, keyList.length, ...keyList, ...args);
+        return await this.client.evalsha(script.sha, keys.length, ...keys, ...args);
       } catch (error) {
         if (!(error instanceof ReplyError) || !String((error as Error).message).startsWith('NOSCRIPT')) throw error;
-        return await this.client.eval(script.source, keyList.length, ...keyList, ...args);
+        return await this.client.eval(script.source, keys.length, ...keys, ...args);
       }
     } catch (error) {
-      if (error instanceof ReplyError) throw new BackendError(this.name, operation, { cause: error });
-      throw new BackendUnavailableError(this.name, operation, { cause: error });
+      throw this.failure(operation, error);
     }
+  }
+
+  /** The typed error for a failed command: the server's refusal (a reply error), or no answer. */
+  failure(operation: string, error: unknown): BackendError | BackendUnavailableError {
+    if (error instanceof ReplyError) return new BackendError(this.name, operation, { cause: error });
+    return new BackendUnavailableError(this.name, operation, { cause: error });
   }
 
   /**

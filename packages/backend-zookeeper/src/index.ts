@@ -5,3 +5,4 @@ export {
   type ZooKeeperSession,
   zookeeperOptionRules,
 } from './zookeeper-backend.js';
+export { ZooKeeperFence, zookeeperFence, zookeeperFenceOptionRules, type ZooKeeperFenceOptions } from './fence.js';

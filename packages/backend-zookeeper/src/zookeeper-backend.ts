@@ -16,6 +16,7 @@ import {
   type AcquireRequest,
   type Lease,
   type SharedRequest,
+  type StoreUrl,
   TestingHooks,
 } from '@deadbolt/core/backend';
 import {
@@ -73,11 +74,23 @@ export interface ZooKeeperLease extends Lease {
  * A znode path as ZooKeeper accepts it: absolute, no empty, `.` or `..` element, none of the
  * characters it refuses (controls, surrogates, U+FFF0 and up), not under its own `/zookeeper`.
  */
-const pathRule = text(
+export const pathRule = text(
   /^(?!\/zookeeper(?:\/|$))(?:\/(?!\.{1,2}(?:\/|$))[^/\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]+)+$/,
   'an absolute znode path such as /deadbolt (no ., .., control characters or /zookeeper)',
   ['deadbolt', '/', '/a/', '/a//b', '/.', '/a/..', '/a\u0001', '/zookeeper', '/zookeeper/x'],
 );
+
+/**
+ * The sessions of `url`'s ensemble (its chroot, and its user and password as digest
+ * authentication, on each). @throws InvalidArgumentError for a chroot ZooKeeper would refuse.
+ */
+export function openSessions(url: StoreUrl, connectTimeoutMs: number): ZooKeeperSessions {
+  const chroot = url.path.replace(/\/$/, '');
+  if (chroot) pathRule.check(`/${chroot}`, "the url's chroot");
+  const hosts = url.hosts.map(({ host, port }) => `${host}:${port ?? 2181}`).join(',') + (chroot ? `/${chroot}` : '');
+  const auth = url.username === undefined ? undefined : Buffer.from(`${url.username}:${url.password ?? ''}`);
+  return new ZooKeeperSessions(hosts, auth, connectTimeoutMs);
+}
 
 /** How each option of `zookeeperBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const zookeeperOptionRules = {
@@ -144,12 +157,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: ZooKeeperBackendOptions) {
     const options = readOptions(raw, zookeeperOptionRules, 'zookeeperBackend');
-    const url = required(options.url, 'url');
-    const chroot = url.path.replace(/\/$/, '');
-    if (chroot) pathRule.check(`/${chroot}`, "the url's chroot");
-    const hosts = url.hosts.map(({ host, port }) => `${host}:${port ?? 2181}`).join(',') + (chroot ? `/${chroot}` : '');
-    const auth = url.username === undefined ? undefined : Buffer.from(`${url.username}:${url.password ?? ''}`);
-    this.#sessions = new ZooKeeperSessions(hosts, auth, options.connectTimeoutMs ?? 3000);
+    this.#sessions = openSessions(required(options.url, 'url'), options.connectTimeoutMs ?? 3000);
     this.#root = options.root ?? '/deadbolt';
     this.capabilities = { ...this.capabilities, maxTtlMs: options.maxSessionTimeoutMs ?? 40_000 };
     internalsOf.set(this, {

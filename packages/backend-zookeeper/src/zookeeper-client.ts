@@ -18,6 +18,11 @@ export interface ZooKeeperClient {
     watcher: WatchListener | undefined,
     cb: (error: ZooKeeperError | null, children: string[], stat?: Stat) => void,
   ): void;
+  getData(
+    path: string,
+    watcher: WatchListener | undefined,
+    cb: (error: ZooKeeperError | null, data: Buffer | undefined, stat: Stat) => void,
+  ): void;
   remove(path: string, version: number, cb: (error: ZooKeeperError | null) => void): void;
   /** A multi-op: all of its operations apply, or none (the error is the first failing one's). */
   transaction(): Transaction;

@@ -1,0 +1,148 @@
+// Fenced writes in Cassandra: a table of resources, each with the highest token it accepted. A
+// write is a lightweight transaction (Paxos) that updates only if the stored token is not above
+// the new one; a first write inserts if the row does not exist, and a lost race for that goes
+// back to the update. Reads are at the serial consistency, so they see every write the
+// transactions decided.
+import { BackendError, StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
+import { checkFencedWrite, checkResource, ms, Once, readOptions, text, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import cassandra, { type Client } from 'cassandra-driver';
+import { cassandraOptionRules, keyspaceRule, openCassandra } from './cassandra-backend.js';
+import { ensureSchema } from './schema.js';
+import { CassandraStore } from './store.js';
+
+export interface CassandraFenceOptions {
+  /** `cassandra://host[:port][,host[:port]…]/keyspace`. The fence makes and closes its client. */
+  url?: string;
+  /** Your own cassandra-driver client instead of `url`; `close()` leaves it open. */
+  client?: Client;
+  /** Keyspace of the `fences` table (with `client`; with `url` it is the URL's path). Default `deadbolt`. */
+  keyspace?: string;
+  /** Replication of the keyspace if the fence creates it. Default SimpleStrategy, RF 1: give RF ≥ 3 in production. */
+  replication?: string;
+  /** With `url`: the local data center. Default `datacenter1`. */
+  localDataCenter?: string;
+  /** With `url`: connect timeout. Default 2000 ms. */
+  connectTimeoutMs?: number;
+  /** With `url`: the longest a request waits for its answer. Default 8000 ms. */
+  commandTimeoutMs?: number;
+}
+
+/** How each option of `cassandraFence` is checked. */
+export const cassandraFenceOptionRules = {
+  url: url(['cassandra']),
+  client: cassandraOptionRules.client,
+  keyspace: keyspaceRule,
+  replication: cassandraOptionRules.replication,
+  localDataCenter: text(/^[\w.-]{1,100}$/, 'a data center name'),
+  connectTimeoutMs: ms(),
+  commandTimeoutMs: ms(),
+} satisfies Rules<CassandraFenceOptions>;
+
+const { consistencies } = cassandra.types;
+const varint = (token: bigint) => cassandra.types.Integer.fromString(token.toString());
+const toToken = (value: unknown) => BigInt(String(value));
+
+/** Values in Cassandra guarded by fencing tokens (see core's `Fence`). */
+export class CassandraFence implements Fence {
+  readonly client: Client;
+  readonly #ownsClient: boolean;
+  readonly #store: CassandraStore;
+  readonly #table: string;
+  readonly #ready: Once;
+
+  /** @throws InvalidArgumentError for bad options (before connecting). */
+  constructor(raw: CassandraFenceOptions) {
+    const options = readOptions(raw, cassandraFenceOptionRules, 'cassandraFence');
+    const given = urlOrClient(options, 'cassandraFence', 'cassandra://host[:port][,host[:port]]/keyspace');
+    let keyspace = options.keyspace ?? 'deadbolt';
+    const commandTimeout = options.commandTimeoutMs ?? 8000;
+    if (given.url?.path) keyspace = keyspaceRule.check(given.url.path, "the url's keyspace");
+    this.client =
+      given.client ??
+      openCassandra(given.url, {
+        localDataCenter: options.localDataCenter,
+        connectTimeout: options.connectTimeoutMs ?? 2000,
+        commandTimeout,
+      });
+    this.#ownsClient = !given.client;
+    this.#table = `${keyspace}.fences`;
+    this.#store = new CassandraStore({
+      name: 'cassandra',
+      client: this.client,
+      keyspace,
+      consistency: consistencies.quorum,
+      serial: consistencies.serial,
+      poll: { minDelayMs: 2, maxDelayMs: 50 },
+      commandTimeoutMs: commandTimeout,
+    });
+    const scope = given.client ?? given.url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`)).join(',');
+    const replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
+    this.#ready = new Once(async () => {
+      try {
+        await this.client.connect();
+        await ensureSchema(this.client, scope, keyspace, replication);
+      } catch (error) {
+        throw this.#store.error('connect', error);
+      }
+    });
+  }
+
+  async write(resource: string, token: bigint, value: string): Promise<void> {
+    checkFencedWrite(resource, token, value);
+    await this.#ready.run();
+    const id = Buffer.from(resource, 'utf8');
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const updated = (
+        await this.#store.run(
+          'fenced write',
+          `UPDATE ${this.#table} SET fence_token = ?, value = ? WHERE resource = ? IF fence_token <= ?`,
+          [varint(token), value, id, varint(token)],
+          {
+            lwt: true,
+          },
+        )
+      ).first();
+      if (updated?.['[applied]'] === true) return;
+      const held = updated?.['fence_token'];
+      if (held !== null && held !== undefined) throw new StaleTokenError(resource, token, toToken(held));
+      // No row yet: create it, unless another writer just did (then compare with theirs).
+      const inserted = (
+        await this.#store.run(
+          'fenced write',
+          `INSERT INTO ${this.#table} (resource, fence_token, value) VALUES (?, ?, ?) IF NOT EXISTS`,
+          [id, varint(token), value],
+          {
+            lwt: true,
+          },
+        )
+      ).first();
+      if (inserted?.['[applied]'] === true) return;
+    }
+    throw new BackendError('cassandra', 'fenced write', { cause: new Error(`${resource} kept changing under 100 attempts to write it`) });
+  }
+
+  async read(resource: string): Promise<FencedValue | null> {
+    checkResource(resource);
+    await this.#ready.run();
+    const row = (
+      await this.#store.run(
+        'fenced read',
+        `SELECT fence_token, value FROM ${this.#table} WHERE resource = ?`,
+        [Buffer.from(resource, 'utf8')],
+        {
+          serialRead: true,
+        },
+      )
+    ).first();
+    return row ? { value: (row['value'] as string | null) ?? '', token: toToken(row['fence_token']) } : null;
+  }
+
+  async close(): Promise<void> {
+    if (this.#ownsClient) await this.client.shutdown().catch(() => undefined);
+  }
+}
+
+/** A Cassandra fence. @throws InvalidArgumentError for bad options; store failures surface from its calls. */
+export function cassandraFence(options: CassandraFenceOptions): CassandraFence {
+  return new CassandraFence(options);
+}

@@ -1,0 +1,97 @@
+// Fenced writes in etcd: each resource is one key whose value starts with the highest token it
+// accepted, as 38 zero-padded digits, so etcd's byte-wise value compare is a numeric one. A write
+// is one transaction: if the stored value is below `<new token>!` (the token, then a byte above
+// the space that follows every stored token), put; else read the key. etcd compares a missing
+// key's value as false, so a first write is a second transaction that puts only if the key was
+// never created; a lost race for that falls back to the compare.
+import { StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
+import { checkFencedWrite, checkResource, InFlight, ms, readOptions, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import type { Etcd3 } from 'etcd3';
+import { etcdOptionRules, openEtcd } from './etcd-backend.js';
+import { EtcdStore } from './store.js';
+
+export interface EtcdFenceOptions {
+  /** `etcd://[user:password@]host:port[,host:port...]`: the fence makes (and closes) a client of its own. */
+  url?: string;
+  /** Your own etcd3 client; `close()` leaves it open. Used instead of `url`. */
+  client?: Etcd3;
+  /** Prefix of the fences' keys (`<prefix>#f/<base64url resource>`). Default `deadbolt/`. */
+  prefix?: string;
+  /** With `url`: dial timeout. Default 2000 ms. */
+  connectTimeoutMs?: number;
+  /** With `url`: the longest one call waits for its answer. Default 5000 ms. */
+  commandTimeoutMs?: number;
+}
+
+/** How each option of `etcdFence` is checked. */
+export const etcdFenceOptionRules = {
+  url: url(['etcd', 'http', 'https']),
+  client: etcdOptionRules.client,
+  prefix: etcdOptionRules.prefix,
+  connectTimeoutMs: ms(),
+  commandTimeoutMs: ms(),
+} satisfies Rules<EtcdFenceOptions>;
+
+const padded = (token: bigint) => token.toString().padStart(38, '0');
+
+/** Values in etcd guarded by fencing tokens (see core's `Fence`). */
+export class EtcdFence implements Fence {
+  readonly client: Etcd3;
+  readonly #ownsClient: boolean;
+  readonly #store: EtcdStore;
+  readonly #prefix: string;
+
+  /** @throws InvalidArgumentError for bad options (before connecting). */
+  constructor(raw: EtcdFenceOptions) {
+    const options = readOptions(raw, etcdFenceOptionRules, 'etcdFence');
+    const store = urlOrClient(options, 'etcdFence', 'etcd://host:port[,host:port]');
+    const commandTimeout = options.commandTimeoutMs ?? 5000;
+    this.client = store.client ?? openEtcd(store.url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout });
+    this.#ownsClient = !store.client;
+    this.#prefix = options.prefix ?? 'deadbolt/';
+    this.#store = new EtcdStore(this.client, this.#prefix, new InFlight('etcd', commandTimeout));
+  }
+
+  async write(resource: string, token: bigint, value: string): Promise<void> {
+    checkFencedWrite(resource, token, value);
+    const key = this.#keyFor(resource);
+    const stored = `${padded(token)} ${value}`;
+    for (;;) {
+      const compared = await this.#store.call('fenced write', () =>
+        this.client
+          .if(key, 'Value', '<', `${padded(token)}!`)
+          .then(this.client.put(key).value(stored))
+          .else(this.client.get(key))
+          .commit(),
+      );
+      if (compared.succeeded) return;
+      const held = compared.responses[0]!.response_range.kvs[0];
+      if (held) throw new StaleTokenError(resource, token, BigInt(held.value.toString().slice(0, 38)));
+      const created = await this.#store.call('fenced write', () =>
+        this.client.if(key, 'Create', '==', 0).then(this.client.put(key).value(stored)).commit(),
+      );
+      if (created.succeeded) return;
+    }
+  }
+
+  async read(resource: string): Promise<FencedValue | null> {
+    checkResource(resource);
+    const held = await this.#store.call('fenced read', () => this.client.get(this.#keyFor(resource)).buffer());
+    if (held === null) return null;
+    const text = held.toString('utf8');
+    return { token: BigInt(text.slice(0, 38)), value: text.slice(39) };
+  }
+
+  async close(): Promise<void> {
+    if (this.#ownsClient) this.client.close();
+  }
+
+  #keyFor(resource: string): string {
+    return `${this.#prefix}#f/${Buffer.from(resource, 'utf8').toString('base64url')}`;
+  }
+}
+
+/** An etcd fence. @throws InvalidArgumentError for bad options; store failures surface from its calls. */
+export function etcdFence(options: EtcdFenceOptions): EtcdFence {
+  return new EtcdFence(options);
+}
