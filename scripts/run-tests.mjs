@@ -47,6 +47,8 @@ const LANES = {
     'test/migration-mysql-zookeeper.test.ts',
     'packages/backend-mysql/test/mysql.test.ts',
     'packages/backend-postgres/test/postgres.test.ts',
+    'packages/backend-postgres/test/fence.test.ts',
+    'packages/backend-mysql/test/fence.test.ts',
   ],
   redis: [
     'test/migration-redis-etcd.test.ts',

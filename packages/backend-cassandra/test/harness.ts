@@ -113,6 +113,7 @@ export function cassandraSuiteOptions(algorithm: CassandraAlgorithm = 'queue'): 
       cassandraBackend({ ...options, url: withCredentials(url, user, password, address) }),
     slowPollChild: (ms) => child({ poll: { maxDelayMs: ms } }),
     child: child(),
+    fence: { module: import.meta.resolve('@deadbolt/cassandra'), export: 'cassandraFence', options: { url } },
     harness: cassandraHarness(url),
     // Whole seconds, polled over QUORUM reads on a two-core machine: 3 s keeps the tests about leases.
     ttlMs: 3000,

@@ -52,6 +52,7 @@ export function etcdSuiteOptions(): ConformanceOptions {
     createBackendInOtherNamespace: () => etcdBackend({ url, prefix: 'deadbolt/other/' }),
     createBackendWithCredentials: (user, password, address) => etcdBackend({ url: withCredentials(url, user, password, address) }),
     child: { module: import.meta.resolve('@deadbolt/etcd'), export: 'etcdBackend', options: { url } },
+    fence: { module: import.meta.resolve('@deadbolt/etcd'), export: 'etcdFence', options: { url } },
     harness: etcdHarness(url),
   };
 }

@@ -93,6 +93,7 @@ export function mysqlSuiteOptions(mode: 'lease' | 'session' = 'lease'): Conforma
     createBackendInTimeZone: (zone) => mysqlBackend({ client: poolInTimeZone(url, zone), mode }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
+    fence: { module: import.meta.resolve('@deadbolt/mysql'), export: 'mysqlFence', options: { url } },
     harness: mysqlHarness(url, mode),
   };
 }

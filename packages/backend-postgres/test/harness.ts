@@ -108,6 +108,7 @@ export function postgresSuiteOptions(mode: Mode = 'lease'): ConformanceOptions {
     createBackendInTimeZone: (zone) => postgresBackend({ client: poolInTimeZone(url, zone), mode }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
+    fence: { module: import.meta.resolve('@deadbolt/postgres'), export: 'postgresFence', options: { url } },
     harness: postgresHarness(url, mode),
   };
 }

@@ -27,6 +27,7 @@ export function redisSuiteOptions(fifo = true): ConformanceOptions {
     createBackendWithCredentials: (user, password, address) => redisBackend({ url: withCredentials(url, user, password, address), fifo }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
+    fence: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisFence', options: { url } },
     harness: redisHarness(url),
   };
 }
@@ -69,6 +70,7 @@ export function redisClusterSuiteOptions(): ConformanceOptions {
       redisBackend({ url: withCredentials(url, user, password, address), cluster: true }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
+    fence: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisFence', options: { url, cluster: true } },
     harness: redisHarness(url, 'redis-cluster'),
   };
 }

@@ -101,6 +101,7 @@ export function zookeeperSuiteOptions(): ConformanceOptions {
     createBackendInOtherNamespace: () => zookeeperBackend({ url, root: '/deadbolt/other' }),
     createBackendWithCredentials: (user, password, address) => zookeeperBackend({ url: withCredentials(url, user, password, address) }),
     child: { module: import.meta.resolve('@deadbolt/zookeeper'), export: 'zookeeperBackend', options: { url } },
+    fence: { module: import.meta.resolve('@deadbolt/zookeeper'), export: 'zookeeperFence', options: { url } },
     harness: zookeeperHarness(url),
     // Sessions of 1 s leave little room on a busy two-core machine: 2 s keeps the tests about leases.
     ttlMs: 2000,

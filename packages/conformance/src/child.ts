@@ -3,15 +3,16 @@
  * `SIGSTOP`ped like a real crashed or paused service. It builds its backend from a module the
  * backend's test names (`ChildBackendConfig`) and uses only the public Locker API.
  */
-import { createLocker, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import { createLocker, type Fence, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
 import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
-import { backendFromConfig } from './migration-child.js';
+import { backendFromConfig, fenceFromConfig } from './migration-child.js';
 import { Rpc, type Channel } from './rpc.js';
 
 let locker: Locker | undefined;
 const handles = new Map<number, Lock>();
 let nextHandle = 1;
 let working = false;
+let fence: Fence | undefined;
 
 function need(): Locker {
   if (!locker) throw new Error('child not initialised');
@@ -125,6 +126,20 @@ const rpc = new Rpc(process as unknown as Channel, {
       setTimeout(tick, everyMs);
     };
     void tick();
+  },
+
+  /** Opens the store's fence (`ConformanceOptions.fence`) for `fenceWrite`. */
+  async openFence(module: string, exportName: string, options: unknown) {
+    fence = await fenceFromConfig({ module, export: exportName, options });
+  },
+
+  /** One write through the store's fence: 'ok', or the error's code (STALE_TOKEN when refused). */
+  async fenceWrite(resource: string, token: bigint, value: string) {
+    if (!fence) throw new Error('no fence opened');
+    return fence.write(resource, token, value).then(
+      () => 'ok',
+      (error: unknown) => String((error as { code?: unknown }).code ?? error),
+    );
   },
 
   /** Close the locker and the IPC channel; the process must then exit on its own. */

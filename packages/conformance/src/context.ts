@@ -6,6 +6,7 @@ import type { Rule } from '@deadbolt/core/backend';
 import type { ChildBackendConfig, ChildHolder } from './children.js';
 import type { Address } from './fault-proxy.js';
 import type { FencedRegister } from './register.js';
+import type { Fence } from '@deadbolt/core';
 
 /** Fault injection and inspection a backend offers the suite. */
 export interface ConformanceHarness {
@@ -51,6 +52,11 @@ export interface ConformanceOptions {
   harness: ConformanceHarness;
   /** How child processes build the same backend. Required when the backend claims `crossProcess`. */
   child?: ChildBackendConfig;
+  /**
+   * How to build the store's `Fence` (its package's fenced writes) in this process and in a child:
+   * the same `{ module, export, options }` as `child`, for the fence's factory. Behaviour 36.
+   */
+  fence?: ChildBackendConfig;
   /** A backend pointed at a closed port (behaviour 15). Required for every backend that does I/O. */
   createUnreachableBackend?: () => LockBackend | Promise<LockBackend>;
   /**
@@ -123,4 +129,6 @@ export interface SuiteContext {
   readonly counter: { value: number };
   /** This test's fenced register, which children write through with their tokens; new for each test. */
   register(): FencedRegister<string>;
+  /** The store's `Fence` from `options.fence`, closed after the test. */
+  makeFence(): Promise<Fence>;
 }

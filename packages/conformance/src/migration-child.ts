@@ -1,8 +1,8 @@
 /**
- * How a child process builds a migrating backend: both stores from their own child configs.
- * Kept apart from the suite so a child never loads vitest.
+ * How a child process builds what it runs from configs: a backend, a migrating backend over two
+ * stores, a fence. Kept apart from the suite so a child never loads vitest.
  */
-import { migratingBackend, type LockBackend, type MigratingBackend, type MigrationPhase } from '@deadbolt/core';
+import { migratingBackend, type Fence, type LockBackend, type MigratingBackend, type MigrationPhase } from '@deadbolt/core';
 import type { ChildBackendConfig } from './children.js';
 
 export interface MigratingChildOptions {
@@ -14,6 +14,13 @@ export interface MigratingChildOptions {
 /** Builds one side from its config, as the child does for a plain backend. */
 export async function backendFromConfig(config: ChildBackendConfig): Promise<LockBackend> {
   const factory = (await import(config.module))[config.export] as (options: unknown) => LockBackend | Promise<LockBackend>;
+  if (typeof factory !== 'function') throw new Error(`${config.module} has no export ${config.export}`);
+  return factory(config.options);
+}
+
+/** A store's `Fence` from its config (`ConformanceOptions.fence`). */
+export async function fenceFromConfig(config: ChildBackendConfig): Promise<Fence> {
+  const factory = (await import(config.module))[config.export] as (options: unknown) => Fence;
   if (typeof factory !== 'function') throw new Error(`${config.module} has no export ${config.export}`);
   return factory(config.options);
 }

@@ -76,6 +76,8 @@ export function migrationSuiteOptions(
     garbageCycles: Math.min(from.garbageCycles ?? 10_000, to.garbageCycles ?? 10_000),
     exclusionRounds: Math.min(from.exclusionRounds ?? 30, to.exclusionRounds ?? 30),
   };
+  const fence = to.fence ?? from.fence;
+  if (fence) options.fence = fence;
   if (from.child && to.child)
     options.child = { module: childModule, export: 'migratingFromConfigs', options: { from: from.child, to: to.child, phase } };
   if (to.createUnreachableBackend) options.createUnreachableBackend = () => pair(from.createBackend(), to.createUnreachableBackend!());

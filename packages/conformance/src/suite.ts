@@ -1,4 +1,4 @@
-import { createLocker, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
+import { createLocker, type Fence, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder } from './children.js';
 import type { ConformanceHarness, ConformanceOptions } from './context.js';
@@ -10,10 +10,12 @@ import { defineOrderBehaviours } from './order-behaviours.js';
 import { defineMultiBehaviours } from './multi-behaviours.js';
 import { defineHardeningBehaviours } from './hardening.js';
 import { defineSharedBehaviours } from './shared-behaviours.js';
+import { defineFenceBehaviours } from './fence-behaviours.js';
+import { fenceFromConfig } from './migration-child.js';
 import { FencedRegister } from './register.js';
 
 /**
- * Registers the whole conformance suite (behaviours 1–35, listed in the package's README) for one backend with
+ * Registers the whole conformance suite (behaviours 1–36, listed in the package's README) for one backend with
  * vitest. Groups switch on by the backend's capabilities; a behaviour that does not apply is listed
  * as skipped with its reason, so reports show it as not applicable rather than passed.
  */
@@ -34,6 +36,14 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     const locker = createLocker(await options.createBackend(), { ttlMs: ttl(), ...lockerOptions });
     lockers.push(locker);
     return locker;
+  }
+
+  const fences: Fence[] = [];
+  async function makeFence(): Promise<Fence> {
+    if (!options.fence) throw new Error('no fence config');
+    const fence = await fenceFromConfig(options.fence);
+    fences.push(fence);
+    return fence;
   }
 
   async function spawnChild(lockerOptions: LockerOptions = {}, env?: Record<string, string>, config = options.child): Promise<ChildHolder> {
@@ -93,6 +103,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     afterEach(async () => {
       await Promise.all(children.splice(0).map((c) => c.kill()));
       await Promise.allSettled(lockers.splice(0).map((l) => l.close()));
+      await Promise.allSettled(fences.splice(0).map((f) => f.close()));
     });
 
     it('declares honest capabilities', () => {
@@ -129,6 +140,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       hookIt,
       counter,
       register: () => currentRegister,
+      makeFence,
       probeFloor: () => probeHasFloor,
     };
     defineCoreBehaviours(context);
@@ -138,6 +150,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     defineFaultBehaviours(context);
     defineSharedBehaviours(context);
     defineMultiBehaviours(context);
+    defineFenceBehaviours(context);
     defineHardeningBehaviours(context);
   });
 }

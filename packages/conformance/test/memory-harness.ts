@@ -13,6 +13,7 @@ export function memorySuiteOptions(name = 'memory'): ConformanceOptions {
     createBackend: () => memoryBackend({ store }),
     createBackendInOtherNamespace: () => memoryBackend({ store: other }),
     ttlMs: 300,
+    fence: { module: import.meta.resolve('@deadbolt/core'), export: 'memoryFence' },
     harness: {
       inspect: async (key) => {
         const entry = store.inspect(key);
