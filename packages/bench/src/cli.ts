@@ -4,8 +4,8 @@
  * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
- * 7 a contended semaphore, 8 a read-heavy read-write lock. Writes
- * bench-results/<time>/{results.json, summary.md, report.html}. About 650 lines: the order of
+ * 7 a contended semaphore, 8 a read-heavy read-write lock, 9 a fenced write beside a plain one. Writes
+ * bench-results/<time>/{results.json, summary.md, report.html}. About 660 lines: the order of
  * the run (which subjects, interleaved how) and each scenario's table, in the order the report has.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -33,6 +33,7 @@ import {
   type UncontendedEntry,
   type UncontendedResult,
 } from './scenarios.js';
+import { fenceCost, fenceCostLines, fenceStores, type FenceCostResult } from './fences.js';
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
@@ -134,6 +135,7 @@ const steps =
   storesWith(readWriteSubjects) +
   migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length +
   mostPerStore +
+  up.filter((store) => fenceStores.includes(store)).length +
   thesisSubjects.length * 3;
 let done = 0;
 const startedAt = performance.now();
@@ -319,6 +321,15 @@ for (const wave of waves) {
   const settled = await Promise.allSettled(wave.map((subject) => longHolds(subject, 5, holdMs, probes.get(subject.store)!)));
   settled.forEach((r, i) =>
     r.status === 'fulfilled' ? longHoldResults.push(r.value) : failures.push(`scenario 5: ${wave[i]!.name}: ${describe(r.reason)}`),
+  );
+}
+const fenceResults: FenceCostResult[] = [];
+const fenceWrites = full ? 4000 : 1000;
+for (const store of up.filter((store) => runs(9) && fenceStores.includes(store))) {
+  await step(
+    `scenario 9: ${store}: ${fenceWrites} plain and ${fenceWrites} fenced writes`,
+    () => fenceCost(store, fenceWrites, rounds),
+    fenceResults,
   );
 }
 const thesisResults: ThesisResult[] = [];
@@ -566,6 +577,7 @@ const thesisOriginal: Record<string, Record<number, [number, number]>> = {
   'deadbolt cassandra shadow': { 1: [25, 146], 3: [53, 155_817], 5: [107, 502_441] },
   'deadbolt cassandra queue': { 1: [15, 39], 3: [56, 537], 5: [106, 605] },
 };
+if (runs(9)) lines.push(...(fenceResults.length ? fenceCostLines(fenceResults, fenceWrites) : [noStore, '']));
 lines.push(`## Scenario 2: the thesis experiment (${thesisCount} acquisitions per process, one key, empty critical section)`, '');
 if (!thesisResults.length) lines.push(noStore, '');
 else
@@ -631,6 +643,7 @@ writeFileSync(
       readWrite: readWriteResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),
       manyKeys: manyKeysResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
       longHolds: longHoldResults,
+      fences: fenceResults,
       thesis: thesisResults,
       failures,
       timeline,
