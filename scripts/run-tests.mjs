@@ -72,10 +72,12 @@ const LANES = {
 
 /**
  * The tests that need a shared server to themselves, by name (vitest's -t matches the full name):
- * those that restart one, and those that count what the server itself counted (every client's
- * commands: the bench's floor check) while other lanes would be talking to it.
+ * those that restart one, those that count what the server itself counted (every client's
+ * commands: the bench's floor check) while other lanes would be talking to it, and the cluster
+ * fault runs (test/cluster-faults.test.ts: three-member clusters beside the lanes' load would
+ * judge the machine, not the locks).
  */
-const ALONE = '(server restart|server to itself)';
+const ALONE = '(server restart|server to itself|cluster fault)';
 
 const vitest = join(root, 'node_modules/.bin/vitest');
 
@@ -168,7 +170,7 @@ async function main() {
     );
     // Only files that may hold such a test: a conformance suite, or a test that says so.
     const restarting = all.filter((f) =>
-      /defineConformanceSuite|server restart|server to itself/.test(readFileSync(join(root, f), 'utf8')),
+      /defineConformanceSuite|server restart|server to itself|cluster fault/.test(readFileSync(join(root, f), 'utf8')),
     );
     runs.push(await runLane('restarts', restarting, ['-t', ALONE]));
   }

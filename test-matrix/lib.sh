@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # test-matrix: real servers for every deadbolt backend on one machine, loopback only.
 #   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name> | apt <pkg...>
-# Names: redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock. Everything we start keeps its data, logs and pid
+#          | node <name> <n> kill|stop|pause|resume|start|pid|port|health   (a cluster's member n)
+# Names: redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock
+# etcd-cluster zookeeper-ensemble (clusters.sh). Everything we start keeps its data, logs and pid
 # under test-matrix/.state/<name>/. A server already answering is reused and never stopped by
 # `down` (only servers `up` started carry the .state/<name>/owned marker).
 set -euo pipefail
 
 TM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="$TM_DIR/.state"
-ALL=(redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock)
+ALL=(redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock etcd-cluster zookeeper-ensemble)
 CASSANDRA_VERSION=5.0.9
 
 log() { printf '[test-matrix] %s\n' "$*" >&2; }
@@ -256,6 +258,9 @@ etcd_start() {
 etcd_stop() { stop_pid "$(pid_of etcd)"; stop_pid "$(listener_pid $ETCD_PORT)"; }
 etcd_version() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/version" | sed -n 's/.*"etcdserver":"\([^"]*\)".*/etcd \1/p'; }
 
+# shellcheck source=clusters.sh
+source "$TM_DIR/clusters.sh"
+
 # --- cassandra ---------------------------------------------------------------------------------
 CQL_PORT=9042
 cassandra_health() { node "$TM_DIR/cql-probe.mjs" 127.0.0.1 $CQL_PORT >/dev/null; }
@@ -287,7 +292,7 @@ cassandra_version() { node "$TM_DIR/cql-probe.mjs" 127.0.0.1 $CQL_PORT 2>/dev/nu
 
 # --- commands ----------------------------------------------------------------------------------
 fn_name() { [ "$1" = zookeeper ] && echo zookeeper || echo "$1"; }
-limit_for() { case $1 in cassandra) echo 240;; mysql|postgres|zookeeper) echo 90;; *) echo 45;; esac; }
+limit_for() { case $1 in cassandra) echo 240;; mysql|postgres|zookeeper|zookeeper-ensemble|etcd-cluster) echo 90;; *) echo 45;; esac; }
 
 url_of() {
   case $1 in
@@ -300,6 +305,8 @@ url_of() {
     redis-cluster) echo "${DEADBOLT_REDIS_CLUSTER_URL:-redis://127.0.0.1:7101}";;
     redis-replica) echo "${DEADBOLT_REDIS_REPLICA_URL:-redis://127.0.0.1:6380}";;
     redis-redlock) echo "${DEADBOLT_REDIS_REDLOCK_URL:-redis://127.0.0.1:6391}";;
+    etcd-cluster) echo "${DEADBOLT_ETCD_CLUSTER_URL:-etcd://127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793}";;
+    zookeeper-ensemble) echo "${DEADBOLT_ZOOKEEPER_ENSEMBLE_URL:-zookeeper://127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813}";;
     *) die "unknown server $1 (known: ${ALL[*]})";;
   esac
 }
@@ -358,7 +365,7 @@ restart_one() {
   if [ ! -f "$STATE/$name/owned" ] && declare -F "${name}_prepare" >/dev/null; then "${name}_prepare"; fi
 }
 
-port_of() { case $1 in redis-redlock) echo 6391;; redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
+port_of() { case $1 in etcd-cluster) echo 23791;; zookeeper-ensemble) echo 21811;; redis-redlock) echo 6391;; redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
 
 names_or_all() { if [ $# -gt 0 ]; then echo "$@"; elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then echo "${DEADBOLT_BACKENDS//,/ }"; else echo "${ALL[@]}"; fi; }
 
@@ -381,7 +388,8 @@ main() {
       done;;
     url) url_of "$1";;
     apt) apt_install "$@";; # for tools the tests need besides the servers (scripts/test.sh)
-    *) die "unknown command $cmd (up, down, restart, status, url, apt)";;
+    node) [ $# -eq 3 ] || die "usage: node <name> <n> <action>"; node_cmd "$@";;
+    *) die "unknown command $cmd (up, down, restart, status, url, apt, node)";;
   esac
 }
 

@@ -1,0 +1,96 @@
+# Cluster profiles, sourced by lib.sh: stores of three members on loopback, each member a process
+# of its own under .state/<name>/<n>/ with its own pid and log, so a fault run can kill, pause and
+# restart one member (`lib.sh node <name> <n> kill|pause|resume|start|stop|pid`). A fresh cluster at
+# every `up`; a member's `start` keeps its data (a restarted member rejoins).
+
+# --- etcd-cluster: three members, clients on 23791-23793, peers on 23801-23803 -----------------
+ETCDC_CLIENT=(23791 23792 23793)
+ETCDC_PEER=(23801 23802 23803)
+etcdc_initial() { local i s=''; for i in 1 2 3; do s+="${s:+,}m$i=http://127.0.0.1:${ETCDC_PEER[$((i-1))]}"; done; echo "$s"; }
+etcd-cluster_member_health() { curl -sf --max-time 2 "http://127.0.0.1:${ETCDC_CLIENT[$(($1-1))]}/health" | grep -q '"health":"true"'; }
+etcd-cluster_health() { local i; for i in 1 2 3; do etcd-cluster_member_health "$i" || return 1; done; }
+etcd-cluster_install() { etcd_install; }
+etcd-cluster_member_start() {
+  local i=$1 dir="$STATE/etcd-cluster/$1" state=existing
+  mkdir -p "$dir"
+  [ -d "$dir/data/member" ] || state=new
+  setsid etcd --name "m$i" --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:${ETCDC_CLIENT[$((i-1))]}" --advertise-client-urls "http://127.0.0.1:${ETCDC_CLIENT[$((i-1))]}" \
+    --listen-peer-urls "http://127.0.0.1:${ETCDC_PEER[$((i-1))]}" --initial-advertise-peer-urls "http://127.0.0.1:${ETCDC_PEER[$((i-1))]}" \
+    --initial-cluster "$(etcdc_initial)" --initial-cluster-state "$state" --initial-cluster-token deadbolt-cluster \
+    --log-level warn >>"$dir/etcd.log" 2>&1 </dev/null &
+  echo $! > "$dir/member.pid"
+}
+etcd-cluster_start() {
+  rm -rf "$STATE"/etcd-cluster/[123]
+  local i; for i in 1 2 3; do etcd-cluster_member_start "$i"; done
+  cp "$STATE/etcd-cluster/1/member.pid" "$STATE/etcd-cluster/etcd-cluster.pid"
+}
+etcd-cluster_member_port() { echo "${ETCDC_CLIENT[$(($1-1))]}"; }
+etcd-cluster_stop() { local i; for i in 1 2 3; do member_signal etcd-cluster "$i" TERM; done; }
+etcd-cluster_version() { etcd-cluster_health && echo "etcd cluster of 3 ($(curl -sf --max-time 2 "http://127.0.0.1:${ETCDC_CLIENT[0]}/version" | sed -n 's/.*"etcdserver":"\([^"]*\)".*/etcd \1/p'))"; }
+
+# --- zookeeper-ensemble: three servers, clients on 21811-21813, quorum 28881-3, election 38881-3 ----
+ZKE_CLIENT=(21811 21812 21813)
+zke_cmd() { exec 3<>"/dev/tcp/127.0.0.1/$1" && printf '%s' "$2" >&3 && timeout 2 cat <&3; }
+zookeeper-ensemble_member_health() { zke_cmd "${ZKE_CLIENT[$(($1-1))]}" srvr 2>/dev/null | grep -qE '^Mode: (leader|follower)'; }
+zookeeper-ensemble_health() { local i; for i in 1 2 3; do zookeeper-ensemble_member_health "$i" || return 1; done; }
+zookeeper-ensemble_install() { zookeeper_install; }
+zookeeper-ensemble_member_start() {
+  local i=$1 dir="$STATE/zookeeper-ensemble/$1"
+  mkdir -p "$dir/data"
+  echo "$i" > "$dir/data/myid"
+  {
+    sed -e "s#@DATA@#$dir/data#" -e "s#^clientPort=.*#clientPort=${ZKE_CLIENT[$((i-1))]}#" "$TM_DIR/zookeeper/zoo.cfg"
+    echo 'initLimit=10'
+    echo 'syncLimit=4'
+    echo '4lw.commands.whitelist=srvr,ruok,mntr'
+    local n; for n in 1 2 3; do echo "server.$n=127.0.0.1:$((28880 + n)):$((38880 + n))"; done
+  } > "$dir/zoo.cfg"
+  setsid java -Xmx192m -Dzookeeper.admin.enableServer=false -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+    -cp "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
+    >>"$dir/zookeeper.log" 2>&1 </dev/null &
+  echo $! > "$dir/member.pid"
+}
+zookeeper-ensemble_start() {
+  rm -rf "$STATE"/zookeeper-ensemble/[123]
+  local i; for i in 1 2 3; do zookeeper-ensemble_member_start "$i"; done
+  cp "$STATE/zookeeper-ensemble/1/member.pid" "$STATE/zookeeper-ensemble/zookeeper-ensemble.pid"
+}
+zookeeper-ensemble_member_port() { echo "${ZKE_CLIENT[$(($1-1))]}"; }
+zookeeper-ensemble_stop() { local i; for i in 1 2 3; do member_signal zookeeper-ensemble "$i" TERM; done; }
+zookeeper-ensemble_version() { zookeeper-ensemble_health && echo "ZooKeeper ensemble of 3 ($(zke_cmd "${ZKE_CLIENT[0]}" srvr 2>/dev/null | sed -n 's/^Zookeeper version: \([^-,]*\).*/ZooKeeper \1/p'))"; }
+
+# --- members -----------------------------------------------------------------------------------
+member_pid() { cat "$STATE/$1/$2/member.pid" 2>/dev/null; }
+
+# member_signal NAME N SIGNAL: TERM waits for the exit (then KILL after 30 s); KILL waits too.
+member_signal() {
+  local pid; pid=$(member_pid "$1" "$2") || return 0
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -CONT "$pid" 2>/dev/null || true
+  case $3 in
+    TERM) stop_pid "$pid";;
+    KILL) kill -9 "$pid"; local i; for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done;;
+  esac
+}
+
+# node NAME N ACTION: kill (-9) | stop (TERM) | pause (SIGSTOP) | resume (SIGCONT) | start | pid | port | health
+node_cmd() {
+  local name=$1 n=$2 action=$3 pid
+  declare -F "${name}_member_start" >/dev/null || die "$name has no members"
+  case $action in
+    kill) member_signal "$name" "$n" KILL;;
+    stop) member_signal "$name" "$n" TERM;;
+    pause) pid=$(member_pid "$name" "$n") && kill -STOP "$pid";;
+    resume) pid=$(member_pid "$name" "$n") && kill -CONT "$pid";;
+    start)
+      pid=$(member_pid "$name" "$n" || true)
+      if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
+      "${name}_member_start" "$n";;
+    pid) member_pid "$name" "$n";;
+    port) "${name}_member_port" "$n";;
+    health) "${name}_member_health" "$n";;
+    *) die "node actions: kill stop pause resume start pid port health";;
+  esac
+}
