@@ -27,7 +27,7 @@ etcd-cluster_start() {
   cp "$STATE/etcd-cluster/1/member.pid" "$STATE/etcd-cluster/etcd-cluster.pid"
 }
 etcd-cluster_member_port() { echo "${ETCDC_CLIENT[$(($1-1))]}"; }
-etcd-cluster_stop() { local i; for i in 1 2 3; do member_signal etcd-cluster "$i" TERM; done; }
+etcd-cluster_stop() { local i; for i in 1 2 3; do member_signal etcd-cluster "$i" TERM; stop_pid "$(listener_pid "${ETCDC_CLIENT[$((i-1))]}")"; done; }
 etcd-cluster_version() { etcd-cluster_health && echo "etcd cluster of 3 ($(curl -sf --max-time 2 "http://127.0.0.1:${ETCDC_CLIENT[0]}/version" | sed -n 's/.*"etcdserver":"\([^"]*\)".*/etcd \1/p'))"; }
 
 # --- zookeeper-ensemble: three servers, clients on 21811-21813, quorum 28881-3, election 38881-3 ----
@@ -58,11 +58,21 @@ zookeeper-ensemble_start() {
   cp "$STATE/zookeeper-ensemble/1/member.pid" "$STATE/zookeeper-ensemble/zookeeper-ensemble.pid"
 }
 zookeeper-ensemble_member_port() { echo "${ZKE_CLIENT[$(($1-1))]}"; }
-zookeeper-ensemble_stop() { local i; for i in 1 2 3; do member_signal zookeeper-ensemble "$i" TERM; done; }
+zookeeper-ensemble_stop() { local i; for i in 1 2 3; do member_signal zookeeper-ensemble "$i" TERM; stop_pid "$(listener_pid "${ZKE_CLIENT[$((i-1))]}")"; done; }
 zookeeper-ensemble_version() { zookeeper-ensemble_health && echo "ZooKeeper ensemble of 3 ($(zke_cmd "${ZKE_CLIENT[0]}" srvr 2>/dev/null | sed -n 's/^Zookeeper version: \([^-,]*\).*/ZooKeeper \1/p'))"; }
 
 # --- members -----------------------------------------------------------------------------------
 member_pid() { cat "$STATE/$1/$2/member.pid" 2>/dev/null; }
+
+# Whether this checkout started the cluster that answers: every member's pid is one of ours.
+cluster_reusable() {
+  [ -f "$STATE/$1/owned" ] || return 1
+  local n pid; for n in 1 2 3; do
+    pid=$(member_pid "$1" "$n") && [ "$(listener_pid "$("${1}_member_port" "$n")")" = "$pid" ] || return 1
+  done
+}
+etcd-cluster_reusable() { cluster_reusable etcd-cluster; }
+zookeeper-ensemble_reusable() { cluster_reusable zookeeper-ensemble; }
 
 # member_signal NAME N SIGNAL: TERM waits for the exit (then KILL after 30 s); KILL waits too.
 member_signal() {

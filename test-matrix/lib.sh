@@ -313,6 +313,11 @@ url_of() {
 
 up_one() {
   local name=$1 start=$SECONDS
+  # A cluster another checkout started answers, but its members are not ours to kill and restart.
+  if declare -F "${name}_reusable" >/dev/null && "${name}_health" >/dev/null 2>&1 && ! "${name}_reusable"; then
+    log "$name: answering but started elsewhere; starting it anew"
+    "${name}_stop"
+  fi
   if "${name}_health" >/dev/null 2>&1; then
     log "$name: already answering, reused ($((SECONDS - start))s)"
     if declare -F "${name}_prepare" >/dev/null; then "${name}_prepare"; fi
