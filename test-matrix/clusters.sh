@@ -62,13 +62,18 @@ zookeeper-ensemble_stop() { local i; for i in 1 2 3; do member_signal zookeeper-
 zookeeper-ensemble_version() { zookeeper-ensemble_health && echo "ZooKeeper ensemble of 3 ($(zke_cmd "${ZKE_CLIENT[0]}" srvr 2>/dev/null | sed -n 's/^Zookeeper version: \([^-,]*\).*/ZooKeeper \1/p'))"; }
 
 # --- members -----------------------------------------------------------------------------------
-member_pid() { cat "$STATE/$1/$2/member.pid" 2>/dev/null; }
+# A member's pid: whoever listens on its port (a pid file goes stale when a member dies on its
+# own or was started twice), else the one recorded when it was started (a paused member still listens).
+member_pid() {
+  local pid; pid=$(listener_pid "$("${1}_member_port" "$2")")
+  if [ -n "$pid" ]; then echo "$pid" > "$STATE/$1/$2/member.pid"; echo "$pid"; else cat "$STATE/$1/$2/member.pid" 2>/dev/null; fi
+}
 
 # Whether this checkout started the cluster that answers: every member's pid is one of ours.
 cluster_reusable() {
   [ -f "$STATE/$1/owned" ] || return 1
   local n pid; for n in 1 2 3; do
-    pid=$(member_pid "$1" "$n") && [ "$(listener_pid "$("${1}_member_port" "$n")")" = "$pid" ] || return 1
+    pid=$(cat "$STATE/$1/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "$("${1}_member_port" "$n")")" = "$pid" ] || return 1
   done
 }
 etcd-cluster_reusable() { cluster_reusable etcd-cluster; }
@@ -85,7 +90,7 @@ member_signal() {
   esac
 }
 
-# node NAME N ACTION: kill (-9) | stop (TERM) | pause (SIGSTOP) | resume (SIGCONT) | start | pid | port | health
+# node NAME N ACTION: kill (-9) | stop (TERM) | pause (SIGSTOP) | resume (SIGCONT) | start | pid | port | health (N 0: all)
 node_cmd() {
   local name=$1 n=$2 action=$3 pid
   declare -F "${name}_member_start" >/dev/null || die "$name has no members"
@@ -97,10 +102,71 @@ node_cmd() {
     start)
       pid=$(member_pid "$name" "$n" || true)
       if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
-      "${name}_member_start" "$n";;
+      "${name}_member_start" "$n"
+      # Started when its port is taken (a process that just died may still hold it for a moment).
+      local i; for i in $(seq 1 100); do [ -n "$(listener_pid "$("${name}_member_port" "$n")")" ] && return 0; sleep 0.1; done
+      die "$name member $n did not start (see its log)";;
     pid) member_pid "$name" "$n";;
     port) "${name}_member_port" "$n";;
-    health) "${name}_member_health" "$n";;
+    health) if [ "$n" = 0 ]; then "${name}_health"; else "${name}_member_health" "$n"; fi;; # 0: the whole cluster
     *) die "node actions: kill stop pause resume start pid port health";;
   esac
 }
+
+# --- redis-sentinel: a primary (6480) and its replica (6481), watched by three Sentinels -----------
+# (26480-26482, master name `deadbolt`, down after 1 s). Members 1 and 2 are the two data nodes;
+# after a failover either may be the primary, and a member started again comes back as a primary
+# with no data until the Sentinels make it a replica of the current one.
+RSENT_DATA=(6480 6481)
+RSENT_SENTINELS=(26480 26481 26482)
+rsent_cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}" 2>/dev/null; }
+# The port of the primary the Sentinels agree on (the first that answers).
+redis-sentinel_primary() { local s; for s in "${RSENT_SENTINELS[@]}"; do rsent_cli "$s" sentinel get-master-addr-by-name deadbolt | sed -n 2p && return 0; done; return 1; }
+redis-sentinel_member_port() { echo "${RSENT_DATA[$(($1-1))]}"; }
+redis-sentinel_member_health() { redis_ping "${RSENT_DATA[$(($1-1))]}"; }
+redis-sentinel_health() {
+  local s primary; primary=$(redis-sentinel_primary) || return 1
+  [ -n "$primary" ] && rsent_cli "$primary" info replication | grep -q '^role:master' || return 1
+  rsent_cli "$primary" info replication | grep -q '^connected_slaves:1' || return 1
+  for s in "${RSENT_SENTINELS[@]}"; do rsent_cli "$s" sentinel master deadbolt | grep -A1 '^num-other-sentinels$' | tail -n1 | grep -q '^2$' || return 1; done
+  local other; for other in "${RSENT_DATA[@]}"; do
+    [ "$other" = "$primary" ] || rsent_cli "$other" info replication | grep -q '^master_link_status:up' || return 1
+  done
+}
+redis-sentinel_install() { redis_install; }
+redis-sentinel_member_start() {
+  local i=$1 port=${RSENT_DATA[$(($1-1))]} dir="$STATE/redis-sentinel/$1"
+  mkdir -p "$dir"
+  # The first start: member 2 replicates member 1. Later starts: a member rejoins as a replica of
+  # the primary the Sentinels name, as an operator restarts a failed node (left to themselves, the
+  # Sentinels convert a returning old primary only at their next 10 s INFO round).
+  local args=() primary=''
+  if [ ! -f "$dir/started" ]; then [ "$i" = 2 ] && args=(--replicaof 127.0.0.1 "${RSENT_DATA[0]}")
+  else primary=$(redis-sentinel_primary || true); [ -n "$primary" ] && [ "$primary" != "$port" ] && args=(--replicaof 127.0.0.1 "$primary"); fi
+  redis-server --daemonize no --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$dir" "${args[@]}" \
+    >>"$dir/redis.log" 2>&1 </dev/null &
+  echo $! > "$dir/member.pid"
+  touch "$dir/started"
+}
+redis-sentinel_start() {
+  rm -rf "$STATE"/redis-sentinel/[12] "$STATE"/redis-sentinel/s*
+  redis-sentinel_member_start 1
+  local i; for i in $(seq 1 50); do redis_ping "${RSENT_DATA[0]}" && break; sleep 0.1; done
+  redis-sentinel_member_start 2
+  local s; for s in "${RSENT_SENTINELS[@]}"; do
+    local dir="$STATE/redis-sentinel/s$s"; mkdir -p "$dir"
+    printf '%s\n' "port $s" 'bind 127.0.0.1' "dir $dir" \
+      "sentinel monitor deadbolt 127.0.0.1 ${RSENT_DATA[0]} 2" 'sentinel down-after-milliseconds deadbolt 1000' \
+      'sentinel failover-timeout deadbolt 3000' 'sentinel parallel-syncs deadbolt 1' > "$dir/sentinel.conf"
+    redis-server "$dir/sentinel.conf" --sentinel --daemonize yes --pidfile "$dir/sentinel.pid" --logfile "$dir/sentinel.log"
+  done
+  cp "$STATE/redis-sentinel/1/member.pid" "$STATE/redis-sentinel/redis-sentinel.pid"
+}
+redis-sentinel_stop() {
+  local p; for p in "${RSENT_SENTINELS[@]}" "${RSENT_DATA[@]}"; do stop_pid "$(listener_pid "$p")"; done
+}
+redis-sentinel_reusable() {
+  [ -f "$STATE/redis-sentinel/owned" ] || return 1
+  local n pid; for n in 1 2; do pid=$(cat "$STATE/redis-sentinel/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "${RSENT_DATA[$((n-1))]}")" = "$pid" ] || return 1; done
+}
+redis-sentinel_version() { redis-sentinel_health && echo "Redis primary + replica + 3 Sentinels ($(redis_version))"; }

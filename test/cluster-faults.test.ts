@@ -5,9 +5,11 @@
 // no stale write accepted by the fenced register, tokens unique and rising, every waiter answered
 // after the heal. The run writes its table to test-matrix/results/clusters.md. About 13 s per
 // scenario, 24 scenarios: these run after the lanes, on a machine of their own ("cluster fault").
+import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { promisify } from 'node:util';
 import { createLocker, type Fence, type LockBackend, type Locker } from '@deadbolt/core';
-import { FaultProxy } from '@deadbolt/conformance';
+import { FaultProxy, matrixUrl } from '@deadbolt/conformance';
 import { Cluster, clusterUrl, type ClusterName } from '@deadbolt/conformance/cluster';
 import {
   checkHistory,
@@ -18,6 +20,8 @@ import {
   type WorkerOptions,
 } from '@deadbolt/conformance/history';
 import { etcdBackend, etcdFence } from '@deadbolt/etcd';
+import { postgresFence } from '@deadbolt/postgres';
+import { redisBackend } from '@deadbolt/redis';
 import { zookeeperBackend, zookeeperFence } from '@deadbolt/zookeeper';
 import { afterAll, describe, expect, it } from 'vitest';
 
@@ -26,13 +30,16 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface Store {
   readonly cluster: ClusterName;
-  backend(url: string): LockBackend;
+  /** A backend on the cluster at `url`; `proxied` maps member addresses to a worker's fault proxy. */
+  backend(url: string, proxied?: Record<string, { host: string; port: number }>): LockBackend;
+  /** The fenced register's store: the same cluster, or (Redis) one that keeps what it acknowledged. */
   fence(url: string): Fence;
+  /** Which faults and workloads run on it. */
+  readonly faults: readonly Fault[];
+  readonly workloads: readonly Workload[];
+  /** Why believed overlaps are expected here (a documented limitation); they are counted, not failed. */
+  readonly overlapsExpected?: string;
 }
-const stores: Record<string, Store> = {
-  etcd: { cluster: 'etcd-cluster', backend: (url) => etcdBackend({ url }), fence: (url) => etcdFence({ url }) },
-  zookeeper: { cluster: 'zookeeper-ensemble', backend: (url) => zookeeperBackend({ url }), fence: (url) => zookeeperFence({ url }) },
-};
 
 /** A fault: what is done, and how it ends (the heal). `proxy` stands in front of the last worker only. */
 interface Fault {
@@ -43,7 +50,7 @@ interface Fault {
 let hit = 0; // the member a fault hit, for its heal
 const faults: Fault[] = [
   {
-    name: 'leader killed (SIGKILL), started again 3 s later',
+    name: 'leader (primary) killed (SIGKILL), started again 3 s later',
     inject: async (c) => {
       hit = await c.leader();
       await c.node(hit, 'kill');
@@ -52,7 +59,7 @@ const faults: Fault[] = [
     heal: async (c) => void (await c.node(hit, 'start')),
   },
   {
-    name: 'leader paused (SIGSTOP) for 5 s, past every lease',
+    name: 'leader (primary) paused (SIGSTOP) for 5 s, past every lease',
     inject: async (c) => {
       hit = await c.leader();
       await c.node(hit, 'pause');
@@ -89,7 +96,7 @@ interface Workload {
   take(i: number): Pick<WorkerOptions, 'take' | 'mode'>;
 }
 const workloads: Workload[] = [
-  { name: 'mutex, fenced register in the same store', model: { kind: 'mutex' }, fenced: true, take: () => ({}) },
+  { name: 'mutex, fenced register', model: { kind: 'mutex' }, fenced: true, take: () => ({}) },
   {
     name: 'semaphore of 2',
     model: { kind: 'semaphore', limit: 2 },
@@ -106,6 +113,43 @@ const workloads: Workload[] = [
         : { take: (l: Locker, k: string, t: number) => l.readWriteLock(k).write({ timeoutMs: t }) },
   },
 ];
+
+const [killed, paused, rolling, cutOff] = faults as [Fault, Fault, Fault, Fault];
+const [mutex] = workloads as [Workload];
+const sentinelUrl = clusterUrl('redis-sentinel');
+/** A Redis backend through the Sentinels, its data nodes reached through `proxied` where given. */
+const sentinelBackend = (more: { syncReplicas?: number }) => (url: string, proxied?: Record<string, { host: string; port: number }>) =>
+  redisBackend({ url, sentinel: 'deadbolt', ...more, ...(proxied ? { sentinelOptions: { natMap: proxied } } : {}) });
+const stores: Record<string, Store> = {
+  etcd: { cluster: 'etcd-cluster', backend: (url) => etcdBackend({ url }), fence: (url) => etcdFence({ url }), faults, workloads },
+  zookeeper: {
+    cluster: 'zookeeper-ensemble',
+    backend: (url) => zookeeperBackend({ url }),
+    fence: (url) => zookeeperFence({ url }),
+    faults,
+    workloads,
+  },
+  // The fenced register lives in PostgreSQL: a Redis fence would lose its highest token in the
+  // same failover that loses the lock.
+  'redis sentinel': {
+    cluster: 'redis-sentinel',
+    backend: sentinelBackend({}),
+    fence: () => postgresFence({ url: matrixUrl('postgres') }),
+    faults: [killed, paused, cutOff],
+    // The mutex alone: the families run the same scripts on the same primary, which the
+    // single-server suites cover; what differs here is the failover.
+    workloads: [mutex],
+    overlapsExpected: 'replication is asynchronous: a grant the promoted replica had not received is lost in the failover',
+  },
+  'redis sentinel, syncReplicas 1': {
+    cluster: 'redis-sentinel',
+    backend: sentinelBackend({ syncReplicas: 1 }),
+    fence: () => postgresFence({ url: matrixUrl('postgres') }),
+    faults: [killed, paused],
+    workloads: [mutex],
+  },
+};
+void rolling;
 
 interface Row {
   store: string;
@@ -124,12 +168,32 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
   const cluster = new Cluster(store.cluster);
   await cluster.allHealthy();
   const url = clusterUrl(store.cluster);
-  const ports = await Promise.all(cluster.members.map((n) => cluster.port(n)));
-  const proxy = await FaultProxy.start(ports.map((port) => ({ host: '127.0.0.1', port })));
-  const viaProxy = url.replace(/\/\/[^/]+/, `//${proxy.addresses.map((a) => `${a.host}:${a.port}`).join(',')}`);
+  // The proxy fronts every address the client dials: the members, and for Redis the Sentinels too
+  // (the data nodes the Sentinels name are mapped onto the proxy with ioredis's natMap).
+  const dialed = url
+    .replace(/^[a-z]+:\/\//, '')
+    .split(',')
+    .map((h) => Number(h.split(':')[1]));
+  const members = await Promise.all(cluster.members.map((n) => cluster.port(n)));
+  const sentinels = store.cluster === 'redis-sentinel' ? dialed : [];
+  const targets = [...sentinels, ...members];
+  const proxy = await FaultProxy.start(targets.map((port) => ({ host: '127.0.0.1', port })));
+  const through = proxy.addresses;
+  const viaProxy = url.replace(
+    /\/\/[^/]+/,
+    `//${through
+      .slice(0, sentinels.length || members.length)
+      .map((a) => `${a.host}:${a.port}`)
+      .join(',')}`,
+  );
+  const natMap = Object.fromEntries(members.map((port, i) => [`127.0.0.1:${port}`, through[sentinels.length + i]!]));
   const recorder = new HistoryRecorder();
   const key = `cluster/${storeName}/${Math.random().toString(36).slice(2)}`;
-  const lockers = [0, 1, 2, 3].map((i) => createLocker(store.backend(i === 3 ? viaProxy : url), { ttlMs: TTL_MS }));
+  const lockers = [0, 1, 2, 3].map((i) =>
+    createLocker(i === 3 ? store.backend(viaProxy, sentinels.length ? natMap : undefined) : store.backend(url), {
+      ttlMs: TTL_MS,
+    }),
+  );
   const fence = workload.fenced ? store.fence(url) : undefined;
   const stop = new AbortController();
   try {
@@ -153,6 +217,9 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
     stop.abort();
     await Promise.all(workers);
     const check = checkHistory(recorder.events, { model: () => workload.model, livenessGraceMs: 4000 });
+    // To read a run's history: DEADBOLT_HISTORY_DIR=/some/dir (one JSON file per scenario).
+    const keep = process.env['DEADBOLT_HISTORY_DIR'];
+    if (keep) writeFileSync(`${keep}/${`${storeName} ${fault.name} ${workload.name}`.replace(/[^\w]+/g, '-')}.json`, json(recorder.events));
     const grantsAfterHeal = recorder.events.filter((e) => e.op === 'acquire' && e.type === 'ok' && e.time > healTime).length;
     const refused = recorder.events.filter((e) => e.op === 'write' && e.code === 'STALE_TOKEN').length;
     return { store: storeName, fault: fault.name, workload: workload.name, check, grantsAfterHeal, refused };
@@ -187,8 +254,15 @@ afterAll(() => {
     '|---|---|---|---|---|---|---|---|---|---|---|',
     ...rows.map(
       (r) =>
-        `| ${r.store} | ${r.fault} | ${r.workload} | ${r.check.holds} | ${r.grantsAfterHeal} | ${r.check.overlaps.length} | ${r.check.staleWrites.length} | ${r.workload.startsWith('mutex') ? r.refused : 'n/a'} | ${r.check.tokenAnomalies.length} | ${r.check.neverGranted.length} | ${Math.round(r.check.longestUnavailableMs)} |`,
+        `| ${r.store} | ${r.fault} | ${r.workload} | ${r.check.holds} | ${r.grantsAfterHeal} | ${r.check.overlaps.length} | ${r.check.staleWrites.length} | ${r.workload.includes('fenced') ? r.refused : 'n/a'} | ${r.check.tokenAnomalies.length} | ${r.check.neverGranted.length} | ${Math.round(r.check.longestUnavailableMs)} |`,
     ),
+    '',
+    ...Object.entries(stores)
+      .filter(([, store]) => store.overlapsExpected)
+      .map(
+        ([name, store]) =>
+          `Believed overlaps on ${name} are expected (and counted, not failed): ${store.overlapsExpected}. The fence refuses the stale writes they would make.`,
+      ),
     '',
   ];
   writeFileSync(new URL('clusters.md', dir), lines.join('\n'));
@@ -198,15 +272,123 @@ afterAll(() => {
   );
 });
 
+/**
+ * Redis with Sentinel, the failover that loses a grant, staged step by step: the primary stops
+ * replicating (its replica stopped and the link cut), grants the key to A, and dies; the replica
+ * takes over without A's grant and grants the key to B while A still holds it. The fence (in
+ * PostgreSQL) takes B's write and refuses A's. With syncReplicas 1 the grant to A is refused
+ * instead (no replica acknowledged it), and nobody holds the key twice.
+ */
+async function lostGrant(syncReplicas: 0 | 1): Promise<Row> {
+  const cluster = new Cluster('redis-sentinel');
+  await cluster.allHealthy();
+  const backend = () => redisBackend({ url: sentinelUrl, sentinel: 'deadbolt', syncReplicas });
+  // A long ttl: A renews 10 s after its grant, long after the failover, so it is still sure it holds.
+  const [a, b] = [createLocker(backend(), { ttlMs: 30_000 }), createLocker(backend(), { ttlMs: 30_000 })];
+  const fence = postgresFence({ url: matrixUrl('postgres') });
+  const recorder = new HistoryRecorder();
+  const [wa, wb] = [recorder.worker('a'), recorder.worker('b')];
+  const key = `cluster/redis-sentinel/lost-grant/${Math.random().toString(36).slice(2)}`;
+  const write = async (w: typeof wa, token: bigint, value: string) => {
+    w.held(key, token);
+    const sent = w.invoke('write', key, { token, resource: key });
+    await fence.write(key, token, value).then(
+      () => w.complete(sent, 'write', key, 'ok', { token, resource: key }),
+      (error: { code?: string }) => w.complete(sent, 'write', key, 'fail', { token, resource: key, code: error.code ?? '' }),
+    );
+  };
+  const primary = await cluster.leader();
+  const replica = cluster.members.find((n) => n !== primary)!;
+  try {
+    await (await a.lock(`${key}/warm`)).release(); // both connected before the fault
+    await (await b.lock(`${key}/warm`)).release();
+    await cluster.node(replica, 'pause');
+    // The primary drops the link to its stopped replica: what it grants now, the replica never sees
+    // (a stopped replica alone would still read it from its socket once resumed).
+    await promisify(execFile)('redis-cli', ['-p', String(await cluster.port(primary)), 'client', 'kill', 'type', 'replica']);
+    const asked = wa.invoke('acquire', key);
+    const held = await a.lock(key, { timeoutMs: 3000 }).catch((error: { code?: string }) => {
+      wa.complete(asked, 'acquire', key, 'fail', { code: error.code ?? '' });
+      return undefined;
+    });
+    if (held) {
+      wa.complete(asked, 'acquire', key, 'ok', { token: held.token });
+      await write(wa, held.token, 'a');
+    }
+    await cluster.node(primary, 'kill');
+    await cluster.node(replica, 'resume');
+    // B asks once the Sentinels name the replica.
+    for (let i = 0; i < 100 && (await cluster.leader().catch(() => primary)) === primary; i++) await sleep(100);
+    const takeB = async () => {
+      const bAsked = wb.invoke('acquire', key);
+      return b.lock(key, { timeoutMs: 10_000 }).then(
+        (lock) => (wb.complete(bAsked, 'acquire', key, 'ok', { token: lock.token }), lock),
+        // With syncReplicas, the new primary has no replica yet: no grant can be acknowledged.
+        (error: { code?: string }) => void wb.complete(bAsked, 'acquire', key, 'fail', { code: error.code ?? '' }),
+      );
+    };
+    let got = await takeB();
+    if (got) await write(wb, got.token, 'b');
+    // A has not been told (its next renewal is due 10 s after its grant): it writes again.
+    if (held?.held) await write(wa, held.token, 'a again');
+    else if (held) wa.lost(key, held.token);
+    await cluster.node(primary, 'start');
+    recorder.add({ process: '', op: 'heal', type: 'info', key });
+    await cluster.allHealthy();
+    got ??= await takeB();
+    if (!got) throw new Error('B was not granted the key after the heal');
+    await write(wb, got.token, 'b again');
+    const released = wb.invoke('release', key, { token: got.token });
+    await got.release();
+    wb.complete(released, 'release', key, 'ok', { token: got.token });
+    if (held) await held.release().catch(() => undefined);
+    const check = checkHistory(recorder.events);
+    const refused = recorder.events.filter((e) => e.op === 'write' && e.code === 'STALE_TOKEN').length;
+    return {
+      store: syncReplicas ? 'redis sentinel, syncReplicas 1' : 'redis sentinel',
+      fault: 'a grant the replica never got (link cut), then the primary killed: failover',
+      workload: 'two clients, one key, fenced register in PostgreSQL',
+      check,
+      grantsAfterHeal: 1,
+      refused,
+    };
+  } finally {
+    await cluster.node(replica, 'resume').catch(() => undefined);
+    for (const n of cluster.members) await cluster.node(n, 'start').catch(() => undefined);
+    await Promise.allSettled([a.close(), b.close(), fence.close()]);
+  }
+}
+
+describe('cluster fault: redis sentinel, a lost grant', () => {
+  it("cluster fault: redis sentinel, without syncReplicas: two holders at once after the failover; the fence refuses the old holder's write", async () => {
+    const row = await lostGrant(0);
+    rows.push(row);
+    expect(row.check.overlaps.length, 'the known Redis failover window, measured').toBeGreaterThan(0);
+    expect(row.refused, "the old holder's write after the new holder's").toBe(1);
+    expect(row.check.staleWrites).toEqual([]);
+    expect(row.check.tokenAnomalies).toEqual([]);
+  }, 120_000);
+
+  it('cluster fault: redis sentinel, syncReplicas 1: the grant nobody replicated is refused, so nobody holds twice', async () => {
+    const row = await lostGrant(1);
+    rows.push(row);
+    expect(row.check.overlaps).toEqual([]);
+    // A's grant was refused, and B's first ask too (the new primary had no replica until the heal).
+    expect(row.check.holds, 'only the grant after the heal').toBe(1);
+    expect(row.check.staleWrites).toEqual([]);
+  }, 120_000);
+});
+
 for (const storeName of Object.keys(stores)) {
+  const store = stores[storeName]!;
   describe(`cluster fault: ${storeName}`, () => {
-    for (const fault of faults) {
-      for (const workload of workloads) {
+    for (const fault of store.faults) {
+      for (const workload of store.workloads) {
         it(`cluster fault: ${storeName}, ${fault.name}, ${workload.name}`, async () => {
           const row = await scenario(storeName, fault, workload);
           rows.push(row);
           const { check } = row;
-          expect(check.overlaps, json(check.overlaps.slice(0, 3))).toEqual([]);
+          if (!store.overlapsExpected) expect(check.overlaps, json(check.overlaps.slice(0, 3))).toEqual([]);
           expect(check.staleWrites, json(check.staleWrites)).toEqual([]);
           expect(check.wrongRefusals, json(check.wrongRefusals)).toEqual([]);
           expect(check.tokenAnomalies, json(check.tokenAnomalies.slice(0, 3))).toEqual([]);

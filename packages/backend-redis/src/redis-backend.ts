@@ -39,6 +39,18 @@ export interface RedisBackendOptions {
   /** More ioredis `Cluster` options with `cluster` (e.g. `natMap` for nodes behind NAT). */
   clusterOptions?: Omit<ClusterOptions, 'redisOptions'>;
   /**
+   * Redis with Sentinel: the name of the primary the Sentinels watch (`sentinel monitor <name> …`);
+   * `url` then lists the Sentinels (`redis://[user:pass@]sentinel1:26379,sentinel2:26379`, the
+   * credentials the primary's; a Sentinel without a port is on 26379). The client asks them for
+   * the primary, and again after a failover. Replication is asynchronous: a grant the old primary
+   * had not passed on is lost in a failover, and two clients can hold the key until the first
+   * one's next renewal (see `syncReplicas`, and the README's "What survives what"). Not with
+   * `cluster`.
+   */
+  sentinel?: string;
+  /** More ioredis options with `sentinel` (e.g. `natMap` for nodes behind NAT, `sentinelPassword`). */
+  sentinelOptions?: Omit<RedisOptions, 'sentinels' | 'name'>;
+  /**
    * Replica sync (opt-in): after every grant and renewal, `WAIT` until this many replicas have
    * the write, so a failover to one of them keeps the lock. A shortfall within `syncTimeoutMs`
    * fails the call: an acquisition is released and rejects with `BackendError` (cause: how many
@@ -93,6 +105,8 @@ export const redisOptionRules = {
   client: instance((v): v is Redis | Cluster => v instanceof Redis || v instanceof Cluster, 'an ioredis Redis or Cluster client'),
   cluster: flag,
   clusterOptions: settings as Rule<Omit<ClusterOptions, 'redisOptions'>>,
+  sentinel: text(/^[\w.-]{1,100}$/, "a Sentinel master name (letters, digits, '.', '_', '-')", ['', 'a b', 'x'.repeat(101)]),
+  sentinelOptions: settings as Rule<Omit<RedisOptions, 'sentinels' | 'name'>>,
   syncReplicas: count(0, 100),
   syncTimeoutMs: count(1, MAX_TIMER_MS), // WAIT takes whole ms
   restartGuardMs: count(0, MAX_TIMER_MS),
@@ -120,6 +134,8 @@ export function openRedis(
     connectTimeout: number;
     commandTimeout: number;
     clusterOptions?: Omit<ClusterOptions, 'redisOptions'> | undefined;
+    sentinel?: string | undefined;
+    sentinelOptions?: Omit<RedisOptions, 'sentinels' | 'name'> | undefined;
   },
 ): Redis | Cluster {
   const connection: RedisOptions = {
@@ -138,7 +154,20 @@ export function openRedis(
     lazyConnect: false,
   };
   let client: Redis | Cluster;
-  if (o.cluster) {
+  if (o.sentinel !== undefined) {
+    if (o.cluster) throw new InvalidArgumentError('sentinel and cluster exclude each other');
+    client = new Redis({
+      ...connection,
+      ...o.sentinelOptions,
+      sentinels: url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? 26379 })),
+      name: o.sentinel,
+      ...(url.username ? { username: url.username } : {}),
+      ...(url.password ? { password: url.password } : {}),
+      // A Sentinel announcing a new primary moves the connection at once, rather than after the old
+      // primary (a replica now, or gone) has refused or dropped a command.
+      failoverDetector: true,
+    });
+  } else if (o.cluster) {
     const auth = { ...(url.username ? { username: url.username } : {}), ...(url.password ? { password: url.password } : {}) };
     client = new Cluster(
       url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? 6379 })),
@@ -188,7 +217,20 @@ export class RedisBackend implements LockBackend<RedisLease> {
     // The guard's keys have no hash tag: beside a lock's keys in one script, they would cross slots.
     if (restartGuardMs > 0 && cluster) throw new InvalidArgumentError('restartGuardMs does not work with a Redis Cluster client');
     const store = urlOrClient(options, 'redisBackend', 'redis://host:port');
-    this.client = store.client ?? openRedis(store.url, { cluster, connectTimeout, commandTimeout, clusterOptions: options.clusterOptions });
+    if (options.sentinel !== undefined && store.client)
+      throw new InvalidArgumentError('sentinel goes with url (the Sentinels); a client of yours is already connected');
+    if (options.sentinelOptions !== undefined && options.sentinel === undefined)
+      throw new InvalidArgumentError('sentinelOptions needs sentinel');
+    this.client =
+      store.client ??
+      openRedis(store.url, {
+        cluster,
+        connectTimeout,
+        commandTimeout,
+        clusterOptions: options.clusterOptions,
+        sentinel: options.sentinel,
+        sentinelOptions: options.sentinelOptions,
+      });
     this.#ownsClient = !store.client;
     const fifo = options.fifo ?? true;
     this.#acquiring = new InFlight(this.name, commandTimeout);

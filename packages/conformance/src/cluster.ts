@@ -11,36 +11,48 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 /** The cluster profiles. */
-export type ClusterName = 'etcd-cluster' | 'zookeeper-ensemble';
+export type ClusterName = 'etcd-cluster' | 'zookeeper-ensemble' | 'redis-sentinel';
 
 const lib = fileURLToPath(new URL('../../../test-matrix/lib.sh', import.meta.url));
 const run = promisify(execFile);
 
-/** The URL of a cluster profile (every member); `DEADBOLT_<NAME>_URL` overrides it. */
+const URLS: Record<ClusterName, string> = {
+  'etcd-cluster': 'etcd://127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793',
+  'zookeeper-ensemble': 'zookeeper://127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813',
+  // The Sentinels; the primary they watch is named `deadbolt`.
+  'redis-sentinel': 'redis://127.0.0.1:26480,127.0.0.1:26481,127.0.0.1:26482',
+};
+
+/** The URL of a cluster profile (every member, or the Sentinels); `DEADBOLT_<NAME>_URL` overrides it. */
 export function clusterUrl(name: ClusterName): string {
-  const own = process.env[`DEADBOLT_${name.toUpperCase().replaceAll('-', '_')}_URL`];
-  if (own) return own;
-  return name === 'etcd-cluster'
-    ? 'etcd://127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793'
-    : 'zookeeper://127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813';
+  return process.env[`DEADBOLT_${name.toUpperCase().replaceAll('-', '_')}_URL`] ?? URLS[name];
 }
 
-/** One member's answer to ZooKeeper's `srvr` four-letter command, or '' when it does not answer within 2 s. */
-function srvr(port: number): Promise<string> {
+/**
+ * What a server at `port` answers to `request` (sent as is): all it sends until it closes, or
+ * until `complete` says the answer is whole; what came within 2 s if neither happens.
+ */
+function ask(port: number, request: string, complete: (text: string) => boolean = () => false): Promise<string> {
   return new Promise((resolve) => {
     let text = '';
-    const socket = connect(port, '127.0.0.1', () => socket.end('srvr'));
+    const socket = connect(port, '127.0.0.1', () => socket.write(request));
     const done = () => (clearTimeout(timer), socket.destroy(), resolve(text));
     const timer = setTimeout(done, 2000);
-    socket.on('data', (chunk) => (text += chunk.toString()));
+    socket.on('data', (chunk) => {
+      text += chunk.toString();
+      if (complete(text)) done();
+    });
     socket.on('close', done);
     socket.on('error', done);
   });
 }
 
 export class Cluster {
-  readonly members = [1, 2, 3];
-  constructor(readonly name: ClusterName) {}
+  /** The members a fault can hit: three, or a Sentinel deployment's two data nodes. */
+  readonly members: number[];
+  constructor(readonly name: ClusterName) {
+    this.members = name === 'redis-sentinel' ? [1, 2] : [1, 2, 3];
+  }
 
   /** `lib.sh node <name> <n> <action>`; its output. @throws when the action fails. */
   async node(n: number, action: 'kill' | 'stop' | 'pause' | 'resume' | 'start' | 'port' | 'health'): Promise<string> {
@@ -52,7 +64,7 @@ export class Cluster {
     return Number(await this.node(n, 'port'));
   }
 
-  /** Whether member `n` answers as part of a working cluster. */
+  /** Whether member `n` answers as part of a working cluster (0: whether the whole cluster is whole). */
   healthy(n: number): Promise<boolean> {
     return this.node(n, 'health').then(
       () => true,
@@ -60,24 +72,41 @@ export class Cluster {
     );
   }
 
-  /** Resolves once every member answers (or rejects after `ms`). */
+  /**
+   * Resolves once the cluster is whole again, by test-matrix's own health check (every member in
+   * it; for Redis with Sentinel the replica attached and every Sentinel knowing the others), or
+   * rejects after `ms`.
+   */
   async allHealthy(ms = 60_000): Promise<void> {
     const deadline = performance.now() + ms;
-    for (;;) {
-      const states = await Promise.all(this.members.map((n) => this.healthy(n)));
-      if (states.every(Boolean)) return;
-      if (performance.now() > deadline)
-        throw new Error(`${this.name}: members ${states.map((ok, i) => (ok ? '' : i + 1)).join(' ')} not healthy after ${ms} ms`);
+    while (!(await this.healthy(0))) {
+      if (performance.now() > deadline) throw new Error(`${this.name}: not whole after ${ms} ms`);
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
   }
 
-  /** The member that leads now (etcd's raft leader, ZooKeeper's leader), asking each in turn. @throws when none says. */
+  /**
+   * The member that leads now (etcd's raft leader, ZooKeeper's leader, the primary the Sentinels
+   * name), asking each in turn. @throws when none says.
+   */
   async leader(): Promise<number> {
+    if (this.name === 'redis-sentinel') {
+      for (const sentinel of [26480, 26481, 26482]) {
+        // `*2 $9 127.0.0.1 $4 6481`, each line ended by CRLF (or `*-1` when it knows no primary).
+        const answer = await ask(
+          sentinel,
+          'SENTINEL get-master-addr-by-name deadbolt\r\n',
+          (t) => t.startsWith('*-1') || t.split('\r\n').length > 5,
+        );
+        const primary = /(\d+)\r\n$/.exec(answer)?.[1];
+        for (const n of this.members) if (primary && (await this.port(n)) === Number(primary)) return n;
+      }
+      throw new Error('redis-sentinel: no Sentinel names a primary');
+    }
     for (const n of this.members) {
       const port = await this.port(n);
       if (this.name === 'zookeeper-ensemble') {
-        if (/^Mode: leader/m.test(await srvr(port))) return n;
+        if (/^Mode: leader/m.test(await ask(port, 'srvr'))) return n;
         continue;
       }
       const answer = await fetch(`http://127.0.0.1:${port}/v3/maintenance/status`, {

@@ -16,6 +16,10 @@ export interface WorkerOptions {
   readonly resource?: { readonly name: string; readonly target: Resource };
   /** How long each hold lasts, in ms. */
   readonly holdMs: number;
+  /** Checks (and writes) per hold, spread over it. Default 2. */
+  readonly steps?: number;
+  /** A pause after each hold before the next acquire (a worker with other things to do). Default 0. */
+  readonly restMs?: number;
   /** Each acquire's timeout. */
   readonly timeoutMs: number;
   /** The worker stops taking the key once this aborts. */
@@ -53,7 +57,8 @@ export async function runWorker(worker: HistoryWorker, locker: Locker, options: 
       continue;
     }
     worker.complete(asked, 'acquire', key, 'ok', { token: lock.token, ...(options.mode ? { mode: options.mode } : {}) });
-    for (let i = 0; i < 2; i++) {
+    const steps = options.steps ?? 2;
+    for (let i = 0; i < steps; i++) {
       // Check, then act: a paused worker finds its loss here when it runs again.
       if (!lock.held) break;
       worker.held(key, lock.token);
@@ -65,7 +70,7 @@ export async function runWorker(worker: HistoryWorker, locker: Locker, options: 
             worker.complete(sent, 'write', key, failure(error), { token: lock.token, resource: resource.name, code: codeOf(error) }),
         );
       }
-      await sleep(holdMs / 2);
+      await sleep(holdMs / steps);
     }
     if (!lock.held) {
       worker.lost(key, lock.token);
@@ -77,5 +82,6 @@ export async function runWorker(worker: HistoryWorker, locker: Locker, options: 
       () => worker.complete(released, 'release', key, 'ok', { token: lock.token }),
       (error: unknown) => worker.complete(released, 'release', key, failure(error), { token: lock.token, code: codeOf(error) }),
     );
+    if (options.restMs) await sleep(options.restMs);
   }
 }
