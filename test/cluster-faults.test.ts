@@ -344,12 +344,14 @@ async function lostGrant(syncReplicas: 0 | 1): Promise<Row> {
     if (held) await held.release().catch(() => undefined);
     const check = checkHistory(recorder.events);
     const refused = recorder.events.filter((e) => e.op === 'write' && e.code === 'STALE_TOKEN').length;
+    const healTime = recorder.events.find((e) => e.op === 'heal')!.time;
+    const grantsAfterHeal = recorder.events.filter((e) => e.op === 'acquire' && e.type === 'ok' && e.time > healTime).length;
     return {
       store: syncReplicas ? 'redis sentinel, syncReplicas 1' : 'redis sentinel',
       fault: 'a grant the replica never got (link cut), then the primary killed: failover',
       workload: 'two clients, one key, fenced register in PostgreSQL',
       check,
-      grantsAfterHeal: 1,
+      grantsAfterHeal,
       refused,
     };
   } finally {
