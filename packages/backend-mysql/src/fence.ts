@@ -9,6 +9,7 @@ import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue } f
 import {
   checkFencedWrite,
   checkFenceToken,
+  fencedTransaction,
   checkResource,
   ms,
   noAnswer,
@@ -149,26 +150,15 @@ export class MysqlFence implements Fence {
   async transaction<T>(resource: string, token: bigint, fn: (tx: PoolConnection) => Promise<T>): Promise<T> {
     checkFenceToken(resource, token);
     await this.#table.run();
-    const tx = await this.#store.connection().catch((error: unknown) => {
-      throw this.#store.error('connect', error);
-    });
-    const step = (statement: string) =>
-      this.#store.on(tx, statement, []).catch((error: unknown) => {
-        throw this.#store.error('fenced transaction', error);
-      });
-    let broken: unknown;
-    try {
-      await step('START TRANSACTION');
-      await this.guard(tx, resource, token);
-      const value = await fn(tx);
-      await step('COMMIT');
-      return value;
-    } catch (error) {
-      await step('ROLLBACK').catch((rollback: unknown) => (broken = rollback));
-      throw error;
-    } finally {
-      this.#store.giveBack(tx, broken);
-    }
+    return fencedTransaction(
+      this.#store,
+      {
+        begin: 'START TRANSACTION',
+        guard: (tx) => this.guard(tx, resource, token),
+        release: (on, broken) => this.#store.giveBack(on, broken),
+      },
+      fn,
+    );
   }
 
   async read(resource: string): Promise<FencedValue | null> {

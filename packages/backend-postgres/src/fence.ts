@@ -8,6 +8,7 @@ import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue } f
 import {
   checkFencedWrite,
   checkFenceToken,
+  fencedTransaction,
   checkResource,
   ms,
   noAnswer,
@@ -133,27 +134,15 @@ export class PostgresFence implements Fence {
   async transaction<T>(resource: string, token: bigint, fn: (tx: PoolClient) => Promise<T>): Promise<T> {
     checkFenceToken(resource, token);
     await this.#table.run();
-    const tx = await this.#store.connection().catch((error: unknown) => {
-      throw this.#store.error('connect', error);
-    });
-    const step = (statement: string) =>
-      this.#store.on(tx, statement, []).catch((error: unknown) => {
-        throw this.#store.error('fenced transaction', error);
-      });
-    let broken: Error | undefined;
-    try {
-      await step('BEGIN');
-      await this.guard(tx, resource, token);
-      const value = await fn(tx);
-      await step('COMMIT');
-      return value;
-    } catch (error) {
-      // A connection that cannot roll back is not given back for reuse.
-      await step('ROLLBACK').catch((rollback: unknown) => (broken = rollback as Error));
-      throw error;
-    } finally {
-      tx.release(broken);
-    }
+    return fencedTransaction(
+      this.#store,
+      {
+        begin: 'BEGIN',
+        guard: (tx) => this.guard(tx, resource, token),
+        release: (on, broken) => on.release(broken === undefined ? undefined : (broken as Error)),
+      },
+      fn,
+    );
   }
 
   async read(resource: string): Promise<FencedValue | null> {

@@ -4,7 +4,7 @@
 // error helpers, key checks, waiting, polling, timers.
 export { fullCapabilities, type AcquireRequest, type Lease, type SharedRequest } from './backend.js';
 export { backendFailure, keepSecret, noAnswer } from './errors.js';
-export { checkFencedWrite, checkFenceToken, checkResource } from './fence.js';
+export { checkFencedWrite, checkFenceToken, checkResource, fencedTransaction, type SqlConnections } from './fence.js';
 export { grantable } from './shared.js';
 export { validateKey, validateKeys, validateTtl } from './validate.js';
 export {

@@ -74,6 +74,48 @@ export function checkResource(resource: unknown): asserts resource is string {
   }
 }
 
+/** The part of a SQL store a fence's transaction uses: a connection, one statement on it, typed errors. */
+export interface SqlConnections<C> {
+  connection(): Promise<C>;
+  /** One statement on `tx`; the driver's error when it fails. */
+  on(tx: C, statement: string, params: unknown[]): Promise<unknown>;
+  /** The typed error (`BackendUnavailableError` / `BackendError`) for a driver's. */
+  error(operation: string, error: unknown): Error;
+}
+
+/**
+ * `fn(tx)` in one transaction of its own (a connection from `store`) after the fence's `guard`:
+ * committed when it resolves, rolled back when it or the guard throws; the connection is given
+ * back by `release`, as broken when even the rollback failed.
+ * @throws what the guard or `fn` threw (unchanged), or the typed error of a failed BEGIN / COMMIT.
+ */
+export async function fencedTransaction<C, T>(
+  store: SqlConnections<C>,
+  steps: { readonly begin: string; guard(tx: C): Promise<void>; release(tx: C, broken?: unknown): void },
+  fn: (tx: C) => Promise<T>,
+): Promise<T> {
+  const tx = await store.connection().catch((error: unknown) => {
+    throw store.error('connect', error);
+  });
+  const run = (statement: string) =>
+    store.on(tx, statement, []).catch((error: unknown) => {
+      throw store.error('fenced transaction', error);
+    });
+  let broken: unknown;
+  try {
+    await run(steps.begin);
+    await steps.guard(tx);
+    const value = await fn(tx);
+    await run('COMMIT');
+    return value;
+  } catch (error) {
+    await run('ROLLBACK').catch((rollback: unknown) => (broken = rollback));
+    throw error;
+  } finally {
+    steps.release(tx, broken);
+  }
+}
+
 /**
  * A fence in this process's memory: for tests, and for resources that live in this process.
  * Never fails but on bad input.
