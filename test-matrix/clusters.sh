@@ -66,7 +66,10 @@ zookeeper-ensemble_version() { zookeeper-ensemble_health && echo "ZooKeeper ense
 # own or was started twice), else the one recorded when it was started (a paused member still listens).
 member_pid() {
   local pid; pid=$(listener_pid "$("${1}_member_port" "$2")")
-  if [ -n "$pid" ]; then echo "$pid" > "$STATE/$1/$2/member.pid"; echo "$pid"; else cat "$STATE/$1/$2/member.pid" 2>/dev/null; fi
+  if [ -n "$pid" ]; then
+    [ -d "$STATE/$1/$2" ] && echo "$pid" > "$STATE/$1/$2/member.pid" # not for a cluster another checkout started
+    echo "$pid"
+  else cat "$STATE/$1/$2/member.pid" 2>/dev/null; fi
 }
 
 # Whether this checkout started the cluster that answers: every member's pid is one of ours.
