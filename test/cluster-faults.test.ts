@@ -9,6 +9,7 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { createLocker, type Fence, type LockBackend, type Locker } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import { FaultProxy, matrixUrl } from '@deadbolt/conformance';
 import { Cluster, clusterUrl, type ClusterName } from '@deadbolt/conformance/cluster';
 import {
@@ -26,7 +27,6 @@ import { zookeeperBackend, zookeeperFence } from '@deadbolt/zookeeper';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const TTL_MS = 3000;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface Store {
   readonly cluster: ClusterName;

@@ -187,14 +187,13 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     } else {
       const url = given.url;
       if (url.path) keyspace = keyspaceRule.check(url.path, "the url's keyspace");
-      const contactPoints = url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`));
       this.client = openCassandra(url, {
         localDataCenter: options.localDataCenter,
         connectTimeout: options.connectTimeoutMs ?? 2000,
         commandTimeout,
       });
       this.#ownsClient = true;
-      this.#schemaScope = contactPoints.join(',');
+      this.#schemaScope = contactPointsOf(url).join(',');
     }
     this.keyspace = keyspace;
     this.#replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
@@ -289,6 +288,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 }
 
+/** `url`'s hosts as the driver's contact points (`host` or `host:port`); joined, they name a cluster for the schema check. */
+export function contactPointsOf(url: StoreUrl): string[] {
+  return url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`));
+}
+
 /**
  * A client for `url`'s contact points, made as every client deadbolt makes: bounded connects and
  * requests, a connection that leaves a request unanswered replaced, quick reconnects.
@@ -298,7 +302,7 @@ export function openCassandra(
   o: { localDataCenter?: string | undefined; connectTimeout: number; commandTimeout: number },
 ): Client {
   const client = new cassandra.Client({
-    contactPoints: url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`)),
+    contactPoints: contactPointsOf(url),
     localDataCenter: o.localDataCenter ?? 'datacenter1',
     ...(url.username === undefined ? {} : { authProvider: new cassandra.auth.PlainTextAuthProvider(url.username, url.password ?? '') }),
     // A connection that leaves one request unanswered for the request timeout is closed and

@@ -4,9 +4,9 @@
 // back to the update. Reads are at the serial consistency, so they see every write the
 // transactions decided.
 import { BackendError, StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
-import { checkFencedWrite, checkResource, ms, Once, readOptions, text, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { checkFencedWrite, checkResource, ms, Once, readOptions, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import cassandra, { type Client } from 'cassandra-driver';
-import { cassandraOptionRules, keyspaceRule, openCassandra } from './cassandra-backend.js';
+import { cassandraOptionRules, contactPointsOf, keyspaceRule, openCassandra } from './cassandra-backend.js';
 import { ensureSchema } from './schema.js';
 import { CassandraStore } from './store.js';
 
@@ -33,7 +33,7 @@ export const cassandraFenceOptionRules = {
   client: cassandraOptionRules.client,
   keyspace: keyspaceRule,
   replication: cassandraOptionRules.replication,
-  localDataCenter: text(/^[\w.-]{1,100}$/, 'a data center name'),
+  localDataCenter: cassandraOptionRules.localDataCenter,
   connectTimeoutMs: ms(),
   commandTimeoutMs: ms(),
 } satisfies Rules<CassandraFenceOptions>;
@@ -75,7 +75,7 @@ export class CassandraFence implements Fence {
       poll: { minDelayMs: 2, maxDelayMs: 50 },
       commandTimeoutMs: commandTimeout,
     });
-    const scope = given.client ?? given.url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`)).join(',');
+    const scope = given.client ?? contactPointsOf(given.url).join(',');
     const replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
     this.#ready = new Once(async () => {
       try {

@@ -3,7 +3,7 @@
 // and the write. Tokens are compared as decimal text (length first), exactly at any size: a Lua
 // number would round above 2^53.
 import { StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
-import { checkFencedWrite, checkResource, flag, ms, readOptions, text, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { checkFencedWrite, checkResource, flag, ms, readOptions, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import type { Cluster, Redis } from 'ioredis';
 import { openRedis, redisOptionRules } from './redis-backend.js';
 import { RedisStore, Script } from './store.js';
@@ -28,7 +28,7 @@ export const redisFenceOptionRules = {
   url: url(['redis', 'rediss']),
   client: redisOptionRules.client,
   cluster: flag,
-  prefix: text(/^[^{}]*$/, 'a string without { or }', ['{x}', 'a{']),
+  prefix: redisOptionRules.prefix,
   connectTimeoutMs: ms(),
   commandTimeoutMs: ms(),
 } satisfies Rules<RedisFenceOptions>;

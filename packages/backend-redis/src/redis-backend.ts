@@ -154,25 +154,27 @@ export function openRedis(
     lazyConnect: false,
   };
   let client: Redis | Cluster;
+  const nodes = (defaultPort: number) =>
+    url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? defaultPort }));
+  const auth = { ...(url.username ? { username: url.username } : {}), ...(url.password ? { password: url.password } : {}) };
   if (o.sentinel !== undefined) {
     if (o.cluster) throw new InvalidArgumentError('sentinel and cluster exclude each other');
     client = new Redis({
       ...connection,
       ...o.sentinelOptions,
-      sentinels: url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? 26379 })),
+      sentinels: nodes(26379),
       name: o.sentinel,
-      ...(url.username ? { username: url.username } : {}),
-      ...(url.password ? { password: url.password } : {}),
+      ...auth,
       // A Sentinel announcing a new primary moves the connection at once, rather than after the old
       // primary (a replica now, or gone) has refused or dropped a command.
       failoverDetector: true,
     });
   } else if (o.cluster) {
-    const auth = { ...(url.username ? { username: url.username } : {}), ...(url.password ? { password: url.password } : {}) };
-    client = new Cluster(
-      url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? 6379 })),
-      { slotsRefreshTimeout: o.connectTimeout, ...o.clusterOptions, redisOptions: { ...connection, ...auth } },
-    );
+    client = new Cluster(nodes(6379), {
+      slotsRefreshTimeout: o.connectTimeout,
+      ...o.clusterOptions,
+      redisOptions: { ...connection, ...auth },
+    });
   } else {
     if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one Redis server (several only with cluster: true)');
     client = new Redis(url.href, connection);

@@ -5,6 +5,7 @@
  * check the history. Pure TypeScript without the test runner.
  */
 import type { Fence, Lock, Locker } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
 import type { HistoryWorker } from './history.js';
 
 /** Where a worker writes while it holds: a store's `Fence`, or anything with the same `write`. */
@@ -38,8 +39,6 @@ const codeOf = (error: unknown): string => String((error as { code?: unknown })?
  * wait, a stale token, bad input), `unknown` when the store may have done it (unavailable).
  */
 const failure = (error: unknown): 'fail' | 'unknown' => (/UNAVAILABLE|BACKEND_ERROR/.test(codeOf(error)) ? 'unknown' : 'fail');
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Runs one worker until `stop` aborts, logging every step. Never throws. */
 export async function runWorker(worker: HistoryWorker, locker: Locker, options: WorkerOptions): Promise<void> {
