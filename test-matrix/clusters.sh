@@ -1,7 +1,75 @@
-# Cluster profiles, sourced by lib.sh: stores of three members on loopback, each member a process
+# Cluster profiles, sourced by lib.sh: stores of three members on loopback (and PgBouncer in front
+# of PostgreSQL), each member a process
 # of its own under .state/<name>/<n>/ with its own pid and log, so a fault run can kill, pause and
-# restart one member (`lib.sh node <name> <n> kill|pause|resume|start|stop|pid`). A fresh cluster at
-# every `up`; a member's `start` keeps its data (a restarted member rejoins).
+# restart one member (`lib.sh node <name> <n> kill|pause|resume|start|stop|pid`), start it with no
+# data (`start-empty`), cut it off from the other members (`partition`, `heal`) or hand the lead to
+# it (`elect`). A fresh cluster at every `up`; a member's `start` keeps its data (a restarted member
+# rejoins).
+
+# --- links between members ---------------------------------------------------------------------
+# Every member talks from 127.0.0.1, so addresses cannot tell members apart on loopback. As root,
+# each member runs as a user of its own (deadbolt-m<n>), and iptables marks every connection one
+# member opens to another's ports when it opens (by the opener's uid and the port it dials). A
+# partition drops the marked connections of one member, both ways, the open ones and the new ones:
+# the member stops hearing its peers without a reset, while clients (another uid) still reach it.
+CUT_CHAIN=DEADBOLT-CUT
+MARK_CHAIN=DEADBOLT-MARK
+cluster_id() { case $1 in etcd-cluster) echo 1;; zookeeper-ensemble) echo 2;; redis-sentinel) echo 3;; pgbouncer) echo 4;; esac; }
+# The mark of connections member $2 of cluster $1 opens to member $3.
+link_mark() { printf '0xdb%d%d%d' "$(cluster_id "$1")" "$2" "$3"; }
+member_user() { echo "deadbolt-m$1"; }
+as_root() { [ "$(id -u)" = 0 ]; }
+member_user_add() { id -u "$(member_user "$1")" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$(member_user "$1")"; }
+# as_member N DIR: sets AS, the command prefix that runs a program as member N's user owning DIR
+# (as root; as anyone else, AS is empty and members run as the caller).
+as_member() {
+  AS=()
+  as_root || return 0
+  local user; user=$(member_user "$1")
+  member_user_add "$1"
+  chown -R "$user:" "$2"
+  AS=(setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups)
+}
+ipt() { iptables -w "$@"; }
+# Our two chains, hooked into OUTPUT once (every loopback packet passes OUTPUT, both directions).
+links_chains() {
+  ipt -t mangle -N $MARK_CHAIN 2>/dev/null || true
+  ipt -t mangle -C OUTPUT -o lo -j $MARK_CHAIN 2>/dev/null || ipt -t mangle -A OUTPUT -o lo -j $MARK_CHAIN
+  ipt -N $CUT_CHAIN 2>/dev/null || true
+  ipt -C OUTPUT -o lo -j $CUT_CHAIN 2>/dev/null || ipt -A OUTPUT -o lo -j $CUT_CHAIN
+}
+# links_mark NAME: mark the connections between NAME's members from now on (before they start).
+links_mark() {
+  as_root || return 0
+  command -v iptables >/dev/null || apt_install iptables
+  links_chains
+  local name=$1 i j p rule
+  for i in $("${name}_uids"); do for j in $("${name}_uids"); do
+    [ "$i" = "$j" ] && continue
+    for p in $("${name}_peer_ports" "$j"); do
+      rule=(-p tcp --dport "$p" -m owner --uid-owner "$(member_user "$i")" -m conntrack --ctstate NEW
+        -j CONNMARK --set-mark "$(link_mark "$name" "$i" "$j")")
+      member_user_add "$i"
+      ipt -t mangle -C $MARK_CHAIN "${rule[@]}" 2>/dev/null || ipt -t mangle -A $MARK_CHAIN "${rule[@]}"
+    done
+  done; done
+}
+# links_cut NAME N add|del: drop (or stop dropping) the connections between member N and the others.
+links_cut() {
+  local name=$1 n=$2 op=$3 j mark
+  as_root || die "partitions need root (iptables, and a user per member)"
+  links_chains
+  for j in $("${name}_uids"); do
+    [ "$j" = "$n" ] && continue
+    for mark in "$(link_mark "$name" "$n" "$j")" "$(link_mark "$name" "$j" "$n")"; do
+      if [ "$op" = add ]; then ipt -C $CUT_CHAIN -m connmark --mark "$mark" -j DROP 2>/dev/null || ipt -A $CUT_CHAIN -m connmark --mark "$mark" -j DROP
+      else while ipt -D $CUT_CHAIN -m connmark --mark "$mark" -j DROP 2>/dev/null; do :; done; fi
+    done
+  done
+}
+links_heal_all() { as_root && command -v iptables >/dev/null || return 0; local n; for n in $("${1}_uids"); do links_cut "$1" "$n" del; done; }
+# Whether member N runs as its own user (as root): only then can its links be cut.
+member_owner_ok() { ! as_root || [ "$(stat -c %U "/proc/$2" 2>/dev/null)" = "$(member_user "$1")" ]; }
 
 # --- etcd-cluster: three members, clients on 23791-23793, peers on 23801-23803 -----------------
 ETCDC_CLIENT=(23791 23792 23793)
@@ -10,11 +78,14 @@ etcdc_initial() { local i s=''; for i in 1 2 3; do s+="${s:+,}m$i=http://127.0.0
 etcd-cluster_member_health() { curl -sf --max-time 2 "http://127.0.0.1:${ETCDC_CLIENT[$(($1-1))]}/health" | grep -q '"health":"true"'; }
 etcd-cluster_health() { local i; for i in 1 2 3; do etcd-cluster_member_health "$i" || return 1; done; }
 etcd-cluster_install() { etcd_install; }
+etcd-cluster_uids() { echo 1 2 3; }
+etcd-cluster_peer_ports() { echo "${ETCDC_PEER[$(($1-1))]}"; }
 etcd-cluster_member_start() {
   local i=$1 dir="$STATE/etcd-cluster/$1" state=existing
   mkdir -p "$dir"
   [ -d "$dir/data/member" ] || state=new
-  setsid etcd --name "m$i" --data-dir "$dir/data" \
+  as_member "$i" "$dir"
+  setsid "${AS[@]}" etcd --name "m$i" --data-dir "$dir/data" \
     --listen-client-urls "http://127.0.0.1:${ETCDC_CLIENT[$((i-1))]}" --advertise-client-urls "http://127.0.0.1:${ETCDC_CLIENT[$((i-1))]}" \
     --listen-peer-urls "http://127.0.0.1:${ETCDC_PEER[$((i-1))]}" --initial-advertise-peer-urls "http://127.0.0.1:${ETCDC_PEER[$((i-1))]}" \
     --initial-cluster "$(etcdc_initial)" --initial-cluster-state "$state" --initial-cluster-token deadbolt-cluster \
@@ -23,10 +94,31 @@ etcd-cluster_member_start() {
 }
 etcd-cluster_start() {
   rm -rf "$STATE"/etcd-cluster/[123]
+  links_mark etcd-cluster; links_heal_all etcd-cluster
   local i; for i in 1 2 3; do etcd-cluster_member_start "$i"; done
   cp "$STATE/etcd-cluster/1/member.pid" "$STATE/etcd-cluster/etcd-cluster.pid"
 }
 etcd-cluster_member_port() { echo "${ETCDC_CLIENT[$(($1-1))]}"; }
+# An etcd member's data is its identity in the cluster: one started empty must be removed and added
+# again (etcdctl member remove/add), which is an operator's procedure, not a fault.
+etcd-cluster_member_wipe() { die "etcd-cluster: a member cannot restart empty (it must be removed and added again)"; }
+etcdc_post() { curl -sf --max-time 2 -X POST "http://127.0.0.1:${ETCDC_CLIENT[$(($1-1))]}$2" -d "$3"; }
+etcdc_field() { sed -n "s/.*\"$1\":\"\([0-9]*\)\".*/\1/p"; }
+# Hand the lead to member N (etcd's move-leader, sent to the leader).
+etcd-cluster_elect() {
+  local target i status id
+  target=$(etcdc_post "$1" /v3/maintenance/status '{}' | etcdc_field member_id)
+  [ -n "$target" ] || die "etcd-cluster: member $1 does not answer"
+  for i in 1 2 3; do
+    status=$(etcdc_post "$i" /v3/maintenance/status '{}') || continue
+    id=$(etcdc_field member_id <<<"$status")
+    [ -n "$id" ] && [ "$id" = "$(etcdc_field leader <<<"$status")" ] || continue
+    [ "$id" = "$target" ] && return 0
+    etcdc_post "$i" /v3/maintenance/transfer-leadership "{\"targetID\":\"$target\"}" >/dev/null && return 0
+    die "etcd-cluster: the leader refused to hand the lead to member $1"
+  done
+  die "etcd-cluster: no member leads"
+}
 etcd-cluster_stop() { local i; for i in 1 2 3; do member_signal etcd-cluster "$i" TERM; stop_pid "$(listener_pid "${ETCDC_CLIENT[$((i-1))]}")"; done; }
 etcd-cluster_version() { etcd-cluster_health && echo "etcd cluster of 3 ($(curl -sf --max-time 2 "http://127.0.0.1:${ETCDC_CLIENT[0]}/version" | sed -n 's/.*"etcdserver":"\([^"]*\)".*/etcd \1/p'))"; }
 
@@ -36,6 +128,8 @@ zke_cmd() { exec 3<>"/dev/tcp/127.0.0.1/$1" && printf '%s' "$2" >&3 && timeout 2
 zookeeper-ensemble_member_health() { zke_cmd "${ZKE_CLIENT[$(($1-1))]}" srvr 2>/dev/null | grep -qE '^Mode: (leader|follower)'; }
 zookeeper-ensemble_health() { local i; for i in 1 2 3; do zookeeper-ensemble_member_health "$i" || return 1; done; }
 zookeeper-ensemble_install() { zookeeper_install; }
+zookeeper-ensemble_uids() { echo 1 2 3; }
+zookeeper-ensemble_peer_ports() { echo $((28880 + $1)) $((38880 + $1)); }
 zookeeper-ensemble_member_start() {
   local i=$1 dir="$STATE/zookeeper-ensemble/$1"
   mkdir -p "$dir/data"
@@ -47,17 +141,22 @@ zookeeper-ensemble_member_start() {
     echo '4lw.commands.whitelist=srvr,ruok,mntr'
     local n; for n in 1 2 3; do echo "server.$n=127.0.0.1:$((28880 + n)):$((38880 + n))"; done
   } > "$dir/zoo.cfg"
-  setsid java -Xmx192m -Dzookeeper.admin.enableServer=false -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+  as_member "$i" "$dir"
+  setsid "${AS[@]}" java -Xmx192m -Dzookeeper.admin.enableServer=false -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
     -cp "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
     >>"$dir/zookeeper.log" 2>&1 </dev/null &
   echo $! > "$dir/member.pid"
 }
 zookeeper-ensemble_start() {
   rm -rf "$STATE"/zookeeper-ensemble/[123]
+  links_mark zookeeper-ensemble; links_heal_all zookeeper-ensemble
   local i; for i in 1 2 3; do zookeeper-ensemble_member_start "$i"; done
   cp "$STATE/zookeeper-ensemble/1/member.pid" "$STATE/zookeeper-ensemble/zookeeper-ensemble.pid"
 }
 zookeeper-ensemble_member_port() { echo "${ZKE_CLIENT[$(($1-1))]}"; }
+# Started empty, a server keeps only its id and catches up from the leader.
+zookeeper-ensemble_member_wipe() { rm -rf "$STATE/zookeeper-ensemble/$1/data/version-2"; }
+zookeeper-ensemble_elect() { die "zookeeper-ensemble: ZooKeeper cannot hand its lead over; restart the leader instead"; }
 zookeeper-ensemble_stop() { local i; for i in 1 2 3; do member_signal zookeeper-ensemble "$i" TERM; stop_pid "$(listener_pid "${ZKE_CLIENT[$((i-1))]}")"; done; }
 zookeeper-ensemble_version() { zookeeper-ensemble_health && echo "ZooKeeper ensemble of 3 ($(zke_cmd "${ZKE_CLIENT[0]}" srvr 2>/dev/null | sed -n 's/^Zookeeper version: \([^-,]*\).*/ZooKeeper \1/p'))"; }
 
@@ -77,6 +176,7 @@ cluster_reusable() {
   [ -f "$STATE/$1/owned" ] || return 1
   local n pid; for n in 1 2 3; do
     pid=$(cat "$STATE/$1/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "$("${1}_member_port" "$n")")" = "$pid" ] || return 1
+    member_owner_ok "$n" "$pid" || return 1
   done
 }
 etcd-cluster_reusable() { cluster_reusable etcd-cluster; }
@@ -93,7 +193,9 @@ member_signal() {
   esac
 }
 
-# node NAME N ACTION: kill (-9) | stop (TERM) | pause (SIGSTOP) | resume (SIGCONT) | start | pid | port | health (N 0: all)
+# node NAME N ACTION: kill (-9) | stop (TERM) | pause (SIGSTOP) | resume (SIGCONT) | start |
+# start-empty (a stopped member, its data gone) | partition | heal (its links to the other members)
+# | elect (hand it the lead) | pid | port | health (N 0: the whole cluster)
 node_cmd() {
   local name=$1 n=$2 action=$3 pid
   declare -F "${name}_member_start" >/dev/null || die "$name has no members"
@@ -109,10 +211,18 @@ node_cmd() {
       # Started when its port is taken (a process that just died may still hold it for a moment).
       local i; for i in $(seq 1 100); do [ -n "$(listener_pid "$("${name}_member_port" "$n")")" ] && return 0; sleep 0.1; done
       die "$name member $n did not start (see its log)";;
+    start-empty)
+      pid=$(member_pid "$name" "$n" || true)
+      if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then die "$name member $n is running; stop or kill it first"; fi
+      "${name}_member_wipe" "$n"
+      node_cmd "$name" "$n" start;;
+    partition) links_cut "$name" "$n" add;;
+    heal) links_cut "$name" "$n" del;;
+    elect) "${name}_elect" "$n";;
     pid) member_pid "$name" "$n";;
     port) "${name}_member_port" "$n";;
     health) if [ "$n" = 0 ]; then "${name}_health"; else "${name}_member_health" "$n"; fi;; # 0: the whole cluster
-    *) die "node actions: kill stop pause resume start pid port health";;
+    *) die "node actions: kill stop pause resume start start-empty partition heal elect pid port health";;
   esac
 }
 
@@ -137,6 +247,16 @@ redis-sentinel_health() {
   done
 }
 redis-sentinel_install() { redis_install; }
+# Users: the data nodes 1 and 2, and 3 for the three Sentinels (cut off together or not at all).
+redis-sentinel_uids() { echo 1 2 3; }
+redis-sentinel_peer_ports() { if [ "$1" = 3 ]; then echo "${RSENT_SENTINELS[@]}"; else redis-sentinel_member_port "$1"; fi; }
+# Nothing to wipe: the data nodes keep nothing on disk, so every start is an empty one.
+redis-sentinel_member_wipe() { :; }
+# A failover the Sentinels run at once (the replica, member N, promoted).
+redis-sentinel_elect() {
+  [ "$(redis-sentinel_primary)" = "$(redis-sentinel_member_port "$1")" ] && return 0
+  [ "$(rsent_cli "${RSENT_SENTINELS[0]}" sentinel failover deadbolt)" = OK ] || die "redis-sentinel: the Sentinels refused a failover"
+}
 redis-sentinel_member_start() {
   local i=$1 port=${RSENT_DATA[$(($1-1))]} dir="$STATE/redis-sentinel/$1"
   mkdir -p "$dir"
@@ -146,13 +266,15 @@ redis-sentinel_member_start() {
   local args=() primary=''
   if [ ! -f "$dir/started" ]; then [ "$i" = 2 ] && args=(--replicaof 127.0.0.1 "${RSENT_DATA[0]}")
   else primary=$(redis-sentinel_primary || true); [ -n "$primary" ] && [ "$primary" != "$port" ] && args=(--replicaof 127.0.0.1 "$primary"); fi
-  redis-server --daemonize no --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$dir" "${args[@]}" \
+  as_member "$i" "$dir"
+  setsid "${AS[@]}" redis-server --daemonize no --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$dir" "${args[@]}" \
     >>"$dir/redis.log" 2>&1 </dev/null &
   echo $! > "$dir/member.pid"
   touch "$dir/started"
 }
 redis-sentinel_start() {
   rm -rf "$STATE"/redis-sentinel/[12] "$STATE"/redis-sentinel/s*
+  links_mark redis-sentinel; links_heal_all redis-sentinel
   redis-sentinel_member_start 1
   local i; for i in $(seq 1 50); do redis_ping "${RSENT_DATA[0]}" && break; sleep 0.1; done
   redis-sentinel_member_start 2
@@ -161,7 +283,8 @@ redis-sentinel_start() {
     printf '%s\n' "port $s" 'bind 127.0.0.1' "dir $dir" \
       "sentinel monitor deadbolt 127.0.0.1 ${RSENT_DATA[0]} 2" 'sentinel down-after-milliseconds deadbolt 1000' \
       'sentinel failover-timeout deadbolt 3000' 'sentinel parallel-syncs deadbolt 1' > "$dir/sentinel.conf"
-    redis-server "$dir/sentinel.conf" --sentinel --daemonize yes --pidfile "$dir/sentinel.pid" --logfile "$dir/sentinel.log"
+    as_member 3 "$dir"
+    "${AS[@]}" redis-server "$dir/sentinel.conf" --sentinel --daemonize yes --pidfile "$dir/sentinel.pid" --logfile "$dir/sentinel.log"
   done
   cp "$STATE/redis-sentinel/1/member.pid" "$STATE/redis-sentinel/redis-sentinel.pid"
 }
@@ -170,6 +293,53 @@ redis-sentinel_stop() {
 }
 redis-sentinel_reusable() {
   [ -f "$STATE/redis-sentinel/owned" ] || return 1
-  local n pid; for n in 1 2; do pid=$(cat "$STATE/redis-sentinel/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "${RSENT_DATA[$((n-1))]}")" = "$pid" ] || return 1; done
+  local n pid; for n in 1 2; do
+    pid=$(cat "$STATE/redis-sentinel/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "${RSENT_DATA[$((n-1))]}")" = "$pid" ] || return 1
+    member_owner_ok "$n" "$pid" || return 1
+  done
 }
 redis-sentinel_version() { redis-sentinel_health && echo "Redis primary + replica + 3 Sentinels ($(redis_version))"; }
+
+# --- pgbouncer: PgBouncer (6432) in front of the postgres profile's server -------------------------
+# Two databases of one PgBouncer, both PostgreSQL's `postgres`: deadbolt_tx pools by transaction
+# (a client's statements run on whichever server session is free), deadbolt_session by session (a
+# client keeps one server session until it disconnects). Member 1 is PgBouncer; "member" 2 stands
+# for the PostgreSQL server only so that `partition 1` can cut PgBouncer off from it.
+PGB_PORT=6432
+pgb_cli() { psql -h 127.0.0.1 -p $PGB_PORT -U postgres -X -q -tA -d "$1" -c "$2"; }
+pgbouncer_member_port() { echo $PGB_PORT; }
+pgbouncer_member_health() { [ "$(pgb_cli deadbolt_tx 'SELECT 1' 2>/dev/null)" = 1 ] && [ "$(pgb_cli deadbolt_session 'SELECT 1' 2>/dev/null)" = 1 ]; }
+pgbouncer_health() { pgbouncer_member_health 1; }
+pgbouncer_install() { command -v pgbouncer >/dev/null || apt_install pgbouncer; postgres_install; }
+pgbouncer_uids() { echo 1 2; }
+pgbouncer_peer_ports() { if [ "$1" = 2 ]; then echo $PG_PORT; else echo $PGB_PORT; fi; }
+pgbouncer_member_wipe() { :; } # it keeps nothing
+pgbouncer_elect() { die "pgbouncer: one PgBouncer, nothing to elect"; }
+pgbouncer_member_start() {
+  local dir="$STATE/pgbouncer/1" db="host=127.0.0.1 port=$PG_PORT dbname=postgres user=postgres"
+  mkdir -p "$dir"
+  # auth_type any: PgBouncer logs in as the database entry's user (PostgreSQL trusts loopback here).
+  # Session pooling holds a server session per client, so its pool is as large as the suites need.
+  printf '%s\n' '[databases]' "deadbolt_tx = $db pool_mode=transaction" "deadbolt_session = $db pool_mode=session pool_size=200" \
+    '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $PGB_PORT" 'unix_socket_dir =' 'auth_type = any' \
+    'pool_mode = transaction' 'default_pool_size = 20' 'max_client_conn = 2000' 'max_db_connections = 300' \
+    'server_reset_query = DISCARD ALL' 'ignore_startup_parameters = extra_float_digits,options' 'admin_users = postgres' \
+    "logfile = $dir/pgbouncer.log" > "$dir/pgbouncer.ini"
+  # PgBouncer will not run as root.
+  as_member 1 "$dir"
+  [ ${#AS[@]} -gt 0 ] || ! as_root || AS=(setpriv --reuid=postgres --regid=postgres --init-groups)
+  setsid "${AS[@]}" pgbouncer "$dir/pgbouncer.ini" >>"$dir/stdout.log" 2>&1 </dev/null &
+  echo $! > "$dir/member.pid"
+}
+pgbouncer_start() {
+  rm -rf "$STATE/pgbouncer/1"
+  links_mark pgbouncer; links_heal_all pgbouncer
+  pgbouncer_member_start 1
+  cp "$STATE/pgbouncer/1/member.pid" "$STATE/pgbouncer/pgbouncer.pid"
+}
+pgbouncer_stop() { member_signal pgbouncer 1 TERM; stop_pid "$(listener_pid $PGB_PORT)"; }
+pgbouncer_reusable() {
+  [ -f "$STATE/pgbouncer/owned" ] || return 1
+  local pid; pid=$(cat "$STATE/pgbouncer/1/member.pid" 2>/dev/null) && [ "$(listener_pid $PGB_PORT)" = "$pid" ] && member_owner_ok 1 "$pid"
+}
+pgbouncer_version() { pgbouncer_health && echo "$(pgbouncer --version | head -n1) in front of $(postgres_version)"; }

@@ -3,14 +3,14 @@
 #   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name> | apt <pkg...>
 #          | node <name> <n> kill|stop|pause|resume|start|pid|port|health   (a cluster's member n)
 # Names: redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock
-# etcd-cluster zookeeper-ensemble redis-sentinel (clusters.sh). Everything we start keeps its data, logs and pid
+# etcd-cluster zookeeper-ensemble redis-sentinel pgbouncer (clusters.sh). Everything we start keeps its data, logs and pid
 # under test-matrix/.state/<name>/. A server already answering is reused and never stopped by
 # `down` (only servers `up` started carry the .state/<name>/owned marker).
 set -euo pipefail
 
 TM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="$TM_DIR/.state"
-ALL=(redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock etcd-cluster zookeeper-ensemble redis-sentinel)
+ALL=(redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock etcd-cluster zookeeper-ensemble redis-sentinel pgbouncer)
 CASSANDRA_VERSION=5.0.9
 
 log() { printf '[test-matrix] %s\n' "$*" >&2; }
@@ -308,6 +308,7 @@ url_of() {
     etcd-cluster) echo "${DEADBOLT_ETCD_CLUSTER_URL:-etcd://127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793}";;
     zookeeper-ensemble) echo "${DEADBOLT_ZOOKEEPER_ENSEMBLE_URL:-zookeeper://127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813}";;
     redis-sentinel) echo "${DEADBOLT_REDIS_SENTINEL_URL:-redis://127.0.0.1:26480,127.0.0.1:26481,127.0.0.1:26482}";; # Sentinels; master name deadbolt
+    pgbouncer) echo "${DEADBOLT_PGBOUNCER_URL:-postgres://postgres@127.0.0.1:6432/deadbolt_tx}";; # and /deadbolt_session
     *) die "unknown server $1 (known: ${ALL[*]})";;
   esac
 }
@@ -371,7 +372,7 @@ restart_one() {
   if [ ! -f "$STATE/$name/owned" ] && declare -F "${name}_prepare" >/dev/null; then "${name}_prepare"; fi
 }
 
-port_of() { case $1 in redis-sentinel) echo 6480;; etcd-cluster) echo 23791;; zookeeper-ensemble) echo 21811;; redis-redlock) echo 6391;; redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
+port_of() { case $1 in pgbouncer) echo 6432;; redis-sentinel) echo 6480;; etcd-cluster) echo 23791;; zookeeper-ensemble) echo 21811;; redis-redlock) echo 6391;; redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
 
 names_or_all() { if [ $# -gt 0 ]; then echo "$@"; elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then echo "${DEADBOLT_BACKENDS//,/ }"; else echo "${ALL[@]}"; fi; }
 

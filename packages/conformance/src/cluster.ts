@@ -1,17 +1,18 @@
 /**
  * The clusters test-matrix runs (`test-matrix/clusters.sh`: three members each, on loopback) and
- * the faults a run stages on them: a member killed with SIGKILL and started again, paused with
- * SIGSTOP and resumed, stopped and restarted in turn (a rolling restart), and the leader found so
- * that the fault lands where it hurts. A client's own partition comes from a `FaultProxy` in front
- * of every member. Pure TypeScript without the test runner.
+ * the faults a run stages on them: a member killed with SIGKILL and started again (with its data or
+ * without), paused with SIGSTOP and resumed, stopped and restarted in turn (a rolling restart), cut
+ * off from the other members while clients still reach it, or handed the lead; and the leader found
+ * so that the fault lands where it hurts. A client's own partition comes from a `FaultProxy` in
+ * front of every member. Pure TypeScript without the test runner.
  */
 import { execFile } from 'node:child_process';
 import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-/** The cluster profiles. */
-export type ClusterName = 'etcd-cluster' | 'zookeeper-ensemble' | 'redis-sentinel';
+/** The cluster profiles (and PgBouncer, a profile of one member in front of PostgreSQL). */
+export type ClusterName = 'etcd-cluster' | 'zookeeper-ensemble' | 'redis-sentinel' | 'pgbouncer';
 
 const lib = fileURLToPath(new URL('../../../test-matrix/lib.sh', import.meta.url));
 const run = promisify(execFile);
@@ -21,6 +22,8 @@ const URLS: Record<ClusterName, string> = {
   'zookeeper-ensemble': 'zookeeper://127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813',
   // The Sentinels; the primary they watch is named `deadbolt`.
   'redis-sentinel': 'redis://127.0.0.1:26480,127.0.0.1:26481,127.0.0.1:26482',
+  // Pooling by transaction; `/deadbolt_session` pools by session.
+  pgbouncer: 'postgres://postgres@127.0.0.1:6432/deadbolt_tx',
 };
 
 /** The URL of a cluster profile (every member, or the Sentinels); `DEADBOLT_<NAME>_URL` overrides it. */
@@ -47,15 +50,33 @@ function ask(port: number, request: string, complete: (text: string) => boolean 
   });
 }
 
+/** What `Cluster.node` can do to a member. */
+export type MemberAction =
+  | 'kill'
+  | 'stop'
+  | 'pause'
+  | 'resume'
+  | 'start'
+  | 'start-empty'
+  | 'partition'
+  | 'heal'
+  | 'elect'
+  | 'port'
+  | 'health';
+
 export class Cluster {
-  /** The members a fault can hit: three, or a Sentinel deployment's two data nodes. */
+  /** The members a fault can hit: three, a Sentinel deployment's two data nodes, or PgBouncer. */
   readonly members: number[];
   constructor(readonly name: ClusterName) {
-    this.members = name === 'redis-sentinel' ? [1, 2] : [1, 2, 3];
+    this.members = name === 'redis-sentinel' ? [1, 2] : name === 'pgbouncer' ? [1] : [1, 2, 3];
   }
 
-  /** `lib.sh node <name> <n> <action>`; its output. @throws when the action fails. */
-  async node(n: number, action: 'kill' | 'stop' | 'pause' | 'resume' | 'start' | 'port' | 'health'): Promise<string> {
+  /**
+   * `lib.sh node <name> <n> <action>`; its output. `start-empty` starts a stopped member with no
+   * data, `partition` / `heal` cut and restore its links to the other members (root only), `elect`
+   * hands it the lead (etcd, Sentinel). @throws when the action fails or the store cannot do it.
+   */
+  async node(n: number, action: MemberAction): Promise<string> {
     return (await run('bash', [lib, 'node', this.name, String(n), action], { timeout: 60_000 })).stdout.trim();
   }
 
@@ -87,9 +108,10 @@ export class Cluster {
 
   /**
    * The member that leads now (etcd's raft leader, ZooKeeper's leader, the primary the Sentinels
-   * name), asking each in turn. @throws when none says.
+   * name, PgBouncer itself), asking each in turn. @throws when none says.
    */
   async leader(): Promise<number> {
+    if (this.name === 'pgbouncer') return 1;
     if (this.name === 'redis-sentinel') {
       for (const sentinel of [26480, 26481, 26482]) {
         // `*2 $9 127.0.0.1 $4 6481`, each line ended by CRLF (or `*-1` when it knows no primary).

@@ -5,7 +5,16 @@ import type { Address } from './fault-proxy.js';
 
 /** The servers test-matrix runs. */
 export type MatrixServer =
-  'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra' | 'redis-cluster' | 'redis-replica' | 'redis-redlock';
+  | 'redis'
+  | 'mysql'
+  | 'postgres'
+  | 'zookeeper'
+  | 'etcd'
+  | 'cassandra'
+  | 'redis-cluster'
+  | 'redis-replica'
+  | 'redis-redlock'
+  | 'pgbouncer';
 
 const DEFAULT_URLS: Record<MatrixServer, string> = {
   redis: 'redis://127.0.0.1:6379',
@@ -19,6 +28,8 @@ const DEFAULT_URLS: Record<MatrixServer, string> = {
   'redis-replica': 'redis://127.0.0.1:6380',
   // The first of five independent Redis nodes on consecutive ports (Redlock).
   'redis-redlock': 'redis://127.0.0.1:6391',
+  // PgBouncer in front of `postgres`, pooling by transaction; `/deadbolt_session` pools by session.
+  pgbouncer: 'postgres://postgres@127.0.0.1:6432/deadbolt_tx',
 };
 
 const matrixDir = fileURLToPath(new URL('../../../test-matrix/', import.meta.url));
