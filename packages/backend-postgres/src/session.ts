@@ -4,9 +4,9 @@
 // supplies the fencing counter and the lock-delay marker. Core's `SessionLocks` runs the lock's
 // life; this says what each step is on PostgreSQL.
 import { BackendError } from '@deadbolt/core';
-import { AGAIN, type AcquireRequest, type SessionDialect, type SessionLease } from '@deadbolt/core/backend';
+import { AGAIN, Once, type AcquireRequest, type SessionDialect, type SessionLease } from '@deadbolt/core/backend';
 import type { PoolClient } from 'pg';
-import { PostgresStore, processId } from './store.js';
+import { PostgresStore } from './store.js';
 
 /** A held session lock: its connection, and the advisory lock's id. */
 export type PostgresSessionLease = SessionLease<PoolClient, number>;
@@ -30,12 +30,38 @@ export class PostgresSessions implements SessionDialect<PoolClient, number> {
     return this.#store.client.idleCount;
   }
 
-  ready(): Promise<void> {
-    return this.#store.tables.run();
+  /** Why session locks cannot work through this backend's connections, once found. */
+  #refused: Error | undefined;
+  readonly #ready = new Once(async () => {
+    await this.#store.tables.run();
+    if (this.#store.pooled && (await this.#store.sharesSessions()))
+      this.#refused = new BackendError(this.name, 'acquire', {
+        cause: new Error(
+          'session mode holds each lock in a server session, and the connection pooler between this client and PostgreSQL ' +
+            '(PgBouncer with pool_mode transaction or statement, or another) shares server sessions between its clients: ' +
+            'a lock would be held for whoever runs on that session next. Use mode "lease" through the pooler, or connect ' +
+            'session mode to PostgreSQL directly or through session pooling',
+        ),
+      });
+  });
+
+  /** The tables, and (behind a pooler) whether it keeps each client on one server session. @throws BackendError when it does not */
+  async ready(): Promise<void> {
+    await this.#ready.run();
+    if (this.#refused) throw this.#refused;
   }
 
-  connect(): Promise<PoolClient> {
-    return this.#store.connection();
+  /** A connection; behind a (session) pooler, its server process is asked now, while it is free to answer. */
+  async connect(): Promise<PoolClient> {
+    const client = await this.#store.connection();
+    if (!this.#store.pooled) return client;
+    try {
+      await this.#store.serverPid(client);
+      return client;
+    } catch (error) {
+      client.release(error instanceof Error ? error : new Error(String(error)));
+      throw error;
+    }
   }
 
   giveBack(client: PoolClient, error?: unknown): void {
@@ -74,18 +100,18 @@ export class PostgresSessions implements SessionDialect<PoolClient, number> {
   }
 
   cancelWait(client: PoolClient): Promise<unknown> {
-    return this.#store.run('cancel', 'SELECT pg_cancel_backend($1)', [processId(client) ?? null]);
+    return this.#store.run('cancel', 'SELECT pg_cancel_backend($1)', [this.#store.pidOf(client) ?? null]);
   }
 
   async waitStranded(client: PoolClient, id: number): Promise<boolean> {
-    const params = [processId(client), this.#store.namespace, id];
+    const params = [this.#store.pidOf(client), this.#store.namespace, id];
     return (await this.#store.run('watch', this.#store.sql.waitStranded, params)).rows[0]?.['stranded'] === true;
   }
 
   abandon(client: PoolClient, id: number): void {
     // A cut connection: the server frees what it held. A silent one it may never see cut, so its
     // session (if it still waits on or holds this lock) is ended from another.
-    const pid = processId(client);
+    const pid = this.#store.pidOf(client);
     PostgresStore.cut(client);
     void this.#store.run('watch', this.#store.sql.endStranded, [pid, this.#store.namespace, id]).catch(() => undefined);
   }

@@ -23,6 +23,17 @@ export class PostgresStore {
   /** Idle connections that sat through a silence are dropped when taken. */
   readonly #stranded = new StrandedConnections<PoolClient>((c) => c);
   /**
+   * Whether a connection pooler (PgBouncer, say) stands between this client and the server, found
+   * on the first connection (undefined until then): a pooler hands each client a process id of its
+   * own making, so the server's `pg_backend_pid()` differs from the one the connection was given.
+   * Behind one, statements go unnamed (a transaction pooler runs each transaction on whichever
+   * server session is free, where a statement prepared on another does not exist) and a
+   * connection's server process is asked of the server.
+   */
+  #pooled: boolean | undefined;
+  /** Server process ids asked of the server, by connection (behind a pooler). */
+  readonly #serverPids = new WeakMap<object, number>();
+  /**
    * Creates the tables and the notify function when something is missing, once per backend. Schema
    * changes take strong locks, so none is made when all exist; and one creator at a time
    * (concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog): the statements and an
@@ -49,6 +60,7 @@ export class PostgresStore {
       Object.entries(queries).map(([k, text]) => [k, text.replace(/\{(\w+)\}/g, (_, name: string) => names[name]!)]),
     ) as Statements;
     this.tables = new Once(async () => {
+      if (this.#pooled === undefined) await this.borrow('connect', (c) => this.serverPid(c));
       const found = await this.run('create table', this.sql.tablesExist, [
         names.locks,
         names.waiters,
@@ -77,12 +89,22 @@ export class PostgresStore {
   }
 
   /** Ends `client`'s socket, so nothing can answer on it any more (ending it politely would wait on the store). */
-  static cut(client: PoolClient): void {
+  static cut(client: pg.Client): void {
     client.connection.stream.destroy();
   }
 
+  /** Whether a pooler stands between this client and the server (see `#pooled`); undefined until the tables were checked. */
+  get pooled(): boolean | undefined {
+    return this.#pooled;
+  }
+
   /** One statement on a pooled connection, bounded by the command timeout. @throws typed errors */
-  async run(operation: string, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
+  run(operation: string, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
+    return this.borrow(operation, (client) => this.on(client, statement, params));
+  }
+
+  /** `fn` on a pooled connection, given back after (destroyed if it failed). @throws typed errors */
+  async borrow<T>(operation: string, fn: (client: PoolClient) => Promise<T>): Promise<T> {
     let client: PoolClient;
     try {
       // A pool whose connections all hang waits here; they are destroyed within a command timeout.
@@ -96,7 +118,7 @@ export class PostgresStore {
       throw this.error(operation, error);
     }
     try {
-      const result = await this.on(client, statement, params);
+      const result = await fn(client);
       client.release();
       return result;
     } catch (error) {
@@ -110,21 +132,69 @@ export class PostgresStore {
    * connection that times out is destroyed: its late answer must never be read as another
    * statement's.
    */
-  async on(client: PoolClient, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
+  async on(client: pg.Client, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
     // With parameters, as a named prepared statement, parsed and planned once per connection
-    // (node-postgres would otherwise parse every one anew); without, as a simple query (the table
-    // creation is several statements).
+    // (node-postgres would otherwise parse every one anew), unless a pooler may move the
+    // connection between server sessions; without, as a simple query (the table creation is
+    // several statements).
     const sentAt = performance.now();
-    const sent = params.length
-      ? client.query({ name: statementName(statement), text: statement, values: params })
-      : client.query(statement);
+    const sent = !params.length
+      ? client.query(statement)
+      : this.#pooled === false
+        ? client.query({ name: statementName(statement), text: statement, values: params })
+        : client.query(statement, params);
     const result = await withTimeout(sent, this.commandTimeoutMs, () => {
       this.#stranded.silent(sentAt);
       PostgresStore.cut(client);
       return noAnswer(this.name, 'statement', this.commandTimeoutMs);
     });
-    this.#stranded.answered(client);
+    if (isPooled(client)) this.#stranded.answered(client);
     return result;
+  }
+
+  /**
+   * The server process behind `client`, asked of the server the first time (and whether a pooler
+   * stands between, the first time of all). Behind a transaction pooler it is only the process of
+   * that one statement. @throws the driver's error
+   */
+  async serverPid(client: pg.Client): Promise<number> {
+    const known = this.#serverPids.get(client);
+    if (known !== undefined) return known;
+    const pid = Number((await this.on(client, 'SELECT pg_backend_pid() AS pid', [])).rows[0]?.['pid']);
+    this.#serverPids.set(client, pid);
+    this.#pooled ??= pid !== processId(client);
+    return pid;
+  }
+
+  /** The server process of `client` as far as known without asking: asked before, or the one it was given. */
+  pidOf(client: object): number | undefined {
+    return this.#serverPids.get(client) ?? processId(client);
+  }
+
+  /**
+   * Behind a pooler: whether it shares server sessions between its clients (transaction or
+   * statement pooling), on two connections of its own. A asks its server's process; B opens a
+   * transaction (which keeps B on one server session) and asks; A asks again. A session pooler
+   * gives each client one server session for the client's life, so A's stays and B's differs. A
+   * transaction pooler hands A's idle session to B (PgBouncer takes the most recently used) or,
+   * with that one taken, moves A to another: either shows. @throws typed errors
+   */
+  async sharesSessions(): Promise<boolean> {
+    const [a, b] = [new pg.Client(this.client.options), new pg.Client(this.client.options)];
+    const pid = async (client: pg.Client) => Number((await this.on(client, 'SELECT pg_backend_pid() AS pid', [])).rows[0]?.['pid']);
+    try {
+      await Promise.all([a.connect(), b.connect()]);
+      const first = await pid(a);
+      await this.on(b, 'BEGIN', []);
+      const other = await pid(b);
+      const again = await pid(a);
+      await this.on(b, 'ROLLBACK', []);
+      return other === first || again !== first;
+    } catch (error) {
+      throw this.error('connect', error);
+    } finally {
+      for (const client of [a, b]) void client.end().catch(() => undefined);
+    }
   }
 
   /** Remembers `client`'s server process among `pids` while it is open. */
@@ -163,3 +233,6 @@ function statementName(text: string): string {
   if (!name) statementNames.set(text, (name = `deadbolt_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`));
   return name;
 }
+
+/** Whether `client` came from the pool (the probe's own connections did not). */
+const isPooled = (client: pg.Client): client is PoolClient => 'release' in client;

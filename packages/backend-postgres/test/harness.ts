@@ -1,4 +1,4 @@
-import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
+import type { Address, ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
 import { PostgresBackend, postgresBackend, postgresOptionRules } from '@deadbolt/postgres';
@@ -7,8 +7,11 @@ import pg from 'pg';
 
 type Mode = 'lease' | 'session';
 
-/** Reads and breaks the lock tables directly. */
-export function postgresHarness(url: string, mode: Mode = 'lease', table = 'deadbolt_locks'): ConformanceHarness {
+/**
+ * Reads and breaks the lock tables directly (at `url`). `pooler`: the backends reach the server
+ * through this PgBouncer database URL instead, so their connections are dropped there.
+ */
+export function postgresHarness(url: string, mode: Mode = 'lease', table = 'deadbolt_locks', pooler?: string): ConformanceHarness {
   const admin = new pg.Pool({ connectionString: url, max: 2 });
   admin.on('error', () => undefined);
   const key = (k: string) => Buffer.from(k, 'utf8');
@@ -23,6 +26,9 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
   };
   const common: Omit<ConformanceHarness, 'inspect' | 'loseClaim'> = {
     async dropConnection(backend: LockBackend) {
+      // Behind PgBouncer the server's sessions are not the client's connections: PgBouncer's own
+      // console drops every client of the database (only this suite's backends use it).
+      if (pooler) return pgbouncerConsole(pooler, (db) => [`KILL ${db}`, `RESUME ${db}`]);
       for (const pid of pids(backend as PostgresBackend))
         await admin.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
     },
@@ -79,21 +85,41 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
   };
 }
 
+/** Commands to the console of the PgBouncer serving database URL `pooler` (its `pgbouncer` database), given the database's name. */
+export async function pgbouncerConsole(pooler: string, commands: (db: string) => string[]): Promise<void> {
+  const at = new URL(pooler);
+  const db = at.pathname.slice(1);
+  at.pathname = '/pgbouncer';
+  const console = new pg.Client({ connectionString: at.href });
+  await console.connect();
+  try {
+    for (const command of commands(db)) await console.query(command);
+  } finally {
+    await console.end();
+  }
+}
+
 /** A pool whose every connection runs in session time zone `zone`, as an application that sets `TimeZone` would. */
 export function poolInTimeZone(url: string, zone: string): pg.Pool {
   return new pg.Pool({ connectionString: url, max: 10, options: `-c TimeZone=${zone}` });
 }
 
-/** The shared suite's options for the test-matrix PostgreSQL. */
-export function postgresSuiteOptions(mode: Mode = 'lease'): ConformanceOptions {
-  const url = matrixUrl('postgres');
+/**
+ * The shared suite's options for the test-matrix PostgreSQL; with `pooler`, for its backends
+ * reaching it through that PgBouncer database URL (the harness still reads the server directly).
+ * Through PgBouncer, the suite leaves out what PgBouncer decides itself: who may log in (it logs in
+ * as its own user) and a connection's time zone (it drops the startup option that sets one).
+ */
+export function postgresSuiteOptions(mode: Mode = 'lease', pooler?: string): ConformanceOptions {
+  const direct = matrixUrl('postgres');
+  const url = pooler ?? direct;
   const child = (options: object = {}) => ({
     module: import.meta.resolve('@deadbolt/postgres'),
     export: 'postgresBackend',
     options: { url, mode, ...options },
   });
   return {
-    name: mode === 'lease' ? 'postgres' : 'postgres (session)',
+    name: (mode === 'lease' ? 'postgres' : 'postgres (session)') + (pooler ? ' via PgBouncer' : ''),
     createBackend: () => postgresBackend({ url, mode }),
     createUnreachableBackend: () => postgresBackend({ url: 'postgres://postgres@127.0.0.1:1/postgres', mode }),
     network: { store: storeAddress(url), createBackend: (via, _all, extra) => postgresBackend({ url: viaUrl(url, via), mode, ...extra }) },
@@ -103,12 +129,16 @@ export function postgresSuiteOptions(mode: Mode = 'lease'): ConformanceOptions {
       valid: (address) => ({ url: viaUrl(url, address), mode }),
     },
     createBackendInOtherNamespace: () => postgresBackend({ url, mode, table: 'deadbolt_other' }),
-    createBackendWithCredentials: (user, password, address) =>
-      postgresBackend({ url: withCredentials(url, user, password, address), mode }),
-    createBackendInTimeZone: (zone) => postgresBackend({ client: poolInTimeZone(url, zone), mode }),
+    ...(pooler
+      ? {}
+      : {
+          createBackendWithCredentials: (user: string, password: string, address: Address) =>
+            postgresBackend({ url: withCredentials(url, user, password, address), mode }),
+          createBackendInTimeZone: (zone: string) => postgresBackend({ client: poolInTimeZone(url, zone), mode }),
+        }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
     fence: { module: import.meta.resolve('@deadbolt/postgres'), export: 'postgresFence', options: { url } },
-    harness: postgresHarness(url, mode),
+    harness: postgresHarness(direct, mode, 'deadbolt_locks', pooler),
   };
 }
