@@ -89,6 +89,7 @@ export class PostgresFence implements Fence {
       read: `SELECT token::text AS token, value FROM ${table} WHERE resource = $1`,
     };
     this.#table = new Once(async () => {
+      await this.#store.findPooler();
       await this.#store.run('create table', this.#sql.create, []);
     });
   }

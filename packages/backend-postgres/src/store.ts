@@ -60,7 +60,7 @@ export class PostgresStore {
       Object.entries(queries).map(([k, text]) => [k, text.replace(/\{(\w+)\}/g, (_, name: string) => names[name]!)]),
     ) as Statements;
     this.tables = new Once(async () => {
-      if (this.#pooled === undefined) await this.borrow('connect', (c) => this.serverPid(c));
+      await this.findPooler();
       const found = await this.run('create table', this.sql.tablesExist, [
         names.locks,
         names.waiters,
@@ -93,9 +93,14 @@ export class PostgresStore {
     client.connection.stream.destroy();
   }
 
-  /** Whether a pooler stands between this client and the server (see `#pooled`); undefined until the tables were checked. */
+  /** Whether a pooler stands between this client and the server (see `#pooled`); undefined until `findPooler`. */
   get pooled(): boolean | undefined {
     return this.#pooled;
+  }
+
+  /** Finds out whether a pooler stands between (once; each user's first step). @throws typed errors */
+  async findPooler(): Promise<void> {
+    if (this.#pooled === undefined) await this.borrow('connect', (c) => this.serverPid(c));
   }
 
   /** One statement on a pooled connection, bounded by the command timeout. @throws typed errors */
