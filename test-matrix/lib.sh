@@ -374,7 +374,13 @@ restart_one() {
 
 port_of() { case $1 in pgbouncer) echo 6432;; redis-sentinel) echo 6480;; etcd-cluster) echo 23791;; zookeeper-ensemble) echo 21811;; redis-redlock) echo 6391;; redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
 
-names_or_all() { if [ $# -gt 0 ]; then echo "$@"; elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then echo "${DEADBOLT_BACKENDS//,/ }"; else echo "${ALL[@]}"; fi; }
+# DEADBOLT_BACKENDS names backends; each brings the profiles its package's tests use.
+profiles_of() { case $1 in redis) echo redis redis-cluster redis-replica redis-redlock;; postgres) echo postgres pgbouncer;; *) echo "$1";; esac; }
+names_or_all() {
+  if [ $# -gt 0 ]; then echo "$@"
+  elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then local b; for b in ${DEADBOLT_BACKENDS//,/ }; do profiles_of "$b"; done | tr '\n' ' '
+  else echo "${ALL[@]}"; fi
+}
 
 main() {
   local cmd=${1:-status}; shift || true
