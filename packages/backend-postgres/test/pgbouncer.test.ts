@@ -20,7 +20,11 @@ describe('postgres behind PgBouncer', () => {
   it('session mode through pooling by transaction: refused, typed, naming the pooler; nothing held', async () => {
     const locker = track(createLocker(postgresBackend({ url: byTransaction, mode: 'session' }), { ttlMs: 3000 }));
     const k = key();
-    const refusal = { code: 'BACKEND_ERROR', name: 'BackendError', cause: expect.objectContaining({ message: expect.stringMatching(/PgBouncer.*transaction/) }) };
+    const refusal = {
+      code: 'BACKEND_ERROR',
+      name: 'BackendError',
+      cause: expect.objectContaining({ message: expect.stringMatching(/PgBouncer.*transaction/) }),
+    };
     await expect(locker.lock(k, { timeoutMs: 2000 })).rejects.toMatchObject(refusal);
     // Found once: the next call is refused the same way without asking again.
     const again = performance.now();

@@ -52,17 +52,7 @@ function ask(port: number, request: string, complete: (text: string) => boolean 
 
 /** What `Cluster.node` can do to a member. */
 export type MemberAction =
-  | 'kill'
-  | 'stop'
-  | 'pause'
-  | 'resume'
-  | 'start'
-  | 'start-empty'
-  | 'partition'
-  | 'heal'
-  | 'elect'
-  | 'port'
-  | 'health';
+  'kill' | 'stop' | 'pause' | 'resume' | 'start' | 'start-empty' | 'partition' | 'heal' | 'elect' | 'port' | 'health';
 
 export class Cluster {
   /** The members a fault can hit: three, a Sentinel deployment's two data nodes, or PgBouncer. */

@@ -5,16 +5,7 @@ import type { Address } from './fault-proxy.js';
 
 /** The servers test-matrix runs. */
 export type MatrixServer =
-  | 'redis'
-  | 'mysql'
-  | 'postgres'
-  | 'zookeeper'
-  | 'etcd'
-  | 'cassandra'
-  | 'redis-cluster'
-  | 'redis-replica'
-  | 'redis-redlock'
-  | 'pgbouncer';
+  'redis' | 'mysql' | 'postgres' | 'zookeeper' | 'etcd' | 'cassandra' | 'redis-cluster' | 'redis-replica' | 'redis-redlock' | 'pgbouncer';
 
 const DEFAULT_URLS: Record<MatrixServer, string> = {
   redis: 'redis://127.0.0.1:6379',
