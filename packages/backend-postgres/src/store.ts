@@ -153,7 +153,7 @@ export class PostgresStore {
       PostgresStore.cut(client);
       return noAnswer(this.name, 'statement', this.commandTimeoutMs);
     });
-    if (isPooled(client)) this.#stranded.answered(client);
+    if (fromPool(client)) this.#stranded.answered(client);
     return result;
   }
 
@@ -188,7 +188,10 @@ export class PostgresStore {
     const [a, b] = [new pg.Client(this.client.options), new pg.Client(this.client.options)];
     const pid = async (client: pg.Client) => Number((await this.on(client, 'SELECT pg_backend_pid() AS pid', [])).rows[0]?.['pid']);
     try {
-      await Promise.all([a.connect(), b.connect()]);
+      // A pool you made yourself may set no connect timeout: the command timeout bounds these.
+      await withTimeout(Promise.all([a.connect(), b.connect()]), this.commandTimeoutMs, () =>
+        noAnswer(this.name, 'connect', this.commandTimeoutMs),
+      );
       const first = await pid(a);
       await this.on(b, 'BEGIN', []);
       const other = await pid(b);
@@ -239,5 +242,5 @@ function statementName(text: string): string {
   return name;
 }
 
-/** Whether `client` came from the pool (the probe's own connections did not). */
-const isPooled = (client: pg.Client): client is PoolClient => 'release' in client;
+/** Whether `client` came from the pool (`sharesSessions`' own connections did not). */
+const fromPool = (client: pg.Client): client is PoolClient => 'release' in client;
