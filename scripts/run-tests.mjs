@@ -48,6 +48,9 @@ const LANES = {
     'packages/backend-mysql/test/mysql.test.ts',
     'packages/backend-postgres/test/postgres.test.ts',
     'packages/backend-postgres/test/pgbouncer.test.ts',
+    'test/migration-rollout.test.ts',
+    'packages/conformance/test/memory.test.ts',
+    'packages/conformance/test/migration-memory.test.ts',
     'packages/backend-postgres/test/fence.test.ts',
     'packages/backend-mysql/test/fence.test.ts',
   ],
@@ -61,14 +64,13 @@ const LANES = {
     'packages/backend-redis/test/redis.test.ts',
     'packages/backend-redis/test/readme.test.ts',
   ],
-  // The cassandra -> redis and mysql -> zookeeper pairs, etcd, ZooKeeper, the rollout, core,
-  // memory, bench, and any file no lane names.
+  // The cassandra -> redis and mysql -> zookeeper pairs, etcd, ZooKeeper, core, bench, and any
+  // file no lane names.
   other: [
     'test/migration-cassandra-redis.test.ts',
     'test/migration-mysql-zookeeper.test.ts',
     'packages/backend-etcd/test/conformance.test.ts',
     'packages/backend-zookeeper/test/conformance.test.ts',
-    'test/migration-rollout.test.ts',
   ],
 };
 

@@ -8,15 +8,18 @@
 
 # --- links between members ---------------------------------------------------------------------
 # Every member talks from 127.0.0.1, so addresses cannot tell members apart on loopback. As root,
-# each member runs as a user of its own (deadbolt-m<n>), and iptables marks every connection one
-# member opens to another's ports when it opens (by the opener's uid and the port it dials). A
-# partition drops the marked connections of one member, both ways, the open ones and the new ones:
-# the member stops hearing its peers without a reset, while clients (another uid) still reach it.
+# each member runs as a user of its own (deadbolt-m<n>). A partition of member N adds iptables rules
+# on loopback output for as long as it lasts: a packet member N sends to another member's ports, or
+# another member sends to N's, marks its connection (by the sender's uid and the port it dials),
+# and every packet of a marked connection is dropped, both ways, on the open connections and new
+# ones. The member stops hearing its peers without a reset, while clients (another uid) still
+# reach it. Outside a partition no rule exists: while any does, the kernel filters and tracks every
+# loopback packet of the machine (measured: it slowed the whole test command).
 CUT_CHAIN=DEADBOLT-CUT
 MARK_CHAIN=DEADBOLT-MARK
 cluster_id() { case $1 in etcd-cluster) echo 1;; zookeeper-ensemble) echo 2;; redis-sentinel) echo 3;; pgbouncer) echo 4;; esac; }
-# The mark of connections member $2 of cluster $1 opens to member $3.
-link_mark() { printf '0xdb%d%d%d' "$(cluster_id "$1")" "$2" "$3"; }
+# The mark of the connections between member $2 of cluster $1 and the others.
+link_mark() { printf '0xdb%d%d' "$(cluster_id "$1")" "$2"; }
 member_user() { echo "deadbolt-m$1"; }
 as_root() { [ "$(id -u)" = 0 ]; }
 member_user_add() { id -u "$(member_user "$1")" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$(member_user "$1")"; }
@@ -31,41 +34,53 @@ as_member() {
   AS=(setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups)
 }
 ipt() { iptables -w "$@"; }
-# Our two chains, hooked into OUTPUT once (every loopback packet passes OUTPUT, both directions).
-links_chains() {
-  ipt -t mangle -N $MARK_CHAIN 2>/dev/null || true
-  ipt -t mangle -C OUTPUT -o lo -j $MARK_CHAIN 2>/dev/null || ipt -t mangle -A OUTPUT -o lo -j $MARK_CHAIN
-  ipt -N $CUT_CHAIN 2>/dev/null || true
-  ipt -C OUTPUT -o lo -j $CUT_CHAIN 2>/dev/null || ipt -A OUTPUT -o lo -j $CUT_CHAIN
-}
-# links_mark NAME: mark the connections between NAME's members from now on (before they start).
-links_mark() {
+# links_prepare NAME: what a partition of NAME's members will need (before they start): a user per
+# member, and iptables.
+links_prepare() {
   as_root || return 0
   command -v iptables >/dev/null || apt_install iptables
-  links_chains
-  local name=$1 i j p rule
-  for i in $("${name}_uids"); do for j in $("${name}_uids"); do
-    [ "$i" = "$j" ] && continue
-    for p in $("${name}_peer_ports" "$j"); do
-      rule=(-p tcp --dport "$p" -m owner --uid-owner "$(member_user "$i")" -m conntrack --ctstate NEW
-        -j CONNMARK --set-mark "$(link_mark "$name" "$i" "$j")")
-      member_user_add "$i"
-      ipt -t mangle -C $MARK_CHAIN "${rule[@]}" 2>/dev/null || ipt -t mangle -A $MARK_CHAIN "${rule[@]}"
-    done
-  done; done
+  local i; for i in $("${1}_uids"); do member_user_add "$i"; done
+  links_heal_all "$1"
+}
+# links_rules NAME N: the mark rules of a partition of member N, one per line: `<uid> <port>` or
+# `<uid> <ip>:<port>` (where members share a port on different addresses).
+links_rules() {
+  local name=$1 n=$2 j p
+  for j in $("${name}_uids"); do
+    [ "$j" = "$n" ] && continue
+    for p in $("${name}_peer_ports" "$j"); do echo "$(member_user "$n") $p"; done
+    for p in $("${name}_peer_ports" "$n"); do echo "$(member_user "$j") $p"; done
+  done
 }
 # links_cut NAME N add|del: drop (or stop dropping) the connections between member N and the others.
 links_cut() {
-  local name=$1 n=$2 op=$3 j mark
+  local name=$1 n=$2 op=$3 mark user p
   as_root || die "partitions need root (iptables, and a user per member)"
-  links_chains
-  for j in $("${name}_uids"); do
-    [ "$j" = "$n" ] && continue
-    for mark in "$(link_mark "$name" "$n" "$j")" "$(link_mark "$name" "$j" "$n")"; do
-      if [ "$op" = add ]; then ipt -C $CUT_CHAIN -m connmark --mark "$mark" -j DROP 2>/dev/null || ipt -A $CUT_CHAIN -m connmark --mark "$mark" -j DROP
-      else while ipt -D $CUT_CHAIN -m connmark --mark "$mark" -j DROP 2>/dev/null; do :; done; fi
-    done
-  done
+  mark=$(link_mark "$name" "$n")
+  if [ "$op" = add ]; then
+    ipt -t mangle -N $MARK_CHAIN 2>/dev/null || true
+    ipt -N $CUT_CHAIN 2>/dev/null || true
+  fi
+  while read -r user p; do
+    local to=(--dport "${p##*:}"); [ "${p%:*}" = "$p" ] || to=(-d "${p%:*}" --dport "${p##*:}")
+    local rule=(-p tcp "${to[@]}" -m owner --uid-owner "$user" -j CONNMARK --set-mark "$mark")
+    if [ "$op" = add ]; then ipt -t mangle -C $MARK_CHAIN "${rule[@]}" 2>/dev/null || ipt -t mangle -A $MARK_CHAIN "${rule[@]}"
+    else while ipt -t mangle -D $MARK_CHAIN "${rule[@]}" 2>/dev/null; do :; done; fi
+  done < <(links_rules "$name" "$n")
+  if [ "$op" = add ]; then
+    ipt -C $CUT_CHAIN -m connmark --mark "$mark" -j DROP 2>/dev/null || ipt -A $CUT_CHAIN -m connmark --mark "$mark" -j DROP
+    ipt -t mangle -C OUTPUT -o lo -j $MARK_CHAIN 2>/dev/null || ipt -t mangle -A OUTPUT -o lo -j $MARK_CHAIN
+    ipt -C OUTPUT -o lo -j $CUT_CHAIN 2>/dev/null || ipt -A OUTPUT -o lo -j $CUT_CHAIN
+    return
+  fi
+  while ipt -D $CUT_CHAIN -m connmark --mark "$mark" -j DROP 2>/dev/null; do :; done
+  # The last partition healed: no rule, no hook (see above).
+  if [ "$(ipt -S $CUT_CHAIN 2>/dev/null | wc -l)" -le 1 ] && [ "$(ipt -t mangle -S $MARK_CHAIN 2>/dev/null | wc -l)" -le 1 ]; then
+    while ipt -D OUTPUT -o lo -j $CUT_CHAIN 2>/dev/null; do :; done
+    while ipt -t mangle -D OUTPUT -o lo -j $MARK_CHAIN 2>/dev/null; do :; done
+    ipt -X $CUT_CHAIN 2>/dev/null || true
+    ipt -t mangle -X $MARK_CHAIN 2>/dev/null || true
+  fi
 }
 links_heal_all() { as_root && command -v iptables >/dev/null || return 0; local n; for n in $("${1}_uids"); do links_cut "$1" "$n" del; done; }
 # Whether member N runs as its own user (as root): only then can its links be cut.
@@ -94,7 +109,7 @@ etcd-cluster_member_start() {
 }
 etcd-cluster_start() {
   rm -rf "$STATE"/etcd-cluster/[123]
-  links_mark etcd-cluster; links_heal_all etcd-cluster
+  links_prepare etcd-cluster
   local i; for i in 1 2 3; do etcd-cluster_member_start "$i"; done
   cp "$STATE/etcd-cluster/1/member.pid" "$STATE/etcd-cluster/etcd-cluster.pid"
 }
@@ -149,7 +164,7 @@ zookeeper-ensemble_member_start() {
 }
 zookeeper-ensemble_start() {
   rm -rf "$STATE"/zookeeper-ensemble/[123]
-  links_mark zookeeper-ensemble; links_heal_all zookeeper-ensemble
+  links_prepare zookeeper-ensemble
   local i; for i in 1 2 3; do zookeeper-ensemble_member_start "$i"; done
   cp "$STATE/zookeeper-ensemble/1/member.pid" "$STATE/zookeeper-ensemble/zookeeper-ensemble.pid"
 }
@@ -274,7 +289,7 @@ redis-sentinel_member_start() {
 }
 redis-sentinel_start() {
   rm -rf "$STATE"/redis-sentinel/[12] "$STATE"/redis-sentinel/s*
-  links_mark redis-sentinel; links_heal_all redis-sentinel
+  links_prepare redis-sentinel
   redis-sentinel_member_start 1
   local i; for i in $(seq 1 50); do redis_ping "${RSENT_DATA[0]}" && break; sleep 0.1; done
   redis-sentinel_member_start 2
@@ -320,10 +335,13 @@ pgbouncer_member_start() {
   mkdir -p "$dir"
   # auth_type any: PgBouncer logs in as the database entry's user (PostgreSQL trusts loopback here).
   # Session pooling holds a server session per client, so its pool is as large as the suites need.
+  # After a failed server login (PostgreSQL restarting) PgBouncer turns every client away for
+  # server_login_retry, 15 s by default: 1 s here, as the restart tests expect of a store.
   printf '%s\n' '[databases]' "deadbolt_tx = $db pool_mode=transaction" "deadbolt_session = $db pool_mode=session pool_size=200" \
     '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $PGB_PORT" 'unix_socket_dir =' 'auth_type = any' \
     'pool_mode = transaction' 'default_pool_size = 20' 'max_client_conn = 2000' 'max_db_connections = 300' \
     'server_reset_query = DISCARD ALL' 'ignore_startup_parameters = extra_float_digits,options' 'admin_users = postgres' \
+    'server_login_retry = 1' \
     "logfile = $dir/pgbouncer.log" > "$dir/pgbouncer.ini"
   # PgBouncer will not run as root.
   as_member 1 "$dir"
@@ -333,7 +351,7 @@ pgbouncer_member_start() {
 }
 pgbouncer_start() {
   rm -rf "$STATE/pgbouncer/1"
-  links_mark pgbouncer; links_heal_all pgbouncer
+  links_prepare pgbouncer
   pgbouncer_member_start 1
   cp "$STATE/pgbouncer/1/member.pid" "$STATE/pgbouncer/pgbouncer.pid"
 }
