@@ -187,10 +187,13 @@ member_pid() {
 }
 
 # Whether this checkout started the cluster that answers: every member's pid is one of ours.
+# cluster_reusable NAME [MEMBER...]: members 1 2 3 unless named.
 cluster_reusable() {
-  [ -f "$STATE/$1/owned" ] || return 1
-  local n pid; for n in 1 2 3; do
-    pid=$(cat "$STATE/$1/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "$("${1}_member_port" "$n")")" = "$pid" ] || return 1
+  local name=$1; shift
+  [ -f "$STATE/$name/owned" ] || return 1
+  local members=("$@") n pid; [ $# -gt 0 ] || members=(1 2 3)
+  for n in "${members[@]}"; do
+    pid=$(cat "$STATE/$name/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "$("${name}_member_port" "$n")")" = "$pid" ] || return 1
     member_owner_ok "$n" "$pid" || return 1
   done
 }
@@ -306,13 +309,7 @@ redis-sentinel_start() {
 redis-sentinel_stop() {
   local p; for p in "${RSENT_SENTINELS[@]}" "${RSENT_DATA[@]}"; do stop_pid "$(listener_pid "$p")"; done
 }
-redis-sentinel_reusable() {
-  [ -f "$STATE/redis-sentinel/owned" ] || return 1
-  local n pid; for n in 1 2; do
-    pid=$(cat "$STATE/redis-sentinel/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "${RSENT_DATA[$((n-1))]}")" = "$pid" ] || return 1
-    member_owner_ok "$n" "$pid" || return 1
-  done
-}
+redis-sentinel_reusable() { cluster_reusable redis-sentinel 1 2; }
 redis-sentinel_version() { redis-sentinel_health && echo "Redis primary + replica + 3 Sentinels ($(redis_version))"; }
 
 # --- pgbouncer: PgBouncer (6432) in front of the postgres profile's server -------------------------
@@ -343,9 +340,8 @@ pgbouncer_member_start() {
     'server_reset_query = DISCARD ALL' 'ignore_startup_parameters = extra_float_digits,options' 'admin_users = postgres' \
     'server_login_retry = 1' \
     "logfile = $dir/pgbouncer.log" > "$dir/pgbouncer.ini"
-  # PgBouncer will not run as root.
+  # PgBouncer will not run as root: as root it runs as member 1's user, as every member does.
   as_member 1 "$dir"
-  [ ${#AS[@]} -gt 0 ] || ! as_root || AS=(setpriv --reuid=postgres --regid=postgres --init-groups)
   setsid "${AS[@]}" pgbouncer "$dir/pgbouncer.ini" >>"$dir/stdout.log" 2>&1 </dev/null &
   echo $! > "$dir/member.pid"
 }
@@ -356,8 +352,5 @@ pgbouncer_start() {
   cp "$STATE/pgbouncer/1/member.pid" "$STATE/pgbouncer/pgbouncer.pid"
 }
 pgbouncer_stop() { member_signal pgbouncer 1 TERM; stop_pid "$(listener_pid $PGB_PORT)"; }
-pgbouncer_reusable() {
-  [ -f "$STATE/pgbouncer/owned" ] || return 1
-  local pid; pid=$(cat "$STATE/pgbouncer/1/member.pid" 2>/dev/null) && [ "$(listener_pid $PGB_PORT)" = "$pid" ] && member_owner_ok 1 "$pid"
-}
+pgbouncer_reusable() { cluster_reusable pgbouncer 1; }
 pgbouncer_version() { pgbouncer_health && echo "$(pgbouncer --version | head -n1) in front of $(postgres_version)"; }

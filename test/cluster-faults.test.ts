@@ -13,7 +13,7 @@ import { promisify } from 'node:util';
 import { createLocker, type Fence, type LockBackend, type Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { FaultProxy, matrixUrl } from '@deadbolt/conformance';
-import { Cluster, clusterUrl, type ClusterName } from '@deadbolt/conformance/cluster';
+import { Cluster, clusterUrl, type ClusterName, type MemberAction } from '@deadbolt/conformance/cluster';
 import {
   checkHistory,
   HistoryRecorder,
@@ -56,27 +56,20 @@ interface Fault {
   inject(cluster: Cluster, proxy: FaultProxy): Promise<number | void>;
   heal(cluster: Cluster, proxy: FaultProxy, hit: number): Promise<void>;
 }
+/** A fault on the leader: `action` on it, `ms` of waiting, and `undo` on the same member as the heal. */
+const onLeader = (name: string, action: MemberAction, ms: number, undo: MemberAction): Fault => ({
+  name,
+  inject: async (c) => {
+    const hit = await c.leader();
+    await c.node(hit, action);
+    await sleep(ms);
+    return hit;
+  },
+  heal: async (c, _proxy, hit) => void (await c.node(hit, undo)),
+});
 const faults: Fault[] = [
-  {
-    name: 'leader (primary, pooler) killed (SIGKILL), started again 3 s later',
-    inject: async (c) => {
-      const hit = await c.leader();
-      await c.node(hit, 'kill');
-      await sleep(3000);
-      return hit;
-    },
-    heal: async (c, _proxy, hit) => void (await c.node(hit, 'start')),
-  },
-  {
-    name: 'leader (primary, pooler) paused (SIGSTOP) for 5 s, past every lease',
-    inject: async (c) => {
-      const hit = await c.leader();
-      await c.node(hit, 'pause');
-      await sleep(5000);
-      return hit;
-    },
-    heal: async (c, _proxy, hit) => void (await c.node(hit, 'resume')),
-  },
+  onLeader('leader (primary, pooler) killed (SIGKILL), started again 3 s later', 'kill', 3000, 'start'),
+  onLeader('leader (primary, pooler) paused (SIGSTOP) for 5 s, past every lease', 'pause', 5000, 'resume'),
   {
     name: 'every member restarted in turn (SIGTERM, start, healthy)',
     inject: async (c) => {
@@ -104,16 +97,12 @@ const faults: Fault[] = [
     },
     heal: async (_c, proxy) => proxy.heal(),
   },
-  {
-    name: 'leader (primary) cut off from the other members (the pooler from the server) for 6 s, clients still reach it',
-    inject: async (c) => {
-      const hit = await c.leader();
-      await c.node(hit, 'partition');
-      await sleep(6000);
-      return hit;
-    },
-    heal: async (c, _proxy, hit) => void (await c.node(hit, 'heal')),
-  },
+  onLeader(
+    'leader (primary) cut off from the other members (the pooler from the server) for 6 s, clients still reach it',
+    'partition',
+    6000,
+    'heal',
+  ),
   {
     name: 'the lead handed to another member (etcd move-leader, SENTINEL FAILOVER)',
     inject: async (c) => {

@@ -165,7 +165,7 @@ export class PostgresStore {
   async serverPid(client: pg.Client): Promise<number> {
     const known = this.#serverPids.get(client);
     if (known !== undefined) return known;
-    const pid = Number((await this.on(client, 'SELECT pg_backend_pid() AS pid', [])).rows[0]?.['pid']);
+    const pid = await this.#askPid(client);
     this.#serverPids.set(client, pid);
     this.#pooled ??= pid !== processId(client);
     return pid;
@@ -186,16 +186,15 @@ export class PostgresStore {
    */
   async sharesSessions(): Promise<boolean> {
     const [a, b] = [new pg.Client(this.client.options), new pg.Client(this.client.options)];
-    const pid = async (client: pg.Client) => Number((await this.on(client, 'SELECT pg_backend_pid() AS pid', [])).rows[0]?.['pid']);
     try {
       // A pool you made yourself may set no connect timeout: the command timeout bounds these.
       await withTimeout(Promise.all([a.connect(), b.connect()]), this.commandTimeoutMs, () =>
         noAnswer(this.name, 'connect', this.commandTimeoutMs),
       );
-      const first = await pid(a);
+      const first = await this.#askPid(a);
       await this.on(b, 'BEGIN', []);
-      const other = await pid(b);
-      const again = await pid(a);
+      const other = await this.#askPid(b);
+      const again = await this.#askPid(a);
       await this.on(b, 'ROLLBACK', []);
       return other === first || again !== first;
     } catch (error) {
@@ -203,6 +202,11 @@ export class PostgresStore {
     } finally {
       for (const client of [a, b]) void client.end().catch(() => undefined);
     }
+  }
+
+  /** The server process running this statement on `client` (behind a transaction pooler, only this one's). */
+  async #askPid(client: pg.Client): Promise<number> {
+    return Number((await this.on(client, 'SELECT pg_backend_pid() AS pid', [])).rows[0]?.['pid']);
   }
 
   /** Remembers `client`'s server process among `pids` while it is open. */

@@ -10,6 +10,7 @@ import { execFile } from 'node:child_process';
 import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { matrixUrl } from './test-matrix.js';
 
 /** The cluster profiles (and PgBouncer, a profile of one member in front of PostgreSQL). */
 export type ClusterName = 'etcd-cluster' | 'zookeeper-ensemble' | 'redis-sentinel' | 'pgbouncer';
@@ -22,8 +23,8 @@ const URLS: Record<ClusterName, string> = {
   'zookeeper-ensemble': 'zookeeper://127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813',
   // The Sentinels; the primary they watch is named `deadbolt`.
   'redis-sentinel': 'redis://127.0.0.1:26480,127.0.0.1:26481,127.0.0.1:26482',
-  // Pooling by transaction; `/deadbolt_session` pools by session.
-  pgbouncer: 'postgres://postgres@127.0.0.1:6432/deadbolt_tx',
+  // Pooling by transaction; `/deadbolt_session` pools by session. A test-matrix server as well.
+  pgbouncer: matrixUrl('pgbouncer'),
 };
 
 /** The URL of a cluster profile (every member, or the Sentinels); `DEADBOLT_<NAME>_URL` overrides it. */
