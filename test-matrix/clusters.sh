@@ -17,7 +17,7 @@
 # loopback packet of the machine (measured: it slowed the whole test command).
 CUT_CHAIN=DEADBOLT-CUT
 MARK_CHAIN=DEADBOLT-MARK
-cluster_id() { case $1 in etcd-cluster) echo 1;; zookeeper-ensemble) echo 2;; redis-sentinel) echo 3;; pgbouncer) echo 4;; esac; }
+cluster_id() { case $1 in etcd-cluster) echo 1;; zookeeper-ensemble) echo 2;; redis-sentinel) echo 3;; pgbouncer) echo 4;; cassandra-cluster) echo 5;; esac; }
 # The mark of the connections between member $2 of cluster $1 and the others.
 link_mark() { printf '0xdb%d%d' "$(cluster_id "$1")" "$2"; }
 member_user() { echo "deadbolt-m$1"; }
@@ -176,10 +176,14 @@ zookeeper-ensemble_stop() { local i; for i in 1 2 3; do member_signal zookeeper-
 zookeeper-ensemble_version() { zookeeper-ensemble_health && echo "ZooKeeper ensemble of 3 ($(zke_cmd "${ZKE_CLIENT[0]}" srvr 2>/dev/null | sed -n 's/^Zookeeper version: \([^-,]*\).*/ZooKeeper \1/p'))"; }
 
 # --- members -----------------------------------------------------------------------------------
+# A member's client address, host:port: on 127.0.0.1 unless its cluster says otherwise.
+member_address() {
+  if declare -F "${1}_member_address" >/dev/null; then "${1}_member_address" "$2"; else echo "127.0.0.1:$("${1}_member_port" "$2")"; fi
+}
 # A member's pid: whoever listens on its port (a pid file goes stale when a member dies on its
 # own or was started twice), else the one recorded when it was started (a paused member still listens).
 member_pid() {
-  local pid; pid=$(listener_pid "$("${1}_member_port" "$2")")
+  local pid; pid=$(listener_pid "$(member_address "$1" "$2")")
   if [ -n "$pid" ]; then
     [ -d "$STATE/$1/$2" ] && echo "$pid" > "$STATE/$1/$2/member.pid" # not for a cluster another checkout started
     echo "$pid"
@@ -193,7 +197,7 @@ cluster_reusable() {
   [ -f "$STATE/$name/owned" ] || return 1
   local members=("$@") n pid; [ $# -gt 0 ] || members=(1 2 3)
   for n in "${members[@]}"; do
-    pid=$(cat "$STATE/$name/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "$("${name}_member_port" "$n")")" = "$pid" ] || return 1
+    pid=$(cat "$STATE/$name/$n/member.pid" 2>/dev/null) && [ "$(listener_pid "$(member_address "$name" "$n")")" = "$pid" ] || return 1
     member_owner_ok "$n" "$pid" || return 1
   done
 }
@@ -211,9 +215,26 @@ member_signal() {
   esac
 }
 
-# node NAME N ACTION: kill (-9) | stop (TERM) | pause (SIGSTOP) | resume (SIGCONT) | start |
+# A member that stutters is stopped (SIGSTOP) 300 ms of every 400 until it is resumed: every
+# message it sends or answers, to its peers and to clients, comes up to 300 ms late, as from a
+# member in a storm of garbage-collection pauses or on an overloaded host, while its connections
+# stay open and it never falls silent for as long as a peer's timeout. A loop of our own, stopped
+# (and the member left running) by `resume`.
+stutter_start() {
+  local pid; pid=$(member_pid "$1" "$2") || die "$1 member $2 is not running"
+  stutter_end "$1" "$2"
+  setsid bash -c "while kill -STOP $pid 2>/dev/null; do sleep 0.3; kill -CONT $pid; sleep 0.1; done" </dev/null >/dev/null 2>&1 &
+  echo $! > "$STATE/$1/$2/stutter.pid"
+}
+stutter_end() {
+  local loop; loop=$(cat "$STATE/$1/$2/stutter.pid" 2>/dev/null) || return 0
+  kill "$loop" 2>/dev/null || true
+  rm -f "$STATE/$1/$2/stutter.pid"
+}
+
+# node NAME N ACTION: kill (-9) | stop (TERM) | pause (SIGSTOP) | stutter | resume (SIGCONT) | start |
 # start-empty (a stopped member, its data gone) | partition | heal (its links to the other members)
-# | elect (hand it the lead) | pid | port | health (N 0: the whole cluster)
+# | elect (hand it the lead) | pid | port | address (host:port) | health (N 0: the whole cluster)
 node_cmd() {
   local name=$1 n=$2 action=$3 pid
   declare -F "${name}_member_start" >/dev/null || die "$name has no members"
@@ -221,13 +242,15 @@ node_cmd() {
     kill) member_signal "$name" "$n" KILL;;
     stop) member_signal "$name" "$n" TERM;;
     pause) pid=$(member_pid "$name" "$n") && kill -STOP "$pid";;
-    resume) pid=$(member_pid "$name" "$n") && kill -CONT "$pid";;
+    resume) stutter_end "$name" "$n"; pid=$(member_pid "$name" "$n") && kill -CONT "$pid";;
+    stutter) stutter_start "$name" "$n";;
     start)
       pid=$(member_pid "$name" "$n" || true)
       if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
       "${name}_member_start" "$n"
-      # Started when its port is taken (a process that just died may still hold it for a moment).
-      local i; for i in $(seq 1 100); do [ -n "$(listener_pid "$("${name}_member_port" "$n")")" ] && return 0; sleep 0.1; done
+      # Started when its port is taken (a process that just died may still hold it for a moment;
+      # a Cassandra node opens it last, after a start of a minute or more).
+      local i; for i in $(seq 1 $((10 * $(limit_for "$name")))); do [ -n "$(listener_pid "$(member_address "$name" "$n")")" ] && return 0; sleep 0.1; done
       die "$name member $n did not start (see its log)";;
     start-empty)
       pid=$(member_pid "$name" "$n" || true)
@@ -239,8 +262,9 @@ node_cmd() {
     elect) "${name}_elect" "$n";;
     pid) member_pid "$name" "$n";;
     port) "${name}_member_port" "$n";;
+    address) member_address "$name" "$n";;
     health) if [ "$n" = 0 ]; then "${name}_health"; else "${name}_member_health" "$n"; fi;; # 0: the whole cluster
-    *) die "node actions: kill stop pause resume start start-empty partition heal elect pid port health";;
+    *) die "node actions: kill stop pause stutter resume start start-empty partition heal elect pid port address health";;
   esac
 }
 
@@ -354,3 +378,57 @@ pgbouncer_start() {
 pgbouncer_stop() { member_signal pgbouncer 1 TERM; stop_pid "$(listener_pid $PGB_PORT)"; }
 pgbouncer_reusable() { cluster_reusable pgbouncer 1; }
 pgbouncer_version() { pgbouncer_health && echo "$(pgbouncer --version | head -n1) in front of $(postgres_version)"; }
+
+# --- cassandra-cluster: three nodes at 127.0.0.2-4 (CQL 9042, storage 7000 on each address) -------
+# One token each (the ring in thirds), member 1 the seed. Not in ALL: three JVMs starting on two
+# cores take minutes and load the machine for everything else, so `pnpm test:long` runs it
+# (keyspaces at replication factor 3). Small heaps (512 MiB each).
+CASSC_TOKENS=(-9223372036854775808 -3074457345618258603 3074457345618258602)
+cassc_host() { echo "127.0.0.$(($1 + 1))"; }
+cassc_probe() { node "$TM_DIR/cql-probe.mjs" "$(cassc_host "$1")" $CQL_PORT "${@:2}"; }
+cassandra-cluster_member_port() { echo $CQL_PORT; }
+cassandra-cluster_member_address() { echo "$(cassc_host "$1"):$CQL_PORT"; }
+cassandra-cluster_member_health() { cassc_probe "$1" >/dev/null 2>&1; }
+# Whole: a read at consistency ALL of system_distributed (replicated 3 times: on every node here)
+# answers, so every node is up and each sees the others (a node another thinks down fails it).
+cassandra-cluster_health() {
+  local i; for i in 1 2 3; do cassc_probe "$i" 'SELECT * FROM system_distributed.repair_history LIMIT 1' 5 >/dev/null 2>&1 || return 1; done
+}
+cassandra-cluster_install() { cassandra_install; }
+cassandra-cluster_uids() { echo 1 2 3; }
+cassandra-cluster_peer_ports() { echo "$(cassc_host "$1"):7000"; }
+# A node wiped in place would claim its token with no data: Cassandra's way back is a new node
+# that replaces it (replace_address) and streams its ranges, an operator's procedure, not a fault.
+cassandra-cluster_member_wipe() { die "cassandra-cluster: a node cannot restart empty (it must be replaced and stream its data)"; }
+cassandra-cluster_elect() { die "cassandra-cluster: Cassandra has no leader"; }
+cassandra-cluster_member_start() {
+  local i=$1 dir="$STATE/cassandra-cluster/$1" host; host=$(cassc_host "$1")
+  mkdir -p "$dir/data" "$dir/logs"
+  sed -e "s#@STATE@#$dir#g" -e "s#^cluster_name:.*#cluster_name: deadbolt-cluster#" \
+    -e "s#^initial_token:.*#initial_token: ${CASSC_TOKENS[$((i-1))]}#" \
+    -e "s#^listen_address:.*#listen_address: $host#" -e "s#^rpc_address:.*#rpc_address: $host#" \
+    -e "s#seeds: .*#seeds: \"$(cassc_host 1):7000\"#" "$TM_DIR/cassandra/cassandra.yaml" > "$dir/cassandra.yaml"
+  echo 'auto_bootstrap: false' >> "$dir/cassandra.yaml" # each owns its token from the first start
+  local opts; opts=$(grep -v '^\s*#' "$TM_DIR/cassandra/jvm.options" | grep -v '^\s*$' | grep -v initial_token | tr '\n' ' ')
+  as_member "$i" "$dir"
+  # shellcheck disable=SC2086
+  setsid "${AS[@]}" java $opts -Xms512m -Xmx512m \
+    -Dcassandra.config="file://$dir/cassandra.yaml" -Dcassandra.storagedir="$dir/data" \
+    -Dcassandra.logdir="$dir/logs" -Dlogback.configurationFile="$TM_DIR/cassandra/logback.xml" \
+    -Dcassandra-foreground=yes -cp "$STATE/cassandra/lib/*" org.apache.cassandra.service.CassandraDaemon \
+    >>"$dir/cassandra.log" 2>&1 </dev/null &
+  echo $! > "$dir/member.pid"
+}
+cassandra-cluster_start() {
+  rm -rf "$STATE"/cassandra-cluster/[123]
+  links_prepare cassandra-cluster
+  # The seed first: the others learn the ring from it.
+  cassandra-cluster_member_start 1
+  local i; for i in $(seq 1 600); do cassandra-cluster_member_health 1 && break; sleep 0.5; done
+  cassandra-cluster_member_start 2
+  cassandra-cluster_member_start 3
+  cp "$STATE/cassandra-cluster/1/member.pid" "$STATE/cassandra-cluster/cassandra-cluster.pid"
+}
+cassandra-cluster_stop() { local i; for i in 1 2 3; do member_signal cassandra-cluster "$i" TERM; stop_pid "$(listener_pid "$(cassandra-cluster_member_address "$i")")"; done; }
+cassandra-cluster_reusable() { cluster_reusable cassandra-cluster; }
+cassandra-cluster_version() { cassandra-cluster_health && echo "Cassandra cluster of 3 (Cassandra $(cassc_probe 1))"; }

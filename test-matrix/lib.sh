@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test-matrix: real servers for every deadbolt backend on one machine, loopback only.
 #   lib.sh up [name...] | down [name...] | restart <name> | status [name...] | url <name> | apt <pkg...>
-#          | node <name> <n> kill|stop|pause|resume|start|pid|port|health   (a cluster's member n)
+#          | node <name> <n> kill|stop|pause|stutter|resume|start|...   (a cluster's member n, clusters.sh)
 # Names: redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock
-# etcd-cluster zookeeper-ensemble redis-sentinel pgbouncer (clusters.sh). Everything we start keeps its data, logs and pid
+# etcd-cluster zookeeper-ensemble redis-sentinel pgbouncer (clusters.sh), and cassandra-cluster,
+# started only when named (the long profile). Everything we start keeps its data, logs and pid
 # under test-matrix/.state/<name>/. A server already answering is reused and never stopped by
 # `down` (only servers `up` started carry the .state/<name>/owned marker).
 set -euo pipefail
@@ -11,6 +12,7 @@ set -euo pipefail
 TM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="$TM_DIR/.state"
 ALL=(redis mysql postgres zookeeper etcd cassandra redis-cluster redis-replica redis-redlock etcd-cluster zookeeper-ensemble redis-sentinel pgbouncer)
+LONG=(cassandra-cluster) # started only when named; `down` and `status` include them when `up` started them
 CASSANDRA_VERSION=5.0.9
 
 log() { printf '[test-matrix] %s\n' "$*" >&2; }
@@ -52,8 +54,12 @@ wait_healthy() {
 
 pid_of() { [ -f "$STATE/$1/$1.pid" ] && cat "$STATE/$1/$1.pid"; }
 
-# pid listening on a loopback TCP port (any owner).
-listener_pid() { ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2; }
+# pid listening on a loopback TCP port (any owner), or on host:port (where servers share a port
+# on different loopback addresses).
+listener_pid() {
+  local filter="sport = :${1##*:}"; [ "${1%:*}" = "$1" ] || filter+=" and src ${1%:*}"
+  ss -Hltnp "$filter" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2
+}
 
 stop_pid() {
   local pid=$1 i
@@ -292,7 +298,7 @@ cassandra_version() { node "$TM_DIR/cql-probe.mjs" 127.0.0.1 $CQL_PORT 2>/dev/nu
 
 # --- commands ----------------------------------------------------------------------------------
 fn_name() { [ "$1" = zookeeper ] && echo zookeeper || echo "$1"; }
-limit_for() { case $1 in cassandra) echo 240;; mysql|postgres|zookeeper|zookeeper-ensemble|etcd-cluster) echo 90;; *) echo 45;; esac; }
+limit_for() { case $1 in cassandra|cassandra-cluster) echo 240;; mysql|postgres|zookeeper|zookeeper-ensemble|etcd-cluster) echo 90;; *) echo 45;; esac; }
 
 url_of() {
   case $1 in
@@ -309,6 +315,7 @@ url_of() {
     zookeeper-ensemble) echo "${DEADBOLT_ZOOKEEPER_ENSEMBLE_URL:-zookeeper://127.0.0.1:21811,127.0.0.1:21812,127.0.0.1:21813}";;
     redis-sentinel) echo "${DEADBOLT_REDIS_SENTINEL_URL:-redis://127.0.0.1:26480,127.0.0.1:26481,127.0.0.1:26482}";; # Sentinels; master name deadbolt
     pgbouncer) echo "${DEADBOLT_PGBOUNCER_URL:-postgres://postgres@127.0.0.1:6432/deadbolt_tx}";; # and /deadbolt_session
+    cassandra-cluster) echo "${DEADBOLT_CASSANDRA_CLUSTER_URL:-cassandra://127.0.0.2:9042,127.0.0.3:9042,127.0.0.4:9042/deadbolt}";;
     *) die "unknown server $1 (known: ${ALL[*]})";;
   esac
 }
@@ -372,7 +379,7 @@ restart_one() {
   if [ ! -f "$STATE/$name/owned" ] && declare -F "${name}_prepare" >/dev/null; then "${name}_prepare"; fi
 }
 
-port_of() { case $1 in pgbouncer) echo 6432;; redis-sentinel) echo 6480;; etcd-cluster) echo 23791;; zookeeper-ensemble) echo 21811;; redis-redlock) echo 6391;; redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
+port_of() { case $1 in cassandra-cluster) echo 127.0.0.2:9042;; pgbouncer) echo 6432;; redis-sentinel) echo 6480;; etcd-cluster) echo 23791;; zookeeper-ensemble) echo 21811;; redis-redlock) echo 6391;; redis-cluster) echo 7101;; redis-replica) echo 6380;; redis) echo $REDIS_PORT;; mysql) echo $MYSQL_PORT;; postgres) echo $PG_PORT;; zookeeper) echo $ZK_PORT;; etcd) echo $ETCD_PORT;; cassandra) echo $CQL_PORT;; esac; }
 
 # DEADBOLT_BACKENDS names backends; each brings the profiles its package's tests use.
 profiles_of() { case $1 in redis) echo redis redis-cluster redis-replica redis-redlock;; postgres) echo postgres pgbouncer;; *) echo "$1";; esac; }
@@ -380,6 +387,11 @@ names_or_all() {
   if [ $# -gt 0 ]; then echo "$@"
   elif [ -n "${DEADBOLT_BACKENDS:-}" ] && [ "${CI:-}" != true ]; then local b; for b in ${DEADBOLT_BACKENDS//,/ }; do profiles_of "$b"; done | tr '\n' ' '
   else echo "${ALL[@]}"; fi
+}
+# names_or_all, and with no names the long profiles `up` started.
+names_or_started() {
+  names_or_all "$@"
+  if [ $# -eq 0 ]; then local n; for n in "${LONG[@]}"; do [ -f "$STATE/$n/owned" ] && echo " $n"; done; fi
 }
 
 main() {
@@ -391,10 +403,10 @@ main() {
       for n in "${names[@]}"; do [ "$n" = memory ] && continue; url_of "$n" >/dev/null; up_one "$n" & pids+=($!); done
       local i=0; for n in "${names[@]}"; do [ "$n" = memory ] && continue; wait "${pids[$i]}" || failed+=("$n"); i=$((i+1)); done
       [ ${#failed[@]} -eq 0 ] || die "not healthy: ${failed[*]}";;
-    down) local names; read -ra names <<< "$(names_or_all "$@")"; for n in "${names[@]}"; do down_one "$n"; done;;
+    down) local names; read -ra names <<< "$(names_or_started "$@" | tr '\n' ' ')"; for n in "${names[@]}"; do down_one "$n"; done;;
     restart) [ $# -eq 1 ] || die "usage: restart <name>"; url_of "$1" >/dev/null; restart_one "$1";;
     status)
-      local names; read -ra names <<< "$(names_or_all "$@")"
+      local names; read -ra names <<< "$(names_or_started "$@" | tr '\n' ' ')"
       for n in "${names[@]}"; do
         if "${n}_health" >/dev/null 2>&1; then printf '%-10s up    %-40s %s\n' "$n" "$(url_of "$n")" "$("${n}_version")"
         else printf '%-10s down  %s\n' "$n" "$(url_of "$n")"; fi

@@ -16,7 +16,7 @@ import {
   type SharedRequest,
   type StoreUrl,
 } from '@deadbolt/core/backend';
-import cassandra, { type Client, type types } from 'cassandra-driver';
+import cassandra, { type Client, type policies, type types } from 'cassandra-driver';
 import { LwtLock } from './lwt.js';
 import { QueueLock } from './queue.js';
 import { ensureSchema, idFor } from './schema.js';
@@ -45,6 +45,12 @@ export interface CassandraBackendOptions {
   algorithm?: CassandraAlgorithm;
   /** Data center the client routes to (with `url`). Default `datacenter1`. */
   localDataCenter?: string;
+  /**
+   * With `url`: the driver's address translator, for a cluster whose nodes advertise addresses this
+   * client cannot reach as they are (NAT, containers, a proxy). Default none. A translated address
+   * that does not answer is a node the driver counts as down.
+   */
+  addressTranslator?: policies.addressResolution.AddressTranslator;
   /**
    * Replication of the keyspace when the backend creates it. Default SimpleStrategy, factor 1: fine
    * for one node, not for production, where correctness needs QUORUM over a replication factor ≥ 3
@@ -107,6 +113,11 @@ export const cassandraOptionRules = {
   keyspace: keyspaceRule,
   algorithm: oneOf(['queue', 'shadow', 'lwt']),
   localDataCenter: text(/^[\w.-]{1,100}$/, 'a data center name'),
+  addressTranslator: instance(
+    (v): v is policies.addressResolution.AddressTranslator =>
+      typeof v === 'object' && v !== null && 'translate' in v && typeof v.translate === 'function',
+    "an address translator (cassandra-driver's policies.addressResolution: an object with translate(address, port, callback))",
+  ),
   // Pasted into CREATE KEYSPACE: a CQL map of plain names and numbers, nothing else.
   replication: text(
     /^\{\s*'[\w.-]+'\s*:\s*(?:'[\w.-]+'|\d+)\s*(?:,\s*'[\w.-]+'\s*:\s*(?:'[\w.-]+'|\d+)\s*)*\}$/,
@@ -189,6 +200,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       if (url.path) keyspace = keyspaceRule.check(url.path, "the url's keyspace");
       this.client = openCassandra(url, {
         localDataCenter: options.localDataCenter,
+        addressTranslator: options.addressTranslator,
         connectTimeout: options.connectTimeoutMs ?? 2000,
         commandTimeout,
       });
@@ -299,7 +311,12 @@ export function contactPointsOf(url: StoreUrl): string[] {
  */
 export function openCassandra(
   url: StoreUrl,
-  o: { localDataCenter?: string | undefined; connectTimeout: number; commandTimeout: number },
+  o: {
+    localDataCenter?: string | undefined;
+    addressTranslator?: policies.addressResolution.AddressTranslator | undefined;
+    connectTimeout: number;
+    commandTimeout: number;
+  },
 ): Client {
   const client = new cassandra.Client({
     contactPoints: contactPointsOf(url),
@@ -310,10 +327,29 @@ export function openCassandra(
     // and the driver's default (64 timeouts in a row) would send every retry of a wait into it.
     socketOptions: { connectTimeout: o.connectTimeout, readTimeout: o.commandTimeout, defunctReadTimeoutThreshold: 0 },
     // After a restart, come back within half a second rather than the default's growing delays.
-    policies: { reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500) },
+    policies: {
+      reconnection: new cassandra.policies.reconnection.ConstantReconnectionPolicy(500),
+      ...(o.addressTranslator ? { addressResolution: driverTranslator(o.addressTranslator) } : {}),
+    },
   });
   containRefreshRace(client);
   return client;
+}
+
+/**
+ * The driver takes only instances of its own AddressTranslator class (typed as an interface): any
+ * object with its `translate` is wrapped in one.
+ */
+function driverTranslator(given: policies.addressResolution.AddressTranslator): policies.addressResolution.AddressTranslator {
+  const Base = (
+    cassandra.policies.addressResolution as unknown as { AddressTranslator: new () => policies.addressResolution.AddressTranslator }
+  ).AddressTranslator;
+  if ((given as object) instanceof Base) return given;
+  return new (class extends Base {
+    override translate(address: string, port: number, callback: (endpoint: string) => void): void {
+      given.translate(address, port, callback);
+    }
+  })();
 }
 
 /**

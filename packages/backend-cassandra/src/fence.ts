@@ -5,7 +5,7 @@
 // transactions decided.
 import { BackendError, StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
 import { checkFencedWrite, checkResource, ms, Once, readOptions, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
-import cassandra, { type Client } from 'cassandra-driver';
+import cassandra, { type Client, type policies } from 'cassandra-driver';
 import { cassandraOptionRules, contactPointsOf, keyspaceRule, openCassandra } from './cassandra-backend.js';
 import { ensureSchema } from './schema.js';
 import { CassandraStore } from './store.js';
@@ -21,6 +21,8 @@ export interface CassandraFenceOptions {
   replication?: string;
   /** With `url`: the local data center. Default `datacenter1`. */
   localDataCenter?: string;
+  /** With `url`: the driver's address translator (see the backend's option). Default none. */
+  addressTranslator?: policies.addressResolution.AddressTranslator;
   /** With `url`: connect timeout. Default 2000 ms. */
   connectTimeoutMs?: number;
   /** With `url`: the longest a request waits for its answer. Default 8000 ms. */
@@ -34,6 +36,7 @@ export const cassandraFenceOptionRules = {
   keyspace: keyspaceRule,
   replication: cassandraOptionRules.replication,
   localDataCenter: cassandraOptionRules.localDataCenter,
+  addressTranslator: cassandraOptionRules.addressTranslator,
   connectTimeoutMs: ms(),
   commandTimeoutMs: ms(),
 } satisfies Rules<CassandraFenceOptions>;
@@ -61,6 +64,7 @@ export class CassandraFence implements Fence {
       given.client ??
       openCassandra(given.url, {
         localDataCenter: options.localDataCenter,
+        addressTranslator: options.addressTranslator,
         connectTimeout: options.connectTimeoutMs ?? 2000,
         commandTimeout,
       });

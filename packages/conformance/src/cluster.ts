@@ -1,7 +1,8 @@
 /**
  * The clusters test-matrix runs (`test-matrix/clusters.sh`: three members each, on loopback) and
  * the faults a run stages on them: a member killed with SIGKILL and started again (with its data or
- * without), paused with SIGSTOP and resumed, stopped and restarted in turn (a rolling restart), cut
+ * without), paused with SIGSTOP and resumed, made to stutter (stopped 300 ms of every 400: slow on
+ * every link), stopped and restarted in turn (a rolling restart), cut
  * off from the other members while clients still reach it, or handed the lead; and the leader found
  * so that the fault lands where it hurts. A client's own partition comes from a `FaultProxy` in
  * front of every member. Pure TypeScript without the test runner.
@@ -12,8 +13,11 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { matrixUrl } from './test-matrix.js';
 
-/** The cluster profiles (and PgBouncer, a profile of one member in front of PostgreSQL). */
-export type ClusterName = 'etcd-cluster' | 'zookeeper-ensemble' | 'redis-sentinel' | 'pgbouncer';
+/**
+ * The cluster profiles (and PgBouncer, a profile of one member in front of PostgreSQL). The
+ * Cassandra cluster is started only for the long run (`pnpm test:long`).
+ */
+export type ClusterName = 'etcd-cluster' | 'zookeeper-ensemble' | 'redis-sentinel' | 'pgbouncer' | 'cassandra-cluster';
 
 const lib = fileURLToPath(new URL('../../../test-matrix/lib.sh', import.meta.url));
 const run = promisify(execFile);
@@ -25,6 +29,8 @@ const URLS: Record<ClusterName, string> = {
   'redis-sentinel': 'redis://127.0.0.1:26480,127.0.0.1:26481,127.0.0.1:26482',
   // Pooling by transaction; `/deadbolt_session` pools by session. A test-matrix server as well.
   pgbouncer: matrixUrl('pgbouncer'),
+  // Three nodes on three loopback addresses; keyspaces made at replication factor 3 by the tests.
+  'cassandra-cluster': 'cassandra://127.0.0.2:9042,127.0.0.3:9042,127.0.0.4:9042/deadbolt',
 };
 
 /** The URL of a cluster profile (every member, or the Sentinels); `DEADBOLT_<NAME>_URL` overrides it. */
@@ -53,7 +59,19 @@ function ask(port: number, request: string, complete: (text: string) => boolean 
 
 /** What `Cluster.node` can do to a member. */
 export type MemberAction =
-  'kill' | 'stop' | 'pause' | 'resume' | 'start' | 'start-empty' | 'partition' | 'heal' | 'elect' | 'port' | 'health';
+  | 'kill'
+  | 'stop'
+  | 'pause'
+  | 'stutter'
+  | 'resume'
+  | 'start'
+  | 'start-empty'
+  | 'partition'
+  | 'heal'
+  | 'elect'
+  | 'port'
+  | 'address'
+  | 'health';
 
 export class Cluster {
   /** The members a fault can hit: three, a Sentinel deployment's two data nodes, or PgBouncer. */
@@ -63,17 +81,24 @@ export class Cluster {
   }
 
   /**
-   * `lib.sh node <name> <n> <action>`; its output. `start-empty` starts a stopped member with no
-   * data, `partition` / `heal` cut and restore its links to the other members (root only), `elect`
+   * `lib.sh node <name> <n> <action>`; its output. `stutter` stops the member 300 ms of every 400
+   * until `resume`, `start-empty` starts a stopped member with no data, `partition` / `heal` cut and restore its links to the other members (root only), `elect`
    * hands it the lead (etcd, Sentinel). @throws when the action fails or the store cannot do it.
    */
   async node(n: number, action: MemberAction): Promise<string> {
-    return (await run('bash', [lib, 'node', this.name, String(n), action], { timeout: 60_000 })).stdout.trim();
+    // lib.sh bounds each action itself; a Cassandra node on a busy machine takes over a minute to start.
+    return (await run('bash', [lib, 'node', this.name, String(n), action], { timeout: 300_000 })).stdout.trim();
   }
 
   /** The client port of member `n`. */
   async port(n: number): Promise<number> {
     return Number(await this.node(n, 'port'));
+  }
+
+  /** Where clients reach member `n` (Cassandra's nodes share a port on three addresses). */
+  async address(n: number): Promise<{ host: string; port: number }> {
+    const [host = '', port = ''] = (await this.node(n, 'address')).split(':');
+    return { host, port: Number(port) };
   }
 
   /** Whether member `n` answers as part of a working cluster (0: whether the whole cluster is whole). */
@@ -99,10 +124,11 @@ export class Cluster {
 
   /**
    * The member that leads now (etcd's raft leader, ZooKeeper's leader, the primary the Sentinels
-   * name, PgBouncer itself), asking each in turn. @throws when none says.
+   * name, PgBouncer itself), asking each in turn; for Cassandra, which has no leader, the seed (the
+   * first contact point, where a client's control connection goes). @throws when none says.
    */
   async leader(): Promise<number> {
-    if (this.name === 'pgbouncer') return 1;
+    if (this.name === 'pgbouncer' || this.name === 'cassandra-cluster') return 1;
     if (this.name === 'redis-sentinel') {
       for (const sentinel of [26480, 26481, 26482]) {
         // `*2 $9 127.0.0.1 $4 6481`, each line ended by CRLF (or `*-1` when it knows no primary).
