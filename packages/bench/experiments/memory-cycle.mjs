@@ -3,7 +3,16 @@
 // in this process" quotes. 200 000 warm-up cycles, then 5 runs of N / 5; prints the median rate.
 // Run: node packages/bench/experiments/memory-cycle.mjs [N=1000000] [path to a core build's dist/index.js]
 // (a second path lets two builds, say before and after a change, run one after the other).
+// DEADBOLT_SUBSCRIBE=1: a no-op subscriber on every deadbolt diagnostics channel (the cost of being traced).
+import { subscribe, tracingChannel } from 'node:diagnostics_channel';
 import { pathToFileURL } from 'node:url';
+
+if (process.env.DEADBOLT_SUBSCRIBE === '1') {
+  const none = () => undefined;
+  for (const name of ['acquire', 'release', 'extend'])
+    tracingChannel(`deadbolt:${name}`).subscribe({ start: none, end: none, asyncStart: none, asyncEnd: none, error: none });
+  for (const name of ['renewal-failed', 'lease-lost', 'wait-abandoned', 'store-unavailable']) subscribe(`deadbolt:${name}`, none);
+}
 
 const n = Number(process.argv[2] ?? 1_000_000);
 const core = process.argv[3] ? await import(pathToFileURL(process.argv[3]).href) : await import('@deadbolt/core');

@@ -1,3 +1,5 @@
+import { diagnostics } from './diagnostics.js';
+
 /**
  * Every error deadbolt throws is a `DeadboltError` with a stable `code`; match on `code` (or
  * `instanceof`) rather than on messages.
@@ -147,6 +149,9 @@ export class BackendUnavailableError extends DeadboltError {
     options?: ErrorOptions,
   ) {
     super(`${backend} is unavailable during ${operation}: ${describeCause(scrub(options?.cause))}`, options);
+    // Every conclusion that a store cannot be reached is made here, in whichever layer: the one
+    // place to tell a subscriber (see diagnostics.ts).
+    if (diagnostics.storeUnavailable.hasSubscribers) diagnostics.storeUnavailable.publish({ backend, operation, error: this });
   }
 }
 

@@ -2,6 +2,15 @@
 // contract's request and lease types, option rules, waiting and timer helpers) is in
 // `@deadbolt/core/backend`; what tests need is in `@deadbolt/core/testing`.
 export { createLocker } from './locker.js';
+export {
+  diagnostics,
+  type AcquireEvent,
+  type LeaseEvent,
+  type LeaseLostEvent,
+  type RenewalFailedEvent,
+  type StoreUnavailableEvent,
+  type WaitAbandonedEvent,
+} from './diagnostics.js';
 export type { Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 export { DEFAULT_MAX_TTL_MS, MAX_SEMAPHORE_LIMIT, type Capabilities, type LockBackend } from './backend.js';
 export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS } from './validate.js';

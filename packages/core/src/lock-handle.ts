@@ -3,6 +3,7 @@
 // the list of those it holds (HeldHandles); a handle needs of its locker only its backend and
 // `forget`, so this module does not import the locker. How often it renews and when it counts a
 // lease as run out is the one rule of lease-keeper.ts.
+import { diagnostics, eventKey, type LeaseEvent } from './diagnostics.js';
 import { BackendError, DeadboltError, LockLostError, noAnswer, NotOwnerError } from './errors.js';
 import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
 import { after, noop, withTimeout, type Timer } from './time.js';
@@ -23,6 +24,8 @@ export interface HandleSettings {
   readonly renewIntervalMs: number | undefined;
   readonly autoRenew: boolean;
   readonly operationTimeoutMs: number;
+  /** Events give keys hashed (LockerOptions.redactKeys). */
+  readonly redactKeys: boolean;
 }
 
 /** A hold's ttl (what this process counts on) and lock-delay (what the store keeps on top of it). */
@@ -151,7 +154,12 @@ export class LockHandle implements Lock {
     return this.#state === 'held';
   }
 
-  async extend(ttlMs: number = this.#ttlMs): Promise<void> {
+  extend(ttlMs: number = this.#ttlMs): Promise<void> {
+    if (!diagnostics.extend.hasSubscribers) return this.#extend(ttlMs);
+    return diagnostics.extend.tracePromise(() => this.#extend(ttlMs), { ...this.#event(), ttlMs });
+  }
+
+  async #extend(ttlMs: number): Promise<void> {
     validateTtl(ttlMs, this.#locker.backend.capabilities);
     if (this.#delayMs > 0) validateTtl(ttlMs + this.#delayMs, this.#locker.backend.capabilities, 'ttlMs + lockDelayMs');
     this.#checkExpiry();
@@ -166,8 +174,15 @@ export class LockHandle implements Lock {
   }
 
   release(): Promise<void> {
-    this.#released ??= this.#release();
+    this.#released ??= diagnostics.release.hasSubscribers
+      ? diagnostics.release.tracePromise(() => this.#release(), { ...this.#event(), heldMs: performance.now() - this.#lease.acquiredAt })
+      : this.#release();
     return this.#released;
+  }
+
+  /** What every event about this lease says (diagnostics.ts). */
+  #event(): LeaseEvent {
+    return { key: eventKey(this.key, this.#settings.redactKeys), backend: this.#locker.backend.name, token: this.token };
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -328,6 +343,8 @@ export class LockHandle implements Lock {
       // Keep trying while the lease may still be ours; the armed expiry timer declares it lost.
       this.#lastRenewError = error;
       const left = this.#validUntil - performance.now();
+      if (diagnostics.renewalFailed.hasSubscribers)
+        diagnostics.renewalFailed.publish({ ...this.#event(), error, leftMs: Math.max(0, left) });
       this.#scheduleRenew(renewalRetryMs(this.#ttlMs, left));
       return;
     }
@@ -366,6 +383,8 @@ export class LockHandle implements Lock {
     this.#locker.forget(this);
     this.#lostReason = error;
     this.#controller?.abort(error);
+    if (diagnostics.leaseLost.hasSubscribers)
+      diagnostics.leaseLost.publish({ ...this.#event(), reason: error, heldMs: this.#lostAt - this.#lease.acquiredAt });
   }
 
   #stopTimers(): void {

@@ -17,6 +17,7 @@ import {
   noAnswer,
   SelfDeadlockError,
 } from './errors.js';
+import { diagnostics, eventKey, type AcquireEvent } from './diagnostics.js';
 import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
 import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js';
 import { renewalDueMs, safeLifetime } from './lease-keeper.js';
@@ -38,6 +39,7 @@ const LOCKER_RULES = {
   unavailableGraceMs: waitRule,
   reentrant: flag,
   lockDelayMs: count(0),
+  redactKeys: flag,
 } satisfies Rules<LockerOptions>;
 
 /** How a waiting call's options are checked (`lock`, `lockAll`, `acquire`, `read`, `write`, the `with…` helpers). */
@@ -58,6 +60,11 @@ const SEMAPHORE_RULES = { limit: count(1, MAX_SEMAPHORE_LIMIT) } satisfies Rules
  * The conformance suite feeds each its rules' hostile values.
  */
 export const optionRules = { createLocker: LOCKER_RULES, lock: LOCK_RULES, tryLock: TRY_RULES, semaphore: SEMAPHORE_RULES } as const;
+
+/** What a claim takes, as events name it. */
+function familyOf(claim: Claim | undefined): AcquireEvent['family'] {
+  return !claim ? 'mutex' : claim.limit > 0 ? 'semaphore' : claim.mode === 'exclusive' ? 'write' : 'read';
+}
 
 /** A call without options: the common case reads nothing. */
 const NO_OPTIONS: LockOptions = Object.freeze({});
@@ -145,7 +152,12 @@ class DefaultLocker implements Locker {
       throw new InvalidArgumentError(`renewIntervalMs must be below ttlMs (${this.#ttlMs}), got ${options.renewIntervalMs}`);
     }
     const operationTimeoutMs = options.operationTimeoutMs ?? DEFAULT_OPERATION_TIMEOUT_MS;
-    this.#settings = { renewIntervalMs: options.renewIntervalMs, autoRenew: options.autoRenew ?? true, operationTimeoutMs };
+    this.#settings = {
+      renewIntervalMs: options.renewIntervalMs,
+      autoRenew: options.autoRenew ?? true,
+      operationTimeoutMs,
+      redactKeys: options.redactKeys ?? false,
+    };
     this.#timeoutMs = options.timeoutMs ?? Infinity;
     this.#unavailableGraceMs = options.unavailableGraceMs ?? DEFAULT_UNAVAILABLE_GRACE_MS;
     this.#reentrant = options.reentrant ?? false;
@@ -420,6 +432,39 @@ class DefaultLocker implements Locker {
   #acquire(ask: Ask & { readonly required: true }): Promise<LockHandle>;
   #acquire(ask: Ask): Promise<LockHandle | null>;
   #acquire(ask: Ask): Promise<LockHandle | null> {
+    return diagnostics.acquire.hasSubscribers ? this.#traced(ask) : this.#acquireUntraced(ask);
+  }
+
+  /** `#acquire` as the `deadbolt:acquire` tracing channel's subscribers see it (diagnostics.ts). */
+  #traced(ask: Ask): Promise<LockHandle | null> {
+    const { claim } = ask;
+    const event: AcquireEvent = {
+      key: eventKey(ask.key, this.#settings.redactKeys),
+      backend: this.backend.name,
+      family: familyOf(claim),
+      ...(claim && claim.limit > 0 ? { limit: claim.limit } : {}),
+      ttlMs: ask.terms.ttlMs,
+      timeoutMs: ask.timeoutMs,
+    };
+    const started = performance.now();
+    return diagnostics.acquire.tracePromise(
+      () =>
+        this.#acquireUntraced(ask).then(
+          (handle) => {
+            event.waitedMs = performance.now() - started;
+            if (handle) event.token = handle.token;
+            return handle;
+          },
+          (error: unknown) => {
+            event.waitedMs = performance.now() - started;
+            throw error;
+          },
+        ),
+      event,
+    );
+  }
+
+  #acquireUntraced(ask: Ask): Promise<LockHandle | null> {
     if (this.#closed) return Promise.reject(new LockerClosedError());
     const owner = randomUUID();
     if (this.backend.acquireNow && !ask.claim) {
@@ -485,6 +530,7 @@ class DefaultLocker implements Locker {
    */
   async #wait(ask: Ask, owner: string): Promise<LockHandle | null> {
     const { key, terms, timeoutMs, signal: userSignal, claim } = ask;
+    const started = performance.now();
     const wait = timeoutMs > 0;
     const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
     // The common case (a wait with no deadline, no caller signal) shares the locker's close signal;
@@ -544,6 +590,14 @@ class DefaultLocker implements Locker {
           // Let the backend finish removing this waiter from the store (it usually takes a round
           // trip), so the caller who hears "aborted" finds nothing left; a silent store gets no more.
           await settleWithin(attempt ?? Promise.resolve(), ABORT_CLEANUP_MS);
+          if (wait && diagnostics.waitAbandoned.hasSubscribers)
+            diagnostics.waitAbandoned.publish({
+              key: eventKey(key, this.#settings.redactKeys),
+              backend: this.backend.name,
+              family: familyOf(claim),
+              reason: signal.reason,
+              waitedMs: performance.now() - started,
+            });
           throw signal.reason;
         }
         throw asDeadboltError(error, this.backend.name, 'acquire');

@@ -45,6 +45,12 @@ export interface LockerOptions {
    * It is the holder's setting: every later acquirer waits for it, whatever its own. See `LockOptions`.
    */
   lockDelayMs?: number;
+  /**
+   * In the events this locker publishes on node:diagnostics_channel (`diagnostics`), give each key
+   * as `sha256:` and the first 16 hex digits of its hash instead of the key itself: for keys that
+   * carry what traces must not (user ids, emails). Default false.
+   */
+  redactKeys?: boolean;
 }
 
 export interface LockOptions {
