@@ -99,6 +99,7 @@ describe('source layout', () => {
       'SelfDeadlockError',
       'StaleTokenError',
       'createLocker',
+      'diagnostics',
       'memoryBackend',
       'memoryFence',
       'migratingBackend',
