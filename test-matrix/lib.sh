@@ -332,6 +332,9 @@ up_one() {
     if declare -F "${name}_prepare" >/dev/null; then "${name}_prepare"; fi
     return 0
   fi
+  # A cluster left behind half-broken (a run stopped mid-fault: a member paused, killed or cut off)
+  # still holds some of its ports: stop whatever answers on them first.
+  if declare -F "${name}_reusable" >/dev/null; then "${name}_stop" >/dev/null 2>&1 || true; fi
   "${name}_install"
   "${name}_start"
   touch "$STATE/$name/owned"
