@@ -409,14 +409,10 @@ cassandra-cluster_member_start() {
     -e "s#^listen_address:.*#listen_address: $host#" -e "s#^rpc_address:.*#rpc_address: $host#" \
     -e "s#seeds: .*#seeds: \"$(cassc_host 1):7000\"#" "$TM_DIR/cassandra/cassandra.yaml" > "$dir/cassandra.yaml"
   echo 'auto_bootstrap: false' >> "$dir/cassandra.yaml" # each owns its token from the first start
-  local opts; opts=$(grep -v '^\s*#' "$TM_DIR/cassandra/jvm.options" | grep -v '^\s*$' | grep -v initial_token | tr '\n' ' ')
+  # The yaml's token wins over jvm.options' single-node one (a later -D overrides an earlier).
+  local cmd; read -ra cmd <<< "$(cassandra_command "$dir" 512m "-Dcassandra.initial_token=${CASSC_TOKENS[$((i-1))]}")"
   as_member "$i" "$dir"
-  # shellcheck disable=SC2086
-  setsid "${AS[@]}" java $opts -Xms512m -Xmx512m \
-    -Dcassandra.config="file://$dir/cassandra.yaml" -Dcassandra.storagedir="$dir/data" \
-    -Dcassandra.logdir="$dir/logs" -Dlogback.configurationFile="$TM_DIR/cassandra/logback.xml" \
-    -Dcassandra-foreground=yes -cp "$STATE/cassandra/lib/*" org.apache.cassandra.service.CassandraDaemon \
-    >>"$dir/cassandra.log" 2>&1 </dev/null &
+  setsid "${AS[@]}" "${cmd[@]}" >>"$dir/cassandra.log" 2>&1 </dev/null &
   echo $! > "$dir/member.pid"
 }
 cassandra-cluster_start() {

@@ -281,17 +281,23 @@ cassandra_install() {
       || { tail -n 30 "$STATE/cassandra-maven.log" >&2; die "maven could not resolve cassandra-all"; }
   fi
 }
+# cassandra_command DIR HEAP [JVM option...]: the command line of a node whose cassandra.yaml,
+# data and logs are in DIR (the single node's and each cluster node's).
+cassandra_command() {
+  local dir=$1 heap=$2; shift 2
+  local opts; opts=$(grep -v '^\s*#' "$TM_DIR/cassandra/jvm.options" | grep -v '^\s*$' | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  echo java $opts "$@" "-Xms$heap" "-Xmx$heap" \
+    "-Dcassandra.config=file://$dir/cassandra.yaml" "-Dcassandra.storagedir=$dir/data" \
+    "-Dcassandra.logdir=$dir/logs" "-Dlogback.configurationFile=$TM_DIR/cassandra/logback.xml" \
+    -Dcassandra-foreground=yes -cp "$STATE/cassandra/lib/*" org.apache.cassandra.service.CassandraDaemon
+}
 cassandra_start() {
   local dir="$STATE/cassandra"
   mkdir -p "$dir/data" "$dir/logs"
   sed "s#@STATE@#$dir#g" "$TM_DIR/cassandra/cassandra.yaml" > "$dir/cassandra.yaml"
-  local opts; opts=$(grep -v '^\s*#' "$TM_DIR/cassandra/jvm.options" | grep -v '^\s*$' | tr '\n' ' ')
-  # shellcheck disable=SC2086
-  daemon cassandra java $opts -Xms1g -Xmx1g \
-    -Dcassandra.config="file://$dir/cassandra.yaml" -Dcassandra.storagedir="$dir/data" \
-    -Dcassandra.logdir="$dir/logs" -Dlogback.configurationFile="$TM_DIR/cassandra/logback.xml" \
-    -Dcassandra-foreground=yes \
-    -cp "$dir/lib/*" org.apache.cassandra.service.CassandraDaemon
+  local cmd; read -ra cmd <<< "$(cassandra_command "$dir" 1g)"
+  daemon cassandra "${cmd[@]}"
 }
 cassandra_stop() { stop_pid "$(pid_of cassandra)"; stop_pid "$(listener_pid $CQL_PORT)"; }
 cassandra_version() { node "$TM_DIR/cql-probe.mjs" 127.0.0.1 $CQL_PORT 2>/dev/null | sed 's/^/Cassandra /'; }

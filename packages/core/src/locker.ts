@@ -530,7 +530,8 @@ class DefaultLocker implements Locker {
    */
   async #wait(ask: Ask, owner: string): Promise<LockHandle | null> {
     const { key, terms, timeoutMs, signal: userSignal, claim } = ask;
-    const started = performance.now();
+    // Read only for a subscriber to wait-abandoned (one who joins mid-wait hears of later waits).
+    const started = diagnostics.waitAbandoned.hasSubscribers ? performance.now() : undefined;
     const wait = timeoutMs > 0;
     const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
     // The common case (a wait with no deadline, no caller signal) shares the locker's close signal;
@@ -590,7 +591,7 @@ class DefaultLocker implements Locker {
           // Let the backend finish removing this waiter from the store (it usually takes a round
           // trip), so the caller who hears "aborted" finds nothing left; a silent store gets no more.
           await settleWithin(attempt ?? Promise.resolve(), ABORT_CLEANUP_MS);
-          if (wait && diagnostics.waitAbandoned.hasSubscribers)
+          if (wait && started !== undefined && diagnostics.waitAbandoned.hasSubscribers)
             diagnostics.waitAbandoned.publish({
               key: eventKey(key, this.#settings.redactKeys),
               backend: this.backend.name,
