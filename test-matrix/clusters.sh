@@ -53,7 +53,17 @@ links_rules() {
   done
 }
 # links_cut NAME N add|del: drop (or stop dropping) the connections between member N and the others.
+# The chains are the machine's, shared by every cluster and checkout: the clusters' runs go side by
+# side, and one heal removing the emptied chains between another's creating them and adding its rule
+# failed that partition ("No chain/target/match"). So each change holds a lock on the machine.
 links_cut() {
+  local fd
+  exec {fd}>>/tmp/deadbolt-test-matrix-links.lock
+  flock "$fd"
+  links_cut_locked "$@"
+  exec {fd}>&-
+}
+links_cut_locked() {
   local name=$1 n=$2 op=$3 mark user p
   as_root || die "partitions need root (iptables, and a user per member)"
   mark=$(link_mark "$name" "$n")

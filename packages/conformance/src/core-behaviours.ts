@@ -6,7 +6,7 @@ import type { Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { describe, expect, it } from 'vitest';
 import type { SuiteContext } from './context.js';
-import { expectSoon, timerLateness } from './helpers.js';
+import { expectSoon, stallsFromNow, timerLateness } from './helpers.js';
 
 export function defineCoreBehaviours(ctx: SuiteContext): void {
   const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, counter } = ctx;
@@ -60,11 +60,12 @@ export function defineCoreBehaviours(ctx: SuiteContext): void {
       const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
       const held = await a.lock(key);
       const started = performance.now();
+      const stalls = stallsFromNow();
       const error = await b.lock(key, { timeoutMs: 300 }).catch((e: unknown) => e);
       const elapsed = performance.now() - started;
       expect(error).toMatchObject({ code: 'LOCK_TIMEOUT', name: 'LockTimeoutError' });
       expect(elapsed).toBeGreaterThanOrEqual(299);
-      expect(elapsed).toBeLessThanOrEqual(300 + 250);
+      expect(elapsed).toBeLessThanOrEqual(300 + 250 + stalls());
       await expectSoon(() => harness.inspect(key), [held.owner]);
       const next = c.lock(key);
       await sleep(100);

@@ -6,7 +6,7 @@ import { sleep } from '@deadbolt/core/backend';
 import { backendOf } from '@deadbolt/core/testing';
 import { describe, expect, it } from 'vitest';
 import type { SuiteContext } from './context.js';
-import { abortedWithin } from './helpers.js';
+import { abortedWithin, expectSoon } from './helpers.js';
 
 export function defineLeaseBehaviours(ctx: SuiteContext): void {
   const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, crossProcessIt, hookIt, register } = ctx;
@@ -92,8 +92,9 @@ export function defineLeaseBehaviours(ctx: SuiteContext): void {
         const child = await spawnChild();
         const { id } = await child.lock(key);
         child.rpc.call('fencedWrites', id, 20).catch(() => undefined);
-        await sleep(100);
-        expect(register().accepted.length).toBeGreaterThan(0);
+        // The pause must come after the writer's first accepted write; how soon that is depends
+        // on the child's first round trip, slow on a loaded machine.
+        await expectSoon(async () => register().accepted.length > 0, true, 5000);
         child.signal('SIGSTOP');
         const b = await makeLocker();
         const lock = await b.lock(key, { timeoutMs: 3 * T + 5000 });
