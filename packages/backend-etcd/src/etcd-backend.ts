@@ -11,6 +11,7 @@ import {
   type Rules,
   type SharedRequest,
   type StoreUrl,
+  type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
 import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
@@ -145,6 +146,10 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     // The lease alone is not the claim: the key may have been deleted under it. Both at once.
     const [alive, owned] = await Promise.all([this.#store.keepAlive(l.etcdLease), this.#store.ownsKey(l)]);
     return alive && owned;
+  }
+
+  inspect(key: string, shared: boolean): Promise<StoreView> {
+    return this.#store.inspect(key, shared);
   }
 
   async release(lease: EtcdLockLease): Promise<void> {

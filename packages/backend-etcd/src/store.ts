@@ -2,7 +2,7 @@
 // mapping, claims' etcd leases (revoked when given up, moved to a new ttl), and the watches (made
 // one at a time after any cancel under way, cancelled in the background).
 import { BackendError, BackendUnavailableError } from '@deadbolt/core';
-import { after, LeaseKeeper, raceSignal, type InFlight, type Lease, type Timer } from '@deadbolt/core/backend';
+import { after, LeaseKeeper, raceSignal, sharedView, type InFlight, type Lease, type StoreView, type Timer } from '@deadbolt/core/backend';
 import type { Etcd3, Lease as EtcdLease, Watcher } from 'etcd3';
 
 export interface EtcdLockLease extends Lease {
@@ -386,6 +386,54 @@ export class EtcdStore {
   }
 
   /** `fn`, its failure typed: `BackendUnavailableError` when etcd could not be reached or answer in time, else `BackendError` (a lease gone stays as it is: callers tell it apart). */
+  /**
+   * `LockBackend.inspect`: the key's claims, oldest first, with the offset their tokens add, and
+   * each claim's lease time left (etcd counts whole seconds). Keys exist only while their leases
+   * live, so every one read is live. A mutex's waiters get their token at the grant (`null` here);
+   * a shared claim's is fixed when it arrives.
+   */
+  async inspect(key: string, shared: boolean): Promise<StoreView> {
+    const prefix = shared ? this.sharedPrefixFor(key) : this.prefixFor(key);
+    const [claims, offsetKv] = await this.call('inspect', () =>
+      Promise.all([
+        this.client.getAll().prefix(prefix).sort('Create', 'Ascend').exec(),
+        this.client.get(shared ? this.sharedOffsetKeyFor(key) : this.offsetKeyFor(key)).exec(),
+      ]),
+    );
+    const offset = offsetOf(offsetKv.kvs[0]?.value);
+    const found = await Promise.all(
+      claims.kvs.map(async (kv) => {
+        const { TTL } = await this.call('inspect', () => this.client.leaseClient.leaseTimeToLive({ ID: kv.lease }));
+        return {
+          owner: kv.key.toString().slice(prefix.length),
+          token: BigInt(kv.create_revision) + offset,
+          ttlLeftMs: Math.max(0, Number(TTL)) * 1000,
+          value: kv.value.toString(),
+        };
+      }),
+    );
+    // A lease that ran out between the two reads: its key is gone too.
+    const live = found.filter((c) => c.ttlLeftMs > 0);
+    if (!shared) {
+      const [holder, ...waiting] = live;
+      const claim = ({ owner, ttlLeftMs }: (typeof live)[number], token: bigint | null) => ({ owner, token, ttlLeftMs });
+      return { holders: holder ? [claim(holder, holder.token)] : [], waiters: waiting.map((w) => claim(w, null)) };
+    }
+    // Claims made with another limit than the oldest's withdraw on their next look (shared.ts).
+    const limit = live[0] ? Number(live[0].value.slice(2)) : undefined;
+    return sharedView(
+      live
+        .filter((c) => Number(c.value.slice(2)) === limit)
+        .map(({ owner, token, ttlLeftMs, value }) => ({
+          owner,
+          token,
+          ttlLeftMs,
+          mode: value.startsWith('X') ? ('exclusive' as const) : ('shared' as const),
+        })),
+      limit,
+    );
+  }
+
   async call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();

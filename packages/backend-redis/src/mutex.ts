@@ -3,7 +3,7 @@
 // the order is a flag of the same scripts, see `mutex` in scripts.ts), and a release that hands
 // the key to the queue's head in the same script and messages its process.
 import { BackendUnavailableError } from '@deadbolt/core';
-import { pollForLease, waiterCadence, type AcquireRequest, type InFlight, type Lease } from '@deadbolt/core/backend';
+import { pollForLease, waiterCadence, type AcquireRequest, type InFlight, type Lease, type StoreView } from '@deadbolt/core/backend';
 import { MAX_EXACT_TOKEN, scripts, type RedisKeys, type RedisStore } from './store.js';
 
 /** A mutex lease (`mutex`) or a shared claim (`shared`: `keys` are then the shared-claim keys). */
@@ -169,6 +169,34 @@ export class RedisMutex {
    */
   releaseOwner(keys: RedisKeys, owner: string): Promise<unknown> {
     return this.#store.run('release', scripts.release, keys, [owner, '0', this.#releaseOptions]);
+  }
+
+  /**
+   * `LockBackend.inspect`, one read-only script. A key nobody waited for holds its owner alone (the
+   * plain form) and its token is the counter's, which is the holder's unless a migration raised
+   * the floor since (`null` once the counter has expired, after a day without a grant).
+   */
+  async inspect(key: string): Promise<StoreView> {
+    const keys = this.#store.keysFor(key);
+    const [value, pttl, counter, now, ...queue] = (await this.#store.run('inspect', scripts.inspect, keys, [])) as [
+      string,
+      number,
+      string,
+      string,
+      ...string[],
+    ];
+    const nowMs = Number(now);
+    const [owner, token, ends] = value.split('|');
+    const leftMs = ends === undefined ? pttl : Number(ends) - nowMs;
+    const holders =
+      owner && leftMs > 0 ? [{ owner, token: token ? BigInt(token) : counter ? BigInt(counter) : null, ttlLeftMs: leftMs }] : [];
+    if (!this.#options.fifo) return { holders, waiters: null };
+    const waiters = [];
+    for (let i = 0; i < queue.length; i += 2) {
+      const [member, deadline] = [queue[i]!, Number(queue[i + 1])];
+      if (deadline > nowMs) waiters.push({ owner: member.slice(0, member.lastIndexOf('|')), token: null, ttlLeftMs: deadline - nowMs });
+    }
+    return { holders, waiters };
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {

@@ -16,6 +16,7 @@ import {
   type Rules,
   type SharedRequest,
   type StoreUrl,
+  type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
@@ -274,6 +275,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
     const renewed = await (lease.kind === 'shared' ? this.#shared : this.#mutex).renew(lease, ttlMs);
     if (renewed && this.#store.syncReplicas > 0) await this.#store.synced('renew');
     return renewed;
+  }
+
+  inspect(key: string, shared: boolean): Promise<StoreView> {
+    return shared ? this.#shared.inspect(key) : this.#mutex.inspect(key);
   }
 
   async release(lease: RedisLease): Promise<void> {

@@ -1,4 +1,4 @@
-import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
+import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type ClaimInfo, type LockBackend } from '@deadbolt/core';
 import {
   count,
   describe,
@@ -17,6 +17,7 @@ import {
   type Rule,
   type Rules,
   type StoreUrl,
+  type StoreView,
 } from '@deadbolt/core/backend';
 import { Redis } from 'ioredis';
 import { RedisBackend, storeOf, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
@@ -211,6 +212,32 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     if (outcomes.filter((o) => 'ok' in o).length >= this.#quorum) return true;
     this.#failIfDown(outcomes, 'raise token floor');
     return false;
+  }
+
+  /**
+   * `LockBackend.inspect`: every node's view; the holder is an owner a majority of nodes hold for,
+   * with the token and the time left a majority stands at. Waiters poll and
+   * keep no place: `null`. @throws BackendUnavailableError when a majority does not answer.
+   */
+  async inspect(key: string): Promise<StoreView> {
+    const outcomes = await this.#onNodes(
+      this.#nodes.map(() => true),
+      (node) => node.inspect(key, false),
+      false,
+    );
+    this.#failIfDown(outcomes, 'inspect');
+    const seen = new Map<string, ClaimInfo[]>();
+    for (const o of outcomes) if ('ok' in o) for (const h of o.ok.holders) seen.set(h.owner!, [...(seen.get(h.owner!) ?? []), h]);
+    const holders = [...seen.entries()]
+      .filter(([, parts]) => parts.length >= this.#quorum)
+      .map(([owner, parts]) => ({
+        owner,
+        // The lock's token is the one a majority stands at (its grant lifted them there); a node
+        // that granted after the majority may stand higher, one not lifted lower.
+        token: parts.map((p) => p.token ?? 0n).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))[this.#quorum - 1]!,
+        ttlLeftMs: parts.map((p) => p.ttlLeftMs ?? 0).sort((a, b) => b - a)[this.#quorum - 1]!,
+      }));
+    return { holders, waiters: null };
   }
 
   /** Lets acquisitions under way finish giving back what they won, then closes every node; later acquisitions reject with `LockerClosedError`. */

@@ -438,3 +438,33 @@ ${setCounter('floor', 'ARGV[2]', 'ARGV[3]')}
 end
 return 1
 `;
+
+/**
+ * Inspection (reads only). Mutex: KEYS as the mutex's. Returns {lock value or '', PTTL of the lock
+ * key, token counter or '', now ms, then per queued member: member, deadline ms}.
+ */
+export const INSPECT = `${clock}
+local out = {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '', string.format('%.0f', now_ms)}
+local queue = redis.call('ZRANGE', KEYS[3], 0, -1)
+for i = 1, #queue do
+  out[#out + 1] = queue[i]
+  out[#out + 1] = redis.call('ZSCORE', KEYS[4], queue[i]) or '0'
+end
+return out
+`;
+
+/**
+ * Shared claims: KEYS as theirs. Returns {stored limit or '', now ms, then per claim in arrival
+ * order: owner, token, expiry ms, mode (S|X)}.
+ */
+export const SHARED_INSPECT = `${clock}
+local out = {redis.call('HGET', KEYS[4], '#limit') or '', string.format('%.0f', now_ms)}
+local claims = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #claims, 2 do
+  out[#out + 1] = claims[i]
+  out[#out + 1] = string.format('%.0f', tonumber(claims[i + 1]))
+  out[#out + 1] = redis.call('ZSCORE', KEYS[3], claims[i]) or '0'
+  out[#out + 1] = redis.call('HGET', KEYS[4], claims[i]) or 'S'
+end
+return out
+`;

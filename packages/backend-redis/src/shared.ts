@@ -2,7 +2,7 @@
 // by core's rule against the key's claims (see `shared` in scripts.ts); a release publishes on the
 // shared channel, which wakes this process's waiters of that key.
 import { LimitMismatchError } from '@deadbolt/core';
-import { pollForLease, waiterCadence, type InFlight, type SharedRequest } from '@deadbolt/core/backend';
+import { pollForLease, sharedView, waiterCadence, type InFlight, type SharedRequest, type StoreView } from '@deadbolt/core/backend';
 import type { RedisLease } from './mutex.js';
 import { COUNTER_TTL_MS } from './scripts.js';
 import { MAX_EXACT_TOKEN, scripts, type RedisKeys, type RedisStore } from './store.js';
@@ -68,6 +68,24 @@ export class RedisSharedClaims {
   /** Drops `owner`'s claim (held or queued) and wakes the key's waiters. */
   #leave(keys: RedisKeys, owner: string): Promise<unknown> {
     return this.#store.run('release', scripts.sharedRelease, keys, [owner, this.#store.channel, keys.lock]);
+  }
+
+  /** `LockBackend.inspect` for a shared key: one read-only script, the grant rule applied here. */
+  async inspect(key: string): Promise<StoreView> {
+    const [limit, now, ...rows] = (await this.#store.run('inspect', scripts.sharedInspect, this.#store.sharedKeysFor(key), [])) as string[];
+    const nowMs = Number(now);
+    const claims = [];
+    for (let i = 0; i < rows.length; i += 4) {
+      const expires = Number(rows[i + 2]);
+      if (expires <= nowMs) continue;
+      claims.push({
+        owner: rows[i]!,
+        token: BigInt(rows[i + 1]!),
+        ttlLeftMs: expires - nowMs,
+        mode: rows[i + 3] === 'X' ? ('exclusive' as const) : ('shared' as const),
+      });
+    }
+    return sharedView(claims, limit ? Number(limit) : undefined);
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {

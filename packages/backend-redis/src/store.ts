@@ -8,10 +8,12 @@ import { Cluster, ReplyError, type Redis } from 'ioredis';
 import {
   ACQUIRE,
   GUARDED_ACQUIRE,
+  INSPECT,
   RAISE_FLOOR,
   RELEASE,
   RENEW,
   SHARED_ACQUIRE,
+  SHARED_INSPECT,
   SHARED_RAISE_FLOOR,
   SHARED_RELEASE,
   SHARED_RENEW,
@@ -62,6 +64,8 @@ export const scripts = {
   sharedRenew: new Script(SHARED_RENEW),
   sharedRelease: new Script(SHARED_RELEASE),
   sharedRaiseFloor: new Script(SHARED_RAISE_FLOOR),
+  inspect: new Script(INSPECT),
+  sharedInspect: new Script(SHARED_INSPECT),
 };
 
 export interface RedisStoreOptions {

@@ -11,11 +11,12 @@ import { defineMultiBehaviours } from './multi-behaviours.js';
 import { defineHardeningBehaviours } from './hardening.js';
 import { defineSharedBehaviours } from './shared-behaviours.js';
 import { defineFenceBehaviours } from './fence-behaviours.js';
+import { defineInspectBehaviours } from './inspect-behaviours.js';
 import { fenceFromConfig } from './migration-child.js';
 import { FencedRegister } from './register.js';
 
 /**
- * Registers the whole conformance suite (behaviours 1–36, listed in the package's README) for one backend with
+ * Registers the whole conformance suite (behaviours 1–37, listed in the package's README) for one backend with
  * vitest. Groups switch on by the backend's capabilities; a behaviour that does not apply is listed
  * as skipped with its reason, so reports show it as not applicable rather than passed.
  */
@@ -151,6 +152,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     defineSharedBehaviours(context);
     defineMultiBehaviours(context);
     defineFenceBehaviours(context);
+    defineInspectBehaviours(context);
     defineHardeningBehaviours(context);
   });
 }

@@ -2,10 +2,10 @@
 // `@deadbolt/core` (which a backend also imports: `LockBackend`, the errors). The contract itself
 // is backend.ts; the rest is written once here so that no backend writes it again: option rules,
 // error helpers, key checks, waiting, polling, timers.
-export { fullCapabilities, type AcquireRequest, type Lease, type SharedRequest } from './backend.js';
+export { fullCapabilities, type AcquireRequest, type Lease, type SharedRequest, type StoreView } from './backend.js';
 export { backendFailure, keepSecret, noAnswer } from './errors.js';
 export { checkFencedWrite, checkFenceToken, checkResource, fencedTransaction, type SqlConnections } from './fence.js';
-export { grantable } from './shared.js';
+export { grantable, sharedView } from './shared.js';
 export { validateKey, validateKeys, validateTtl } from './validate.js';
 export {
   count,

@@ -1,3 +1,5 @@
+import type { Inspection } from './types.js';
+
 /**
  * The backend contract: everything a store has to implement. Core owns validation, owner ids,
  * deadlines, AbortSignal plumbing, background renewal, loss detection and errors; a backend owns
@@ -72,6 +74,15 @@ export interface LockBackend<L extends Lease = Lease> {
    * key being idle).
    */
   raiseTokenFloor?(lease: L, floor: bigint): Promise<boolean>;
+
+  /**
+   * Optional (`Locker.inspect`; every backend in this repository has it): what the store holds for
+   * `key` now, the mutex's or, with `shared`, the shared key's claims (semaphores, read-write
+   * locks). Reads only: never takes, extends or frees anything. Reports live claims only (one past
+   * its ttl on the store's clock is nobody's), times left on the store's clock, and `null` for what
+   * the store cannot know. Fails as every method does.
+   */
+  inspect?(key: string, shared: boolean): Promise<StoreView>;
 
   /**
    * Close connections the backend opened itself (not clients the user passed in). Idempotent.
@@ -174,6 +185,9 @@ export interface SharedRequest extends AcquireRequest {
    */
   readonly limit: number;
 }
+
+/** What `inspect` answers: `Inspection` (types.ts) without the key, which core adds. */
+export type StoreView = Omit<Inspection, 'key'>;
 
 /** A granted lease. Backends may extend it with their own fields (e.g. a queue entry id). */
 export interface Lease {

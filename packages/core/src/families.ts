@@ -3,7 +3,7 @@
 // locker does the taking; this module does not import it.
 import type { SharedRequest } from './backend.js';
 import type { HeldKind } from './held-scope.js';
-import type { Lock, LockOptions, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
+import type { Inspection, Lock, LockOptions, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 
 /** What the families need of their locker. */
 export interface FamilyHost {
@@ -23,6 +23,7 @@ export interface FamilyHost {
     where: string,
     claim?: Claim,
   ): Promise<T>;
+  inspectKey(key: string, shared: boolean): Promise<Inspection>;
 }
 
 /** What a semaphore or read-write lock asks the backend for. */
@@ -48,6 +49,10 @@ export class LockerSemaphore implements Semaphore {
 
   withPermit<T>(fn: (permit: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
     return this.locker.withHeld(this.key, 'permit', fn, options, 'withPermit', this.#claim);
+  }
+
+  inspect(): Promise<Inspection> {
+    return this.locker.inspectKey(this.key, true);
   }
 }
 
@@ -82,5 +87,9 @@ export class LockerReadWriteLock implements ReadWriteLock {
 
   withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
     return this.locker.withHeld(this.key, 'write', fn, options, 'withWrite', WRITE);
+  }
+
+  inspect(): Promise<Inspection> {
+    return this.locker.inspectKey(this.key, true);
   }
 }

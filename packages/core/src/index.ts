@@ -11,7 +11,18 @@ export {
   type StoreUnavailableEvent,
   type WaitAbandonedEvent,
 } from './diagnostics.js';
-export type { Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
+export type {
+  ClaimInfo,
+  Inspection,
+  Lock,
+  Locker,
+  LockerOptions,
+  LockOptions,
+  MultiLock,
+  ReadWriteLock,
+  Semaphore,
+  TryLockOptions,
+} from './types.js';
 export { DEFAULT_MAX_TTL_MS, MAX_SEMAPHORE_LIMIT, type Capabilities, type LockBackend } from './backend.js';
 export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS } from './validate.js';
 export {

@@ -23,7 +23,7 @@ import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js'
 import { renewalDueMs, safeLifetime } from './lease-keeper.js';
 import { asDeadboltError, type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
-import type { Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
+import type { Inspection, Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 import { answerDeadline, race, raceSignal, noop, settleWithin, withTimeout, type Timer } from './time.js';
 import { waitOnConnections } from './wait.js';
 import { count, flag, ms, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
@@ -322,6 +322,31 @@ class DefaultLocker implements Locker {
     validateKey(key);
     this.#need('readWrite');
     return new LockerReadWriteLock(this, key);
+  }
+
+  inspect(key: string): Promise<Inspection> {
+    try {
+      validateKey(key);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.inspectKey(key, false);
+  }
+
+  /** `inspect()` for a validated key: the mutex's claims, or (`shared`) a semaphore's or read-write lock's. */
+  async inspectKey(key: string, shared: boolean): Promise<Inspection> {
+    if (this.#closed) throw new LockerClosedError();
+    const { backend } = this;
+    if (!backend.inspect) throw new InvalidArgumentError(`the ${backend.name} backend cannot inspect keys`);
+    const { operationTimeoutMs } = this.#settings;
+    try {
+      const view = await withTimeout(backend.inspect(key, shared), operationTimeoutMs, () =>
+        noAnswer(backend.name, 'inspect', operationTimeoutMs),
+      );
+      return { key, ...view };
+    } catch (error) {
+      throw asDeadboltError(error, backend.name, 'inspect');
+    }
   }
 
   /** `lock()` for a validated key and options, or for a shared claim. Bad input rejects; nothing throws. */

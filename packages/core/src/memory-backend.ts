@@ -2,7 +2,7 @@
 // store (server-side expiry by timers, FIFO waiters, tokens that never repeat), answering on the
 // spot (`acquireNow`). About 420 lines because the store and the backend over it are one piece: the
 // backend only forwards to the store's grants, queues and timers, which read top to bottom.
-import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest } from './backend.js';
+import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest, StoreView } from './backend.js';
 import { LimitMismatchError, LockerClosedError } from './errors.js';
 import { instance, readOptions, type Rules } from './options.js';
 import { grantable } from './shared.js';
@@ -20,6 +20,8 @@ interface Claim {
   expiresAt: number;
   /** Set while the claim waits: grants it. */
   grant: ((lease: MemoryLease) => void) | undefined;
+  /** Set when granted. */
+  token: bigint | undefined;
   timer: NodeJS.Timeout | undefined;
 }
 
@@ -78,7 +80,7 @@ export class MemoryLockStore {
     }
     if (!state) this.#shared.set(req.key, (state = { limit: req.limit, claims: [] }));
     state.limit = req.limit;
-    const claim: Claim = { req, mode: req.mode, expiresAt: Infinity, grant: undefined, timer: undefined };
+    const claim: Claim = { req, mode: req.mode, expiresAt: Infinity, grant: undefined, token: undefined, timer: undefined };
     state.claims.push(claim);
     if (grantable(state.claims, state.claims.length - 1, state.limit)) return Promise.resolve(this.#grantClaim(req.key, state, claim));
     if (!req.wait) {
@@ -201,6 +203,36 @@ export class MemoryLockStore {
     return state && inUse(state) ? { holder: state.holder?.owner, waiters: state.waiters.map((w) => w.req.owner) } : undefined;
   }
 
+  /** `LockBackend.inspect`: the key's live holders and waiters (a waiter lives as long as its process: no ttl). */
+  view(key: string, shared: boolean): StoreView {
+    const now = performance.now();
+    const left = (expiresAt: number) => (expiresAt === Infinity ? null : Math.max(0, expiresAt - now));
+    if (shared) {
+      this.#expireShared(key);
+      const state = this.#shared.get(key);
+      const claims = (state?.claims ?? []).map((c) => ({
+        owner: c.req.owner,
+        token: c.token ?? null,
+        ttlLeftMs: left(c.expiresAt),
+        mode: c.mode,
+        granted: !c.grant,
+      }));
+      const info = ({ granted: _, ...claim }: (typeof claims)[number]) => claim;
+      return {
+        holders: claims.filter((c) => c.granted).map(info),
+        waiters: claims.filter((c) => !c.granted).map(info),
+        ...(state ? { limit: state.limit } : {}),
+      };
+    }
+    this.#expireIfDue(key);
+    const state = this.#keys.get(key);
+    const holder = state?.holder;
+    return {
+      holders: holder ? [{ owner: holder.owner, token: holder.token, ttlLeftMs: left(holder.expiresAt) }] : [],
+      waiters: (state?.waiters ?? []).map((w) => ({ owner: w.req.owner, token: null, ttlLeftMs: null })),
+    };
+  }
+
   /** Number of keys held or waited for (mutex and shared keys); freed entries kept for reuse do not count. O(keys). */
   get size(): number {
     let used = 0;
@@ -228,6 +260,7 @@ export class MemoryLockStore {
     const acquiredAt = performance.now();
     claim.expiresAt = acquiredAt + req.ttlMs;
     claim.grant = undefined;
+    claim.token = token;
     if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
     return { kind: 'shared', key, owner: req.owner, token, acquiredAt };
   }
@@ -395,6 +428,10 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
 
   async renew(lease: MemoryLease, ttlMs: number): Promise<boolean> {
     return this.store.renew(lease, ttlMs);
+  }
+
+  async inspect(key: string, shared: boolean): Promise<StoreView> {
+    return this.store.view(key, shared);
   }
 
   acquireNow(req: AcquireRequest): MemoryLease | null | undefined {

@@ -11,7 +11,9 @@ import {
   type Lease,
   type LockBackend,
   type SharedRequest,
+  type StoreView,
 } from './backend.js';
+import type { ClaimInfo } from './types.js';
 import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
 import { instance, oneOf, readOptions, required, type Rules } from './options.js';
 import { LeaseKeeper } from './lease-keeper.js';
@@ -163,6 +165,43 @@ export class MigratingBackend implements LockBackend {
       this.to.raiseTokenFloor!(lease.second, floor),
     ]);
     return first && second;
+  }
+
+  /**
+   * The store(s) this phase takes locks in: in `dual`, both, merged by owner (a `dual` holder is in
+   * both, with the larger token as its own, and the shorter time left); `from`'s waiters first, as
+   * a `dual` waiter queues there first. @throws as `LockBackend.inspect`, or InvalidArgumentError when a
+   * store cannot inspect.
+   */
+  async inspect(key: string, shared: boolean): Promise<StoreView> {
+    const read = (backend: LockBackend) => {
+      if (!backend.inspect) throw new InvalidArgumentError(`the ${backend.name} backend cannot inspect keys`);
+      return backend.inspect(key, shared);
+    };
+    if (this.phase !== 'dual') return read(this.#single);
+    const [a, b] = await Promise.all([read(this.from), read(this.to)]);
+    const merge = (x: readonly ClaimInfo[], y: readonly ClaimInfo[]) => {
+      const byOwner = new Map<string | null, ClaimInfo>();
+      for (const claim of [...x, ...y]) {
+        const seen = claim.owner === null ? undefined : byOwner.get(claim.owner);
+        if (!seen) {
+          byOwner.set(claim.owner ?? randomUUID(), claim);
+          continue;
+        }
+        const token = seen.token === null || (claim.token !== null && claim.token > seen.token) ? claim.token : seen.token;
+        const left = [seen.ttlLeftMs, claim.ttlLeftMs].filter((t): t is number => t !== null);
+        byOwner.set(claim.owner!, { ...seen, token, ttlLeftMs: left.length > 0 ? Math.min(...left) : null });
+      }
+      return [...byOwner.values()];
+    };
+    const holders = merge(a.holders, b.holders);
+    const waiters = a.waiters === null && b.waiters === null ? null : merge(a.waiters ?? [], b.waiters ?? []);
+    const limit = a.limit ?? b.limit;
+    return {
+      holders,
+      waiters: waiters?.filter((w) => !holders.some((h) => h.owner !== null && h.owner === w.owner)) ?? null,
+      ...(limit === undefined ? {} : { limit }),
+    };
   }
 
   async close(): Promise<void> {

@@ -1,4 +1,5 @@
-import type { SharedRequest } from './backend.js';
+import type { SharedRequest, StoreView } from './backend.js';
+import type { ClaimInfo } from './types.js';
 
 /**
  * The grant rule of `SharedRequest`, for stores that evaluate it in JavaScript: may the claim at
@@ -9,4 +10,21 @@ export function grantable(claims: ReadonlyArray<{ readonly mode: SharedRequest['
   if (claims[index]!.mode === 'exclusive') return index === 0;
   for (let i = 0; i < index; i++) if (claims[i]!.mode === 'exclusive') return false;
   return limit === 0 || index < limit;
+}
+
+/**
+ * `LockBackend.inspect` for a shared key whose live claims (in arrival order) a store read: those
+ * the grant rule lets hold are the holders (a claim granted by the rule holds the key even before
+ * its waiter has heard), the rest wait in that order. `limit`: the stored one, absent with no claims.
+ */
+export function sharedView(
+  claims: ReadonlyArray<ClaimInfo & { readonly mode: SharedRequest['mode'] }>,
+  limit: number | undefined,
+): StoreView {
+  const held = claims.map((_, i) => limit !== undefined && grantable(claims, i, limit));
+  return {
+    holders: claims.filter((_, i) => held[i]),
+    waiters: claims.filter((_, i) => !held[i]),
+    ...(claims.length > 0 && limit !== undefined ? { limit } : {}),
+  };
 }

@@ -139,6 +139,8 @@ export interface Semaphore {
   tryAcquire(options?: TryLockOptions): Promise<Lock | null>;
   /** `acquire()`, run `fn`, release; as `Locker.withLock()`. */
   withPermit<T>(fn: (permit: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+  /** The permits held and the claims waiting, with the stored limit, as `Locker.inspect()`. @throws as `Locker.inspect()`. */
+  inspect(): Promise<Inspection>;
 }
 
 /**
@@ -151,6 +153,39 @@ export interface Semaphore {
  * the outer lease. A caller holding a bare `read()` handle is not tracked (Node has no notion of
  * "the same caller" without a callback scope): release it before asking to write.
  */
+/**
+ * One claim on a key as the store holds it (`Locker.inspect`). A field the store cannot know is
+ * `null` (each backend's README says which): never a guess.
+ */
+export interface ClaimInfo {
+  /** The claim's owner id (`Lock.owner`). */
+  readonly owner: string | null;
+  /** Its fencing token; `null` for a waiter the store has not given one yet. */
+  readonly token: bigint | null;
+  /** How long the store will keep the claim without a renewal, on the store's clock (ms); `null` for a session lease, which lives as long as its session. */
+  readonly ttlLeftMs: number | null;
+  /** Semaphores and read-write locks: `shared` (a permit, a read) or `exclusive` (a write). */
+  readonly mode?: 'shared' | 'exclusive';
+}
+
+/**
+ * What the store holds for a key now (`Locker.inspect`, `Semaphore.inspect`,
+ * `ReadWriteLock.inspect`): a snapshot, stale as soon as it is read, for operators and debugging;
+ * never a reason to skip taking the lock.
+ */
+export interface Inspection {
+  readonly key: string;
+  /** The live holders: none when the key is free; one for a mutex; up to the limit for a semaphore. */
+  readonly holders: readonly ClaimInfo[];
+  /**
+   * The waiters in queue order; `null` where the store keeps no queue (its waiters poll and are
+   * invisible to it until they win).
+   */
+  readonly waiters: readonly ClaimInfo[] | null;
+  /** A semaphore's or read-write lock's stored limit (0 for a read-write lock) while it has claims. */
+  readonly limit?: number;
+}
+
 export interface ReadWriteLock {
   readonly key: string;
   /** Wait for a read lock. @throws as `Locker.lock()`, and SelfDeadlockError inside `withRead` or `withWrite` of this key (not reentrant). */
@@ -168,6 +203,8 @@ export interface ReadWriteLock {
   withRead<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
   /** `write()`, run `fn`, release; as `Locker.withLock()`. */
   withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T>;
+  /** The key's readers and writer, and who waits, as `Locker.inspect()` (each claim with its `mode`). @throws as `Locker.inspect()`. */
+  inspect(): Promise<Inspection>;
 }
 
 export interface Locker extends AsyncDisposable {
@@ -218,6 +255,14 @@ export interface Locker extends AsyncDisposable {
    * @throws InvalidArgumentError (before any I/O) for a bad key or a backend without `capabilities.readWrite`.
    */
   readWriteLock(key: string): ReadWriteLock;
+  /**
+   * Who holds `key` (owner, token, time left on the store's clock) and who waits for it, read from
+   * the store without taking, extending or freeing anything. Settles within the operation timeout.
+   * @throws InvalidArgumentError (before any I/O) for a bad key or a backend that cannot inspect;
+   * LockerClosedError; BackendUnavailableError (also when the store does not answer in time);
+   * BackendError.
+   */
+  inspect(key: string): Promise<Inspection>;
   /**
    * Reject pending waits with LockerClosedError, release held locks, close the backend. Finishes
    * within two operation timeouts even when the store has gone silent.

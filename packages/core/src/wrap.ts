@@ -14,6 +14,7 @@ const MEMBERS = {
   renew: 'call',
   release: 'call',
   raiseTokenFloor: 'call',
+  inspect: 'call',
   close: 'call',
 } as const satisfies Record<keyof LockBackend, 'value' | 'call'>;
 

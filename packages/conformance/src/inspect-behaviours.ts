@@ -1,0 +1,162 @@
+/**
+ * Behaviour 37 (the conformance README, "introspection"): `locker.inspect(key)` and the families'
+ * `inspect()` report exactly the holders, tokens and waiters the suite made, in queue order where
+ * the store keeps a queue, with the time left on the store's clock, and change nothing.
+ */
+import type { ClaimInfo, Inspection, Lock, Locker } from '@deadbolt/core';
+import { sleep } from '@deadbolt/core/backend';
+import { describe, expect, it } from 'vitest';
+import type { SuiteContext } from './context.js';
+
+export function defineInspectBehaviours(ctx: SuiteContext): void {
+  const { T, freshKey, makeLocker, capabilities, harness, itWhen } = ctx;
+  const session = capabilities.lease === 'session';
+
+  /** Resolves once `read()` shows `n` waiters (or at once where the store keeps no queue, after a pause for the waits to start). */
+  async function waitersSeen(read: () => Promise<Inspection>, n: number): Promise<Inspection> {
+    const until = performance.now() + 5000;
+    for (;;) {
+      const seen = await read();
+      if (seen.waiters === null) {
+        await sleep(300);
+        return read();
+      }
+      if (seen.waiters.length >= n || performance.now() > until) return seen;
+      await sleep(20);
+    }
+  }
+
+  /** A holder as the suite holds it: its owner and token, and a time left within its ttl (none for a session lease). */
+  function expectHolder(claim: ClaimInfo | undefined, lock: Lock, mode?: ClaimInfo['mode']): void {
+    expect(claim?.owner).toBe(lock.owner);
+    expect(claim?.token).toBe(lock.token);
+    if (session) expect(claim?.ttlLeftMs).toBeNull();
+    else {
+      expect(claim?.ttlLeftMs).toBeGreaterThan(0);
+      // The store's ttl is whole units of its granularity, counted from its own clock.
+      expect(claim?.ttlLeftMs).toBeLessThanOrEqual(T + capabilities.ttlGranularityMs + 50);
+    }
+    if (mode) expect(claim?.mode).toBe(mode);
+  }
+
+  /**
+   * The waiters a store listed are the suite's, in arrival order: `granted[i]` is the lock the i-th
+   * listed waiter got, so its owner (and its token, where the store gives one at arrival) match.
+   */
+  function expectListed(seen: Inspection, modes: NonNullable<ClaimInfo['mode']>[] | number, i: number, granted: Lock): void {
+    if (seen.waiters === null) return;
+    expect(seen.waiters).toHaveLength(typeof modes === 'number' ? modes : modes.length);
+    const listed = seen.waiters[i]!;
+    if (listed.owner !== null) expect(listed.owner).toBe(granted.owner);
+    if (listed.token !== null) expect(listed.token).toBe(granted.token);
+    if (typeof modes !== 'number') expect(listed.mode).toBe(modes[i]);
+  }
+
+  describe('introspection', () => {
+    it('37a. inspect(key): free, held, contended (waiters in queue order), released; it changes nothing', async () => {
+      const key = freshKey();
+      const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
+      await expect(a.inspect('')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      const free = await a.inspect(key);
+      expect(free.key).toBe(key);
+      expect(free.holders).toEqual([]);
+      expect(free.waiters ?? []).toEqual([]);
+
+      const held = await a.lock(key);
+      const before = await harness.inspect(key);
+      expectHolder((await b.inspect(key)).holders[0], held);
+      expect((await b.inspect(key)).holders).toHaveLength(1);
+      // Read-only: the store holds what it held, and the key is still taken.
+      expect(await harness.inspect(key)).toEqual(before);
+      expect(await c.tryLock(key)).toBeNull();
+      expect(held.held).toBe(true);
+
+      const first = b.lock(key, { timeoutMs: 30_000 });
+      await waitersSeen(() => a.inspect(key), 1);
+      const second = c.lock(key, { timeoutMs: 30_000 });
+      const contended = await waitersSeen(() => a.inspect(key), 2);
+      expectHolder(contended.holders[0], held);
+      await held.release();
+      // Listed first, granted first: the owner the store showed is the lock the waiter got.
+      const gotFirst = await first;
+      expectListed(contended, 2, 0, gotFirst);
+      expectHolder((await a.inspect(key)).holders[0], gotFirst);
+      await gotFirst.release();
+      const gotSecond = await second;
+      expectListed(contended, 2, 1, gotSecond);
+      await gotSecond.release();
+      await expect.poll(async () => (await a.inspect(key)).holders, { timeout: 2000, interval: 50 }).toEqual([]);
+      await a.close();
+      await expect(a.inspect(key)).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
+    }, 60_000);
+
+    itWhen(
+      () => (session ? 'a session lease ends with its session, not on the store clock' : undefined),
+      '37b. a lease that ran out on the store clock is nobody: inspect shows the key free',
+      async () => {
+        const key = freshKey();
+        const a = await makeLocker({ autoRenew: false });
+        const lock = await a.lock(key);
+        expectHolder((await a.inspect(key)).holders[0], lock);
+        await sleep(T + capabilities.ttlGranularityMs + 300);
+        expect((await a.inspect(key)).holders).toEqual([]);
+      },
+      30_000,
+    );
+
+    itWhen(
+      () => (capabilities.semaphore ? undefined : 'no semaphores'),
+      '37c. semaphore.inspect(): the permits held, the claim waiting, the limit',
+      async () => {
+        const key = freshKey();
+        const lockers: Locker[] = [await makeLocker(), await makeLocker(), await makeLocker()];
+        const [a, b, c] = lockers.map((l) => l.semaphore(key, { limit: 2 }));
+        const empty = await a!.inspect();
+        expect(empty.holders).toEqual([]);
+        const permits = [await a!.acquire(), await b!.acquire()];
+        const waiting = c!.acquire({ timeoutMs: 30_000 });
+        const seen = await waitersSeen(() => a!.inspect(), 1);
+        expect(seen.limit).toBe(2);
+        expect(seen.holders).toHaveLength(2);
+        for (const permit of permits)
+          expectHolder(
+            seen.holders.find((h) => h.owner === permit.owner),
+            permit,
+            'shared',
+          );
+        await permits[0]!.release();
+        const third = await waiting;
+        expectListed(seen, ['shared'], 0, third);
+        await Promise.all([permits[1]!.release(), third.release()]);
+        await expect.poll(async () => (await a!.inspect()).holders, { timeout: 2000, interval: 50 }).toEqual([]);
+      },
+      60_000,
+    );
+
+    itWhen(
+      () => (capabilities.readWrite ? undefined : 'no read-write locks'),
+      '37d. readWriteLock.inspect(): the reader holding, then a writer and a reader waiting in order, with their modes',
+      async () => {
+        const key = freshKey();
+        const [r1, w, r2] = (await Promise.all([makeLocker(), makeLocker(), makeLocker()])).map((l) => l.readWriteLock(key));
+        const read = await r1!.read();
+        const writing = w!.write({ timeoutMs: 30_000 });
+        await waitersSeen(() => r1!.inspect(), 1);
+        const reading = r2!.read({ timeoutMs: 30_000 });
+        const seen = await waitersSeen(() => r1!.inspect(), 2);
+        expect(seen.limit).toBe(0);
+        expect(seen.holders).toHaveLength(1);
+        expectHolder(seen.holders[0], read, 'shared');
+        await read.release();
+        const written = await writing;
+        expectListed(seen, ['exclusive', 'shared'], 0, written);
+        expectHolder((await r1!.inspect()).holders[0], written, 'exclusive');
+        await written.release();
+        const second = await reading;
+        expectListed(seen, ['exclusive', 'shared'], 1, second);
+        await second.release();
+      },
+      60_000,
+    );
+  });
+}
