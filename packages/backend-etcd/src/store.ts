@@ -389,8 +389,8 @@ export class EtcdStore {
   /**
    * `LockBackend.inspect`: the key's claims, oldest first, with the offset their tokens add, and
    * each claim's lease time left (etcd counts whole seconds). Keys exist only while their leases
-   * live, so every one read is live. A mutex's waiters get their token at the grant (`null` here);
-   * a shared claim's is fixed when it arrives.
+   * live, so every one read is live. A waiter's token is its key's revision plus the offset read at
+   * its grant, which a holder may raise meanwhile: `null` here.
    */
   async inspect(key: string, shared: boolean): Promise<StoreView> {
     const prefix = shared ? this.sharedPrefixFor(key) : this.prefixFor(key);
@@ -431,6 +431,7 @@ export class EtcdStore {
           mode: value.startsWith('X') ? ('exclusive' as const) : ('shared' as const),
         })),
       limit,
+      false,
     );
   }
 

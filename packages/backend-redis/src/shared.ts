@@ -85,7 +85,7 @@ export class RedisSharedClaims {
         mode: rows[i + 3] === 'X' ? ('exclusive' as const) : ('shared' as const),
       });
     }
-    return sharedView(claims, limit ? Number(limit) : undefined);
+    return sharedView(claims, limit ? Number(limit) : undefined, true);
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {

@@ -11,6 +11,10 @@ export const NODE_PREFIX = 'lock-';
 export function claimOf(name: string): { mode: SharedRequest['mode']; limit: number } {
   return { mode: name[NODE_PREFIX.length] === 'X' ? 'exclusive' : 'shared', limit: parseInt(name.slice(NODE_PREFIX.length + 1), 10) };
 }
+/** The owner id in a claim node's name (`lock-<owner>-<sequence>`, or a shared claim's `lock-<S|X><limit>-<owner>-<sequence>`). */
+export function ownerOf(name: string): string {
+  return /^lock-(?:[SX]\d+-)?(.+?)-(-?\d+)$/.exec(name)![1]!;
+}
 /**
  * A key's token offset is the name of a persistent child `floor-<offset>` (absent = 0), set only by
  * a holder (`raiseTokenFloor`). Being a child, it comes with the same listing that finds the holder,
@@ -131,9 +135,9 @@ export async function ensurePath(session: Session, path: string): Promise<void> 
 }
 
 /** The key's queue in order, and its token offset (the largest `floor-` child, normally the only one). */
-export async function children(session: Session, parent: string): Promise<{ queue: string[]; offset: bigint }> {
+export async function children(session: Session, parent: string, operation = 'acquire'): Promise<{ queue: string[]; offset: bigint }> {
   const children =
-    (await call<string[]>(session, 'acquire', (cb) => session.client.getChildren(parent, undefined, cb), [Code.NO_NODE])) ?? [];
+    (await call<string[]>(session, operation, (cb) => session.client.getChildren(parent, undefined, cb), [Code.NO_NODE])) ?? [];
   let offset = 0n;
   for (const name of children) {
     if (!name.startsWith(FLOOR_PREFIX)) continue;

@@ -5,6 +5,7 @@ import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type 
 import {
   count,
   grantable,
+  sharedView,
   MAX_TIMER_MS,
   ms,
   readOptions,
@@ -18,6 +19,7 @@ import {
   type SharedRequest,
   type StoreUrl,
   TestingHooks,
+  type StoreView,
 } from '@deadbolt/core/backend';
 import {
   call,
@@ -30,6 +32,7 @@ import {
   gone,
   joinShared,
   NODE_PREFIX,
+  ownerOf,
   Reaper,
   remove,
   removeOwn,
@@ -37,7 +40,7 @@ import {
 import { ZooKeeperSessions, type Session } from './sessions.js';
 import { Code, CreateMode, NODE_DELETED, zxidOf, type Stat } from './zookeeper-client.js';
 
-export { bySequence, sequenceOf } from './nodes.js';
+export { bySequence, ownerOf, sequenceOf } from './nodes.js';
 export type { ZooKeeperSession } from './sessions.js';
 
 export interface ZooKeeperBackendOptions {
@@ -353,6 +356,38 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     const largest = floors.reduce((a, b) => (a > b ? a : b), 0n);
     for (const value of floors) if (value < largest) await remove(l.session, `${parent}/${FLOOR_PREFIX}${value}`).catch(() => undefined);
     return !l.lost.aborted;
+  }
+
+  /**
+   * `LockBackend.inspect`: the key's nodes in queue order, each with the zxid that made it (a
+   * holder's token, plus the key's offset). Leases are sessions, so no time left; a waiter's token
+   * is fixed at its grant (the offset may rise meanwhile): `null`. Read through an open session,
+   * or one of at most 10 s opened for it (closed when idle).
+   */
+  async inspect(key: string, shared: boolean): Promise<StoreView> {
+    const ttlMs = this.#sessions.open()[0]?.ttlMs ?? Math.min(10_000, this.capabilities.maxTtlMs!);
+    const session = await this.#sessions.session(ttlMs);
+    this.#sessions.use(session);
+    try {
+      const parent = shared ? this.#sharedPathFor(key) : this.#pathFor(key);
+      const { queue, offset } = await children(session, parent, 'inspect');
+      const stats = await Promise.all(
+        queue.map((name) => call<Stat | null>(session, 'inspect', (cb) => session.client.exists(`${parent}/${name}`, undefined, cb))),
+      );
+      // A node gone between the listing and its stat was released or withdrawn meanwhile.
+      const nodes = queue.flatMap((name, i) => {
+        const stat = stats[i];
+        return stat ? [{ name, owner: ownerOf(name), token: zxidOf(stat) + offset, ttlLeftMs: null }] : [];
+      });
+      if (shared) {
+        const claims = nodes.map(({ name, ...claim }) => ({ ...claim, mode: claimOf(name).mode }));
+        return sharedView(claims, nodes[0] && claimOf(nodes[0].name).limit, false);
+      }
+      const [holder, ...waiting] = nodes.map(({ name: _, ...claim }) => claim);
+      return { holders: holder ? [holder] : [], waiters: waiting.map((w) => ({ ...w, token: null })) };
+    } finally {
+      this.#sessions.unuse(session);
+    }
   }
 
   async release(lease: ZooKeeperLease): Promise<void> {

@@ -3,7 +3,7 @@ import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials }
 import { zookeeperBackend, zookeeperOptionRules, type ZooKeeperBackend, type ZooKeeperSession } from '@deadbolt/zookeeper';
 import { pathFor, session, sessions, sharedPathFor } from '@deadbolt/zookeeper/testing';
 import { createRequire } from 'node:module';
-import { bySequence } from '../src/zookeeper-backend.js';
+import { bySequence, ownerOf } from '../src/zookeeper-backend.js';
 
 type Client = ZooKeeperSession['client'];
 const { createClient } = createRequire(import.meta.url)('node-zookeeper-client') as {
@@ -20,7 +20,6 @@ const call = <T>(start: (cb: (error: { getCode(): number } | null, result?: T) =
 const children = async (client: Client, path: string) => (await call<string[]>((cb) => client.getChildren(path, undefined, cb))) ?? [];
 
 /** The owner id in a lock node's name: `lock-[<S|X><limit>-]<owner>-<sequence>` (a negative one after the wrap). */
-const ownerOf = (name: string) => /^lock-(?:[SX]\d+-)?(.+?)-(-?\d+)$/.exec(name)![1]!;
 
 /** Owner ids of the nodes queued under a key, in sequence order. */
 export async function queuedOwners(admin: ZooKeeperBackend, key: string): Promise<string[]> {

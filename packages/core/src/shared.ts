@@ -15,16 +15,19 @@ export function grantable(claims: ReadonlyArray<{ readonly mode: SharedRequest['
 /**
  * `LockBackend.inspect` for a shared key whose live claims (in arrival order) a store read: those
  * the grant rule lets hold are the holders (a claim granted by the rule holds the key even before
- * its waiter has heard), the rest wait in that order. `limit`: the stored one, absent with no claims.
+ * its waiter has heard), the rest wait in that order. `limit`: the stored one, absent with no
+ * claims. `waiterTokens`: whether a waiting claim's token is final (taken at arrival); where the
+ * grant adds to it (a raised floor), waiters show none.
  */
 export function sharedView(
   claims: ReadonlyArray<ClaimInfo & { readonly mode: SharedRequest['mode'] }>,
   limit: number | undefined,
+  waiterTokens: boolean,
 ): StoreView {
   const held = claims.map((_, i) => limit !== undefined && grantable(claims, i, limit));
   return {
     holders: claims.filter((_, i) => held[i]),
-    waiters: claims.filter((_, i) => !held[i]),
+    waiters: claims.filter((_, i) => !held[i]).map((c) => (waiterTokens ? c : { ...c, token: null })),
     ...(claims.length > 0 && limit !== undefined ? { limit } : {}),
   };
 }
