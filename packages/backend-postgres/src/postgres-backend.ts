@@ -8,12 +8,14 @@ import {
   ms,
   oneOf,
   readOptions,
+  sharedView,
   text,
   url,
   urlOrClient,
   type AcquireRequest,
   type Rules,
   type SharedRequest,
+  type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
 import pg, { type Pool, type PoolClient } from 'pg';
@@ -103,6 +105,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly client: Pool;
   readonly #ownsClient: boolean;
   readonly #acquiring: InFlight;
+  readonly #server: PostgresStore;
   readonly #leases: PostgresLeases;
   readonly #sessions: SessionLocks<PoolClient, number>;
   #closed = false;
@@ -160,6 +163,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     const server = new PostgresStore(this.client, table, namespace, commandTimeoutMs);
     storeOf.set(this, server);
+    this.#server = server;
     this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     this.#leases = new PostgresLeases(server, this.#acquiring, options.maxPollDelayMs ?? 250);
     this.#sessions = new SessionLocks(new PostgresSessions(server), 2 * connectTimeoutMs, commandTimeoutMs);
@@ -176,6 +180,47 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     if (this.mode === 'session')
       return Promise.reject(new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') }));
     return this.#acquiring.track(() => this.#leases.acquireShared(req));
+  }
+
+  /**
+   * `LockBackend.inspect`, one statement. Session mode: the holder is whoever holds the key's
+   * advisory lock, shown with the owner and token its grant wrote to the key's row (for the moment
+   * between a grant and that write, the previous holder's); its waiters queue in the server's lock
+   * manager, which does not show their order: `null`.
+   */
+  async inspect(key: string, shared: boolean): Promise<StoreView> {
+    const keyBytes = Buffer.from(key, 'utf8');
+    const { sql } = this.#server;
+    const read = (statement: string, params: unknown[]) =>
+      this.#server.run('inspect', statement, params).then(
+        (result) => result.rows,
+        (error: unknown) => {
+          // Nothing was ever locked here: the tables are made on first use, not by a read.
+          if ((error as { cause?: { code?: string } }).cause?.code === '42P01') return [];
+          throw error;
+        },
+      );
+    if (this.mode === 'session') {
+      const [row] = await read(sql.inspectSession, [keyBytes, this.#server.namespace]);
+      return { holders: row?.['owner'] ? [{ owner: String(row['owner']), token: BigInt(row['token']), ttlLeftMs: null }] : [], waiters: null };
+    }
+    if (shared) {
+      const rows = await read(sql.inspectShared, [keyBytes]);
+      const claims = rows.map((r) => ({
+        owner: String(r['owner']),
+        token: BigInt(r['token']),
+        ttlLeftMs: Math.max(0, Number(r['left_ms'])),
+        mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
+      }));
+      return sharedView(claims, rows[0] && Number(rows[0]['claim_limit']), true);
+    }
+    const rows = await read(sql.inspect, [keyBytes]);
+    const claim = (r: (typeof rows)[number]) => ({
+      owner: String(r['owner']),
+      token: r['token'] === null ? null : BigInt(r['token']),
+      ttlLeftMs: Math.max(0, Number(r['left_ms'])),
+    });
+    return { holders: rows.filter((r) => !r['waiting']).map(claim), waiters: rows.filter((r) => r['waiting']).map(claim) };
   }
 
   renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {

@@ -261,3 +261,21 @@ export const sessionRelease = `SELECT pg_advisory_unlock($1::int, $2::int) AS re
 /** Lifts a shared key's counter to `floor` while our claim lives. Params: key, owner, floor. One row = raised. */
 export const sharedRaiseFloor = `UPDATE {sharedKeys} SET token = GREATEST(token, $3::bigint)
   WHERE lock_key = $1 AND EXISTS (SELECT 1 FROM {shared} WHERE lock_key = $1 AND owner = $2 AND expires_at > clock_timestamp())`;
+
+// Inspection (reads only). Times left are the server clock's, in ms.
+const leftMs = (column: string) => `(EXTRACT(EPOCH FROM (${column} - clock_timestamp())) * 1000)::float8`;
+/** Params: key. Lease mode: the live holder (`waiting` false), then the live waiters in arrival order. */
+export const inspect = `
+SELECT false AS waiting, owner, token, ${leftMs('expires_at')} AS left_ms, 0::bigint AS arrival
+  FROM {locks} WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()
+UNION ALL
+SELECT true, owner, NULL, ${leftMs('expires_at')}, arrival
+  FROM {waiters} WHERE lock_key = $1 AND expires_at > clock_timestamp()
+ORDER BY waiting, arrival`;
+/** Params: key. A shared key's live claims in queue order, with the limit they use. */
+export const inspectShared = `SELECT c.owner, c.token, c.exclusive, ${leftMs('c.expires_at')} AS left_ms, k.claim_limit
+  FROM {shared} c JOIN {sharedKeys} k ON k.lock_key = c.lock_key
+  WHERE c.lock_key = $1 AND c.expires_at > clock_timestamp() ORDER BY c.token`;
+/** Params: key, namespace. Session mode: the row's owner and token while some session holds the key's advisory lock. */
+export const inspectSession = `SELECT owner, token FROM {locks} t WHERE lock_key = $1 AND EXISTS (SELECT 1 FROM pg_locks
+  WHERE locktype = 'advisory' AND granted AND classid = $2::bigint::oid AND objid = t.id::oid AND objsubid = 2)`;
