@@ -7,15 +7,17 @@ import {
   ms,
   oneOf,
   readOptions,
+  sharedView,
   text,
   url,
   urlOrClient,
   type AcquireRequest,
   type Rules,
   type SharedRequest,
+  type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
-import { createPool, type Pool, type PoolConnection } from 'mysql2/promise';
+import { createPool, type Pool, type PoolConnection, type RowDataPacket } from 'mysql2/promise';
 import { MysqlLeases, type MysqlRowLease } from './lease.js';
 import { MysqlSessions, type MysqlSessionLease } from './session.js';
 import { MysqlStore } from './store.js';
@@ -163,6 +165,38 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     if (this.mode === 'session')
       return Promise.reject(new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') }));
     return this.#acquiring.track(() => this.#leases.acquireShared(req));
+  }
+
+  /**
+   * `LockBackend.inspect`, one statement (the backend's first call of any kind makes its tables).
+   * Lease mode keeps no queue (waiters poll): `null` waiters. Session mode: the holder is whoever
+   * holds the key's named lock, shown with the owner and token its grant wrote to the key's row
+   * (for the moment between a grant and that write, the previous holder's); its waiters wait inside
+   * `GET_LOCK`, whose order the server does not show: `null`.
+   */
+  async inspect(key: string, shared: boolean): Promise<StoreView> {
+    const store = this.#store;
+    await store.tables.run();
+    const [hash, keyBytes] = [MysqlStore.hash(key), Buffer.from(key, 'utf8')];
+    const leftMs = (row: RowDataPacket) => Math.max(0, Number(row['left_us']) / 1000);
+    if (shared) {
+      const rows = await store.run<RowDataPacket[]>('inspect', store.sql.inspectShared, [hash]);
+      const claims = rows.map((r) => ({
+        owner: String(r['owner']),
+        token: BigInt(r['token']),
+        ttlLeftMs: leftMs(r),
+        mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
+      }));
+      return sharedView(claims, rows[0] && Number(rows[0]['claim_limit']), true);
+    }
+    const session = this.mode === 'session';
+    const [row] = session
+      ? await store.run<RowDataPacket[]>('inspect', store.sql.inspectSession, [store.lockName(key), hash, keyBytes])
+      : await store.run<RowDataPacket[]>('inspect', store.sql.inspect, [hash, keyBytes]);
+    const holders = row?.['owner']
+      ? [{ owner: String(row['owner']), token: BigInt(row['token']), ttlLeftMs: session ? null : leftMs(row) }]
+      : [];
+    return { holders, waiters: null };
   }
 
   renew(lease: MysqlLease, ttlMs: number): Promise<boolean> {

@@ -183,7 +183,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   }
 
   /**
-   * `LockBackend.inspect`, one statement. Session mode: the holder is whoever holds the key's
+   * `LockBackend.inspect`, one statement (the backend's first call of any kind makes its tables).
+   * Session mode: the holder is whoever holds the key's
    * advisory lock, shown with the owner and token its grant wrote to the key's row (for the moment
    * between a grant and that write, the previous holder's); its waiters queue in the server's lock
    * manager, which does not show their order: `null`.
@@ -191,18 +192,14 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   async inspect(key: string, shared: boolean): Promise<StoreView> {
     const keyBytes = Buffer.from(key, 'utf8');
     const { sql } = this.#server;
-    const read = (statement: string, params: unknown[]) =>
-      this.#server.run('inspect', statement, params).then(
-        (result) => result.rows,
-        (error: unknown) => {
-          // Nothing was ever locked here: the tables are made on first use, not by a read.
-          if ((error as { cause?: { code?: string } }).cause?.code === '42P01') return [];
-          throw error;
-        },
-      );
+    await this.#server.tables.run();
+    const read = async (statement: string, params: unknown[]) => (await this.#server.run('inspect', statement, params)).rows;
     if (this.mode === 'session') {
       const [row] = await read(sql.inspectSession, [keyBytes, this.#server.namespace]);
-      return { holders: row?.['owner'] ? [{ owner: String(row['owner']), token: BigInt(row['token']), ttlLeftMs: null }] : [], waiters: null };
+      return {
+        holders: row?.['owner'] ? [{ owner: String(row['owner']), token: BigInt(row['token']), ttlLeftMs: null }] : [],
+        waiters: null,
+      };
     }
     if (shared) {
       const rows = await read(sql.inspectShared, [keyBytes]);
