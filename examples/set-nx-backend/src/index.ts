@@ -13,6 +13,7 @@ import {
   urlOrClient,
   type AcquireRequest,
   type Lease,
+  type StoreView,
 } from '@deadbolt/core/backend';
 import { Redis, ReplyError } from 'ioredis';
 
@@ -21,6 +22,8 @@ import { Redis, ReplyError } from 'ioredis';
 const ACQUIRE = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0`;
 const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+// Reads only: the holder, the ms its key has left, and the counter (the holder's token: only a grant moves it).
+const INSPECT = `return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}`;
 
 /** How the options are checked, before any I/O (a bad one is `InvalidArgumentError`); the suite feeds each rule's hostile values. */
 export const setNxOptionRules = {
@@ -111,15 +114,30 @@ export class SetNxBackend implements LockBackend {
     await this.#eval('release', RELEASE, [`set-nx:lock:${lease.key}`], [lease.owner]);
   }
 
+  /** Optional (`Locker.inspect`). Waiters poll and leave no trace in the store: `null` waiters. */
+  async inspect(key: string): Promise<StoreView> {
+    const [owner, left, token] = (await this.#run('inspect', INSPECT, [`set-nx:lock:${key}`, `set-nx:token:${key}`], [])) as [
+      string,
+      number,
+      string,
+    ];
+    return { holders: owner && left > 0 ? [{ owner, token: token ? BigInt(token) : null, ttlLeftMs: left }] : [], waiters: null };
+  }
+
   async close(): Promise<void> {
     await this.#inFlight.settled();
     if (this.#ownsClient) this.#client.disconnect();
   }
 
-  /** One script; a reply error is `BackendError`, anything else (no connection, a timeout) `BackendUnavailableError`. */
+  /** One script, its reply as a number. */
   async #eval(operation: string, script: string, keys: string[], args: string[]): Promise<number> {
+    return Number(await this.#run(operation, script, keys, args));
+  }
+
+  /** One script; a reply error is `BackendError`, anything else (no connection, a timeout) `BackendUnavailableError`. */
+  async #run(operation: string, script: string, keys: string[], args: string[]): Promise<unknown> {
     try {
-      return Number(await this.#client.eval(script, keys.length, ...keys, ...args));
+      return await this.#client.eval(script, keys.length, ...keys, ...args);
     } catch (error) {
       // A command that timed out may have met a connection gone silent for good (a partition, a
       // middlebox that lost its state: nothing is closed). Every retry would meet it too: open a

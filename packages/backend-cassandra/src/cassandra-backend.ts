@@ -15,6 +15,7 @@ import {
   type Rules,
   type SharedRequest,
   type StoreUrl,
+  type StoreView,
 } from '@deadbolt/core/backend';
 import cassandra, { type Client, type policies, type types } from 'cassandra-driver';
 import { LwtLock } from './lwt.js';
@@ -245,6 +246,10 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
 
   acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
     return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#shared.acquire(req, idFor(req.key))));
+  }
+
+  inspect(key: string, shared: boolean): Promise<StoreView> {
+    return this.#ready.run().then(() => (shared ? this.#shared.inspect(idFor(key)) : this.#mutex.inspect(idFor(key))));
   }
 
   async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {

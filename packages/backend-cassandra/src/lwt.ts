@@ -1,6 +1,6 @@
 // The lightweight-transaction algorithm: one row per key, written only if absent (a Paxos round),
 // renewed and deleted only by its owner. No queue: waiters poll.
-import type { AcquireRequest } from '@deadbolt/core/backend';
+import type { AcquireRequest, StoreView } from '@deadbolt/core/backend';
 import type { types } from 'cassandra-driver';
 import { ttlSeconds, type CassandraStore, type LwtLease, type MutexAlgorithm } from './store.js';
 
@@ -23,6 +23,11 @@ export class LwtLock implements MutexAlgorithm<LwtLease> {
       (lease) => this.release(lease),
       { unavailableGraceMs: 0 },
     );
+  }
+
+  /** The row's owner; no queue (waiters poll): `null` waiters. */
+  async inspect(id: Buffer): Promise<StoreView> {
+    return { holders: await this.#store.holderIn(this.holderTable, id), waiters: null };
   }
 
   async renew(lease: LwtLease, ttlMs: number): Promise<boolean> {

@@ -1,11 +1,12 @@
 // The queue algorithm (the default; the thesis' "new" one, see the README): a waiter writes a cell
 // in the key's queue partition, stamped by the time service, and takes the lock when it is first
 // in the queue and alone in the main partition. FIFO by time-service order.
-import { POLL_SOON, waiterCadence, type AcquireRequest } from '@deadbolt/core/backend';
+import { POLL_SOON, waiterCadence, type AcquireRequest, type StoreView } from '@deadbolt/core/backend';
 import type { CassandraTimeService } from './time-service.js';
 import {
   keepNewest,
   NOT_YET,
+  secondsLeft,
   ttlSeconds,
   type CassandraStore,
   type MutexAlgorithm,
@@ -28,6 +29,20 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
 
   acquire(req: AcquireRequest, id: Buffer): Promise<QueueLease | null> {
     return req.wait ? this.#lock(req, id) : this.#tryLock(req, id);
+  }
+
+  /** The main partition's holder, and the queue's other cells in arrival order (their tokens come with their grants). */
+  async inspect(id: Buffer): Promise<StoreView> {
+    const store = this.#store;
+    const [holders, queued] = await Promise.all([
+      store.holderIn(this.holderTable, id),
+      store.run('inspect', `SELECT entry, owner, TTL(owner) AS ttl FROM ${store.keyspace}.lock_waiters WHERE lock_id = ?`, [id]),
+    ]);
+    const waiters = queued.rows
+      .filter((r) => r['owner'] !== null && r['owner'] !== holders[0]?.owner)
+      .sort((a, b) => ((a['entry'] as string) < (b['entry'] as string) ? -1 : 1))
+      .map((r) => ({ owner: r['owner'] as string, token: null, ttlLeftMs: secondsLeft(r['ttl']) }));
+    return { holders, waiters };
   }
 
   renew(lease: QueueLease, ttlMs: number): Promise<boolean> {

@@ -1,7 +1,7 @@
 // The shadow algorithm (the thesis' "old" one, kept as a benchmark baseline): a taker writes a claim
 // in the shadow partition and becomes the holder if its claim is alone there and the main partition
 // is empty. Unfair under contention: waiters retry after randomized waits.
-import { sleep, UnavailableGrace, type AcquireRequest } from '@deadbolt/core/backend';
+import { sleep, UnavailableGrace, type AcquireRequest, type StoreView } from '@deadbolt/core/backend';
 import { ttlSeconds, type CassandraStore, type MutexAlgorithm, type ShadowLease, type Slot } from './store.js';
 
 export interface ShadowBackoff {
@@ -19,6 +19,11 @@ export class ShadowLock implements MutexAlgorithm<ShadowLease> {
   constructor(store: CassandraStore, backoff: ShadowBackoff) {
     this.#store = store;
     this.#backoff = backoff;
+  }
+
+  /** The main partition's holder; no queue (waiters retry after random waits): `null` waiters. */
+  async inspect(id: Buffer): Promise<StoreView> {
+    return { holders: await this.#store.holderIn(this.holderTable, id), waiters: null };
   }
 
   /** GetLock: TryLock in a loop with the thesis' randomized waits; TryGetLock: one TryLock. */

@@ -5,8 +5,8 @@
 // same read. Every later write to a claim is a lightweight transaction on its owner, so writes to
 // the partition are all ordered by Paxos (no client clock decides between them).
 import { BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
-import { grantable, POLL_SOON, waiterCadence, type SharedRequest } from '@deadbolt/core/backend';
-import { maxOf, toBigInt, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
+import { grantable, POLL_SOON, sharedView, waiterCadence, type SharedRequest, type StoreView } from '@deadbolt/core/backend';
+import { maxOf, secondsLeft, toBigInt, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
 
 /** A claim lost the race to join: read the partition again at once. */
 const JOIN_AGAIN = Symbol('again');
@@ -116,6 +116,27 @@ export class SharedClaims {
       }
       throw error;
     }
+  }
+
+  /** The key's live claims in token order (tokens are taken at arrival), read at SERIAL as the claims judge them. */
+  async inspect(id: Buffer): Promise<StoreView> {
+    const store = this.#store;
+    const rows = (
+      await store.run(
+        'inspect',
+        `SELECT seq, owner, exclusive, TTL(owner) AS ttl, claim_limit FROM ${store.keyspace}.shared_claims WHERE lock_id = ?`,
+        [id],
+        { serialRead: true },
+      )
+    ).rows.filter((r) => r['seq'] !== null && r['owner'] !== null);
+    const claims = rows.map((r) => ({
+      owner: r['owner'] as string,
+      token: toBigInt(r['seq']),
+      ttlLeftMs: secondsLeft(r['ttl']),
+      mode: r['exclusive'] === false ? ('shared' as const) : ('exclusive' as const),
+    }));
+    const limit = rows[0]?.['claim_limit'];
+    return sharedView(claims, limit === null || limit === undefined ? undefined : Number(limit), true);
   }
 
   renew(lease: SharedLease, ttlMs: number): Promise<boolean> {

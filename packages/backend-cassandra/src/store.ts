@@ -3,17 +3,19 @@
 // waiting, and the lease types. The algorithms (queue.ts, shadow.ts, lwt.ts, shared-claims.ts) are
 // written on top of it, each in its own file; cassandra-backend.ts picks one and dispatches to it.
 // About 420 lines: what is here is what those four would otherwise each write again.
-import { BackendUnavailableError } from '@deadbolt/core';
+import { BackendUnavailableError, type ClaimInfo } from '@deadbolt/core';
 import {
   backendFailure,
   InFlight,
   pollForLease,
   ReleaseNotifier,
+  sleep,
   waiterCadence,
   type AcquireRequest,
   type Lease,
   type PollOptions,
   type SharedRequest,
+  type StoreView,
   POLL_SOON,
 } from '@deadbolt/core/backend';
 import { randomUUID } from 'node:crypto';
@@ -80,6 +82,8 @@ export type CassandraLease = MutexLease | SharedLease;
 /** A mutex algorithm: how it takes, keeps and gives back a key, and where it records the holder. */
 export interface MutexAlgorithm<L extends MutexLease> {
   readonly holderTable: HolderTable;
+  /** `LockBackend.inspect` of a mutex key. */
+  inspect(id: Buffer): Promise<StoreView>;
   acquire(req: AcquireRequest, id: Buffer): Promise<L | null>;
   renew(lease: L, ttlMs: number): Promise<boolean>;
   release(lease: L): Promise<void>;
@@ -101,6 +105,8 @@ function isUnavailable(error: unknown): boolean {
 }
 
 export const maxOf = (a: bigint, b: bigint) => (a > b ? a : b);
+/** A cell's `TTL()` (whole seconds left; null for none) in ms. */
+export const secondsLeft = (ttl: unknown): number | null => (ttl === null || ttl === undefined ? null : Number(ttl) * 1000);
 export const toBigInt = (value: unknown): bigint => (typeof value === 'bigint' ? value : BigInt(String(value)));
 
 /** Drops the oldest entry (Maps and Sets iterate in insertion order) once there are more than RECENT_KEYS. */
@@ -405,6 +411,30 @@ export class CassandraStore {
       const seen = result.first()?.['fencing_token'];
       current = seen === undefined || seen === null ? undefined : toBigInt(seen);
     }
+  }
+
+  /**
+   * The key's holder as `table` records it, with the key's token and the time its cell has left
+   * (Cassandra counts whole seconds). Two or more cells are a contender between its write and its
+   * withdrawal ("ours if alone"): read again a few times, then the cell written first holds (the
+   * holder's renewals rewrite it, a contender's write comes after the last one). The token row is
+   * written just after a grant: for that moment the previous holder's token shows.
+   */
+  async holderIn(table: HolderTable, id: Buffer): Promise<ClaimInfo[]> {
+    const serialRead = table === 'lock_lwt';
+    let rows: types.Row[] = [];
+    for (let attempt = 0; attempt < 4; attempt++) {
+      if (attempt > 0) await sleep(25);
+      const query = `SELECT owner, TTL(owner) AS ttl, WRITETIME(owner) AS written FROM ${this.keyspace}.${table} WHERE lock_id = ?`;
+      rows = (await this.run('inspect', query, [id], { serialRead })).rows.filter((r) => r['owner'] !== null);
+      if (rows.length <= 1) break;
+    }
+    const [first] = rows.sort((a, b) => (toBigInt(a['written']) < toBigInt(b['written']) ? -1 : 1));
+    if (!first) return [];
+    const token = (await this.run('inspect', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [id])).first();
+    return [
+      { owner: first['owner'] as string, token: token ? toBigInt(token['fencing_token']) : null, ttlLeftMs: secondsLeft(first['ttl']) },
+    ];
   }
 
   /** Whether `table` still records `lease.owner` as a holder of the key. */

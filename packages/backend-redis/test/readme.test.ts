@@ -88,3 +88,20 @@ it('the README lockAll and reentrancy example runs as written', async () => {
   expect(moves[0]!.size).toBe(2);
   expect(rebuilt).toBe(1);
 });
+
+// The README's inspect example, verbatim apart from console.log collected.
+it('the README inspect example runs as written', async () => {
+  const lines: string[] = [];
+  const console = { log: (line: string) => void lines.push(line) };
+  const locker = createLocker(redisBackend({ url: matrixUrl('redis') }), { ttlMs: 15_000 });
+  const held = await locker.lock('invoice:42');
+
+  const { holders, waiters } = await locker.inspect('invoice:42');
+  for (const h of holders) console.log(`held by ${h.owner}, token ${h.token}, ${h.ttlLeftMs ?? 'session'} ms left`);
+  console.log(waiters === null ? 'waiters: not visible in this store' : `${waiters.length} waiting`);
+
+  await held.release();
+  await locker.close();
+  expect(lines[0]).toMatch(new RegExp(`^held by ${held.owner}, token ${held.token}, \\d+ ms left$`));
+  expect(lines[1]).toBe('0 waiting');
+});

@@ -123,6 +123,8 @@ export interface SuiteContext {
   itWhen(skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number): void;
   crossProcessIt: TestFn;
   hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;
+  /** Whether the backend is a migration in its `dual` phase (one lock over two stores). */
+  readonly dualMigration: boolean;
   /** Whether the backend has `raiseTokenFloor`. */
   probeFloor(): boolean;
   /** The number the suite's child processes read and write (behaviour 1's lost-update check); reset before each test. */

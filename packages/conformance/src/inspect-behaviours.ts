@@ -12,6 +12,12 @@ export function defineInspectBehaviours(ctx: SuiteContext): void {
   const { T, freshKey, makeLocker, capabilities, harness, itWhen } = ctx;
   const session = capabilities.lease === 'session';
 
+  /** `wait`, its rejection handled: a test that fails before it settles leaves no unhandled rejection (close() rejects it). */
+  const pending = <T>(wait: Promise<T>): Promise<T> => {
+    wait.catch(() => undefined);
+    return wait;
+  };
+
   /** Resolves once `read()` shows `n` waiters (or at once where the store keeps no queue, after a pause for the waits to start). */
   async function waitersSeen(read: () => Promise<Inspection>, n: number): Promise<Inspection> {
     const until = performance.now() + 5000;
@@ -29,7 +35,8 @@ export function defineInspectBehaviours(ctx: SuiteContext): void {
   /** A holder as the suite holds it: its owner and token, and a time left within its ttl (none for a session lease). */
   function expectHolder(claim: ClaimInfo | undefined, lock: Lock, mode?: ClaimInfo['mode']): void {
     expect(claim?.owner).toBe(lock.owner);
-    expect(claim?.token).toBe(lock.token);
+    // A migration's dual phase shows no holder's token (migrating-backend.ts says why); every store shows its own.
+    expect(claim?.token).toBe(ctx.dualMigration ? null : lock.token);
     if (session) expect(claim?.ttlLeftMs).toBeNull();
     else {
       expect(claim?.ttlLeftMs).toBeGreaterThan(0);
@@ -71,18 +78,20 @@ export function defineInspectBehaviours(ctx: SuiteContext): void {
       expect(await c.tryLock(key)).toBeNull();
       expect(held.held).toBe(true);
 
-      const first = b.lock(key, { timeoutMs: 30_000 });
+      const first = pending(b.lock(key, { timeoutMs: 30_000 }));
       await waitersSeen(() => a.inspect(key), 1);
-      const second = c.lock(key, { timeoutMs: 30_000 });
+      const second = pending(c.lock(key, { timeoutMs: 30_000 }));
       const contended = await waitersSeen(() => a.inspect(key), 2);
       expectHolder(contended.holders[0], held);
       await held.release();
-      // Listed first, granted first: the owner the store showed is the lock the waiter got.
-      const gotFirst = await first;
+      // Listed first, granted first: the owner the store showed is the lock the waiter got. (A
+      // store without a queue may grant either waiter first: it lists none.)
+      const gotFirst = await Promise.race([first, second]);
+      if (capabilities.fairness === 'fifo') expect(gotFirst).toBe(await Promise.race([first, sleep(0)]));
       expectListed(contended, 2, 0, gotFirst);
       expectHolder((await a.inspect(key)).holders[0], gotFirst);
       await gotFirst.release();
-      const gotSecond = await second;
+      const gotSecond = (await Promise.all([first, second])).find((l) => l !== gotFirst)!;
       expectListed(contended, 2, 1, gotSecond);
       await gotSecond.release();
       await expect.poll(async () => (await a.inspect(key)).holders, { timeout: 2000, interval: 50 }).toEqual([]);
@@ -114,7 +123,7 @@ export function defineInspectBehaviours(ctx: SuiteContext): void {
         const empty = await a!.inspect();
         expect(empty.holders).toEqual([]);
         const permits = [await a!.acquire(), await b!.acquire()];
-        const waiting = c!.acquire({ timeoutMs: 30_000 });
+        const waiting = pending(c!.acquire({ timeoutMs: 30_000 }));
         const seen = await waitersSeen(() => a!.inspect(), 1);
         expect(seen.limit).toBe(2);
         expect(seen.holders).toHaveLength(2);
@@ -140,9 +149,9 @@ export function defineInspectBehaviours(ctx: SuiteContext): void {
         const key = freshKey();
         const [r1, w, r2] = (await Promise.all([makeLocker(), makeLocker(), makeLocker()])).map((l) => l.readWriteLock(key));
         const read = await r1!.read();
-        const writing = w!.write({ timeoutMs: 30_000 });
+        const writing = pending(w!.write({ timeoutMs: 30_000 }));
         await waitersSeen(() => r1!.inspect(), 1);
-        const reading = r2!.read({ timeoutMs: 30_000 });
+        const reading = pending(r2!.read({ timeoutMs: 30_000 }));
         const seen = await waitersSeen(() => r1!.inspect(), 2);
         expect(seen.limit).toBe(0);
         expect(seen.holders).toHaveLength(1);

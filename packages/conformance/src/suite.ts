@@ -1,4 +1,4 @@
-import { createLocker, type Fence, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
+import { createLocker, MigratingBackend, type Fence, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChildHolder } from './children.js';
 import type { ConformanceHarness, ConformanceOptions } from './context.js';
@@ -24,6 +24,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   const { harness } = options;
   let capabilities: LockBackend['capabilities'];
   let probeHasFloor = false;
+  let dualMigration = false;
   let probeShared: LockBackend['acquireShared'];
   const lockers: Locker[] = [];
   const children: ChildHolder[] = [];
@@ -89,6 +90,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     const probe = await options.createBackend();
     capabilities = probe.capabilities;
     probeHasFloor = typeof probe.raiseTokenFloor === 'function';
+    dualMigration = probe instanceof MigratingBackend && probe.phase === 'dual';
     probeShared = probe.acquireShared;
     await probe.close();
     const T = ttl();
@@ -143,6 +145,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       register: () => currentRegister,
       makeFence,
       probeFloor: () => probeHasFloor,
+      dualMigration,
     };
     defineCoreBehaviours(context);
     defineLeaseBehaviours(context);

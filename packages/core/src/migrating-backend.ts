@@ -168,9 +168,11 @@ export class MigratingBackend implements LockBackend {
   }
 
   /**
-   * The store(s) this phase takes locks in: in `dual`, both, merged by owner (a `dual` holder is in
-   * both, with the larger token as its own, and the shorter time left); `from`'s waiters first, as
-   * a `dual` waiter queues there first. @throws as `LockBackend.inspect`, or InvalidArgumentError when a
+   * The store(s) this phase takes locks in. In `dual`, both, merged by owner (a `dual` holder is in
+   * both): its time left is the shorter, unknown if either part is a session; its token is not
+   * shown (`null`): it is the larger of its two grants, and the store that granted the smaller had
+   * its floor lifted, which some stores show in place of their grant. Waiters are known only when
+   * both stores list theirs. @throws as `LockBackend.inspect`, or InvalidArgumentError when a
    * store cannot inspect.
    */
   async inspect(key: string, shared: boolean): Promise<StoreView> {
@@ -181,27 +183,20 @@ export class MigratingBackend implements LockBackend {
     if (this.phase !== 'dual') return read(this.#single);
     const [a, b] = await Promise.all([read(this.from), read(this.to)]);
     const merge = (x: readonly ClaimInfo[], y: readonly ClaimInfo[]) => {
-      const byOwner = new Map<string | null, ClaimInfo>();
+      const byOwner = new Map<string, ClaimInfo>();
       for (const claim of [...x, ...y]) {
-        const seen = claim.owner === null ? undefined : byOwner.get(claim.owner);
-        if (!seen) {
-          byOwner.set(claim.owner ?? randomUUID(), claim);
-          continue;
-        }
-        const token = seen.token === null || (claim.token !== null && claim.token > seen.token) ? claim.token : seen.token;
-        const left = [seen.ttlLeftMs, claim.ttlLeftMs].filter((t): t is number => t !== null);
-        byOwner.set(claim.owner!, { ...seen, token, ttlLeftMs: left.length > 0 ? Math.min(...left) : null });
+        const owner = claim.owner ?? randomUUID();
+        const seen = byOwner.get(owner);
+        const left = seen && (seen.ttlLeftMs === null || claim.ttlLeftMs === null ? null : Math.min(seen.ttlLeftMs, claim.ttlLeftMs));
+        byOwner.set(owner, { ...claim, token: null, ...(seen ? { ttlLeftMs: left! } : {}) });
       }
       return [...byOwner.values()];
     };
     const holders = merge(a.holders, b.holders);
-    const waiters = a.waiters === null && b.waiters === null ? null : merge(a.waiters ?? [], b.waiters ?? []);
+    const held = new Set(holders.map((h) => h.owner));
+    const waiters = a.waiters && b.waiters ? merge(a.waiters, b.waiters).filter((w) => w.owner === null || !held.has(w.owner)) : null;
     const limit = a.limit ?? b.limit;
-    return {
-      holders,
-      waiters: waiters?.filter((w) => !holders.some((h) => h.owner !== null && h.owner === w.owner)) ?? null,
-      ...(limit === undefined ? {} : { limit }),
-    };
+    return { holders, waiters, ...(limit === undefined ? {} : { limit }) };
   }
 
   async close(): Promise<void> {
