@@ -1,0 +1,180 @@
+// The `deadbolt` command: parses the command line (node:util's parseArgs), runs the command, and
+// turns every failure into one line on stderr and an exit code (exit.ts), never a stack trace.
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { CliError, describeError, EXIT, exitCodeOf } from './exit.js';
+import { asJson, asText, inspect } from './inspect.js';
+import { run, type RunRequest } from './run.js';
+import { STORES } from './stores.js';
+
+const SCHEMES = Object.keys(STORES).join(', ');
+
+const HELP = {
+  main: `Usage: deadbolt <command> [options]
+
+Commands:
+  run KEY [options] -- COMMAND [ARGS...]   run a command while holding a lock
+  inspect KEY [options]                    show who holds a key and who waits
+
+The store is a URL (--url, or DEADBOLT_URL): ${SCHEMES}; a query sets the
+backend's options, e.g. postgres://user@host/db?mode=session, cassandra://host/ks?algorithm=lwt.
+"deadbolt <command> --help" shows a command's options.
+
+Exit codes: the command's own (run); 64 bad usage; 69 store unavailable; 70 store error;
+75 key busy or wait over (-E sets another); 76 lock lost while the command ran; 127 command not found.
+`,
+  run: `Usage: deadbolt run KEY [options] -- COMMAND [ARGS...]
+       deadbolt run KEY [options] -c 'SHELL COMMAND'
+
+Takes the lock KEY, runs COMMAND while holding it, releases it when COMMAND ends, and exits with
+COMMAND's code (128 + the signal's number if a signal ended it). COMMAND's environment has
+DEADBOLT_KEY, DEADBOLT_TOKEN (the fencing token: pass it to whatever checks it) and DEADBOLT_OWNER.
+Signals sent to deadbolt are passed on to COMMAND. If the lock is lost, COMMAND gets SIGTERM,
+then SIGKILL after --grace, and deadbolt exits 76.
+
+Options:
+  -u, --url URL                 the store (default: $DEADBOLT_URL)
+  -n, --nonblock                one attempt: exit 75 (or -E) at once if KEY is held
+  -w, --wait, --timeout SECS    give up after SECS (fractions allowed): exit 75 (or -E)
+  -E, --conflict-exit-code N    exit code for -n and -w (default 75)
+  -s, --shared                  a read lock of the read-write lock KEY
+  -x, --exclusive               the write lock of the read-write lock KEY (beside -s readers)
+  -l, --limit N                 a permit of the semaphore KEY with N permits
+  -t, --ttl SECS                the lease (default 15): renewed while COMMAND runs; a crashed
+                                deadbolt's lock frees itself after it
+  -g, --grace SECS              time between SIGTERM and SIGKILL after a loss (default 10)
+  -c, --command STRING          run STRING with /bin/sh -c
+  -h, --help                    this help
+
+Plain "run KEY" takes the lock KEY (locker.lock); -s, -x and -l take from the read-write lock or
+semaphore KEY, a namespace apart from it.
+`,
+  inspect: `Usage: deadbolt inspect KEY [options]
+
+Shows who holds KEY (owner, fencing token, time left on the store's clock) and who waits, in
+queue order where the store keeps a queue. Reads only: takes, extends and frees nothing.
+
+Options:
+  -u, --url URL      the store (default: $DEADBOLT_URL)
+  -s, --shared       the read-write lock or semaphore KEY (their namespace, apart from locks)
+      --json         JSON (tokens as decimal strings)
+  -h, --help         this help
+`,
+};
+
+const URL_OPTION = { url: { type: 'string', short: 'u' }, help: { type: 'boolean', short: 'h' } } as const;
+const RUN_OPTIONS = {
+  ...URL_OPTION,
+  nonblock: { type: 'boolean', short: 'n' },
+  wait: { type: 'string', short: 'w' },
+  timeout: { type: 'string' },
+  'conflict-exit-code': { type: 'string', short: 'E' },
+  shared: { type: 'boolean', short: 's' },
+  exclusive: { type: 'boolean', short: 'x' },
+  limit: { type: 'string', short: 'l' },
+  ttl: { type: 'string', short: 't' },
+  grace: { type: 'string', short: 'g' },
+  command: { type: 'string', short: 'c' },
+} as const satisfies ParseArgsConfig['options'];
+const INSPECT_OPTIONS = {
+  ...URL_OPTION,
+  shared: { type: 'boolean', short: 's' },
+  json: { type: 'boolean' },
+} as const satisfies ParseArgsConfig['options'];
+
+/**
+ * Runs the command line `argv` (without node and the script), writing to this process's stdout and
+ * stderr; resolves the exit code (see `EXIT`). Never rejects: a failure is one line on stderr and
+ * its code. `run` passes signals this process receives on to the command while it runs.
+ */
+export async function main(argv: readonly string[]): Promise<number> {
+  try {
+    const [command, ...rest] = argv;
+    if (command === undefined || command === '-h' || command === '--help' || command === 'help') {
+      process.stdout.write(HELP.main);
+      return command === undefined ? EXIT.usage : 0;
+    }
+    if (command === 'run') return await runCommand(rest);
+    if (command === 'inspect') return await inspectCommand(rest);
+    throw usage(`unknown command "${command}" (run, inspect; deadbolt --help)`);
+  } catch (error) {
+    process.stderr.write(`deadbolt: ${describeError(error)}\n`);
+    return exitCodeOf(error);
+  }
+}
+
+async function runCommand(argv: readonly string[]): Promise<number> {
+  const split = argv.indexOf('--');
+  const ours = split < 0 ? argv : argv.slice(0, split);
+  const { values, positionals } = parse(ours, RUN_OPTIONS, 'run');
+  if (values.help) return help('run');
+  const [key, ...extra] = positionals;
+  if (key === undefined) throw usage('run needs a KEY (deadbolt run --help)');
+  if (extra.length > 0) throw usage(`put the command after "--": deadbolt run ${key} -- ${extra.join(' ')}`);
+  const given = split < 0 ? [] : argv.slice(split + 1);
+  if (values.command !== undefined && given.length > 0) throw usage('give the command with -c or after "--", not both');
+  const command = values.command !== undefined ? ['/bin/sh', '-c', values.command] : given;
+  if (command.length === 0) throw usage('run needs a command: deadbolt run KEY -- COMMAND [ARGS...]');
+  const modes = [values.shared && '-s', values.exclusive && '-x', values.limit !== undefined && '-l'].filter(Boolean);
+  if (modes.length > 1) throw usage(`${modes.join(' and ')} exclude each other`);
+  const wait = values.wait ?? values.timeout;
+  const request: RunRequest = {
+    url: storeUrl(values.url),
+    key,
+    command,
+    nonblock: values.nonblock ?? false,
+    timeoutMs: wait === undefined ? Infinity : seconds(wait, '-w') * 1000,
+    kind:
+      values.limit !== undefined
+        ? { type: 'permit', limit: whole(values.limit, '-l', 1) }
+        : { type: values.shared ? 'read' : values.exclusive ? 'write' : 'mutex' },
+    ttlMs: values.ttl === undefined ? undefined : Math.round(seconds(values.ttl, '--ttl') * 1000),
+    graceMs: seconds(values.grace ?? '10', '--grace') * 1000,
+    conflictCode: values['conflict-exit-code'] === undefined ? EXIT.busy : whole(values['conflict-exit-code'], '-E', 0, 255),
+  };
+  return run(request);
+}
+
+async function inspectCommand(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parse(argv, INSPECT_OPTIONS, 'inspect');
+  if (values.help) return help('inspect');
+  if (positionals.length !== 1) throw usage('inspect needs one KEY (deadbolt inspect --help)');
+  const seen = await inspect({ url: storeUrl(values.url), key: positionals[0]!, shared: values.shared ?? false });
+  process.stdout.write(`${values.json ? asJson(seen) : asText(seen)}\n`);
+  return 0;
+}
+
+function parse<O extends NonNullable<ParseArgsConfig['options']>>(args: readonly string[], options: O, command: string) {
+  try {
+    return parseArgs({ args: [...args], options, allowPositionals: true, strict: true });
+  } catch (error) {
+    throw usage(`${(error as Error).message.replace(/\s*To specify .*$/s, '')} (deadbolt ${command} --help)`);
+  }
+}
+
+function help(command: keyof typeof HELP): number {
+  process.stdout.write(HELP[command]);
+  return 0;
+}
+
+function usage(message: string): CliError {
+  return new CliError(message, EXIT.usage);
+}
+
+function storeUrl(flag: string | undefined): string {
+  const url = flag ?? process.env['DEADBOLT_URL'];
+  if (!url) throw usage(`no store: give --url or set DEADBOLT_URL (${SCHEMES})`);
+  return url;
+}
+
+function seconds(text: string, flag: string): number {
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isFinite(value) || value < 0) throw usage(`${flag} takes seconds (a number ≥ 0), got "${text}"`);
+  return value;
+}
+
+function whole(text: string, flag: string, least: number, most = Number.MAX_SAFE_INTEGER): number {
+  const value = Number(text);
+  if (!/^\d+$/.test(text) || value < least || value > most)
+    throw usage(`${flag} takes a whole number from ${least} to ${most}, got "${text}"`);
+  return value;
+}

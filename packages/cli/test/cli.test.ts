@@ -1,0 +1,289 @@
+// The `deadbolt` binary as a shell runs it (the built dist/main.js in a child process), against the
+// test-matrix servers: exit codes, the command's environment, signals passed on, the command
+// stopped when its lock is lost, waits given up, and `inspect` on a free, held and contended key
+// on every store. About 40 s, most of it Cassandra's and the waits' own time.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { matrixUrl, type MatrixServer } from '@deadbolt/conformance';
+import { Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+
+const BIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
+const REDIS = matrixUrl('redis');
+const dir = mkdtempSync(join(tmpdir(), 'deadbolt-cli-'));
+const started: ChildProcess[] = [];
+let keySeq = 0;
+const freshKey = () => `cli/${process.pid}/${++keySeq}`;
+
+afterEach(() => {
+  for (const child of started.splice(0)) child.kill('SIGKILL');
+});
+
+interface Ran {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+/** `deadbolt args…` in a child process; `env` adds to the environment. */
+function deadbolt(args: string[], env: Record<string, string> = {}): { child: ChildProcess; done: Promise<Ran> } {
+  const t0 = performance.now();
+  const child = spawn(process.execPath, [BIN, ...args], {
+    env: { ...process.env, DEADBOLT_URL: REDIS, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  started.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const done = once(child, 'exit').then(([code]) => ({ code: code as number | null, stdout, stderr, ms: performance.now() - t0 }));
+  return { child, done };
+}
+const cli = (args: string[], env?: Record<string, string>) => deadbolt(args, env).done;
+
+/** Resolves once `file` (written by a command) exists with content; its content. */
+async function fileSoon(file: string, ms = 20_000): Promise<string> {
+  const until = performance.now() + ms;
+  for (;;) {
+    try {
+      const text = readFileSync(file, 'utf8');
+      if (text.endsWith('\n')) return text;
+    } catch {
+      // not yet
+    }
+    if (performance.now() > until) throw new Error(`${file} was not written within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** Inspects `key` until `check` passes (a holder and waiter take a moment to show); the last answer. */
+async function inspectUntil(
+  url: string,
+  key: string,
+  check: (seen: { holders: { owner: string; token: string | null }[]; waiters: unknown[] | null; limit?: number }) => boolean,
+  shared = false,
+) {
+  const until = performance.now() + 20_000;
+  for (;;) {
+    const ran = await cli(['inspect', key, '--json', '-u', url, ...(shared ? ['-s'] : [])]);
+    expect(ran.code, ran.stderr).toBe(0);
+    const seen = JSON.parse(ran.stdout);
+    if (check(seen) || performance.now() > until) return seen;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** A one-line `deadbolt: …` report on stderr, no stack trace. */
+function expectOneLine(ran: Ran): void {
+  const lines = ran.stderr.trim().split('\n');
+  expect(lines, ran.stderr).toHaveLength(1);
+  expect(lines[0]).toMatch(/^deadbolt: /);
+  expect(ran.stderr).not.toMatch(/\n\s+at /);
+}
+
+describe('deadbolt run', () => {
+  it('bad usage: 64 and one line, before any store is contacted', async () => {
+    const bad = [
+      [],
+      ['frobnicate'],
+      ['run'],
+      ['run', 'k'],
+      ['run', 'k', 'true'],
+      ['run', 'k', '--bogus', '--', 'true'],
+      ['run', 'k', '-w', 'soon', '--', 'true'],
+      ['run', 'k', '-s', '-l', '2', '--', 'true'],
+      ['run', 'k', '-E', '300', '--', 'true'],
+      ['run', 'k', '-c', 'true', '--', 'true'],
+      ['run', '-u', 'gopher://127.0.0.1:1', 'k', '--', 'true'],
+      ['run', '-u', `${REDIS}?nosuch=1`, 'k', '--', 'true'],
+      ['run', '-u', `${REDIS}?maxPollDelayMs=-5`, 'k', '--', 'true'],
+      ['inspect'],
+      ['inspect', 'a', 'b'],
+    ];
+    for (const args of bad) {
+      const ran = await cli(args);
+      expect(ran.code, args.join(' ')).toBe(64);
+      if (args.length > 0) expectOneLine(ran);
+    }
+    const noStore = await cli(['run', 'k', '--', 'true'], { DEADBOLT_URL: '' });
+    expect(noStore.code).toBe(64);
+    expect(noStore.stderr).toMatch(/DEADBOLT_URL/);
+  });
+
+  it("exits with the command's code; the command sees the key, token and owner; 127 when it cannot start; 69 when the store is down", async () => {
+    const key = freshKey();
+    const out = join(dir, `${keySeq}.env`);
+    const ran = await cli(['run', key, '--', 'sh', '-c', `echo "$DEADBOLT_KEY $DEADBOLT_TOKEN $DEADBOLT_OWNER" > ${out}; exit 3`]);
+    expect(ran.code).toBe(3);
+    const [seenKey, token, owner] = readFileSync(out, 'utf8').trim().split(' ');
+    expect(seenKey).toBe(key);
+    expect(BigInt(token!)).toBeGreaterThan(0n);
+    expect(owner).toMatch(/^[0-9a-f-]{36}$/);
+    expect((await cli(['run', key, '-c', 'exit 7'])).code).toBe(7);
+    const missing = await cli(['run', key, '--', join(dir, 'no-such-program')]);
+    expect(missing.code).toBe(127);
+    expectOneLine(missing);
+    const down = await cli(['run', '-u', 'redis://127.0.0.1:1', key, '--', 'true']);
+    expect(down.code).toBe(69);
+    expectOneLine(down);
+    // Nothing left held: the key is free for the next one at once.
+    expect((await cli(['run', '-n', key, '--', 'true'])).code).toBe(0);
+  });
+
+  it('-n and -w on a held key: 75 (or -E), -w after its time; signals reach the command, which decides the code', async () => {
+    const key = freshKey();
+    const ready = join(dir, `${keySeq}.ready`);
+    const log = join(dir, `${keySeq}.log`);
+    const holder = deadbolt([
+      'run',
+      key,
+      '--',
+      'sh',
+      '-c',
+      `trap 'echo USR1 >> ${log}' USR1; trap 'echo TERM >> ${log}; exit 5' TERM; echo up > ${ready}; while true; do sleep 0.05; done`,
+    ]);
+    await fileSoon(ready);
+    expect((await cli(['run', '-n', key, '--', 'true'])).code).toBe(75);
+    expect((await cli(['run', '-n', '-E', '9', key, '--', 'true'])).code).toBe(9);
+    const waited = await cli(['run', '-w', '0.5', key, '--', 'true']);
+    expect(waited.code).toBe(75);
+    expect(waited.ms).toBeGreaterThanOrEqual(500);
+    expect(waited.stderr).toMatch(/still held after 0.5 s/);
+    holder.child.kill('SIGUSR1');
+    await new Promise((r) => setTimeout(r, 300));
+    holder.child.kill('SIGTERM');
+    expect((await holder.done).code).toBe(5);
+    expect(readFileSync(log, 'utf8')).toBe('USR1\nTERM\n');
+    // A command ended by a signal it does not catch: 128 + its number, as a shell reports it.
+    const plain = deadbolt(['run', key, '--', 'sleep', '30']);
+    await inspectUntil(REDIS, key, (s) => s.holders.length === 1);
+    plain.child.kill('SIGTERM');
+    expect((await plain.done).code).toBe(143);
+    expect((await inspectUntil(REDIS, key, (s) => s.holders.length === 0)).holders).toEqual([]);
+  });
+
+  it('a lock lost while the command runs: SIGTERM, then SIGKILL after --grace; exit 76', async () => {
+    const admin = new Redis(REDIS);
+    try {
+      const loseClaim = async (key: string) => {
+        const names = await admin.keys(`deadbolt:{*}lock:${key}`);
+        expect(names).toHaveLength(1);
+        await admin.del(names[0]!);
+      };
+      const key = freshKey();
+      const log = join(dir, `${keySeq}.log`);
+      const polite = deadbolt([
+        'run',
+        '-t',
+        '3',
+        '-g',
+        '5',
+        key,
+        '--',
+        'sh',
+        '-c',
+        `trap 'echo TERM > ${log}; exit 0' TERM; echo up > ${log}.up; while true; do sleep 0.05; done`,
+      ]);
+      await fileSoon(`${log}.up`);
+      await loseClaim(key);
+      const ran = await polite.done;
+      expect(ran.code).toBe(76);
+      expect(readFileSync(log, 'utf8')).toBe('TERM\n');
+      expect(ran.stderr).toMatch(/lost the lock on .*SIGTERM, SIGKILL in 5 s/);
+      // One that ignores SIGTERM is killed after the grace.
+      const stubborn = deadbolt([
+        'run',
+        '-t',
+        '3',
+        '-g',
+        '1',
+        key,
+        '--',
+        'sh',
+        '-c',
+        `trap '' TERM; echo up > ${log}.up2; while true; do sleep 0.05; done`,
+      ]);
+      await fileSoon(`${log}.up2`);
+      await loseClaim(key);
+      const lostAt = performance.now();
+      expect((await stubborn.done).code).toBe(76);
+      // Found within a renewal period (1 s at a 3 s ttl), killed 1 s after.
+      expect(performance.now() - lostAt).toBeLessThan(5000);
+    } finally {
+      admin.disconnect();
+    }
+  });
+
+  it('a wait interrupted by SIGTERM ends at once (143) and leaves no place in the queue', async () => {
+    const key = freshKey();
+    const holder = deadbolt(['run', key, '--', 'sleep', '30']);
+    await inspectUntil(REDIS, key, (s) => s.holders.length === 1);
+    const waiter = deadbolt(['run', key, '--', 'true']);
+    await inspectUntil(REDIS, key, (s) => s.waiters?.length === 1);
+    waiter.child.kill('SIGTERM');
+    const ran = await waiter.done;
+    expect(ran.code).toBe(143);
+    expectOneLine(ran);
+    expect((await inspectUntil(REDIS, key, (s) => s.waiters?.length === 0)).waiters).toEqual([]);
+    holder.child.kill('SIGTERM');
+    await holder.done;
+  });
+
+  it('-s readers share, -x waits for them; -l N lets N in at once', async () => {
+    const key = freshKey();
+    const a = deadbolt(['run', '-s', key, '--', 'sleep', '30']);
+    await inspectUntil(REDIS, key, (s) => s.holders.length === 1, true);
+    expect((await cli(['run', '-s', '-n', key, '--', 'true'])).code).toBe(0);
+    expect((await cli(['run', '-x', '-n', key, '--', 'true'])).code).toBe(75);
+    // The plain lock KEY is another namespace: free.
+    expect((await cli(['run', '-n', key, '--', 'true'])).code).toBe(0);
+    a.child.kill('SIGTERM');
+    await a.done;
+    const sem = freshKey();
+    const permits = [deadbolt(['run', '-l', '2', sem, '--', 'sleep', '30']), deadbolt(['run', '-l', '2', sem, '--', 'sleep', '30'])];
+    const full = await inspectUntil(REDIS, sem, (s) => s.holders.length === 2, true);
+    expect(full.limit).toBe(2);
+    expect((await cli(['run', '-l', '2', '-n', sem, '--', 'true'])).code).toBe(75);
+    for (const p of permits) p.child.kill('SIGTERM');
+    await Promise.all(permits.map((p) => p.done));
+  });
+});
+
+describe('deadbolt inspect on every store', () => {
+  const stores: [string, string][] = (['redis', 'mysql', 'postgres', 'zookeeper', 'etcd', 'cassandra'] as MatrixServer[]).map((s) => [
+    s,
+    matrixUrl(s),
+  ]);
+  stores.push(['postgres session mode', `${matrixUrl('postgres')}?mode=session`]);
+
+  it.each(stores)(
+    '%s: free, held (owner and token as the command sees them), contended, free again',
+    async (_name, url) => {
+      const key = freshKey();
+      expect((await cli(['inspect', key, '-u', url])).stdout.split('\n')[0]).toBe(`${key}: free`);
+      const env = join(dir, `${keySeq}.env`);
+      const holder = deadbolt(['run', '-u', url, key, '--', 'sh', '-c', `echo "$DEADBOLT_OWNER $DEADBOLT_TOKEN" > ${env}; exec sleep 30`]);
+      const [owner, token] = (await fileSoon(env)).trim().split(' ');
+      const held = await inspectUntil(url, key, (s) => s.holders.length === 1);
+      expect(held.holders).toEqual([expect.objectContaining({ owner, token })]);
+      const waiter = deadbolt(['run', '-u', url, '-w', '60', key, '--', 'true']);
+      const contended = await inspectUntil(url, key, (s) => s.waiters === null || s.waiters.length === 1);
+      expect(contended.holders).toEqual([expect.objectContaining({ owner, token })]);
+      if (contended.waiters !== null) expect(contended.waiters).toHaveLength(1);
+      const text = (await cli(['inspect', key, '-u', url])).stdout;
+      expect(text).toContain(`${key}: held by 1`);
+      expect(text).toContain(`holder  ${owner}  token ${token}`);
+      holder.child.kill('SIGTERM');
+      expect((await holder.done).code).toBe(143);
+      expect((await waiter.done).code).toBe(0);
+      expect((await inspectUntil(url, key, (s) => s.holders.length === 0)).holders).toEqual([]);
+    },
+    90_000,
+  );
+});
