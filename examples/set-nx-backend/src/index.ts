@@ -3,6 +3,7 @@
 // runs the whole conformance suite on it against the test-matrix Redis.
 import type { Capabilities, LockBackend } from '@deadbolt/core';
 import {
+  addressOf,
   backendFailure,
   InFlight,
   instance,
@@ -56,6 +57,8 @@ export class SetNxBackend implements LockBackend {
     ttlGranularityMs: 1,
     crossProcess: true,
   };
+  /** Where the store is, for events (optional): from `url`, none for a client of yours. */
+  readonly address: string | undefined;
   readonly #client: Redis;
   readonly #ownsClient: boolean;
   readonly #pollMs: number;
@@ -65,6 +68,7 @@ export class SetNxBackend implements LockBackend {
   constructor(raw: SetNxOptions) {
     const options = readOptions(raw, setNxOptionRules, 'setNxBackend');
     const store = urlOrClient(options, 'setNxBackend', 'redis://host:port');
+    this.address = store.url && addressOf(store.url);
     // One try per command: a failed call is the caller's to retry (core does, within its deadlines).
     this.#client =
       store.client ??

@@ -1,5 +1,6 @@
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
+  addressOf,
   describe,
   instance,
   ms,
@@ -143,6 +144,8 @@ export const cassandraOptionRules = {
  */
 export class CassandraBackend implements LockBackend<CassandraLease> {
   readonly name = 'cassandra';
+  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
+  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly algorithm: CassandraAlgorithm;
   readonly client: Client;
@@ -192,6 +195,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     // The longest a request waits for its answer, with a client made from `url` (yours has its own).
     const commandTimeout = options.commandTimeoutMs ?? 8000;
     const given = urlOrClient(options, 'cassandraBackend', 'cassandra://host[:port][,host[:port]]/keyspace');
+    this.address = given.url && addressOf(given.url);
     if (given.client) {
       this.client = given.client;
       this.#ownsClient = false;

@@ -1,5 +1,6 @@
 import { type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
+  addressOf,
   InFlight,
   instance,
   ms,
@@ -99,6 +100,8 @@ export function openEtcd(url: StoreUrl, o: { connectTimeout: number; commandTime
  */
 export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly name = 'etcd';
+  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
+  readonly address: string | undefined;
   readonly capabilities: Capabilities = {
     fencing: 'strict',
     fairness: 'fifo',
@@ -125,6 +128,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     const commandTimeout = options.commandTimeoutMs ?? 5000;
     this.#acquiring = new InFlight(this.name, commandTimeout);
     const store = urlOrClient(options, 'etcdBackend', 'etcd://host:port[,host:port]');
+    this.address = store.url && addressOf(store.url);
     this.client = store.client ?? openEtcd(store.url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout });
     this.#ownsClient = !store.client;
     this.#store = new EtcdStore(this.client, options.prefix ?? 'deadbolt/', this.#acquiring);

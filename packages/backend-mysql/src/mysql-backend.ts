@@ -1,5 +1,6 @@
 import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
+  addressOf,
   InFlight,
   SessionLocks,
   count,
@@ -86,6 +87,8 @@ export const storeOf = new TestingHooks<MysqlBackend, MysqlStore>('a MysqlBacken
  */
 export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly name = 'mysql';
+  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
+  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
   readonly client: Pool;
@@ -132,6 +135,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
     const connectionLimit = options.connectionLimit ?? (mode === 'session' ? 200 : 10);
     const store = urlOrClient(options, 'mysqlBackend', 'mysql://user@host:port/db');
+    this.address = store.url && addressOf(store.url);
     if (store.client) {
       this.client = store.client;
       this.#ownsClient = false;

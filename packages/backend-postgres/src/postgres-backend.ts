@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
+  addressOf,
   InFlight,
   SessionLocks,
   count,
@@ -100,6 +101,8 @@ export const storeOf = new TestingHooks<PostgresBackend, PostgresStore>('a Postg
  */
 export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly name = 'postgres';
+  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
+  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
   readonly client: Pool;
@@ -145,6 +148,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
     const store = urlOrClient(options, 'postgresBackend', 'postgres://user@host:port/db');
+    this.address = store.url && addressOf(store.url);
     if (store.client) {
       this.client = store.client;
       this.#ownsClient = false;

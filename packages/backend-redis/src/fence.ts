@@ -5,7 +5,8 @@
 import { StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
 import { checkFencedWrite, checkResource, flag, ms, readOptions, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import type { Cluster, Redis } from 'ioredis';
-import { openRedis, redisOptionRules } from './redis-backend.js';
+import { closeRedis, openRedis } from './connection.js';
+import { redisOptionRules } from './redis-backend.js';
 import { RedisStore, Script } from './store.js';
 
 export interface RedisFenceOptions {
@@ -91,7 +92,7 @@ export class RedisFence implements Fence {
   }
 
   async close(): Promise<void> {
-    if (this.#ownsClient) this.client.disconnect();
+    if (this.#ownsClient) closeRedis(this.client);
   }
 }
 

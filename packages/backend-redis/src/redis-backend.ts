@@ -1,5 +1,6 @@
 import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
+  addressOf,
   count,
   flag,
   InFlight,
@@ -15,11 +16,11 @@ import {
   type Rule,
   type Rules,
   type SharedRequest,
-  type StoreUrl,
   type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { closeRedis, openRedis } from './connection.js';
 import { RedisMutex, type RedisLease } from './mutex.js';
 import { RedisSharedClaims } from './shared.js';
 import { MAX_EXACT_TOKEN, RedisStore, type RedisKeys } from './store.js';
@@ -123,69 +124,6 @@ export const redisOptionRules = {
 export const storeOf = new TestingHooks<RedisBackend, RedisStore>('a RedisBackend');
 
 /**
- * A client for `url` (one server, or a cluster's seed nodes), made as every client deadbolt makes:
- * bounded connects and commands, a silent connection replaced, no command queued while the server
- * is down. Its errors reach callers through their commands. @throws InvalidArgumentError when the
- * URL names several servers without `cluster`.
- */
-export function openRedis(
-  url: StoreUrl,
-  o: {
-    cluster: boolean;
-    connectTimeout: number;
-    commandTimeout: number;
-    clusterOptions?: Omit<ClusterOptions, 'redisOptions'> | undefined;
-    sentinel?: string | undefined;
-    sentinelOptions?: Omit<RedisOptions, 'sentinels' | 'name'> | undefined;
-  },
-): Redis | Cluster {
-  const connection: RedisOptions = {
-    connectTimeout: o.connectTimeout,
-    // A reply that never comes (the connection silently dead) fails the command instead of
-    // waiting for the OS to notice; TCP keep-alive probes find a peer that vanished.
-    commandTimeout: o.commandTimeout,
-    // ...and a connection that has commands out but answers nothing for as long is replaced:
-    // one that went silent for good (a middlebox that lost its state) would otherwise fail
-    // every command until keep-alive probes gave up on it, minutes later if ever.
-    socketTimeout: o.commandTimeout,
-    keepAlive: 10_000,
-    // Fail a command after one reconnect attempt instead of queueing it while Redis is down:
-    // the caller gets BackendUnavailableError, never an endless wait.
-    maxRetriesPerRequest: 1,
-    lazyConnect: false,
-  };
-  let client: Redis | Cluster;
-  const nodes = (defaultPort: number) =>
-    url.hosts.map(({ host, port }) => ({ host: host.replace(/^\[|\]$/g, ''), port: port ?? defaultPort }));
-  const auth = { ...(url.username ? { username: url.username } : {}), ...(url.password ? { password: url.password } : {}) };
-  if (o.sentinel !== undefined) {
-    if (o.cluster) throw new InvalidArgumentError('sentinel and cluster exclude each other');
-    client = new Redis({
-      ...connection,
-      ...o.sentinelOptions,
-      sentinels: nodes(26379),
-      name: o.sentinel,
-      ...auth,
-      // A Sentinel announcing a new primary moves the connection at once, rather than after the old
-      // primary (a replica now, or gone) has refused or dropped a command.
-      failoverDetector: true,
-    });
-  } else if (o.cluster) {
-    client = new Cluster(nodes(6379), {
-      slotsRefreshTimeout: o.connectTimeout,
-      ...o.clusterOptions,
-      redisOptions: { ...connection, ...auth },
-    });
-  } else {
-    if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one Redis server (several only with cluster: true)');
-    client = new Redis(url.href, connection);
-  }
-  // Errors reach callers through the failed commands; this only stops ioredis logging them.
-  client.on('error', () => undefined);
-  return client;
-}
-
-/**
  * Redis backend. Acquire is one EVALSHA (`SET NX PX` plus the fencing token, or the FIFO queue
  * step); renew and release are owner-checked scripts; a release publishes on one channel, which
  * a single subscriber connection per backend turns into wake-ups for this process's waiters. The
@@ -193,6 +131,8 @@ export function openRedis(
  */
 export class RedisBackend implements LockBackend<RedisLease> {
   readonly name = 'redis';
+  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
+  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   /** The command connection (yours if you passed `client`). */
   readonly client: Redis | Cluster;
@@ -220,6 +160,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     // The guard's keys have no hash tag: beside a lock's keys in one script, they would cross slots.
     if (restartGuardMs > 0 && cluster) throw new InvalidArgumentError('restartGuardMs does not work with a Redis Cluster client');
     const store = urlOrClient(options, 'redisBackend', 'redis://host:port');
+    this.address = store.url && addressOf(store.url);
     if (options.sentinel !== undefined && store.client)
       throw new InvalidArgumentError('sentinel goes with url (the Sentinels); a client of yours is already connected');
     if (options.sentinelOptions !== undefined && options.sentinel === undefined)
@@ -304,7 +245,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
     // disconnecting at once would cut short (its entry would hold the queue for a waiter's ttl).
     await this.#acquiring.settled();
     this.#store.close();
-    if (this.#ownsClient) this.client.disconnect();
+    if (this.#ownsClient) closeRedis(this.client);
   }
 }
 

@@ -122,6 +122,8 @@ type Outcome<T> = { ok: T } | { busy: true } | { down: unknown } | { pending: tr
  */
 export class RedlockBackend implements LockBackend<RedlockLease> {
   readonly name = 'redlock';
+  /** The nodes' servers, those given as URLs (`LockBackend.address`). */
+  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly #nodes: RedisBackend[];
   /** Key names, the same on every node (they share the prefix): the first node's. */
@@ -150,6 +152,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
         restartGuardMs: maxTtl,
       }),
     );
+    this.address = this.#nodes.flatMap((node) => node.address ?? []).join(',') || undefined;
     this.#names = storeOf.of(this.#nodes[0]!);
     this.#quorum = Math.floor(this.#nodes.length / 2) + 1;
     this.#driftFactor = drift;

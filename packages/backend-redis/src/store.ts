@@ -5,6 +5,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { BackendError, BackendUnavailableError } from '@deadbolt/core';
 import { Once, ReleaseNotifier } from '@deadbolt/core/backend';
 import { Cluster, ReplyError, type Redis } from 'ioredis';
+import { closeRedis, keepConnected } from './connection.js';
 import {
   ACQUIRE,
   GUARDED_ACQUIRE,
@@ -195,7 +196,7 @@ export class RedisStore {
 
   /** Closes the subscriber connection (the command connection is the backend's to close). */
   close(): void {
-    this.#subscriber?.disconnect();
+    if (this.#subscriber) closeRedis(this.#subscriber);
   }
 
   /**
@@ -259,6 +260,7 @@ export class RedisStore {
         ? this.client.duplicate()
         : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
     subscriber.on('error', () => undefined);
+    keepConnected(subscriber);
     // `<lock key>\n<owner>`, and for a FIFO handoff `<lock key>\n<owner> <token> <deadline>`
     // (see hand_over in scripts.ts); a shared key's release names no owner.
     subscriber.on('message', (_channel: string, message: string) => {
@@ -285,7 +287,7 @@ export class RedisStore {
       await subscriber.subscribe(...channels);
       this.listening = true;
     } catch (error) {
-      subscriber.disconnect();
+      closeRedis(subscriber);
       throw new BackendUnavailableError(this.name, 'subscribe', { cause: error });
     }
   }

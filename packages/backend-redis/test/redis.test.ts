@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { backendOf } from '@deadbolt/core/testing';
 import { createLocker } from '@deadbolt/core';
 import {
@@ -10,6 +11,7 @@ import {
   storeAddress,
   viaUrl,
 } from '@deadbolt/conformance';
+import { clusterUrl } from '@deadbolt/conformance/cluster';
 import { redisBackend, type RedisBackend } from '@deadbolt/redis';
 import { keysFor } from '@deadbolt/redis/testing';
 import { Redis } from 'ioredis';
@@ -271,3 +273,24 @@ function slotOf(name: string): number {
   }
   return crc % 16384;
 }
+
+describe('redis with Sentinel: a client of ours stays connected', () => {
+  it('a reconnection cut short while it asks the Sentinels (as a failover notice can) does not end the client for good', async () => {
+    // ioredis ends such a client for good ("Connection is closed." to every command after it);
+    // staged here by hand: a second disconnect while the first one's reconnection resolves.
+    const backend = redisBackend({ url: clusterUrl('redis-sentinel'), sentinel: 'deadbolt' });
+    const locker = createLocker(backend);
+    try {
+      await (await locker.lock(`sentinel/${randomUUID()}`)).release();
+      const client = backend.client as Redis;
+      client.disconnect(true);
+      await once(client, 'connecting');
+      client.disconnect(true);
+      const lock = await locker.lock(`sentinel/${randomUUID()}`, { timeoutMs: 10_000 });
+      expect(lock.held).toBe(true);
+      await lock.release();
+    } finally {
+      await locker.close();
+    }
+  });
+});

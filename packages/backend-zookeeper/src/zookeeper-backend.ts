@@ -3,6 +3,7 @@
 // znodes' requests nodes.ts. About 410 lines, most of them the queue and the two floor raises.
 import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
+  addressOf,
   count,
   grantable,
   sharedView,
@@ -139,6 +140,8 @@ export const internalsOf = new TestingHooks<
  */
 export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   readonly name = 'zookeeper';
+  /** The store's servers as given in `url`: `LockBackend.address`. */
+  readonly address: string | undefined;
   readonly capabilities: Capabilities = {
     fencing: 'strict',
     fairness: 'fifo',
@@ -160,7 +163,9 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: ZooKeeperBackendOptions) {
     const options = readOptions(raw, zookeeperOptionRules, 'zookeeperBackend');
-    this.#sessions = openSessions(required(options.url, 'url'), options.connectTimeoutMs ?? 3000);
+    const url = required(options.url, 'url');
+    this.address = addressOf(url);
+    this.#sessions = openSessions(url, options.connectTimeoutMs ?? 3000);
     this.#root = options.root ?? '/deadbolt';
     this.capabilities = { ...this.capabilities, maxTtlMs: options.maxSessionTimeoutMs ?? 40_000 };
     internalsOf.set(this, {

@@ -25,6 +25,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   let capabilities: LockBackend['capabilities'];
   let probeHasFloor = false;
   let dualMigration = false;
+  let probeAddress: string | undefined;
   let probeShared: LockBackend['acquireShared'];
   const lockers: Locker[] = [];
   const children: ChildHolder[] = [];
@@ -91,6 +92,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     capabilities = probe.capabilities;
     probeHasFloor = typeof probe.raiseTokenFloor === 'function';
     dualMigration = probe instanceof MigratingBackend && probe.phase === 'dual';
+    probeAddress = probe.address;
     probeShared = probe.acquireShared;
     await probe.close();
     const T = ttl();
@@ -116,6 +118,15 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       expect(['push', 'poll']).toContain(capabilities.wake);
       expect(capabilities.minTtlMs).toBeGreaterThan(0);
       expect(capabilities.ttlGranularityMs).toBeGreaterThan(0);
+      // A backend made from a URL names its store in events (never with credentials: `addressOf`).
+      if (options.network) {
+        const stores = [options.network.store].flat();
+        expect(probeAddress, 'a backend made from a URL says where its store is (LockBackend.address)').toBeDefined();
+        expect(
+          stores.some((s) => probeAddress!.includes(`${s.host}:${s.port}`)),
+          `${probeAddress} names the store`,
+        ).toBe(true);
+      }
       // A backend that claims cross-process exclusion must let the suite prove it.
       if (capabilities.crossProcess) expect(options.child, 'crossProcess backends must give a child config').toBeDefined();
       // Shared claims must be real and inspectable for groups 25 and 26 to prove anything.

@@ -8,6 +8,7 @@ export { checkFencedWrite, checkFenceToken, checkResource, fencedTransaction, ty
 export { grantable, sharedView } from './shared.js';
 export { validateKey, validateKeys, validateTtl } from './validate.js';
 export {
+  addressOf,
   count,
   describe,
   flag,

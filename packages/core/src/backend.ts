@@ -17,6 +17,11 @@ import type { Inspection } from './types.js';
 export interface LockBackend<L extends Lease = Lease> {
   /** Short name used in errors and reports, e.g. `redis`. */
   readonly name: string;
+  /**
+   * Optional: where the store is, for events and traces: `host:port`, several joined by `,`,
+   * never credentials (`addressOf` in the toolkit). Absent when the backend was handed a client.
+   */
+  readonly address?: string;
   readonly capabilities: Capabilities;
 
   /**

@@ -19,6 +19,8 @@ export interface AcquireEvent {
   readonly key: string;
   /** The backend's name (`redis`, `postgres`, …). */
   readonly backend: string;
+  /** The store's servers (`LockBackend.address`: `host:port,…`), when the backend knows them. */
+  readonly address?: string;
   readonly family: 'mutex' | 'semaphore' | 'read' | 'write';
   /** A semaphore's limit. */
   readonly limit?: number;
@@ -42,6 +44,8 @@ export interface AcquireEvent {
 export interface LeaseEvent {
   readonly key: string;
   readonly backend: string;
+  /** As `AcquireEvent.address`. */
+  readonly address?: string;
   readonly token: bigint;
   /** Release: how long the lock was held until the call. Extend: the ttl asked for. */
   readonly heldMs?: number;
@@ -54,6 +58,8 @@ export interface LeaseEvent {
 export interface RenewalFailedEvent {
   readonly key: string;
   readonly backend: string;
+  /** As `AcquireEvent.address`. */
+  readonly address?: string;
   readonly token: bigint;
   readonly error: unknown;
   /** How long this process still counts on the lease (its local estimate); when it runs out, the lease is lost. */
@@ -64,6 +70,8 @@ export interface RenewalFailedEvent {
 export interface LeaseLostEvent {
   readonly key: string;
   readonly backend: string;
+  /** As `AcquireEvent.address`. */
+  readonly address?: string;
   readonly token: bigint;
   /** The LockLostError the lock's signal aborts with. */
   readonly reason: unknown;
@@ -74,6 +82,8 @@ export interface LeaseLostEvent {
 export interface WaitAbandonedEvent {
   readonly key: string;
   readonly backend: string;
+  /** As `AcquireEvent.address`. */
+  readonly address?: string;
   readonly family: AcquireEvent['family'];
   /** LockTimeoutError, the caller's abort reason, or LockerClosedError. */
   readonly reason: unknown;

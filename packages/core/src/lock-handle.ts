@@ -182,7 +182,13 @@ export class LockHandle implements Lock {
 
   /** What every event about this lease says (diagnostics.ts). */
   #event(): LeaseEvent {
-    return { key: eventKey(this.key, this.#settings.redactKeys), backend: this.#locker.backend.name, token: this.token };
+    const { name, address } = this.#locker.backend;
+    return {
+      key: eventKey(this.key, this.#settings.redactKeys),
+      backend: name,
+      ...(address === undefined ? {} : { address }),
+      token: this.token,
+    };
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -466,6 +466,7 @@ class DefaultLocker implements Locker {
     const event: AcquireEvent = {
       key: eventKey(ask.key, this.#settings.redactKeys),
       backend: this.backend.name,
+      ...(this.backend.address === undefined ? {} : { address: this.backend.address }),
       family: familyOf(claim),
       ...(claim && claim.limit > 0 ? { limit: claim.limit } : {}),
       ttlMs: ask.terms.ttlMs,
@@ -620,6 +621,7 @@ class DefaultLocker implements Locker {
             diagnostics.waitAbandoned.publish({
               key: eventKey(key, this.#settings.redactKeys),
               backend: this.backend.name,
+              ...(this.backend.address === undefined ? {} : { address: this.backend.address }),
               family: familyOf(claim),
               reason: signal.reason,
               waitedMs: performance.now() - started,

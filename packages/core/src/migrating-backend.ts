@@ -90,6 +90,8 @@ const dualLeases = new WeakSet<Lease>();
  */
 export class MigratingBackend implements LockBackend {
   readonly name: string;
+  /** The store(s) this phase takes locks in (`LockBackend.address`): in `dual`, `from`'s then `to`'s, as `a -> b`. */
+  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly from: LockBackend;
   readonly to: LockBackend;
@@ -113,6 +115,8 @@ export class MigratingBackend implements LockBackend {
     this.to = to;
     this.phase = phase;
     this.name = `${from.name}->${to.name}`;
+    const addresses = (phase === 'to' ? [to] : phase === 'from' ? [from] : [from, to]).map((b) => b.address ?? '?');
+    this.address = addresses.every((a) => a === '?') ? undefined : addresses.join(' -> ');
     this.capabilities = combine(from, to);
   }
 

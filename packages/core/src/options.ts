@@ -233,6 +233,11 @@ export function urlOrClient<C>(
   throw new InvalidArgumentError(`${where} needs a url (${urlForm}) or a client, not both`);
 }
 
+/** `url`'s servers as events name them (`LockBackend.address`): `host:port,…`, without credentials or path. */
+export function addressOf(url: StoreUrl): string {
+  return url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`)).join(',');
+}
+
 /** A parsed store URL: the text as given (for the driver), its hosts, credentials and path. */
 export interface StoreUrl {
   readonly href: string;

@@ -6,6 +6,7 @@ import type { Lease, LockBackend } from './backend.js';
  */
 const MEMBERS = {
   name: 'value',
+  address: 'value',
   capabilities: 'value',
   acquire: 'call',
   acquireShared: 'call',

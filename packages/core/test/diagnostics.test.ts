@@ -15,6 +15,7 @@ import {
   type LockBackend,
 } from '../src/index.js';
 import type { MemoryLease } from '../src/memory-backend.js';
+import { wrapBackend } from '../src/backend-api.js';
 
 type Seen = { channel: string; event: Record<string, unknown> };
 const undo: Array<() => void> = [];
@@ -62,6 +63,23 @@ describe('diagnostics_channel events', () => {
     await lock.release();
     expect(phases(seen, 'release')).toHaveLength(4);
     await locker.close();
+  });
+
+  it("every event names the store's address when the backend has one (and none when it has not)", async () => {
+    const seen = record();
+    const backend = wrapBackend(memoryBackend({ store: new MemoryLockStore() }), { address: 'db1:5432,db2:5432' });
+    const locker = createLocker(backend, { ttlMs: 5000 });
+    const lock = await locker.lock('k', { timeoutMs: 1000 });
+    await lock.extend();
+    await lock.release();
+    const named = seen.filter((s) => s.channel.endsWith(':start'));
+    expect(named.map((s) => s.channel)).toEqual(['acquire:start', 'extend:start', 'release:start']);
+    for (const s of named) expect(s.event['address']).toBe('db1:5432,db2:5432');
+    await locker.close();
+    const plain = createLocker(memoryBackend({ store: new MemoryLockStore() }));
+    await (await plain.lock('k')).release();
+    expect(seen.filter((s) => s.channel === 'acquire:start').at(-1)!.event).not.toHaveProperty('address');
+    await plain.close();
   });
 
   it('a one-shot call that finds the key taken ends with result null and no token; a timed-out wait with one error, one end and a wait-abandoned event', async () => {

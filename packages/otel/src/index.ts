@@ -55,7 +55,8 @@ const NAME = '@deadbolt/otel';
  *   granted, busy, or the error's code) and `deadbolt.lock.hold.duration` (s, each hold ended by a
  *   release or a loss); up-down counters `deadbolt.lock.held` and `deadbolt.lock.waiting`;
  *   counters `deadbolt.lock.lost` and `deadbolt.lock.renewal.failures`;
- * every record with `deadbolt.backend`, `deadbolt.family` where it applies, and `db.system.name`.
+ * every record with `deadbolt.backend`, `deadbolt.family` where it applies, and `db.system.name`;
+ * spans also with `server.address` and `server.port` where the backend knows its store's address.
  * Calling it twice records twice. Never throws from a subscriber: a recording that fails is dropped
  * (a throwing subscriber would be an uncaught exception in the application).
  */
@@ -90,6 +91,16 @@ export function instrumentDeadbolt(options: DeadboltInstrumentationOptions = {})
     ...(family ? { 'deadbolt.family': family } : {}),
     ...(DB_SYSTEM[backend] ? { 'db.system.name': DB_SYSTEM[backend] } : {}),
   });
+  /** Spans only (a metric per server would multiply its series): the first server as `server.address` and `server.port`, all of them as `deadbolt.servers` when there are several. */
+  const server = (address: string | undefined): Attributes => {
+    if (!address) return {};
+    const first = /^(\[[^\]]+\]|[^:,\s]+)(?::(\d+))?/.exec(address);
+    return {
+      'server.address': (first?.[1] ?? address).replace(/^\[(.*)\]$/, '$1'),
+      ...(first?.[2] ? { 'server.port': Number(first[2]) } : {}),
+      ...(/[,\s]/.test(address) ? { 'deadbolt.servers': address } : {}),
+    };
+  };
   const outcomeOf = (e: AcquireEvent) =>
     e.error ? String((e.error as { code?: unknown }).code ?? 'error') : e.result ? 'granted' : 'busy';
   const ended = (span: Span, error: unknown) => {
@@ -118,6 +129,7 @@ export function instrumentDeadbolt(options: DeadboltInstrumentationOptions = {})
           kind: SpanKind.CLIENT,
           attributes: {
             ...base(e.backend, e.family),
+            ...server(e.address),
             ...(keysOnSpans ? { 'deadbolt.key': e.key } : {}),
             'deadbolt.ttl_ms': e.ttlMs,
             ...(Number.isFinite(e.timeoutMs) ? { 'deadbolt.timeout_ms': e.timeoutMs } : {}),
@@ -171,6 +183,7 @@ export function instrumentDeadbolt(options: DeadboltInstrumentationOptions = {})
       [`tracing:deadbolt:${name}:start`]: safe<LeaseEvent>((e) => {
         const attributes: Attributes = {
           ...base(e.backend),
+          ...server(e.address),
           ...(keysOnSpans ? { 'deadbolt.key': e.key } : {}),
           'deadbolt.token': String(e.token),
           ...(e.ttlMs !== undefined ? { 'deadbolt.ttl_ms': e.ttlMs } : {}),

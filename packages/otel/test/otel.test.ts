@@ -2,6 +2,7 @@
 // reader collected on demand), on the memory backend: the spans of each call, ended once with
 // the right status, and the metrics a dashboard needs. About a second.
 import { BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore } from '@deadbolt/core';
+import { wrapBackend } from '@deadbolt/core/backend';
 import { metrics, SpanStatusCode, trace } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, type DataPoint, type Histogram } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
@@ -63,6 +64,19 @@ describe('@deadbolt/otel', () => {
     const holds = (await points('deadbolt.lock.hold.duration')) as DataPoint<Histogram>[];
     expect(holds.map((p) => [p.attributes['deadbolt.ended'], p.value.count])).toEqual([['released', 1]]);
     await locker.close();
+  });
+
+  it("spans name the store's first server (server.address, server.port) and, when there are several, all of them", async () => {
+    const { exporter } = setUp();
+    for (const address of ['db1:5432,db2:5432', '[::1]:6379']) {
+      const locker = createLocker(wrapBackend(memoryBackend({ store: new MemoryLockStore() }), { address }));
+      await (await locker.lock('k')).release();
+      await locker.close();
+    }
+    const [clustered, , single] = exporter.getFinishedSpans();
+    expect(clustered!.attributes).toMatchObject({ 'server.address': 'db1', 'server.port': 5432, 'deadbolt.servers': 'db1:5432,db2:5432' });
+    expect(single!.attributes).toMatchObject({ 'server.address': '::1', 'server.port': 6379 });
+    expect(single!.attributes).not.toHaveProperty('deadbolt.servers');
   });
 
   it('a timed-out wait: an ERROR span with the error, one wait recorded by its outcome; a busy tryLock is not an error', async () => {
