@@ -8,7 +8,8 @@ import {
   ms,
   oneOf,
   readOptions,
-  sharedView,
+  claimOfRow,
+  sharedViewOfRows,
   text,
   url,
   urlOrClient,
@@ -182,24 +183,12 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const store = this.#store;
     await store.tables.run();
     const [hash, keyBytes] = [MysqlStore.hash(key), Buffer.from(key, 'utf8')];
-    const leftMs = (row: RowDataPacket) => Math.max(0, Number(row['left_us']) / 1000);
-    if (shared) {
-      const rows = await store.run<RowDataPacket[]>('inspect', store.sql.inspectShared, [hash]);
-      const claims = rows.map((r) => ({
-        owner: String(r['owner']),
-        token: BigInt(r['token']),
-        ttlLeftMs: leftMs(r),
-        mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
-      }));
-      return sharedView(claims, rows[0] && Number(rows[0]['claim_limit']), true);
-    }
-    const session = this.mode === 'session';
-    const [row] = session
-      ? await store.run<RowDataPacket[]>('inspect', store.sql.inspectSession, [store.lockName(key), hash, keyBytes])
-      : await store.run<RowDataPacket[]>('inspect', store.sql.inspect, [hash, keyBytes]);
-    const holders = row?.['owner']
-      ? [{ owner: String(row['owner']), token: BigInt(row['token']), ttlLeftMs: session ? null : leftMs(row) }]
-      : [];
+    if (shared) return sharedViewOfRows(await store.run<RowDataPacket[]>('inspect', store.sql.inspectShared, [hash]));
+    const [row] =
+      this.mode === 'session'
+        ? await store.run<RowDataPacket[]>('inspect', store.sql.inspectSession, [store.lockName(key), hash, keyBytes])
+        : await store.run<RowDataPacket[]>('inspect', store.sql.inspect, [hash, keyBytes]);
+    const holders = row?.['owner'] ? [claimOfRow(row)] : [];
     return { holders, waiters: null };
   }
 

@@ -133,12 +133,12 @@ export const sharedRelease = `DELETE FROM {claims} WHERE key_hash = ? AND owner 
 export const sharedRaiseFloor = `UPDATE {keys} SET token = GREATEST(token, ?) WHERE key_hash = ?
   AND EXISTS (SELECT 1 FROM {claims} WHERE key_hash = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6))`;
 
-// Inspection (reads only). Times left are the server clock's, in µs.
+// Inspection (reads only). Times left are the server clock's, in ms.
 /** Params: hash, key. Lease mode: the live holder. */
-export const inspect = `SELECT owner, token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS left_us FROM ??
+export const inspect = `SELECT owner, token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000 AS left_ms FROM ??
   WHERE key_hash = ? AND lock_key = ? AND owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)`;
 /** Params: hash. A shared key's live claims in queue order, with the limit they use. */
-export const inspectShared = `SELECT c.owner, c.token, c.exclusive, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), c.expires_at) AS left_us, k.claim_limit
+export const inspectShared = `SELECT c.owner, c.token, c.exclusive, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), c.expires_at) / 1000 AS left_ms, k.claim_limit
   FROM {claims} c JOIN {keys} k ON k.key_hash = c.key_hash WHERE c.key_hash = ? AND c.expires_at > UTC_TIMESTAMP(6) ORDER BY c.token`;
 /** Params: lock name, hash, key. Session mode: the row's owner and token while a connection holds the key's named lock. */
 export const inspectSession = `SELECT owner, token FROM ?? WHERE IS_USED_LOCK(?) IS NOT NULL AND key_hash = ? AND lock_key = ?`;

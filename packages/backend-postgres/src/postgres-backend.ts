@@ -9,7 +9,8 @@ import {
   ms,
   oneOf,
   readOptions,
-  sharedView,
+  claimOfRow,
+  sharedViewOfRows,
   text,
   url,
   urlOrClient,
@@ -200,28 +201,11 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const read = async (statement: string, params: unknown[]) => (await this.#server.run('inspect', statement, params)).rows;
     if (this.mode === 'session') {
       const [row] = await read(sql.inspectSession, [keyBytes, this.#server.namespace]);
-      return {
-        holders: row?.['owner'] ? [{ owner: String(row['owner']), token: BigInt(row['token']), ttlLeftMs: null }] : [],
-        waiters: null,
-      };
+      return { holders: row?.['owner'] ? [claimOfRow(row)] : [], waiters: null };
     }
-    if (shared) {
-      const rows = await read(sql.inspectShared, [keyBytes]);
-      const claims = rows.map((r) => ({
-        owner: String(r['owner']),
-        token: BigInt(r['token']),
-        ttlLeftMs: Math.max(0, Number(r['left_ms'])),
-        mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
-      }));
-      return sharedView(claims, rows[0] && Number(rows[0]['claim_limit']), true);
-    }
+    if (shared) return sharedViewOfRows(await read(sql.inspectShared, [keyBytes]));
     const rows = await read(sql.inspect, [keyBytes]);
-    const claim = (r: (typeof rows)[number]) => ({
-      owner: String(r['owner']),
-      token: r['token'] === null ? null : BigInt(r['token']),
-      ttlLeftMs: Math.max(0, Number(r['left_ms'])),
-    });
-    return { holders: rows.filter((r) => !r['waiting']).map(claim), waiters: rows.filter((r) => r['waiting']).map(claim) };
+    return { holders: rows.filter((r) => !r['waiting']).map(claimOfRow), waiters: rows.filter((r) => r['waiting']).map(claimOfRow) };
   }
 
   renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {

@@ -13,7 +13,7 @@ export interface InspectRequest {
 export async function inspect(req: InspectRequest): Promise<Inspection> {
   const locker = createLocker(await backendFor(req.url));
   try {
-    // The permit limit is not read by an inspection: any valid one names the key.
+    // Semaphores and read-write locks share one namespace, and one inspection of it.
     return await (req.shared ? locker.readWriteLock(req.key).inspect() : locker.inspect(req.key));
   } finally {
     await locker.close().catch(() => undefined);

@@ -122,6 +122,10 @@ export interface SuiteContext {
   spawnChild(options?: LockerOptions, env?: Record<string, string>, config?: ChildBackendConfig): Promise<ChildHolder>;
   itWhen(skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number): void;
   crossProcessIt: TestFn;
+  /** A test for backends with semaphores (listed n/a otherwise). */
+  semIt: TestFn;
+  /** A test for backends with read-write locks (listed n/a otherwise). */
+  rwIt: TestFn;
   hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;
   /** Whether the backend is a migration in its `dual` phase (one lock over two stores). */
   readonly dualMigration: boolean;

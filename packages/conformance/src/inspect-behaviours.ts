@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import type { SuiteContext } from './context.js';
 
 export function defineInspectBehaviours(ctx: SuiteContext): void {
-  const { T, freshKey, makeLocker, capabilities, harness, itWhen } = ctx;
+  const { T, freshKey, makeLocker, capabilities, harness, itWhen, semIt, rwIt } = ctx;
   const session = capabilities.lease === 'session';
 
   /** `wait`, its rejection handled: a test that fails before it settles leaves no unhandled rejection (close() rejects it). */
@@ -113,8 +113,7 @@ export function defineInspectBehaviours(ctx: SuiteContext): void {
       30_000,
     );
 
-    itWhen(
-      () => (capabilities.semaphore ? undefined : 'no semaphores'),
+    semIt(
       '37c. semaphore.inspect(): the permits held, the claim waiting, the limit',
       async () => {
         const key = freshKey();
@@ -142,8 +141,7 @@ export function defineInspectBehaviours(ctx: SuiteContext): void {
       60_000,
     );
 
-    itWhen(
-      () => (capabilities.readWrite ? undefined : 'no read-write locks'),
+    rwIt(
       '37d. readWriteLock.inspect(): the reader holding, then a writer and a reader waiting in order, with their modes',
       async () => {
         const key = freshKey();

@@ -27,9 +27,7 @@ function maxOverlap(holds: Hold[]): number {
 }
 
 export function defineSharedBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, itWhen, probeFloor } = ctx;
-  const semIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
-    itWhen(() => (capabilities.semaphore ? undefined : 'the backend has no semaphores'), name, fn, timeout);
+  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, itWhen, probeFloor, semIt, rwIt } = ctx;
   const semProcIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(
       () => (!capabilities.semaphore ? 'the backend has no semaphores' : capabilities.crossProcess ? undefined : 'in-process backend'),
@@ -39,8 +37,6 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     );
   // Holds long enough beside a store's round trips (slowest: Cassandra's Paxos rounds) to overlap.
   const holdMs = Math.max(20, T / 40);
-  const rwIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
-    itWhen(() => (capabilities.readWrite ? undefined : 'the backend has no read-write locks'), name, fn, timeout);
 
   /** The owners the store has for a shared key; the harness must be able to say (checked once). */
   const inspect = (key: string) => {

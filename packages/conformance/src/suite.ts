@@ -84,6 +84,10 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   };
   const crossProcessIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(() => (capabilities.crossProcess ? undefined : 'in-process backend'), name, fn, timeout);
+  const semIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
+    itWhen(() => (capabilities.semaphore ? undefined : 'the backend has no semaphores'), name, fn, timeout);
+  const rwIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
+    itWhen(() => (capabilities.readWrite ? undefined : 'the backend has no read-write locks'), name, fn, timeout);
   const hookIt = (hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(() => (harness[hook] ? undefined : `harness has no ${hook}`), name, fn, timeout);
 
@@ -151,6 +155,8 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       capabilities,
       itWhen,
       crossProcessIt,
+      semIt,
+      rwIt,
       hookIt,
       counter,
       register: () => currentRegister,

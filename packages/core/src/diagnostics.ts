@@ -123,6 +123,14 @@ export const diagnostics: {
   storeUnavailable: channel('deadbolt:store-unavailable'),
 };
 
+/** Which store an event is about: the backend's name, and its servers where it knows them. */
+export function eventSource(backend: { readonly name: string; readonly address?: string | undefined }): {
+  backend: string;
+  address?: string;
+} {
+  return backend.address === undefined ? { backend: backend.name } : { backend: backend.name, address: backend.address };
+}
+
 /** How a key appears in events: as it is, or (`redactKeys`) a prefix of its SHA-256. */
 export function eventKey(key: string, redact: boolean): string {
   return redact ? `sha256:${createHash('sha256').update(key).digest('hex').slice(0, 16)}` : key;

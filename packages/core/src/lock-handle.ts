@@ -3,7 +3,7 @@
 // the list of those it holds (HeldHandles); a handle needs of its locker only its backend and
 // `forget`, so this module does not import the locker. How often it renews and when it counts a
 // lease as run out is the one rule of lease-keeper.ts.
-import { diagnostics, eventKey, type LeaseEvent } from './diagnostics.js';
+import { diagnostics, eventKey, eventSource, type LeaseEvent } from './diagnostics.js';
 import { BackendError, DeadboltError, LockLostError, noAnswer, NotOwnerError } from './errors.js';
 import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
 import { after, noop, withTimeout, type Timer } from './time.js';
@@ -182,13 +182,7 @@ export class LockHandle implements Lock {
 
   /** What every event about this lease says (diagnostics.ts). */
   #event(): LeaseEvent {
-    const { name, address } = this.#locker.backend;
-    return {
-      key: eventKey(this.key, this.#settings.redactKeys),
-      backend: name,
-      ...(address === undefined ? {} : { address }),
-      token: this.token,
-    };
+    return { key: eventKey(this.key, this.#settings.redactKeys), ...eventSource(this.#locker.backend), token: this.token };
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

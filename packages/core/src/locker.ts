@@ -17,7 +17,7 @@ import {
   noAnswer,
   SelfDeadlockError,
 } from './errors.js';
-import { diagnostics, eventKey, type AcquireEvent } from './diagnostics.js';
+import { diagnostics, eventKey, eventSource, type AcquireEvent } from './diagnostics.js';
 import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
 import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js';
 import { renewalDueMs, safeLifetime } from './lease-keeper.js';
@@ -465,8 +465,7 @@ class DefaultLocker implements Locker {
     const { claim } = ask;
     const event: AcquireEvent = {
       key: eventKey(ask.key, this.#settings.redactKeys),
-      backend: this.backend.name,
-      ...(this.backend.address === undefined ? {} : { address: this.backend.address }),
+      ...eventSource(this.backend),
       family: familyOf(claim),
       ...(claim && claim.limit > 0 ? { limit: claim.limit } : {}),
       ttlMs: ask.terms.ttlMs,
@@ -620,8 +619,7 @@ class DefaultLocker implements Locker {
           if (wait && started !== undefined && diagnostics.waitAbandoned.hasSubscribers)
             diagnostics.waitAbandoned.publish({
               key: eventKey(key, this.#settings.redactKeys),
-              backend: this.backend.name,
-              ...(this.backend.address === undefined ? {} : { address: this.backend.address }),
+              ...eventSource(this.backend),
               family: familyOf(claim),
               reason: signal.reason,
               waitedMs: performance.now() - started,

@@ -5,7 +5,7 @@
 import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest, StoreView } from './backend.js';
 import { LimitMismatchError, LockerClosedError } from './errors.js';
 import { instance, readOptions, type Rules } from './options.js';
-import { grantable } from './shared.js';
+import { grantable, sharedView } from './shared.js';
 import { DONE } from './wait.js';
 
 /** A memory lease: a mutex's, or a shared claim's (a semaphore permit or read-write lock). */
@@ -210,19 +210,14 @@ export class MemoryLockStore {
     if (shared) {
       this.#expireShared(key);
       const state = this.#shared.get(key);
+      // Granted by the same rule, at once: the rule's holders are the granted claims.
       const claims = (state?.claims ?? []).map((c) => ({
         owner: c.req.owner,
         token: c.token ?? null,
         ttlLeftMs: left(c.expiresAt),
         mode: c.mode,
-        granted: !c.grant,
       }));
-      const info = ({ granted: _, ...claim }: (typeof claims)[number]) => claim;
-      return {
-        holders: claims.filter((c) => c.granted).map(info),
-        waiters: claims.filter((c) => !c.granted).map(info),
-        ...(state ? { limit: state.limit } : {}),
-      };
+      return sharedView(claims, state?.limit, true);
     }
     this.#expireIfDue(key);
     const state = this.#keys.get(key);

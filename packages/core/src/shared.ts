@@ -31,3 +31,22 @@ export function sharedView(
     ...(claims.length > 0 && limit !== undefined ? { limit } : {}),
   };
 }
+
+/**
+ * A claim as the SQL stores' inspection statements give it: `owner`, `token` (null: none given
+ * yet) and `left_ms` (absent for a session lease, which has no time left on the store's clock).
+ */
+export function claimOfRow(row: Readonly<Record<string, unknown>>): ClaimInfo {
+  const { owner, token, left_ms: left } = row;
+  return {
+    owner: String(owner),
+    token: token === null || token === undefined ? null : BigInt(token as string | number),
+    ttlLeftMs: left === null || left === undefined ? null : Math.max(0, Number(left)),
+  };
+}
+
+/** `sharedView` of the SQL stores' shared-claim rows: in queue order, each with `exclusive` and the key's `claim_limit`. */
+export function sharedViewOfRows(rows: ReadonlyArray<Readonly<Record<string, unknown>>>): StoreView {
+  const claims = rows.map((r) => ({ ...claimOfRow(r), mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const) }));
+  return sharedView(claims, rows[0] && Number(rows[0]['claim_limit']), true);
+}
