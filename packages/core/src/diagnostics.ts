@@ -32,6 +32,14 @@ export interface AcquireEvent {
   /** Set when the call settles: from its start to its answer, on the monotonic clock. */
   waitedMs?: number;
   /**
+   * Set when the call settles: how many requests deadbolt sent the store's backend for this
+   * acquisition. 1 when its first request settled it (a grant, a refusal, or a wait the store
+   * answered with a grant later); more when the wait rode out an unreachable store
+   * (`LockerOptions.unavailableGraceMs`). Polls a backend makes inside one request (the SQL stores,
+   * Cassandra, Redlock re-check a busy key on a backoff) are not counted.
+   */
+  attempts?: number;
+  /**
    * Set by the channel: the lock, or null (a one-shot call that found the key taken). The lock's
    * own `key` is the key as given, `redactKeys` or not.
    */

@@ -92,6 +92,8 @@ interface Ask {
   readonly claim: Claim | undefined;
   /** A busy single attempt rejects with LockTimeoutError (`lock()` with timeout 0) instead of resolving null. */
   readonly required: boolean;
+  /** Set only while `deadbolt:acquire` has subscribers: counts the requests sent to the backend. */
+  readonly tally?: { attempts: number };
 }
 
 /**
@@ -472,16 +474,19 @@ class DefaultLocker implements Locker {
       timeoutMs: ask.timeoutMs,
     };
     const started = performance.now();
+    const tally = { attempts: 0 };
     return diagnostics.acquire.tracePromise(
       () =>
-        this.#acquireUntraced(ask).then(
+        this.#acquireUntraced({ ...ask, tally }).then(
           (handle) => {
             event.waitedMs = performance.now() - started;
+            event.attempts = tally.attempts;
             if (handle) event.token = handle.token;
             return handle;
           },
           (error: unknown) => {
             event.waitedMs = performance.now() - started;
+            event.attempts = tally.attempts;
             throw error;
           },
         ),
@@ -494,6 +499,8 @@ class DefaultLocker implements Locker {
     const owner = randomUUID();
     if (this.backend.acquireNow && !ask.claim) {
       let lease: Lease | null | undefined;
+      // Counted as a request unless it said "wait", which the request below then answers.
+      if (ask.tally) ask.tally.attempts++;
       try {
         lease = this.backend.acquireNow(this.#request(ask.key, owner, ask.terms, ask.timeoutMs > 0, ask.signal ?? this.#closing.signal));
       } catch (error) {
@@ -502,6 +509,7 @@ class DefaultLocker implements Locker {
       // The store read the clock for this grant a moment ago, in this same call.
       if (lease) return Promise.resolve(this.#hold(lease, ask.terms, lease.acquiredAt));
       if (lease === null) return this.#notGranted(ask);
+      if (ask.tally) ask.tally.attempts--;
     }
     return this.#wait(ask, owner);
   }
@@ -554,7 +562,7 @@ class DefaultLocker implements Locker {
    * race was lost is handed back.
    */
   async #wait(ask: Ask, owner: string): Promise<LockHandle | null> {
-    const { key, terms, timeoutMs, signal: userSignal, claim } = ask;
+    const { key, terms, timeoutMs, signal: userSignal, claim, tally } = ask;
     // Read only for a subscriber to wait-abandoned (one who joins mid-wait hears of later waits).
     const started = diagnostics.waitAbandoned.hasSubscribers ? performance.now() : undefined;
     const wait = timeoutMs > 0;
@@ -594,6 +602,7 @@ class DefaultLocker implements Locker {
           // until its ttl.
           who = who === undefined ? owner : randomUUID();
           since = undefined;
+          if (tally) tally.attempts++;
           const request = this.#request(key, who, terms, wait, signal);
           attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
           const grant = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));

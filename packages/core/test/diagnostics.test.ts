@@ -56,6 +56,7 @@ describe('diagnostics_channel events', () => {
     const end = seen.find((s) => s.channel === 'acquire:asyncEnd')!.event as unknown as AcquireEvent;
     expect(end).toMatchObject({ key: 'orders/42', backend: 'memory', family: 'mutex', ttlMs: 5000, timeoutMs: 1000, token: lock.token });
     expect(end.waitedMs).toBeGreaterThanOrEqual(0);
+    expect(end.attempts).toBe(1);
     expect(end.result).toBe(lock);
     expect(phases(seen, 'release')).toEqual(['release:start', 'release:end', 'release:asyncStart', 'release:asyncEnd']);
     expect(seen.find((s) => s.channel === 'release:start')!.event).toMatchObject({ key: 'orders/42', token: lock.token });
@@ -90,7 +91,7 @@ describe('diagnostics_channel events', () => {
     const other = createLocker(memoryBackend({ store }));
     expect(await other.tryLock('k')).toBeNull();
     const busy = seen.find((s) => s.channel === 'acquire:asyncEnd')!.event;
-    expect(busy).toMatchObject({ timeoutMs: 0, result: null });
+    expect(busy).toMatchObject({ timeoutMs: 0, result: null, attempts: 1 });
     expect(busy['token']).toBeUndefined();
     seen.length = 0;
     await expect(other.lock('k', { timeoutMs: 50 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
@@ -169,6 +170,36 @@ describe('diagnostics_channel events', () => {
     expect(seen.filter((s) => s.channel === 'store-unavailable')[0]!.event).toMatchObject({ backend: 'flaky', operation: 'renew' });
     expect(seen.filter((s) => s.channel === 'lease-lost')).toHaveLength(1);
     down = false;
+    await locker.close();
+  });
+
+  it('attempts: one per request the store was sent, a waiting grant included; more when the wait rode out an unreachable store', async () => {
+    const inner = memoryBackend({ store: new MemoryLockStore() });
+    let refusals = 0;
+    const backend: LockBackend<MemoryLease> = {
+      name: 'flaky',
+      capabilities: inner.capabilities,
+      acquire: async (request) => {
+        if (refusals > 0) {
+          refusals--;
+          throw new BackendUnavailableError('flaky', 'acquire', { cause: new Error('connection refused') });
+        }
+        return inner.acquire(request);
+      },
+      renew: (lease, ttl) => inner.renew(lease, ttl),
+      release: (lease) => inner.release(lease),
+      close: () => inner.close(),
+    };
+    const seen = record();
+    const locker = createLocker(backend, { ttlMs: 5000 });
+    const attempts = () => seen.filter((s) => s.channel === 'acquire:asyncEnd').map((s) => s.event['attempts']);
+    const held = await locker.lock('a');
+    const waiting = locker.lock('a', { timeoutMs: 5000 });
+    setTimeout(() => void held.release(), 30);
+    await (await waiting).release();
+    refusals = 2;
+    await (await locker.lock('a', { timeoutMs: 5000 })).release();
+    expect(attempts()).toEqual([1, 1, 3]);
     await locker.close();
   });
 

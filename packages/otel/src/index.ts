@@ -151,6 +151,7 @@ export function instrumentDeadbolt(options: DeadboltInstrumentationOptions = {})
       const outcome = outcomeOf(e);
       waitDuration.record((e.waitedMs ?? 0) / 1000, { ...attributes, 'deadbolt.outcome': outcome });
       started.span.setAttribute('deadbolt.outcome', outcome);
+      if (e.attempts !== undefined) started.span.setAttribute('deadbolt.attempts', e.attempts);
       if (e.token !== undefined) {
         started.span.setAttribute('deadbolt.token', String(e.token));
         holding.set(holdId({ backend: e.backend, token: e.token, key: e.key }), attributes);

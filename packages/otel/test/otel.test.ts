@@ -56,6 +56,7 @@ describe('@deadbolt/otel', () => {
       'deadbolt.timeout_ms': 1000,
       'deadbolt.outcome': 'granted',
       'deadbolt.token': String(lock.token),
+      'deadbolt.attempts': 1,
     });
     expect(spans[1]!.attributes).toMatchObject({ 'deadbolt.ttl_ms': 6000, 'deadbolt.token': String(lock.token) });
     expect(spans.every((s) => s.status.code !== SpanStatusCode.ERROR)).toBe(true);
