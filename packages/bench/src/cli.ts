@@ -37,7 +37,7 @@ import { fenceCost, fenceCostLines, fenceStores, type FenceCostResult } from './
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
 import { openProbe, type StoreProbe } from './stores.js';
-import { floors, migrationPairs, sharedSubjects, subjects, type Store, type Subject } from './subjects.js';
+import { floors, migrationPairs, sharedSubjects, subjects, tracedSubjects, type Store, type Subject } from './subjects.js';
 
 const usage = 'usage: pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]';
 let args: ReturnType<typeof parseCli>;
@@ -117,6 +117,7 @@ for (const store of stores) {
 }
 const available = all.filter((s) => probes.has(s.store));
 const ours = available.filter((s) => s.backend);
+const traced = tracedSubjects().filter((s) => probes.has(s.store));
 const thesisSubjects = ours.filter((s) => s.store !== 'memory');
 const SEMAPHORE_LIMIT = 4;
 const SHARED_CLIENTS = 16;
@@ -174,7 +175,9 @@ async function uncontendedOn(store: Store): Promise<UncontendedResult[]> {
   const floor = floors[store];
   const wanted = [
     ...(floor ? [{ name: floor.name, make: floor.client }] : []),
-    ...available.filter((s) => s.store === store).map((s) => ({ name: s.name, make: s.client })),
+    ...[...available, ...traced]
+      .filter((s) => s.store === store)
+      .map((s) => ({ name: s.name, make: s.client })),
   ];
   const opened: UncontendedEntry[] = [];
   try {
@@ -345,7 +348,7 @@ for (const subject of thesisSubjects.filter(() => runs(2))) {
 progress('');
 
 const floorOf = (subject: string) => {
-  const store = all.find((s) => s.name === subject)?.store;
+  const store = [...all, ...traced].find((s) => s.name === subject)?.store;
   const name = store && floors[store]?.name;
   return uncontendedResults.find((r) => r.subject === name);
 };
@@ -403,6 +406,26 @@ for (const r of uncontendedResults) {
   const ratio = floor ? `${f(r.cycle.p50 / floor.cycle.p50)}×` : '';
   lines.push(
     `| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${f(drift(r.cycleMs))}× | ${optional(r.storeRequestsPerCycle, 1)} |`,
+  );
+}
+const tracedRows = traced.flatMap((t) => {
+  const on = uncontendedResults.find((r) => r.subject === t.name);
+  const off = uncontendedResults.find((r) => `${r.subject} + @deadbolt/otel` === t.name);
+  return on && off ? [{ on, off }] : [];
+});
+if (tracedRows.length > 0) {
+  lines.push(
+    '',
+    'Tracing: a `… + @deadbolt/otel` row is the row above it with `instrumentDeadbolt()` subscribed to deadbolt\'s channels during',
+    "its own blocks only (the OpenTelemetry SDK's tracer and meter providers, nothing exported); every other row runs with no",
+    'subscriber, where deadbolt builds and publishes no event. What recording every call costs, per cycle:',
+    '',
+    '| subject | p50 without → with | cost per cycle (p50) |',
+    '|---|---|---|',
+    ...tracedRows.map(
+      ({ on, off }) =>
+        `| ${off.subject} | ${f(off.cycle.p50, 3)} → ${f(on.cycle.p50, 3)} ms | ${f((on.cycle.p50 - off.cycle.p50) * 1000, 1)} µs (${f(on.cycle.p50 / off.cycle.p50)}×) |`,
+    ),
   );
 }
 lines.push(

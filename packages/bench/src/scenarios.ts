@@ -95,19 +95,29 @@ function uncontendedSession(entry: UncontendedEntry, rounds: number, probe?: Sto
   const { client } = entry;
   return {
     async warm() {
-      // A tenth of the cycles, at most 10 000 (in-process subjects need that many for the JIT to settle).
-      for (let i = 0; i < Math.min(10_000, entry.cycles / 10); i++) await (await client.acquire(key)).release();
+      const leave = client.scope?.();
+      try {
+        // A tenth of the cycles, at most 10 000 (in-process subjects need that many for the JIT to settle).
+        for (let i = 0; i < Math.min(10_000, entry.cycles / 10); i++) await (await client.acquire(key)).release();
+      } finally {
+        leave?.();
+      }
     },
     async run(round) {
       const n = Math.floor(entry.cycles / rounds) + (round < entry.cycles % rounds ? 1 : 0);
       const times: number[] = [];
       const before = await probe?.requests();
+      const leave = client.scope?.();
       const started = performance.now();
-      for (let i = 0; i < n; i++) {
-        // The cycle written out, not wrapped in a function: an in-process store would time the wrapper too.
-        const t = performance.now();
-        await (await client.acquire(key)).release();
-        times.push(performance.now() - t);
+      try {
+        for (let i = 0; i < n; i++) {
+          // The cycle written out, not wrapped in a function: an in-process store would time the wrapper too.
+          const t = performance.now();
+          await (await client.acquire(key)).release();
+          times.push(performance.now() - t);
+        }
+      } finally {
+        leave?.();
       }
       const busyMs = performance.now() - started;
       const requests = perOperation(before, await probe?.requests(), 1);

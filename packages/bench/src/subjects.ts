@@ -18,6 +18,9 @@ import { createPool, type ResultSetHeader } from 'mysql2/promise';
 import { Redlock } from '@sesamecare-oss/redlock';
 import { Redis } from 'ioredis';
 import { Mutex, Semaphore } from 'redis-semaphore';
+import { instrumentDeadbolt } from '@deadbolt/otel';
+import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
 
 export type Store = 'memory' | 'redis' | 'redlock' | 'mysql' | 'postgres' | 'etcd' | 'zookeeper' | 'cassandra';
 
@@ -54,6 +57,12 @@ export interface Client {
    */
   acquire(key: string, signal?: AbortSignal): Promise<Held>;
   close(): Promise<void>;
+  /**
+   * Optional: set up process-wide state the client needs only while it is timed (a diagnostics
+   * subscriber), returning how to undo it. Scenario 1 calls it around each of the client's blocks,
+   * so the subjects interleaved with it run without it.
+   */
+  scope?(): () => void;
 }
 
 /** One contender in a benchmark: how to make a client with its own connection. */
@@ -169,6 +178,33 @@ export function sharedSubjects(limit: number, readShare: number): { semaphores: 
     },
   });
   return { semaphores, readWrite };
+}
+
+/**
+ * Scenario 1's traced rows: a deadbolt subject with `@deadbolt/otel` recording every call (spans
+ * from the OpenTelemetry SDK's tracer, metrics into its meter, nothing exported) while it runs,
+ * beside the same subject without a subscriber: what tracing costs, and that it costs nothing
+ * when off. Memory (where any cost shows against a floor of microseconds) and Redis.
+ */
+export function tracedSubjects(): Subject[] {
+  return subjects()
+    .filter((s) => s.name === 'deadbolt memory' || s.name === 'deadbolt redis')
+    .map((base) => ({
+      name: `${base.name} + @deadbolt/otel`,
+      store: base.store,
+      async client() {
+        const client = await base.client();
+        const tracerProvider = new BasicTracerProvider();
+        const meterProvider = new MeterProvider();
+        return {
+          ...client,
+          scope() {
+            const instrumentation = instrumentDeadbolt({ tracerProvider, meterProvider });
+            return () => instrumentation.disable();
+          },
+        };
+      },
+    }));
 }
 
 export function subjects(): Subject[] {
