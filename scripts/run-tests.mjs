@@ -65,6 +65,9 @@ const LANES = {
     'packages/backend-redis/test/readme.test.ts',
     // The command line on every store (about 40 s), in a lane that ends before `other`.
     'packages/cli/test/cli.test.ts',
+    // `deadbolt check` on every store (about 140 s); here because it checks the Redlock nodes,
+    // which only this lane restarts.
+    'packages/cli/test/check.test.ts',
   ],
   // The cassandra -> redis and mysql -> zookeeper pairs, etcd, ZooKeeper, core, bench, and any
   // file no lane names.

@@ -175,9 +175,7 @@ async function uncontendedOn(store: Store): Promise<UncontendedResult[]> {
   const floor = floors[store];
   const wanted = [
     ...(floor ? [{ name: floor.name, make: floor.client }] : []),
-    ...[...available, ...traced]
-      .filter((s) => s.store === store)
-      .map((s) => ({ name: s.name, make: s.client })),
+    ...[...available, ...traced].filter((s) => s.store === store).map((s) => ({ name: s.name, make: s.client })),
   ];
   const opened: UncontendedEntry[] = [];
   try {
@@ -416,7 +414,7 @@ const tracedRows = traced.flatMap((t) => {
 if (tracedRows.length > 0) {
   lines.push(
     '',
-    'Tracing: a `… + @deadbolt/otel` row is the row above it with `instrumentDeadbolt()` subscribed to deadbolt\'s channels during',
+    "Tracing: a `… + @deadbolt/otel` row is the row above it with `instrumentDeadbolt()` subscribed to deadbolt's channels during",
     "its own blocks only (the OpenTelemetry SDK's tracer and meter providers, nothing exported); every other row runs with no",
     'subscriber, where deadbolt builds and publishes no event. What recording every call costs, per cycle:',
     '',

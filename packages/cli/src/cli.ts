@@ -3,6 +3,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { CliError, describeError, EXIT, exitCodeOf } from './exit.js';
 import { asJson, asText, inspect } from './inspect.js';
+import { asTable, check } from './check.js';
 import { run, type RunRequest } from './run.js';
 import { STORES } from './stores.js';
 
@@ -14,12 +15,13 @@ const HELP = {
 Commands:
   run KEY [options] -- COMMAND [ARGS...]   run a command while holding a lock
   inspect KEY [options]                    show who holds a key and who waits
+  check [URL]                              run the conformance suite against your store
 
 The store is a URL (--url, or DEADBOLT_URL): ${SCHEMES}; a query sets the
 backend's options, e.g. postgres://user@host/db?mode=session, cassandra://host/ks?algorithm=lwt.
 "deadbolt <command> --help" shows a command's options.
 
-Exit codes: the command's own (run); 64 bad usage; 69 store unavailable; 70 store error;
+Exit codes: the command's own (run); 1 a behaviour failed (check); 64 bad usage; 69 store unavailable; 70 store error;
 75 key busy or wait over (-E sets another); 76 lock lost while the command ran; 127 command not found.
 `,
   run: `Usage: deadbolt run KEY [options] -- COMMAND [ARGS...]
@@ -59,6 +61,25 @@ Options:
       --json         JSON (tokens as decimal strings)
   -h, --help         this help
 `,
+  check: `Usage: deadbolt check [URL] [options]
+
+Runs deadbolt's conformance suite against the store at URL (or --url, or $DEADBOLT_URL): the
+behaviours that are safe on a live deployment, each printed on stderr as it ends, then a table on
+stdout. Everything it writes goes to a namespace of its own, never the locks of yours: a key
+prefix (Redis, etcd), tables (MySQL, PostgreSQL), a root node (ZooKeeper) or a keyspace
+(Cassandra) named deadbolt-check-<id> / deadbolt_check_<id>, removed at the end. It needs the
+rights a backend uses to make its tables or keyspace where it does. Behaviours that would restart
+servers, kill connections or delete claims behind a holder are listed as not applicable. It takes
+minutes (the suite waits out real leases; about 2 on Redis, more on polling stores).
+
+Options:
+  -u, --url URL      the store (default: $DEADBOLT_URL)
+      --only LIST    only these behaviours, by number: --only 1,2,12a
+      --json         the table as JSON
+  -h, --help         this help
+
+Exit: 0 every behaviour that applies passed; 1 one failed; 69 the store cannot be reached.
+`,
 };
 
 const URL_OPTION = { url: { type: 'string', short: 'u' }, help: { type: 'boolean', short: 'h' } } as const;
@@ -74,6 +95,11 @@ const RUN_OPTIONS = {
   ttl: { type: 'string', short: 't' },
   grace: { type: 'string', short: 'g' },
   command: { type: 'string', short: 'c' },
+} as const satisfies ParseArgsConfig['options'];
+const CHECK_OPTIONS = {
+  ...URL_OPTION,
+  only: { type: 'string' },
+  json: { type: 'boolean' },
 } as const satisfies ParseArgsConfig['options'];
 const INSPECT_OPTIONS = {
   ...URL_OPTION,
@@ -95,7 +121,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     if (command === 'run') return await runCommand(rest);
     if (command === 'inspect') return await inspectCommand(rest);
-    throw usage(`unknown command "${command}" (run, inspect; deadbolt --help)`);
+    if (command === 'check') return await checkCommand(rest);
+    throw usage(`unknown command "${command}" (run, inspect, check; deadbolt --help)`);
   } catch (error) {
     process.stderr.write(`deadbolt: ${describeError(error)}\n`);
     return exitCodeOf(error);
@@ -141,6 +168,18 @@ async function inspectCommand(argv: readonly string[]): Promise<number> {
   const seen = await inspect({ url: storeUrl(values.url), key: positionals[0]!, shared: values.shared ?? false });
   process.stdout.write(`${values.json ? asJson(seen) : asText(seen)}\n`);
   return 0;
+}
+
+async function checkCommand(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parse(argv, CHECK_OPTIONS, 'check');
+  if (values.help) return help('check');
+  if (positionals.length > 1) throw usage('check takes one URL (deadbolt check --help)');
+  if (positionals.length === 1 && values.url !== undefined) throw usage('give the URL once: as an argument or with --url');
+  const only = values.only?.split(',').map((n) => n.trim());
+  if (only?.some((n) => !/^\d+[a-z]?$/.test(n))) throw usage(`--only takes behaviour numbers such as 1,2,12a, got "${values.only}"`);
+  const report = await check({ url: storeUrl(positionals[0] ?? values.url), ...(only ? { only } : {}) });
+  process.stdout.write(`${values.json ? JSON.stringify(report, null, 2) : asTable(report)}\n`);
+  return report.passed ? 0 : EXIT.failed;
 }
 
 function parse<O extends NonNullable<ParseArgsConfig['options']>>(args: readonly string[], options: O, command: string) {

@@ -3,6 +3,8 @@ import { DeadboltError } from '@deadbolt/core';
 
 /** What `deadbolt` exits with when the command it ran did not decide it. */
 export const EXIT = {
+  /** `check`: a behaviour failed on the store. */
+  failed: 1,
   /** Bad flags, a missing key or command, an unknown scheme, an option the store refuses. */
   usage: 64,
   /** The store could not be reached, or did not answer in time. */

@@ -3,13 +3,53 @@
 // URL is its `url`. Each package is loaded only when its scheme is used.
 import { InvalidArgumentError, type LockBackend } from '@deadbolt/core';
 import type { Rule } from '@deadbolt/core/backend';
+import type { Redis, Cluster } from 'ioredis';
 
 interface Store {
   /** The backend's factory and option rules, from its package. */
   load(): Promise<{ create: (options: Record<string, unknown>) => LockBackend; rules: Readonly<Record<string, Rule<unknown>>> }>;
   /** The factory's options for the URL without its query (`base`, in the package's own scheme). */
   options(base: string): Record<string, unknown>;
+  /**
+   * `deadbolt check`'s namespace, apart from every lock of the user's: `options(id)` are the URL
+   * options that put everything the backend writes there (a key prefix, tables, a root node, a
+   * keyspace named after `id`); `purge` removes it through `backend` (made from that URL) and says
+   * what it removed.
+   */
+  scratch: {
+    options(id: string): Record<string, string>;
+    purge(backend: LockBackend, id: string, url: string): Promise<string>;
+  };
 }
+
+/** Deletes every key under `prefix` on each primary of `client` (SCAN, then UNLINK in batches); how many. */
+async function unlinkUnder(client: Redis | Cluster, prefix: string): Promise<number> {
+  const primaries = 'nodes' in client && typeof client.nodes === 'function' ? (client as Cluster).nodes('master') : [client as Redis];
+  let removed = 0;
+  for (const node of primaries) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`, 'COUNT', 1000);
+      cursor = next;
+      // One key per command: in a cluster, keys of several hash slots may not share one.
+      for (const key of keys) removed += await node.unlink(key);
+    } while (cursor !== '0');
+  }
+  return removed;
+}
+
+const redisPrefix = (id: string) => `deadbolt-check:${id}:`;
+/** The SQL stores' scratch tables: the lock table and those named after it. */
+const sqlTable = (id: string) => `deadbolt_check_${id}`;
+
+const redisScratch: Store['scratch'] = {
+  options: (id) => ({ prefix: redisPrefix(id) }),
+  async purge(backend, id) {
+    const { RedisBackend } = await import('@deadbolt/redis');
+    if (!(backend instanceof RedisBackend)) throw new Error('not a Redis backend');
+    return `${await unlinkUnder(backend.client, redisPrefix(id))} keys under ${redisPrefix(id)}`;
+  },
+};
 
 const withUrl = (scheme?: string) => (base: string) => ({ url: scheme ? base.replace(/^[a-z]+:/i, `${scheme}:`) : base });
 
@@ -19,6 +59,7 @@ const redis: Store = {
     return { create: (o) => redisBackend(o), rules: redisOptionRules };
   },
   options: withUrl(),
+  scratch: redisScratch,
 };
 const mysql: Store = {
   load: async () => {
@@ -26,6 +67,20 @@ const mysql: Store = {
     return { create: (o) => mysqlBackend(o), rules: mysqlOptionRules };
   },
   options: withUrl('mysql'),
+  scratch: {
+    options: (id) => ({ table: sqlTable(id) }),
+    async purge(backend, id) {
+      const { MysqlBackend } = await import('@deadbolt/mysql');
+      if (!(backend instanceof MysqlBackend)) throw new Error('not a MySQL backend');
+      const [rows] = await backend.client.query(
+        "SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE CONCAT(?, '%')",
+        [sqlTable(id)],
+      );
+      const tables = (rows as { t: string }[]).map((r) => r.t);
+      for (const table of tables) await backend.client.query('DROP TABLE IF EXISTS ??', [table]);
+      return `tables ${tables.join(', ') || '(none)'}`;
+    },
+  },
 };
 const postgres: Store = {
   load: async () => {
@@ -33,6 +88,20 @@ const postgres: Store = {
     return { create: (o) => postgresBackend(o), rules: postgresOptionRules };
   },
   options: withUrl('postgres'),
+  scratch: {
+    options: (id) => ({ table: sqlTable(id) }),
+    async purge(backend, id) {
+      const { PostgresBackend } = await import('@deadbolt/postgres');
+      if (!(backend instanceof PostgresBackend)) throw new Error('not a PostgreSQL backend');
+      const { rows } = await backend.client.query<{ t: string }>(
+        'SELECT tablename AS t FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)',
+        [sqlTable(id)],
+      );
+      const tables = rows.map((r) => r.t);
+      for (const table of tables) await backend.client.query(`DROP TABLE IF EXISTS "${table}"`);
+      return `tables ${tables.join(', ') || '(none)'}`;
+    },
+  },
 };
 
 /** Every scheme the command line knows. */
@@ -45,10 +114,24 @@ export const STORES: Readonly<Record<string, Store>> = {
       const { redlockBackend, redlockOptionRules } = await import('@deadbolt/redis');
       return { create: (o) => redlockBackend(o as never), rules: redlockOptionRules };
     },
-    options: (base) => {
-      const m = /^redlock:\/\/(?:([^@/]*)@)?([^/]*)(\/.*)?$/i.exec(base);
-      if (!m || !m[2]) throw new InvalidArgumentError('a redlock URL lists its nodes: redlock://host:port,host:port,host:port');
-      return { nodes: m[2].split(',').map((node) => `redis://${m[1] ? `${m[1]}@` : ''}${node}${m[3] ?? ''}`) };
+    options: (base) => ({ nodes: redlockNodes(base) }),
+    scratch: {
+      // A namespace new to every node looks like a node that lost its data: it grants nothing for
+      // maxTtlMs (default 60 s). The check's leases are short, so its guard is too.
+      options: (id) => ({ ...redisScratch.options(id), maxTtlMs: '10000' }),
+      async purge(_backend, id, url) {
+        // The nodes are the backend's own; each is purged through a connection of its own.
+        const removed: string[] = [];
+        for (const node of redlockNodes(url.split('?')[0]!)) {
+          const one = await backendFor(node);
+          try {
+            removed.push(await redisScratch.purge(one, id, node));
+          } finally {
+            await one.close();
+          }
+        }
+        return removed.join('; ');
+      },
     },
   },
   mysql,
@@ -61,6 +144,30 @@ export const STORES: Readonly<Record<string, Store>> = {
       return { create: (o) => zookeeperBackend(o as never), rules: zookeeperOptionRules };
     },
     options: withUrl(),
+    scratch: {
+      options: (id) => ({ root: `/deadbolt-check-${id}` }),
+      async purge(backend, id) {
+        const { ZooKeeperBackend } = await import('@deadbolt/zookeeper');
+        const { session } = await import('@deadbolt/zookeeper/testing');
+        if (!(backend instanceof ZooKeeperBackend)) throw new Error('not a ZooKeeper backend');
+        const { client } = await session(backend, backend.capabilities.minTtlMs * 10);
+        const root = `/deadbolt-check-${id}`;
+        const call = <T>(start: (cb: (error: { getCode(): number } | null, value: T) => void) => void) =>
+          new Promise<T | undefined>((resolve, reject) =>
+            // -101: no such node (never written, or gone already).
+            start((error, value) => (error && error.getCode() !== -101 ? reject(error) : resolve(error ? undefined : value))),
+          );
+        const remove = async (path: string): Promise<number> => {
+          const children = await call<string[]>((cb) => client.getChildren(path, undefined, cb));
+          if (children === undefined) return 0;
+          let removed = 0;
+          for (const child of children) removed += await remove(`${path}/${child}`);
+          await call<void>((cb) => client.remove(path, -1, (error) => cb(error, undefined)));
+          return removed + 1;
+        };
+        return `${await remove(root)} nodes under ${root}`;
+      },
+    },
   },
   etcd: {
     load: async () => {
@@ -68,6 +175,15 @@ export const STORES: Readonly<Record<string, Store>> = {
       return { create: (o) => etcdBackend(o), rules: etcdOptionRules };
     },
     options: withUrl(),
+    scratch: {
+      options: (id) => ({ prefix: `deadbolt-check/${id}/` }),
+      async purge(backend, id) {
+        const { EtcdBackend } = await import('@deadbolt/etcd');
+        if (!(backend instanceof EtcdBackend)) throw new Error('not an etcd backend');
+        const { deleted } = await backend.client.delete().prefix(`deadbolt-check/${id}/`).exec();
+        return `${deleted} keys under deadbolt-check/${id}/`;
+      },
+    },
   },
   cassandra: {
     load: async () => {
@@ -75,8 +191,44 @@ export const STORES: Readonly<Record<string, Store>> = {
       return { create: (o) => cassandraBackend(o), rules: cassandraOptionRules };
     },
     options: withUrl(),
+    scratch: {
+      options: (id) => ({ keyspace: `deadbolt_check_${id}` }),
+      async purge(backend, id) {
+        const { CassandraBackend } = await import('@deadbolt/cassandra');
+        if (!(backend instanceof CassandraBackend)) throw new Error('not a Cassandra backend');
+        await backend.client.execute(`DROP KEYSPACE IF EXISTS deadbolt_check_${id}`);
+        return `keyspace deadbolt_check_${id}`;
+      },
+    },
   },
 };
+
+/** A redlock URL's nodes as redis URLs, each with the URL's credentials and path. @throws InvalidArgumentError when it lists none. */
+function redlockNodes(base: string): string[] {
+  const m = /^redlock:\/\/(?:([^@/]*)@)?([^/]*)(\/.*)?$/i.exec(base);
+  if (!m || !m[2]) throw new InvalidArgumentError('a redlock URL lists its nodes: redlock://host:port,host:port,host:port');
+  return m[2].split(',').map((node) => `redis://${m[1] ? `${m[1]}@` : ''}${node}${m[3] ?? ''}`);
+}
+
+/** The store entry for `url`'s scheme. @throws InvalidArgumentError for an unknown scheme. */
+export function storeOf(url: string): Store {
+  const scheme = schemeOf(url);
+  const store = scheme === undefined ? undefined : STORES[scheme];
+  if (!store) throw new InvalidArgumentError(`the store URL must start with one of ${Object.keys(STORES).join(', ')} (scheme://…)`);
+  return store;
+}
+
+const schemeOf = (url: string) => /^([a-z][a-z0-9+.-]*):\/\//i.exec(url)?.[1]?.toLowerCase();
+
+/**
+ * `url` with the query options `set` in place of any it has of the same names.
+ */
+export function withOptions(url: string, set: Readonly<Record<string, string>>): string {
+  const query = url.indexOf('?');
+  const params = new URLSearchParams(query < 0 ? '' : url.slice(query + 1));
+  for (const [name, value] of Object.entries(set)) params.set(name, value);
+  return `${query < 0 ? url : url.slice(0, query)}?${params}`;
+}
 
 /**
  * The backend for `url`. A query value is given to the option's rule as text, else as a number,
@@ -85,9 +237,8 @@ export const STORES: Readonly<Record<string, Store>> = {
  * (before any I/O).
  */
 export async function backendFor(url: string): Promise<LockBackend> {
-  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(url)?.[1]?.toLowerCase();
-  const store = scheme === undefined ? undefined : STORES[scheme];
-  if (!store) throw new InvalidArgumentError(`the store URL must start with one of ${Object.keys(STORES).join(', ')} (scheme://…)`);
+  const store = storeOf(url);
+  const scheme = schemeOf(url);
   const query = url.indexOf('?');
   const base = query < 0 ? url : url.slice(0, query);
   const { create, rules } = await store.load();

@@ -15,8 +15,11 @@ export interface ConformanceHarness {
    * from the store. `[]` means nothing is left (documented metadata such as token counters excluded).
    */
   inspect(key: string): Promise<string[]>;
-  /** Make the store forget the claim on `key` (delete the key, row or node; expire the session). */
-  loseClaim(key: string): Promise<void>;
+  /**
+   * Make the store forget the claim on `key` (delete the key, row or node; expire the session).
+   * Optional only for a run on someone's live store (`deadbolt check`): its behaviours are then n/a.
+   */
+  loseClaim?(key: string): Promise<void>;
   /**
    * Kill this backend's connection(s) server-side, or whatever the store has instead (etcd: revoke
    * the leases of `key`'s claims). Only this backend's: suites of other backends may run beside it.
@@ -40,7 +43,7 @@ export interface ConformanceHarness {
    * read-write locks), read directly from the store. Required when the backend has shared claims.
    */
   inspectShared?(key: string): Promise<string[]>;
-  /** Make the store forget `owner`'s claim on the shared key `key`. Required with shared claims. */
+  /** Make the store forget `owner`'s claim on the shared key `key`. Optional as `loseClaim`. */
   loseSharedClaim?(key: string, owner: string): Promise<void>;
 }
 
@@ -98,6 +101,8 @@ export interface ConformanceOptions {
    * functions depend on the session (MySQL/MariaDB, PostgreSQL). Behaviour 21.
    */
   createBackendInTimeZone?: (zone: string) => LockBackend | Promise<LockBackend>;
+  /** The first part of every key the suite uses (default `conformance`): its run's keys follow it. */
+  keyPrefix?: string;
   /** Lease length for the lease, crash and pause tests. Default: 1 s, raised to the backend's minimum. */
   ttlMs?: number;
   /** Acquire+release cycles for the no-garbage check (behaviour 17). Default 10 000. */

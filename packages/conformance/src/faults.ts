@@ -107,7 +107,7 @@ const asPermit: Taking = {
 };
 
 export function defineFaultBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, itWhen } = ctx;
+  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, itWhen, hookIt } = ctx;
   const granularity = capabilities.ttlGranularityMs;
   const roundTtl = (ms: number) => Math.ceil(ms / granularity) * granularity;
   const proxies: FaultProxy[] = [];
@@ -562,16 +562,20 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await lock.release();
     }, 60_000);
 
-    it('23a. helpers keep the promise: withLock rejects with LockLostError when the lock was lost while fn ran', async () => {
-      const key = freshKey();
-      const a = await makeLocker();
-      const outcome = a.withLock(key, async (lock) => {
-        await harness.loseClaim(key);
-        await abortedWithin(lock, renewMs + 1000);
-        return 'work done without the lock';
-      });
-      await expect(outcome).rejects.toMatchObject({ code: 'LOCK_LOST' });
-    });
+    hookIt(
+      'loseClaim',
+      '23a. helpers keep the promise: withLock rejects with LockLostError when the lock was lost while fn ran',
+      async () => {
+        const key = freshKey();
+        const a = await makeLocker();
+        const outcome = a.withLock(key, async (lock) => {
+          await harness.loseClaim!(key);
+          await abortedWithin(lock, renewMs + 1000);
+          return 'work done without the lock';
+        });
+        await expect(outcome).rejects.toMatchObject({ code: 'LOCK_LOST' });
+      },
+    );
 
     it('23b. helpers keep the promise: an abort at any point of a wait (also while connecting) is honoured and leaves nothing behind', async () => {
       const key = freshKey();

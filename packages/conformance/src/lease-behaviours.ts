@@ -115,11 +115,11 @@ export function defineLeaseBehaviours(ctx: SuiteContext): void {
       60_000,
     );
 
-    it('11a. lost claim: lock.signal aborts with LockLostError within one renewal period; extend rejects', async () => {
+    hookIt('loseClaim', '11a. lost claim: lock.signal aborts with LockLostError within one renewal period; extend rejects', async () => {
       const key = freshKey();
       const a = await makeLocker();
       const lock = await a.lock(key);
-      await harness.loseClaim(key);
+      await harness.loseClaim!(key);
       const lostAt = performance.now();
       await abortedWithin(lock, renewMs + 1000);
       expect(performance.now() - lostAt).toBeLessThanOrEqual(renewMs + 1000);

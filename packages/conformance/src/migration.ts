@@ -33,7 +33,7 @@ export function migrationSuiteOptions(
       const [a, b] = await Promise.all([fh.inspect(key), th.inspect(key)]);
       return [...new Set([...a, ...b])];
     },
-    loseClaim: (key) => th.loseClaim(key),
+    ...(th.loseClaim ? { loseClaim: (key: string) => th.loseClaim!(key) } : {}),
     ...(fh.inspectShared && th.inspectShared && th.loseSharedClaim
       ? {
           async inspectShared(key: string) {

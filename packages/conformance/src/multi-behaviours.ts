@@ -16,7 +16,7 @@ type Hold = [number, number];
 const overlaps = (a: Hold, b: Hold) => a[0] < b[1] && b[0] < a[1];
 
 export function defineMultiBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, crossProcessIt } = ctx;
+  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, crossProcessIt, hookIt } = ctx;
   // A lock-delay the backend accepts on top of T (whole seconds where ttls are), long enough to measure.
   const D = Math.ceil(1500 / capabilities.ttlGranularityMs) * capabilities.ttlGranularityMs;
 
@@ -79,19 +79,24 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
       for (const key of [k1, k2, k3]) expect(await harness.inspect(key), key).toEqual([]);
     }, 60_000);
 
-    it('27c. a MultiLock: its signal aborts when any member is lost; extend and release reach every member', async () => {
-      const [k1, k2] = ['a', 'b'].map((l) => freshKey(`member-${l}`)) as [string, string];
-      const locker = await makeLocker();
-      const all = await locker.lockAll([k1, k2]);
-      await all.extend();
-      expect(all.held).toBe(true);
-      await harness.loseClaim(k2);
-      await abortedWithin(all, T + 2000);
-      expect(all.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
-      expect(all.held).toBe(false);
-      await all.release();
-      expect(await harness.inspect(k1)).toEqual([]);
-    }, 30_000);
+    hookIt(
+      'loseClaim',
+      '27c. a MultiLock: its signal aborts when any member is lost; extend and release reach every member',
+      async () => {
+        const [k1, k2] = ['a', 'b'].map((l) => freshKey(`member-${l}`)) as [string, string];
+        const locker = await makeLocker();
+        const all = await locker.lockAll([k1, k2]);
+        await all.extend();
+        expect(all.held).toBe(true);
+        await harness.loseClaim!(k2);
+        await abortedWithin(all, T + 2000);
+        expect(all.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+        expect(all.held).toBe(false);
+        await all.release();
+        expect(await harness.inspect(k1)).toEqual([]);
+      },
+      30_000,
+    );
 
     it('27d. reentrancy: nested holds share the lease and token and end with the outermost; without it a self-deadlock is a typed error at once', async () => {
       const key = freshKey('reentrant');

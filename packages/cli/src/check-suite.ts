@@ -1,0 +1,34 @@
+// The shared conformance suite as `deadbolt check` runs it: a vitest test file, which check.ts
+// starts vitest on. The store is the user's, from DEADBOLT_CHECK_URL, already pointed at the
+// check's own namespace (check.ts). Only what is safe on a live deployment is given to the suite:
+// no server restarts, no connections killed server-side, no claims deleted behind a holder, no
+// schema of the user's; the behaviours that need them are listed as n/a. The harness reads the
+// store through the backend's own `inspect`, so it needs nothing store-specific.
+import type { LockBackend } from '@deadbolt/core';
+import { defineConformanceSuite } from '@deadbolt/conformance';
+import { afterAll } from 'vitest';
+import { backendFor } from './stores.js';
+
+const url = process.env['DEADBOLT_CHECK_URL'];
+if (!url) throw new Error('DEADBOLT_CHECK_URL is not set (deadbolt check sets it)');
+
+let reader: Promise<LockBackend> | undefined;
+/** The owners with a claim on `key` (holders, then the waiters where the store lists them). */
+async function owners(key: string, shared: boolean): Promise<string[]> {
+  reader ??= backendFor(url!);
+  const seen = await (await reader).inspect!(key, shared);
+  return [...seen.holders, ...(seen.waiters ?? [])].map((claim) => claim.owner ?? '?');
+}
+afterAll(async () => {
+  if (reader) await (await reader).close();
+});
+
+defineConformanceSuite({
+  name: 'check',
+  keyPrefix: 'deadbolt-check',
+  createBackend: () => backendFor(url),
+  // The same store options on a port nothing listens on: the client's side of behaviour 15.
+  createUnreachableBackend: () => backendFor(url.replace(/^([a-z][a-z0-9+.-]*:\/\/)(?:[^@/?]*@)?[^/?]*/i, '$1127.0.0.1:1')),
+  child: { module: import.meta.resolve('./stores.js'), export: 'backendFor', options: url },
+  harness: { inspect: (key) => owners(key, false), inspectShared: (key) => owners(key, true) },
+});
