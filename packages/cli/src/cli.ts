@@ -4,6 +4,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { CliError, describeError, EXIT, exitCodeOf } from './exit.js';
 import { asJson, asText, inspect } from './inspect.js';
 import { asTable, check } from './check.js';
+import { bench, benchTable } from './bench.js';
 import { run, type RunRequest } from './run.js';
 import { STORES } from './stores.js';
 
@@ -16,6 +17,7 @@ Commands:
   run KEY [options] -- COMMAND [ARGS...]   run a command while holding a lock
   inspect KEY [options]                    show who holds a key and who waits
   check [URL]                              run the conformance suite against your store
+  bench [URL...]                           time locking on one or more stores, side by side
 
 The store is a URL (--url, or DEADBOLT_URL): ${SCHEMES}; a query sets the
 backend's options, e.g. postgres://user@host/db?mode=session, cassandra://host/ks?algorithm=lwt.
@@ -80,6 +82,23 @@ Options:
 
 Exit: 0 every behaviour that applies passed; 1 one failed; 69 the store cannot be reached.
 `,
+  bench: `Usage: deadbolt bench [URL...] [options]
+
+Times locking on each store (the URLs, or --url, or $DEADBOLT_URL), one after another: one client
+taking and releasing one key (cycles per second, cycle time), then --clients clients, each with its
+own connection, contending for one key with --hold ms holds (holds per second, how long each
+waited). Progress on stderr, a table on stdout. Keys are deadbolt-bench/…; every lock is released.
+
+Options:
+  -u, --url URL        a store (default: $DEADBOLT_URL), besides the URLs given
+      --seconds SECS   how long each workload runs on each store (default 5)
+      --clients N      contending clients (default 8)
+      --hold MS        how long a contended hold lasts (default 1)
+      --json           the numbers as JSON
+  -h, --help           this help
+
+Exit: 0; 1 if a store let two clients hold the key at once; 69 a store cannot be reached.
+`,
 };
 
 const URL_OPTION = { url: { type: 'string', short: 'u' }, help: { type: 'boolean', short: 'h' } } as const;
@@ -99,6 +118,13 @@ const RUN_OPTIONS = {
 const CHECK_OPTIONS = {
   ...URL_OPTION,
   only: { type: 'string' },
+  json: { type: 'boolean' },
+} as const satisfies ParseArgsConfig['options'];
+const BENCH_OPTIONS = {
+  ...URL_OPTION,
+  seconds: { type: 'string' },
+  clients: { type: 'string' },
+  hold: { type: 'string' },
   json: { type: 'boolean' },
 } as const satisfies ParseArgsConfig['options'];
 const INSPECT_OPTIONS = {
@@ -122,7 +148,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (command === 'run') return await runCommand(rest);
     if (command === 'inspect') return await inspectCommand(rest);
     if (command === 'check') return await checkCommand(rest);
-    throw usage(`unknown command "${command}" (run, inspect, check; deadbolt --help)`);
+    if (command === 'bench') return await benchCommand(rest);
+    throw usage(`unknown command "${command}" (run, inspect, check, bench; deadbolt --help)`);
   } catch (error) {
     process.stderr.write(`deadbolt: ${describeError(error)}\n`);
     return exitCodeOf(error);
@@ -180,6 +207,25 @@ async function checkCommand(argv: readonly string[]): Promise<number> {
   const report = await check({ url: storeUrl(positionals[0] ?? values.url), ...(only ? { only } : {}) });
   process.stdout.write(`${values.json ? JSON.stringify(report, null, 2) : asTable(report)}\n`);
   return report.passed ? 0 : EXIT.failed;
+}
+
+async function benchCommand(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parse(argv, BENCH_OPTIONS, 'bench');
+  if (values.help) return help('bench');
+  const urls = [...positionals, ...(values.url === undefined ? [] : [values.url])];
+  if (urls.length === 0) urls.push(storeUrl(undefined));
+  const request = {
+    urls,
+    seconds: seconds(values.seconds ?? '5', '--seconds'),
+    clients: whole(values.clients ?? '8', '--clients', 1, 1000),
+    holdMs: whole(values.hold ?? '1', '--hold', 0, 60_000),
+  };
+  if (request.seconds === 0) throw usage('--seconds must be more than 0');
+  const rows = await bench(request, (line) => process.stderr.write(`${line}\n`));
+  process.stdout.write(`${values.json ? JSON.stringify(rows, null, 2) : benchTable(rows, request)}\n`);
+  const broken = rows.filter((r) => r.contended.mostAtOnce > 1);
+  for (const r of broken) process.stderr.write(`deadbolt: ${r.store} let ${r.contended.mostAtOnce} clients hold one key at once\n`);
+  return broken.length > 0 ? EXIT.failed : 0;
 }
 
 function parse<O extends NonNullable<ParseArgsConfig['options']>>(args: readonly string[], options: O, command: string) {

@@ -287,3 +287,49 @@ describe('deadbolt inspect on every store', () => {
     90_000,
   );
 });
+
+describe('deadbolt bench', () => {
+  it('times each store given, one after another: both workloads measured, never two holders at once', async () => {
+    const urls = [REDIS, matrixUrl('postgres')];
+    const ran = await cli(['bench', ...urls, '--seconds', '0.5', '--clients', '3', '--json']);
+    expect(ran.code, ran.stderr).toBe(0);
+    const rows = JSON.parse(ran.stdout) as {
+      store: string;
+      uncontended: { cycles: number; perSecond: number; p50: number };
+      contended: { clients: number; holds: number; perSecond: number; waitP99: number; mostAtOnce: number };
+    }[];
+    // Shown without credentials.
+    expect(rows.map((r) => r.store)).toEqual([REDIS, matrixUrl('postgres').replace(/\/\/[^@/]*@/, '//')]);
+    for (const row of rows) {
+      expect(row.uncontended.cycles).toBeGreaterThan(0);
+      expect(row.uncontended.p50).toBeGreaterThan(0);
+      expect(row.contended).toMatchObject({ clients: 3, mostAtOnce: 1 });
+      expect(row.contended.holds).toBeGreaterThan(3);
+    }
+    // Progress on stderr, a table on stdout without --json.
+    expect(ran.stderr).toMatch(/redis:\/\/127\.0\.0\.1:\d+: 3 clients on one key/);
+    const table = await cli(['bench', REDIS, '--seconds', '0.2', '--clients', '2']);
+    expect(table.stdout.split('\n')[0]).toMatch(/^\| store \| one client: cycles\/s .* 2 clients, 1 ms holds: holds\/s/);
+  }, 60_000);
+
+  it('bad flags are 64 and a store that cannot be reached 69, one line each', async () => {
+    for (const args of [
+      ['bench', REDIS, '--clients', '0'],
+      ['bench', REDIS, '--seconds', 'soon'],
+      ['bench', REDIS, '--seconds', '0'],
+      ['bench', REDIS, 'gopher://x'],
+    ]) {
+      const ran = await cli(args);
+      expect(ran.code, args.join(' ')).toBe(64);
+      expectOneLine(ran);
+    }
+    const down = await cli(['bench', 'redis://127.0.0.1:1', '--seconds', '0.2']);
+    expect(down.code).toBe(69);
+    expect(
+      down.stderr
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('deadbolt: ')),
+    ).toHaveLength(1);
+  });
+});
