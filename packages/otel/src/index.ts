@@ -86,21 +86,34 @@ export function instrumentDeadbolt(options: DeadboltInstrumentationOptions = {})
    */
   const holding = new Map<string, Attributes>();
   const holdId = (e: { backend: string; token: bigint; key: string }) => `${e.backend}\u0000${e.token}\u0000${e.key}`;
-  const base = (backend: string, family?: string): Attributes => ({
-    'deadbolt.backend': backend,
-    ...(family ? { 'deadbolt.family': family } : {}),
-    ...(DB_SYSTEM[backend] ? { 'db.system.name': DB_SYSTEM[backend] } : {}),
+  // Built once per backend, family and address, not per call: every lock call records several times.
+  const memo = <T>(make: (key: string) => T) => {
+    const made = new Map<string, T>();
+    return (key: string): T => {
+      let value = made.get(key);
+      if (value === undefined) made.set(key, (value = make(key)));
+      return value;
+    };
+  };
+  const baseOf = memo((id): Attributes => {
+    const [backend, family] = id.split('\u0000') as [string, string];
+    return {
+      'deadbolt.backend': backend,
+      ...(family ? { 'deadbolt.family': family } : {}),
+      ...(DB_SYSTEM[backend] ? { 'db.system.name': DB_SYSTEM[backend] } : {}),
+    };
   });
+  const base = (backend: string, family?: string): Attributes => baseOf(`${backend}\u0000${family ?? ''}`);
   /** Spans only (a metric per server would multiply its series): the first server as `server.address` and `server.port`, all of them as `deadbolt.servers` when there are several. */
-  const server = (address: string | undefined): Attributes => {
-    if (!address) return {};
+  const serverOf = memo((address): Attributes => {
     const first = /^(\[[^\]]+\]|[^:,\s]+)(?::(\d+))?/.exec(address);
     return {
       'server.address': (first?.[1] ?? address).replace(/^\[(.*)\]$/, '$1'),
       ...(first?.[2] ? { 'server.port': Number(first[2]) } : {}),
       ...(/[,\s]/.test(address) ? { 'deadbolt.servers': address } : {}),
     };
-  };
+  });
+  const server = (address: string | undefined): Attributes => (address ? serverOf(address) : {});
   const outcomeOf = (e: AcquireEvent) =>
     e.error ? String((e.error as { code?: unknown }).code ?? 'error') : e.result ? 'granted' : 'busy';
   const ended = (span: Span, error: unknown) => {
