@@ -118,6 +118,11 @@ export class SetNxBackend implements LockBackend {
     await this.#eval('release', RELEASE, [`set-nx:lock:${lease.key}`], [lease.owner]);
   }
 
+  /** Optional (`Locker.forceRelease`): the release script, run for the owner an operator names. */
+  async forceRelease(key: string, owner: string): Promise<boolean> {
+    return (await this.#eval('force release', RELEASE, [`set-nx:lock:${key}`], [owner])) === 1;
+  }
+
   /** Optional (`Locker.inspect`). Waiters poll and leave no trace in the store: `null` waiters. */
   async inspect(key: string): Promise<StoreView> {
     const [owner, left, token] = (await this.#run('inspect', INSPECT, [`set-nx:lock:${key}`, `set-nx:token:${key}`], [])) as [

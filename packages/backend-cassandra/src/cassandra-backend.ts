@@ -256,6 +256,12 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     return this.#ready.run().then(() => (shared ? this.#shared.inspect(idFor(key)) : this.#mutex.inspect(idFor(key))));
   }
 
+  /** See `LockBackend.forceRelease` (each algorithm's `free` says how). */
+  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+    await this.#ready.run();
+    return shared ? this.#shared.free(idFor(key), key, owner) : this.#mutex.free(idFor(key), key, owner);
+  }
+
   async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {
     switch (lease.kind) {
       case 'shared':

@@ -41,6 +41,12 @@ export class LwtLock implements MutexAlgorithm<LwtLease> {
     return result.wasApplied();
   }
 
+  async free(id: Buffer, key: string, owner: string): Promise<boolean> {
+    const freed = (await this.#delete('force release', id, owner)).wasApplied();
+    if (freed) this.#store.notifier.notify(key);
+    return freed;
+  }
+
   async release(lease: LwtLease): Promise<void> {
     await this.#delete('release', lease.id, lease.owner);
     this.#store.notifier.notify(lease.key);

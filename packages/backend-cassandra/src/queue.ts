@@ -49,6 +49,12 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
     return this.#store.renewSlot(lease, this.holderTable, ttlMs, () => this.release(lease));
   }
 
+  async free(id: Buffer, key: string, owner: string): Promise<boolean> {
+    const freed = await this.#store.freeOwner(id, owner, this.holderTable, ['lock_waiters']);
+    if (freed) this.#store.notifier.notify(key);
+    return freed;
+  }
+
   async release(lease: QueueLease): Promise<void> {
     await this.#leave(lease.id, lease.slot);
     this.#store.notifier.notify(lease.key);

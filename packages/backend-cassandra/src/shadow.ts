@@ -70,6 +70,12 @@ export class ShadowLock implements MutexAlgorithm<ShadowLease> {
     return this.#store.renewSlot(lease, this.holderTable, ttlMs, () => this.release(lease));
   }
 
+  async free(id: Buffer, key: string, owner: string): Promise<boolean> {
+    const freed = await this.#store.freeOwner(id, owner, this.holderTable);
+    if (freed) this.#store.notifier.notify(key);
+    return freed;
+  }
+
   async release(lease: ShadowLease): Promise<void> {
     await this.#leave(lease.id, lease.slot);
     this.#store.notifier.notify(lease.key);

@@ -143,6 +143,17 @@ export class SharedClaims {
     return this.#rewrite(lease, ttlSeconds(ttlMs));
   }
 
+  /** `LockBackend.forceRelease` of a shared key: `owner`'s claim found at SERIAL, then the release's compare-and-set delete. */
+  async free(id: Buffer, key: string, owner: string): Promise<boolean> {
+    const store = this.#store;
+    const query = `SELECT seq, owner FROM ${store.keyspace}.shared_claims WHERE lock_id = ?`;
+    const claims = (await store.run('force release', query, [id], { serialRead: true })).rows.filter((r) => r['owner'] === owner);
+    let freed = false;
+    for (const claim of claims) if ((await this.#delete(id, toBigInt(claim['seq']), owner)).wasApplied()) freed = true;
+    if (freed) store.notifier.notify(`shared:${key}`);
+    return freed;
+  }
+
   async release(lease: SharedLease): Promise<void> {
     await this.#delete(lease.id, lease.token, lease.owner);
     this.#store.notifier.notify(`shared:${lease.key}`);

@@ -3,7 +3,7 @@
 // waiting, and the lease types. The algorithms (queue.ts, shadow.ts, lwt.ts, shared-claims.ts) are
 // written on top of it, each in its own file; cassandra-backend.ts picks one and dispatches to it.
 // About 420 lines: what is here is what those four would otherwise each write again.
-import { BackendUnavailableError, type ClaimInfo } from '@deadbolt/core';
+import { BackendError, BackendUnavailableError, type ClaimInfo } from '@deadbolt/core';
 import {
   backendFailure,
   InFlight,
@@ -87,6 +87,8 @@ export interface MutexAlgorithm<L extends MutexLease> {
   acquire(req: AcquireRequest, id: Buffer): Promise<L | null>;
   renew(lease: L, ttlMs: number): Promise<boolean>;
   release(lease: L): Promise<void>;
+  /** `LockBackend.forceRelease` of a mutex key: frees `owner`'s hold; whether it held. */
+  free(id: Buffer, key: string, owner: string): Promise<boolean>;
 }
 
 /** How many keys this process's guesses (the token cache, the queue's crowded keys) remember: the most recently used. */
@@ -266,6 +268,34 @@ export class CassandraStore {
     this.freeSlot(id, slot);
     const statements = deletes(timestamp);
     await this.inFlight.cleanUp(() => this.batch(operation, statements), slot.lastsUntil);
+  }
+
+  /**
+   * `LockBackend.forceRelease` for the slot algorithms: deletes `owner`'s cells in `main` (and in
+   * `also`: the queue's) at a timestamp above each cell's own write, which a holder whose clock
+   * runs ahead of ours would otherwise outlast, and reads again: a renewal under way may have
+   * written its cell back meanwhile (its timestamp taken before ours). True when `owner` held.
+   * @throws BackendError when the cell is still there after three deletions.
+   */
+  async freeOwner(id: Buffer, owner: string, main: HolderTable, also: readonly string[] = []): Promise<boolean> {
+    let found = false;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const query = `SELECT slot, owner, WRITETIME(owner) AS written FROM ${this.keyspace}.${main} WHERE lock_id = ?`;
+      const cells = (await this.run('force release', query, [id])).rows.filter((r) => r['owner'] === owner);
+      if (cells.length === 0) return found;
+      found = true;
+      await this.batch(
+        'force release',
+        cells.flatMap((cell) => {
+          const timestamp = Math.max(this.timestamp(), Number(toBigInt(cell['written'])) + 1);
+          return [main, ...also].map((table) => ({
+            query: `DELETE FROM ${this.keyspace}.${table} USING TIMESTAMP ? WHERE lock_id = ? AND slot = ?`,
+            params: [timestamp, id, cell['slot']],
+          }));
+        }),
+      );
+    }
+    throw new BackendError('cassandra', 'force release', { cause: new Error(`${owner}'s hold came back after three deletions`) });
   }
 
   /**

@@ -156,6 +156,16 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     return this.#store.inspect(key, shared);
   }
 
+  /**
+   * See `LockBackend.forceRelease`: deletes `owner`'s key (every claim's key is named by its owner).
+   * Its holder's next renewal finds it gone; the waiter behind it sees the deletion and goes.
+   */
+  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+    const path = (shared ? this.#store.sharedPrefixFor(key) : this.#store.prefixFor(key)) + owner;
+    const { deleted } = await this.#store.call('force release', () => this.client.delete().key(path).exec());
+    return Number(deleted) > 0;
+  }
+
   async release(lease: EtcdLockLease): Promise<void> {
     const l = lease;
     l.stopWatch();

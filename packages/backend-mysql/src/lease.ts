@@ -128,11 +128,16 @@ export class MysqlLeases {
   }
 
   async release(lease: MysqlRowLease): Promise<void> {
-    const shared = lease.kind === 'shared';
+    await this.releaseOwner(lease.key, lease.hash, lease.owner, lease.kind === 'shared');
+  }
+
+  /** The release statement for `owner`; whether `owner` had the claim (this process's waiters are woken). Also `LockBackend.forceRelease`. */
+  async releaseOwner(key: string, hash: Buffer, owner: string, shared: boolean, operation = 'release'): Promise<boolean> {
     const result = shared
-      ? await this.#store.runRetried('release', this.#store.sql.sharedRelease, [lease.hash, lease.owner])
-      : await this.#store.run('release', this.#store.sql.release, [lease.hash, lease.owner]);
-    if (result.affectedRows === 1) this.#notifier.notify(shared ? `shared:${lease.key}` : lease.key);
+      ? await this.#store.runRetried(operation, this.#store.sql.sharedRelease, [hash, owner])
+      : await this.#store.run(operation, this.#store.sql.release, [hash, owner]);
+    if (result.affectedRows === 1) this.#notifier.notify(shared ? `shared:${key}` : key);
+    return result.affectedRows === 1;
   }
 
   async raiseTokenFloor(lease: MysqlRowLease, floor: bigint): Promise<boolean> {

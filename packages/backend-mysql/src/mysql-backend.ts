@@ -152,6 +152,13 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     // A pool of your own: its size is not ours to know; mysql2's default is 10.
     const poolSize = store.client ? (store.client.pool.config.connectionLimit ?? 10) : connectionLimit;
     this.#sessions = new SessionLocks(new MysqlSessions(this.#store, poolSize), 2 * connectTimeoutMs, commandTimeoutMs);
+    this.forceRelease =
+      mode === 'lease'
+        ? async (key, owner, shared) => {
+            await this.#store.tables.run();
+            return this.#leases.releaseOwner(key, MysqlStore.hash(key), owner, shared, 'force release');
+          }
+        : undefined;
   }
 
   /** SHA-256 of the key: the primary key, so any key of up to 1024 bytes fits and compares exactly. */
@@ -191,6 +198,12 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const holders = row?.['owner'] ? [claimOfRow(row)] : [];
     return { holders, waiters: null };
   }
+
+  /**
+   * See `LockBackend.forceRelease`: lease mode runs the release statement for `owner`. Session mode
+   * has none: its locks are named locks of server sessions, which only their own session can free.
+   */
+  readonly forceRelease: LockBackend['forceRelease'];
 
   renew(lease: MysqlLease, ttlMs: number): Promise<boolean> {
     return lease.kind === 'session' ? this.#sessions.renew(lease, ttlMs) : this.#leases.renew(lease, ttlMs);

@@ -128,12 +128,14 @@ export class PostgresLeases {
   }
 
   async release(lease: PostgresRowLease): Promise<void> {
+    await this.releaseOwner(lease.keyBytes, lease.owner, lease.kind === 'shared');
+  }
+
+  /** The release statement for `owner` (it wakes the waiters); whether `owner` had the claim. Also `LockBackend.forceRelease`. */
+  async releaseOwner(keyBytes: Buffer, owner: string, shared: boolean, operation = 'release'): Promise<boolean> {
     const { sql } = this.#store;
-    await this.#store.run('release', lease.kind === 'shared' ? sql.sharedRelease : sql.release, [
-      lease.keyBytes,
-      lease.owner,
-      this.#store.channel,
-    ]);
+    const result = await this.#store.run(operation, shared ? sql.sharedRelease : sql.release, [keyBytes, owner, this.#store.channel]);
+    return result.rowCount === 1;
   }
 
   async raiseTokenFloor(lease: PostgresRowLease, floor: bigint): Promise<boolean> {

@@ -172,6 +172,13 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     this.#leases = new PostgresLeases(server, this.#acquiring, options.maxPollDelayMs ?? 250);
     this.#sessions = new SessionLocks(new PostgresSessions(server), 2 * connectTimeoutMs, commandTimeoutMs);
+    this.forceRelease =
+      mode === 'lease'
+        ? async (key, owner, shared) => {
+            await server.tables.run();
+            return this.#leases.releaseOwner(Buffer.from(key, 'utf8'), owner, shared, 'force release');
+          }
+        : undefined;
   }
 
   acquire(req: AcquireRequest): Promise<PostgresLease | null> {
@@ -211,6 +218,13 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {
     return lease.kind === 'session' ? this.#sessions.renew(lease, ttlMs) : this.#leases.renew(lease, ttlMs);
   }
+
+  /**
+   * See `LockBackend.forceRelease`: lease mode runs the release statement for `owner` (which
+   * notifies the waiters). Session mode has none: its locks are advisory locks of server sessions,
+   * which only their own session can free (ending that session, `pg_terminate_backend`, frees them).
+   */
+  readonly forceRelease: LockBackend['forceRelease'];
 
   release(lease: PostgresLease): Promise<void> {
     return lease.kind === 'session' ? this.#sessions.release(lease) : this.#leases.release(lease);

@@ -222,6 +222,12 @@ export class RedisBackend implements LockBackend<RedisLease> {
     return shared ? this.#shared.inspect(key) : this.#mutex.inspect(key);
   }
 
+  /** See `LockBackend.forceRelease`: the release script run for `owner`, which hands the key on. */
+  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+    if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
+    return shared ? this.#shared.free(key, owner) : (await this.#mutex.releaseOwner(this.#store.keysFor(key), owner)) === 1;
+  }
+
   async release(lease: RedisLease): Promise<void> {
     if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
     await (lease.kind === 'shared' ? this.#shared : this.#mutex).release(lease);

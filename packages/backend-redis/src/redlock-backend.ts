@@ -209,6 +209,20 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     if (outcomes.filter((o) => 'down' in o).length >= this.#quorum) this.#failIfDown(outcomes, 'release');
   }
 
+  /**
+   * `LockBackend.forceRelease` on every node; true when any node held it for `owner`.
+   * @throws BackendUnavailableError when a majority does not answer.
+   */
+  async forceRelease(key: string, owner: string): Promise<boolean> {
+    const outcomes = await this.#onNodes(
+      this.#nodes.map(() => true),
+      (node) => node.forceRelease(key, owner, false),
+      false,
+    );
+    if (outcomes.filter((o) => 'down' in o).length >= this.#quorum) this.#failIfDown(outcomes, 'force release');
+    return outcomes.some((o) => 'ok' in o && o.ok === true);
+  }
+
   /** Lifts every held node's counter; true when a majority was lifted while still held. */
   async raiseTokenFloor(lease: RedlockLease, floor: bigint): Promise<boolean> {
     const outcomes = await this.#onNodes(lease.parts, (node, part) => node.raiseTokenFloor(part, floor).then((ok) => ok || null));

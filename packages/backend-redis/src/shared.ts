@@ -65,6 +65,11 @@ export class RedisSharedClaims {
     return lease;
   }
 
+  /** `LockBackend.forceRelease` for a shared key: the release script run for `owner`. */
+  async free(key: string, owner: string): Promise<boolean> {
+    return (await this.#leave(this.#store.sharedKeysFor(key), owner)) === 1;
+  }
+
   /** Drops `owner`'s claim (held or queued) and wakes the key's waiters. */
   #leave(keys: RedisKeys, owner: string): Promise<unknown> {
     return this.#store.run('release', scripts.sharedRelease, keys, [owner, this.#store.channel, keys.lock]);

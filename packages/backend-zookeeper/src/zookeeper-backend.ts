@@ -366,14 +366,10 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   /**
    * `LockBackend.inspect`: the key's nodes in queue order, each with the zxid that made it (a
    * holder's token, plus the key's offset). Leases are sessions, so no time left; a waiter's token
-   * is fixed at its grant (the offset may rise meanwhile): `null`. Read through an open session,
-   * or one of at most 10 s opened for it (closed when idle).
+   * is fixed at its grant (the offset may rise meanwhile): `null`.
    */
-  async inspect(key: string, shared: boolean): Promise<StoreView> {
-    const ttlMs = this.#sessions.open()[0]?.ttlMs ?? Math.min(10_000, this.capabilities.maxTtlMs!);
-    const session = await this.#sessions.session(ttlMs);
-    this.#sessions.use(session);
-    try {
+  inspect(key: string, shared: boolean): Promise<StoreView> {
+    return this.#borrowing(async (session) => {
       const parent = shared ? this.#sharedPathFor(key) : this.#pathFor(key);
       const { queue, offset } = await children(session, parent, 'inspect');
       const stats = await Promise.all(
@@ -390,6 +386,30 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
       }
       const [holder, ...waiting] = nodes.map(({ name: _, ...claim }) => claim);
       return { holders: holder ? [holder] : [], waiters: waiting.map((w) => ({ ...w, token: null })) };
+    });
+  }
+
+  /**
+   * See `LockBackend.forceRelease`: deletes `owner`'s node (its name holds the owner id) from
+   * another session, which ZooKeeper allows; its holder's watch sees it go, and so does the waiter
+   * behind it. True when the node was listed (deleted now, or by its own release meanwhile).
+   */
+  forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+    return this.#borrowing(async (session) => {
+      const parent = shared ? this.#sharedPathFor(key) : this.#pathFor(key);
+      const mine = (await children(session, parent, 'force release')).queue.filter((name) => ownerOf(name) === owner);
+      for (const name of mine) await remove(session, `${parent}/${name}`);
+      return mine.length > 0;
+    });
+  }
+
+  /** `use` with an open session, or one of at most 10 s opened for it (closed when idle): an operator's read or write. */
+  async #borrowing<T>(use: (session: Session) => Promise<T>): Promise<T> {
+    const ttlMs = this.#sessions.open()[0]?.ttlMs ?? Math.min(10_000, this.capabilities.maxTtlMs!);
+    const session = await this.#sessions.session(ttlMs);
+    this.#sessions.use(session);
+    try {
+      return await use(session);
     } finally {
       this.#sessions.unuse(session);
     }

@@ -5,6 +5,7 @@ import { CliError, describeError, EXIT, exitCodeOf } from './exit.js';
 import { asJson, asText, inspect } from './inspect.js';
 import { asTable, check } from './check.js';
 import { bench, benchTable } from './bench.js';
+import { release } from './release.js';
 import { run, type RunRequest } from './run.js';
 import { STORES } from './stores.js';
 
@@ -16,6 +17,7 @@ const HELP = {
 Commands:
   run KEY [options] -- COMMAND [ARGS...]   run a command while holding a lock
   inspect KEY [options]                    show who holds a key and who waits
+  release KEY --force [options]            free a lock someone else holds (a stuck holder)
   check [URL]                              run the conformance suite against your store
   bench [URL...]                           time locking on one or more stores, side by side
 
@@ -62,6 +64,25 @@ Options:
   -s, --shared       the read-write lock or semaphore KEY (their namespace, apart from locks)
       --json         JSON (tokens as decimal strings)
   -h, --help         this help
+`,
+  release: `Usage: deadbolt release KEY --force [options]
+
+Frees the lock KEY that another process holds: for a holder that is stuck (a hung job keeps its
+lease renewed). The store checks the owner itself: if another holder took KEY meanwhile, nothing of
+theirs is freed. The freed holder keeps running until its next renewal tells it (its lock's signal
+aborts; a "deadbolt run" stops its command): only fencing tokens protect what it writes until then.
+Asks for confirmation on a terminal; --yes confirms in a script.
+
+Options:
+  -u, --url URL      the store (default: $DEADBOLT_URL)
+      --force        required: this frees someone else's lock
+  -y, --yes          do not ask
+      --owner ID     free this holder only (from "deadbolt inspect"); default: the one holder
+  -s, --shared       a permit or read/write lock of the semaphore or read-write lock KEY
+  -h, --help         this help
+
+Exit: 0 freed; 1 nothing of that owner's to free; 64 not confirmed, or a store that cannot free
+another client's lock (MySQL's and PostgreSQL's session modes: end the holder's server session).
 `,
   check: `Usage: deadbolt check [URL] [options]
 
@@ -120,6 +141,13 @@ const CHECK_OPTIONS = {
   only: { type: 'string' },
   json: { type: 'boolean' },
 } as const satisfies ParseArgsConfig['options'];
+const RELEASE_OPTIONS = {
+  ...URL_OPTION,
+  force: { type: 'boolean' },
+  yes: { type: 'boolean', short: 'y' },
+  owner: { type: 'string' },
+  shared: { type: 'boolean', short: 's' },
+} as const satisfies ParseArgsConfig['options'];
 const BENCH_OPTIONS = {
   ...URL_OPTION,
   seconds: { type: 'string' },
@@ -147,9 +175,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     if (command === 'run') return await runCommand(rest);
     if (command === 'inspect') return await inspectCommand(rest);
+    if (command === 'release') return await releaseCommand(rest);
     if (command === 'check') return await checkCommand(rest);
     if (command === 'bench') return await benchCommand(rest);
-    throw usage(`unknown command "${command}" (run, inspect, check, bench; deadbolt --help)`);
+    throw usage(`unknown command "${command}" (run, inspect, release, check, bench; deadbolt --help)`);
   } catch (error) {
     process.stderr.write(`deadbolt: ${describeError(error)}\n`);
     return exitCodeOf(error);
@@ -195,6 +224,20 @@ async function inspectCommand(argv: readonly string[]): Promise<number> {
   const seen = await inspect({ url: storeUrl(values.url), key: positionals[0]!, shared: values.shared ?? false });
   process.stdout.write(`${values.json ? asJson(seen) : asText(seen)}\n`);
   return 0;
+}
+
+async function releaseCommand(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parse(argv, RELEASE_OPTIONS, 'release');
+  if (values.help) return help('release');
+  if (positionals.length !== 1) throw usage('release needs one KEY (deadbolt release --help)');
+  if (!values.force) throw usage(`release frees a lock another process holds: add --force (deadbolt release ${positionals[0]} --force)`);
+  return release({
+    url: storeUrl(values.url),
+    key: positionals[0]!,
+    shared: values.shared ?? false,
+    owner: values.owner,
+    yes: values.yes ?? false,
+  });
 }
 
 async function checkCommand(argv: readonly string[]): Promise<number> {

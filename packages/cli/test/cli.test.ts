@@ -333,3 +333,57 @@ describe('deadbolt bench', () => {
     ).toHaveLength(1);
   });
 });
+
+describe('deadbolt release --force', () => {
+  it("frees a stuck holder's lock after confirmation (its command is stopped, exit 76); never without --force and --yes; a stranger's owner frees nothing", async () => {
+    const key = freshKey();
+    const up = join(dir, `${keySeq}.up`);
+    const holder = deadbolt(['run', '-t', '3', '-g', '2', key, '--', 'sh', '-c', `echo up > ${up}; exec sleep 60`]);
+    await fileSoon(up);
+    const seen = await inspectUntil(REDIS, key, (s) => s.holders.length === 1);
+    const owner = seen.holders[0]!.owner;
+    for (const args of [
+      ['release', key],
+      ['release', '--force'],
+      ['release', key, '--force'],
+    ]) {
+      const ran = await cli(args);
+      expect(ran.code, args.join(' ')).toBe(64);
+      expectOneLine(ran);
+    }
+    // Not confirmed (no terminal here, no --yes): still held.
+    expect((await cli(['release', key, '--force'])).stderr).toMatch(/not freed: confirm with --yes/);
+    const stranger = await cli(['release', key, '--force', '--yes', '--owner', '00000000-0000-4000-8000-000000000000']);
+    expect(stranger.code).toBe(1);
+    expect(stranger.stdout).toMatch(/holds nothing to free/);
+    expect((await inspectUntil(REDIS, key, (s) => s.holders.length === 1)).holders[0]!.owner).toBe(owner);
+    const freed = await cli(['release', key, '--force', '--yes']);
+    expect(freed.code, freed.stderr).toBe(0);
+    expect(freed.stdout).toBe(`${key}: freed ${owner} (token ${seen.holders[0]!.token})\n`);
+    // The holder learns at its next renewal, stops its command, and says why.
+    const ran = await holder.done;
+    expect(ran.code).toBe(76);
+    expect(ran.stderr).toMatch(/lost the lock/);
+    expect((await cli(['release', key, '--force', '--yes'])).code).toBe(1);
+  }, 60_000);
+
+  it('a permit of a semaphore with -s; a store whose locks are server sessions refuses, typed (64), and frees nothing', async () => {
+    const key = freshKey();
+    const up = join(dir, `${keySeq}.up`);
+    const permit = deadbolt(['run', '-l', '2', '-t', '3', key, '--', 'sh', '-c', `echo up > ${up}; exec sleep 60`]);
+    await fileSoon(up);
+    await inspectUntil(REDIS, key, (s) => s.holders.length === 1, true);
+    expect((await cli(['release', key, '-s', '--force', '--yes'])).code).toBe(0);
+    expect((await permit.done).code).toBe(76);
+
+    const session = `${matrixUrl('postgres')}?mode=session`;
+    const held = deadbolt(['run', '-u', session, key, '--', 'sh', '-c', `echo up > ${up}.pg; exec sleep 60`]);
+    await fileSoon(`${up}.pg`);
+    const refused = await cli(['release', key, '-u', session, '--force', '--yes']);
+    expect(refused.code).toBe(64);
+    expect(refused.stderr).toMatch(/^deadbolt: the postgres backend cannot free another client's lock/);
+    expect((await inspectUntil(session, key, (s) => s.holders.length === 1)).holders).toHaveLength(1);
+    held.child.kill('SIGTERM');
+    expect((await held.done).code).toBe(143);
+  }, 60_000);
+});

@@ -5,11 +5,13 @@
  */
 import type { ClaimInfo, Inspection, Lock, Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
+import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { SuiteContext } from './context.js';
+import { abortedWithin } from './helpers.js';
 
 export function defineInspectBehaviours(ctx: SuiteContext): void {
-  const { T, freshKey, makeLocker, capabilities, harness, itWhen, semIt, rwIt } = ctx;
+  const { T, renewMs, freshKey, makeLocker, capabilities, harness, itWhen, semIt, rwIt } = ctx;
   const session = capabilities.lease === 'session';
 
   /** `wait`, its rejection handled: a test that fails before it settles leaves no unhandled rejection (close() rejects it). */
@@ -60,6 +62,52 @@ export function defineInspectBehaviours(ctx: SuiteContext): void {
   }
 
   describe('introspection', () => {
+    it("37e. forceRelease(key, owner): frees that owner's lock (its signal aborts, the waiter is granted with a larger token), never a later holder's; false for an owner holding nothing; a permit by its owner; refused, typed, only where claims are server sessions", async () => {
+      const key = freshKey();
+      const [a, b, operator] = [await makeLocker(), await makeLocker(), await makeLocker()];
+      await expect(operator.forceRelease(key, '')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(operator.forceRelease('', randomUUID())).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      const held = await a.lock(key);
+      const stranger = operator.forceRelease(key, randomUUID());
+      const refused = await stranger.then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      if (refused !== undefined) {
+        // Only a store whose claims are server sessions may refuse, and nothing was freed.
+        expect(refused).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/cannot free|session/) });
+        expect(session, `a ${capabilities.lease} store refused: ${String(refused)}`).toBe(true);
+        expect(held.held).toBe(true);
+        expect(await harness.inspect(key)).toEqual([held.owner]);
+        await held.release();
+        return;
+      }
+      expect(await stranger).toBe(false);
+      expect(await harness.inspect(key)).toEqual([held.owner]);
+      const next = pending(b.lock(key, { timeoutMs: 30_000 }));
+      await waitersSeen(() => operator.inspect(key), 1);
+      expect(await operator.forceRelease(key, held.owner)).toBe(true);
+      const got = await next;
+      expect(got.token).toBeGreaterThan(held.token);
+      await abortedWithin(held, renewMs + 2000);
+      expect(held.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+      // The owner no longer holds it: the later holder is never freed by the same call.
+      expect(await operator.forceRelease(key, held.owner)).toBe(false);
+      expect(got.held).toBe(true);
+      expect(await harness.inspect(key)).toEqual([got.owner]);
+      await got.release();
+      await held.release();
+      if (!capabilities.semaphore) return;
+      const shared = freshKey('permits');
+      const [p1, p2] = [await a.semaphore(shared, { limit: 2 }).acquire(), await b.semaphore(shared, { limit: 2 }).acquire()];
+      expect(await operator.forceRelease(shared, p1.owner)).toBe(false); // the lock namespace: no such lock there
+      expect(await operator.forceRelease(shared, p1.owner, { shared: true })).toBe(true);
+      await abortedWithin(p1, renewMs + 2000);
+      expect(p2.held).toBe(true);
+      expect(await harness.inspectShared!(shared)).toEqual([p2.owner]);
+      await Promise.all([p1.release(), p2.release()]);
+    }, 60_000);
+
     it('37a. inspect(key): free, held, contended (waiters in queue order), released; it changes nothing', async () => {
       const key = freshKey();
       const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];

@@ -90,6 +90,18 @@ export interface LockBackend<L extends Lease = Lease> {
   inspect?(key: string, shared: boolean): Promise<StoreView>;
 
   /**
+   * Optional (`Locker.forceRelease`; needs `inspect`): frees `owner`'s claim on `key` (with
+   * `shared`, on the shared key), whoever made it: an operator's way out of a lock whose holder is
+   * stuck. Core calls it only for an owner `inspect` just showed holding (an owner id is never used
+   * again once its claim ends, so it cannot be waiting by now). Checked against `owner` in the
+   * store's own step, so a claim someone else took since is never freed; hands the key on to
+   * whoever waits, as a release does. Resolves whether a claim of `owner`'s was there to free. A
+   * backend whose claims belong to server sessions (no other client can free them) rejects with
+   * InvalidArgumentError saying so.
+   */
+  forceRelease?(key: string, owner: string, shared: boolean): Promise<boolean>;
+
+  /**
    * Close connections the backend opened itself (not clients the user passed in). Idempotent.
    * Core aborts every acquisition before calling it; a backend lets those finish removing what
    * they wrote first (`InFlight` in wait.ts).

@@ -337,17 +337,44 @@ class DefaultLocker implements Locker {
 
   /** `inspect()` for a validated key: the mutex's claims, or (`shared`) a semaphore's or read-write lock's. */
   async inspectKey(key: string, shared: boolean): Promise<Inspection> {
+    const { backend } = this;
+    const view = await this.#operatorCall('inspect', backend.inspect && (() => backend.inspect!(key, shared)), 'cannot inspect keys');
+    return { key, ...view };
+  }
+
+  forceRelease(key: string, owner: string, options: { shared?: boolean } = {}): Promise<boolean> {
+    try {
+      validateKey(key);
+      validateKey(owner, 'owner');
+      if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
+      if (options.shared !== undefined && typeof options.shared !== 'boolean') throw new InvalidArgumentError('shared must be a boolean');
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const { backend } = this;
+    const shared = options.shared ?? false;
+    const free = async () => {
+      // Holders only: an owner waiting in line is left there (and a backend's release-by-owner,
+      // which most stores' forceRelease is, would take it out of line).
+      const seen = await backend.inspect!(key, shared);
+      return seen.holders.some((h) => h.owner === owner) && backend.forceRelease!(key, owner, shared);
+    };
+    return this.#operatorCall('force release', backend.forceRelease && backend.inspect && free, "cannot free another client's lock");
+  }
+
+  /**
+   * A call an operator makes on the store (inspect, force release): refused when the locker is closed
+   * or the backend lacks it (`cannot` says so), bounded by the operation timeout, its errors typed.
+   */
+  async #operatorCall<T>(operation: string, call: (() => Promise<T>) | undefined, cannot: string): Promise<T> {
     if (this.#closed) throw new LockerClosedError();
     const { backend } = this;
-    if (!backend.inspect) throw new InvalidArgumentError(`the ${backend.name} backend cannot inspect keys`);
+    if (!call) throw new InvalidArgumentError(`the ${backend.name} backend ${cannot}`);
     const { operationTimeoutMs } = this.#settings;
     try {
-      const view = await withTimeout(backend.inspect(key, shared), operationTimeoutMs, () =>
-        noAnswer(backend.name, 'inspect', operationTimeoutMs),
-      );
-      return { key, ...view };
+      return await withTimeout(call(), operationTimeoutMs, () => noAnswer(backend.name, operation, operationTimeoutMs));
     } catch (error) {
-      throw asDeadboltError(error, backend.name, 'inspect');
+      throw asDeadboltError(error, backend.name, operation);
     }
   }
 

@@ -183,6 +183,22 @@ export class MemoryLockStore {
     for (const [key, state] of [...this.#shared]) for (const c of [...state.claims]) if (!c.grant) this.#dropClaim(key, state, c);
   }
 
+  /** `LockBackend.forceRelease`: frees the claim `owner` holds (not one it waits with), as its release would; whether there was one. */
+  free(key: string, owner: string, shared: boolean): boolean {
+    if (shared) {
+      this.#expireShared(key);
+      const state = this.#shared.get(key);
+      const claim = state?.claims.find((c) => c.req.owner === owner && !c.grant);
+      if (state && claim) this.#dropClaim(key, state, claim);
+      return claim !== undefined;
+    }
+    this.#expireIfDue(key);
+    const state = this.#keys.get(key);
+    if (!state || state.holder?.owner !== owner) return false;
+    this.#vacate(key, state);
+    return true;
+  }
+
   /** Forget `owner`'s claim on the shared key `key`, as a store that lost it would. */
   forgetClaim(key: string, owner: string): void {
     const state = this.#shared.get(key);
@@ -427,6 +443,10 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
 
   async inspect(key: string, shared: boolean): Promise<StoreView> {
     return this.store.view(key, shared);
+  }
+
+  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+    return this.store.free(key, owner, shared);
   }
 
   acquireNow(req: AcquireRequest): MemoryLease | null | undefined {

@@ -172,6 +172,19 @@ export class MigratingBackend implements LockBackend {
   }
 
   /**
+   * `LockBackend.forceRelease` in the store(s) this phase takes locks in: in `dual`, both (a `dual`
+   * holder is in both); true when either held it. @throws InvalidArgumentError when a store cannot.
+   */
+  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+    const stores = this.phase === 'dual' ? [this.from, this.to] : [this.#single];
+    // Both refused or neither: nothing is freed in one store when the other cannot.
+    for (const backend of stores)
+      if (!backend.forceRelease) throw new InvalidArgumentError(`the ${backend.name} backend cannot free another client's lock`);
+    const freed = await Promise.all(stores.map((backend) => backend.forceRelease!(key, owner, shared)));
+    return freed.includes(true);
+  }
+
+  /**
    * The store(s) this phase takes locks in. In `dual`, both, merged by owner (a `dual` holder is in
    * both): its time left is the shorter, unknown if either part is a session; its token is not
    * shown (`null`): it is the larger of its two grants, and the store that granted the smaller had

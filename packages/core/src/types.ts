@@ -264,6 +264,19 @@ export interface Locker extends AsyncDisposable {
    */
   inspect(key: string): Promise<Inspection>;
   /**
+   * Frees the lock `owner` holds on `key` (with `shared`, its permit or read or write lock on the
+   * semaphore or read-write lock `key`), though this process did not take it: for an operator whose
+   * holder is stuck (`inspect` gives the owner). Checked against `owner` by the store itself: if
+   * someone else holds the key by now, nothing is freed. The holder learns at its next renewal
+   * (its `signal` aborts with `LockLostError`) and may still be running until then: only fencing
+   * tokens protect what it writes. Resolves whether `owner` held a claim that is now gone; a
+   * waiting claim is left alone. Settles within the operation timeout.
+   * @throws InvalidArgumentError (before any I/O) for a bad key or owner, or a backend that cannot
+   * free another client's claim (a lock held by a server session: MySQL's and PostgreSQL's session
+   * modes); LockerClosedError; BackendUnavailableError; BackendError.
+   */
+  forceRelease(key: string, owner: string, options?: { shared?: boolean }): Promise<boolean>;
+  /**
    * Reject pending waits with LockerClosedError, release held locks, close the backend. Finishes
    * within two operation timeouts even when the store has gone silent.
    * Idempotent. @throws the first release or close error, after everything was attempted.

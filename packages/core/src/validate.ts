@@ -11,18 +11,18 @@ export const MAX_KEY_BYTES = 1024;
  * surrogate becomes U+FFFD: `'x\uD800'`, `'x\uDC00'` and `'x\uFFFD'` would be one lock there while
  * this process took them for three (and `lockAll` of two of them would wait for itself).
  */
-export function validateKey(key: unknown): asserts key is string {
-  if (typeof key !== 'string') throw new InvalidArgumentError(`key must be a string, got ${typeof key}`);
-  if (key.length === 0) throw new InvalidArgumentError('key must not be empty');
+export function validateKey(key: unknown, name = 'key'): asserts key is string {
+  if (typeof key !== 'string') throw new InvalidArgumentError(`${name} must be a string, got ${typeof key}`);
+  if (key.length === 0) throw new InvalidArgumentError(`${name} must not be empty`);
   if (!key.isWellFormed())
     throw new InvalidArgumentError(
-      'key must be well-formed Unicode: it holds a lone UTF-16 surrogate, which stores cannot tell from U+FFFD',
+      `${name} must be well-formed Unicode: it holds a lone UTF-16 surrogate, which stores cannot tell from U+FFFD`,
     );
   // A UTF-16 code unit is at most 3 UTF-8 bytes: only a long key needs counting.
   if (key.length <= MAX_KEY_BYTES / 3) return;
   const bytes = Buffer.byteLength(key, 'utf8');
   if (bytes > MAX_KEY_BYTES) {
-    throw new InvalidArgumentError(`key must be at most ${MAX_KEY_BYTES} UTF-8 bytes, got ${bytes}`);
+    throw new InvalidArgumentError(`${name} must be at most ${MAX_KEY_BYTES} UTF-8 bytes, got ${bytes}`);
   }
 }
 

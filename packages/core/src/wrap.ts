@@ -16,6 +16,7 @@ const MEMBERS = {
   release: 'call',
   raiseTokenFloor: 'call',
   inspect: 'call',
+  forceRelease: 'call',
   close: 'call',
 } as const satisfies Record<keyof LockBackend, 'value' | 'call'>;
 

@@ -51,3 +51,53 @@ describe('Locker.inspect', () => {
     await (await waiting).release();
   });
 });
+
+describe('Locker.forceRelease', () => {
+  it('refuses bad input, a backend without it and a closed locker before any store call', async () => {
+    let calls = 0;
+    const inner = memory();
+    const counted = (extra: Partial<LockBackend> = {}) =>
+      wrapBackend(inner, { inspect: (k, s) => (calls++, inner.inspect(k, s)), ...extra });
+    const locker = createLocker(counted());
+    for (const [key, owner] of [
+      ['', 'o'],
+      ['k', ''],
+      ['k', 42],
+      ['k', 'x\uD800'],
+    ] as [string, string][])
+      await expect(locker.forceRelease(key, owner)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(locker.forceRelease('k', 'o', { shared: 'yes' as unknown as boolean })).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+    });
+    const without = createLocker(counted({ forceRelease: undefined }));
+    await expect(without.forceRelease('k', 'o')).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      message: /cannot free another client's lock/,
+    });
+    await locker.close();
+    await expect(locker.forceRelease('k', 'o')).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
+    expect(calls).toBe(0);
+  });
+
+  it("frees a holder, not a waiter: a waiting owner keeps its place; the holder's signal aborts", async () => {
+    const store = new MemoryLockStore();
+    const [a, b, operator] = [0, 1, 2].map(() => createLocker(memoryBackend({ store }), { ttlMs: 600 })) as [
+      ReturnType<typeof createLocker>,
+      ReturnType<typeof createLocker>,
+      ReturnType<typeof createLocker>,
+    ];
+    const held = await a.lock('k');
+    const waiting = b.lock('k');
+    const seen = await operator.inspect('k');
+    const waiter = seen.waiters![0]!.owner!;
+    expect(await operator.forceRelease('k', waiter)).toBe(false);
+    expect((await operator.inspect('k')).waiters!.map((w) => w.owner)).toEqual([waiter]);
+    expect(await operator.forceRelease('k', held.owner)).toBe(true);
+    const next = await waiting;
+    expect(next.owner).toBe(waiter);
+    // It learns at its next renewal (a third of its ttl).
+    await new Promise((resolve) => held.signal.addEventListener('abort', resolve, { once: true }));
+    expect(held.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+    await Promise.all([next.release(), a.close(), b.close(), operator.close()]);
+  });
+});
