@@ -39,8 +39,23 @@ async function unlinkUnder(client: Redis | Cluster, prefix: string): Promise<num
 }
 
 const redisPrefix = (id: string) => `deadbolt-check:${id}:`;
-/** The SQL stores' scratch tables: the lock table and those named after it. */
-const sqlTable = (id: string) => `deadbolt_check_${id}`;
+/**
+ * The SQL stores' scratch: the lock table `deadbolt_check_<id>`, and on purge every table whose name
+ * starts so (the backend names its other tables after the lock table), listed and dropped by `tables`.
+ */
+function sqlScratch(
+  tables: (backend: LockBackend, prefix: string) => Promise<{ tables: string[]; drop: (table: string) => Promise<unknown> }>,
+): Store['scratch'] {
+  const table = (id: string) => `deadbolt_check_${id}`;
+  return {
+    options: (id) => ({ table: table(id) }),
+    async purge(backend, id) {
+      const found = await tables(backend, table(id));
+      for (const name of found.tables) await found.drop(name);
+      return `tables ${found.tables.join(', ') || '(none)'}`;
+    },
+  };
+}
 
 const redisScratch: Store['scratch'] = {
   options: (id) => ({ prefix: redisPrefix(id) }),
@@ -67,20 +82,15 @@ const mysql: Store = {
     return { create: (o) => mysqlBackend(o), rules: mysqlOptionRules };
   },
   options: withUrl('mysql'),
-  scratch: {
-    options: (id) => ({ table: sqlTable(id) }),
-    async purge(backend, id) {
-      const { MysqlBackend } = await import('@deadbolt/mysql');
-      if (!(backend instanceof MysqlBackend)) throw new Error('not a MySQL backend');
-      const [rows] = await backend.client.query(
-        "SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE CONCAT(?, '%')",
-        [sqlTable(id)],
-      );
-      const tables = (rows as { t: string }[]).map((r) => r.t);
-      for (const table of tables) await backend.client.query('DROP TABLE IF EXISTS ??', [table]);
-      return `tables ${tables.join(', ') || '(none)'}`;
-    },
-  },
+  scratch: sqlScratch(async (backend, prefix) => {
+    const { MysqlBackend } = await import('@deadbolt/mysql');
+    if (!(backend instanceof MysqlBackend)) throw new Error('not a MySQL backend');
+    const [rows] = await backend.client.query(
+      'SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() AND LEFT(table_name, ?) = ?',
+      [prefix.length, prefix],
+    );
+    return { tables: (rows as { t: string }[]).map((r) => r.t), drop: (table) => backend.client.query('DROP TABLE IF EXISTS ??', [table]) };
+  }),
 };
 const postgres: Store = {
   load: async () => {
@@ -88,20 +98,15 @@ const postgres: Store = {
     return { create: (o) => postgresBackend(o), rules: postgresOptionRules };
   },
   options: withUrl('postgres'),
-  scratch: {
-    options: (id) => ({ table: sqlTable(id) }),
-    async purge(backend, id) {
-      const { PostgresBackend } = await import('@deadbolt/postgres');
-      if (!(backend instanceof PostgresBackend)) throw new Error('not a PostgreSQL backend');
-      const { rows } = await backend.client.query<{ t: string }>(
-        'SELECT tablename AS t FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)',
-        [sqlTable(id)],
-      );
-      const tables = rows.map((r) => r.t);
-      for (const table of tables) await backend.client.query(`DROP TABLE IF EXISTS "${table}"`);
-      return `tables ${tables.join(', ') || '(none)'}`;
-    },
-  },
+  scratch: sqlScratch(async (backend, prefix) => {
+    const { PostgresBackend } = await import('@deadbolt/postgres');
+    if (!(backend instanceof PostgresBackend)) throw new Error('not a PostgreSQL backend');
+    const { rows } = await backend.client.query<{ t: string }>(
+      'SELECT tablename AS t FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)',
+      [prefix],
+    );
+    return { tables: rows.map((r) => r.t), drop: (table) => backend.client.query(`DROP TABLE IF EXISTS "${table}"`) };
+  }),
 };
 
 /** Every scheme the command line knows. */

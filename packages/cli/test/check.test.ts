@@ -144,8 +144,8 @@ describe('deadbolt check', () => {
       expect(ran.code).toBe(0);
       expect(seen.pass + seen.na).toBe(5);
       expect(seen.pass).toBeGreaterThanOrEqual(4); // 13a is n/a where fairness is none
-      // It wrote there, and removed it.
-      expect(seen.summary).toMatch(/ removed (?!0 |tables \(none\))\S/);
+      // It says what it removed (etcd's keys go with their leases: often nothing is left to remove).
+      expect(seen.summary).toMatch(/ not applicable here\. removed \S/);
       const probe = kind === 'redis' ? url.replace(/^redlock:\/\/([^,]*),.*$/, 'redis://$1') : url.split('?')[0]!;
       expect(await leftovers[kind]!(probe)).toEqual([]);
     },
