@@ -63,7 +63,7 @@ const LANES = {
     'packages/backend-redis/test/replica.test.ts',
     'packages/backend-redis/test/redis.test.ts',
     'packages/backend-redis/test/readme.test.ts',
-    // The command line on every store (about 40 s), in a lane that ends before `other`.
+    // The command line on every store (about 55 s), in a lane that ends before `other`.
     'packages/cli/test/cli.test.ts',
     // `deadbolt check` on every store (about 140 s); here because it checks the Redlock nodes,
     // which only this lane restarts.

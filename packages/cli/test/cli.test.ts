@@ -1,7 +1,7 @@
 // The `deadbolt` binary as a shell runs it (the built dist/main.js in a child process), against the
 // test-matrix servers: exit codes, the command's environment, signals passed on, the command
-// stopped when its lock is lost, waits given up, and `inspect` on a free, held and contended key
-// on every store. About 40 s, most of it Cassandra's and the waits' own time.
+// stopped when its lock is lost, waits given up, `inspect` on a free, held and contended key
+// on every store, `bench`, and `release --force`. About 55 s, most of it Cassandra's and the waits' own time.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync } from 'node:fs';
