@@ -18,12 +18,15 @@ afterAll(async () => {
 });
 
 /** Counts the notifications on the default channel while it listens. */
+/** A lock table of this file's own: its notification channel hears no other test's releases. */
+const NOTIFY_TABLE = 'deadbolt_notify_test';
+
 async function listen() {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   const payloads: string[] = [];
   client.on('notification', (m) => payloads.push(m.payload ?? ''));
-  await client.query('LISTEN "deadbolt_locks_released"');
+  await client.query(`LISTEN "${NOTIFY_TABLE}_released"`);
   return { payloads, close: () => client.end() };
 }
 
@@ -62,15 +65,16 @@ describe('postgres backend', () => {
   it('a release notifies only when someone waits, and names the head of the queue', async () => {
     const listener = await listen();
     try {
-      const [a, b, c] = [1, 2, 3].map(() => track(createLocker(postgresBackend({ url }), { ttlMs: 5000 })));
+      const [a, b, c] = [1, 2, 3].map(() => track(createLocker(postgresBackend({ url, table: NOTIFY_TABLE }), { ttlMs: 5000 })));
       const k = key();
       await (await a!.lock(k)).release();
       await sleep(100);
       expect(listener.payloads, 'a release with nobody waiting notified').toEqual([]);
       const held = await a!.lock(k);
-      const first = b!.lock(k);
+      // Deadlines of their own: a wait that hangs fails here, naming itself, not at the test's timeout.
+      const first = b!.lock(k, { timeoutMs: 20_000 });
       await sleep(100);
-      const second = c!.lock(k);
+      const second = c!.lock(k, { timeoutMs: 20_000 });
       await sleep(100);
       await held.release();
       const granted = await first;
