@@ -1,6 +1,10 @@
 // @deadbolt/otel against the real OpenTelemetry SDK (its in-memory span exporter and a metric
 // reader collected on demand), on the memory backend: the spans of each call, ended once with
 // the right status, and the metrics a dashboard needs. About a second.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore } from '@deadbolt/core';
 import { wrapBackend } from '@deadbolt/core/backend';
 import { metrics, SpanStatusCode, trace } from '@opentelemetry/api';
@@ -156,4 +160,32 @@ describe('@deadbolt/otel', () => {
       metrics.disable();
     }
   });
+});
+
+describe("the README's setup", () => {
+  it('runs as written in plain JavaScript: a lock and its release are printed as spans and metrics', async () => {
+    const readme = readFileSync(fileURLToPath(new URL('../README.md', import.meta.url)), 'utf8');
+    const block = /## A complete setup[\s\S]*?```js\n([\s\S]*?)```/.exec(readme)?.[1];
+    expect(block, 'the README has the setup block').toBeDefined();
+    // Beside package.json, so that its imports resolve as an application's would.
+    const file = fileURLToPath(new URL(`../readme-setup-${process.pid}.mjs`, import.meta.url));
+    writeFileSync(
+      file,
+      `${block}\nimport { createLocker, memoryBackend } from '@deadbolt/core';\n` +
+        `const locker = createLocker(memoryBackend());\nawait (await locker.lock('readme')).release();\nawait locker.close();\n` +
+        `await tracerProvider.shutdown();\nawait meterProvider.shutdown();\n`,
+    );
+    try {
+      const child = spawn(process.execPath, [file], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const [code] = await once(child, 'exit');
+      expect(code, out).toBe(0);
+      for (const name of ['deadbolt.acquire', 'deadbolt.release', 'deadbolt.lock.wait.duration', 'deadbolt.lock.hold.duration'])
+        expect(out).toContain(`name: '${name}'`);
+    } finally {
+      rmSync(file, { force: true });
+    }
+  }, 30_000);
 });
