@@ -5,7 +5,7 @@
 // table, and cleans up.
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocker } from '@deadbolt/core';
 import { describeError } from './exit.js';
@@ -32,6 +32,8 @@ export interface CheckReport {
   /** What was removed afterwards (or why it could not be). */
   readonly cleanup: string;
   readonly passed: boolean;
+  /** The signal that stopped the run early (SIGINT, SIGTERM); the namespace was removed all the same. */
+  readonly interrupted?: NodeJS.Signals;
 }
 
 /**
@@ -46,6 +48,20 @@ export async function check(req: CheckRequest): Promise<CheckReport> {
   let rows: CheckRow[] = [];
   let cleanup: string;
   let reached = false;
+  // Ctrl-C (or a TERM) stops the suite and still removes the namespace; a second one leaves at once.
+  const run: { interrupted?: NodeJS.Signals; cancel?: () => void; onSignal?: (signal: NodeJS.Signals) => void } = {};
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (run.interrupted) {
+      process.stderr.write(`deadbolt: interrupted again: leaving the check's namespace (id ${id}) behind\n`);
+      process.exit(128 + (constants.signals[signal] ?? 0));
+    }
+    run.interrupted = signal;
+    process.stderr.write(`deadbolt: ${signal}: stopping the suite (after the behaviour under way), then removing the check's namespace\n`);
+    run.cancel?.();
+  };
+  run.onSignal = onSignal;
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   try {
     // Reachable, and the options work, before vitest starts: a dead store is one line, not 100 failures.
     const locker = createLocker(await backendFor(url), { ttlMs: 5000 });
@@ -56,8 +72,10 @@ export async function check(req: CheckRequest): Promise<CheckReport> {
     } finally {
       await locker.close().catch(() => undefined);
     }
-    rows = await runSuite(url, req.only);
+    if (!run.interrupted) rows = await runSuite(url, req.only, run);
   } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
     // Whatever happened, even a probe that failed half-way may have written something.
     const backend = await backendFor(url);
     try {
@@ -70,11 +88,20 @@ export async function check(req: CheckRequest): Promise<CheckReport> {
       await backend.close().catch(() => undefined);
     }
   }
-  return { rows, cleanup, passed: rows.length > 0 && rows.every((r) => r.result !== 'fail') };
+  return {
+    rows,
+    cleanup,
+    passed: !run.interrupted && rows.length > 0 && rows.every((r) => r.result !== 'fail'),
+    ...(run.interrupted ? { interrupted: run.interrupted } : {}),
+  };
 }
 
 /** Vitest on check-suite.js with `url`; each behaviour's outcome, in the suite's order. */
-async function runSuite(url: string, only: readonly string[] | undefined): Promise<CheckRow[]> {
+async function runSuite(
+  url: string,
+  only: readonly string[] | undefined,
+  run: { interrupted?: NodeJS.Signals; cancel?: () => void; onSignal?: (signal: NodeJS.Signals) => void },
+): Promise<CheckRow[]> {
   const { startVitest } = await import('vitest/node');
   // Vitest leaves files under node_modules to Node (and excludes them as tests): the entry it is
   // given lives in a directory of its own and imports the suite, wherever the package is installed.
@@ -98,6 +125,14 @@ async function runSuite(url: string, only: readonly string[] | undefined): Promi
         ...(only ? { testNamePattern: `(^| )(${only.map((n) => n.replace(/\W/g, '')).join('|')})\\. ` } : {}),
         reporters: [
           {
+            onInit(vitest) {
+              // Vitest's logger exits the process on SIGINT and SIGTERM (a test runner owns its
+              // process); here the check does, so that the namespace is removed first.
+              for (const signal of ['SIGINT', 'SIGTERM'] as const)
+                for (const listener of process.listeners(signal)) if (listener !== run.onSignal) process.off(signal, listener);
+              run.cancel = () => void vitest.cancelCurrentRun('keyboard-input');
+              if (run.interrupted) run.cancel();
+            },
             onTestCaseResult(test) {
               const row = rowOf(test.name, test.result(), test.diagnostic()?.duration ?? 0);
               // Left out by --only (a behaviour listed n/a is reported skipped whatever the filter).
@@ -140,6 +175,7 @@ export function asTable(report: CheckReport): string {
       `| ${r.behaviour.replace(/\|/g, '\\|')} | ${r.result === 'pass' ? 'pass' : r.result === 'fail' ? `**FAIL**: ${r.detail}` : `n/a (${r.detail})`} |`,
     );
   const counts = (result: CheckRow['result']) => report.rows.filter((r) => r.result === result).length;
-  lines.push('', `${counts('pass')} passed, ${counts('fail')} failed, ${counts('n/a')} not applicable here. ${report.cleanup}.`);
+  const stopped = report.interrupted ? `Stopped by ${report.interrupted}: the rest did not run. ` : '';
+  lines.push('', `${stopped}${counts('pass')} passed, ${counts('fail')} failed, ${counts('n/a')} not applicable here. ${report.cleanup}.`);
   return lines.join('\n');
 }

@@ -1,5 +1,6 @@
 // The `deadbolt` command: parses the command line (node:util's parseArgs), runs the command, and
 // turns every failure into one line on stderr and an exit code (exit.ts), never a stack trace.
+import { constants } from 'node:os';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { CliError, describeError, EXIT, exitCodeOf } from './exit.js';
 import { asJson, asText, inspect } from './inspect.js';
@@ -101,7 +102,11 @@ Options:
       --json         the table as JSON
   -h, --help         this help
 
-Exit: 0 every behaviour that applies passed; 1 one failed; 69 the store cannot be reached.
+Ctrl-C stops it after the behaviour under way and still removes the namespace (a second Ctrl-C
+leaves at once, and leaves the namespace).
+
+Exit: 0 every behaviour that applies passed; 1 one failed; 69 the store cannot be reached;
+128 + n stopped by signal n.
 `,
   bench: `Usage: deadbolt bench [URL...] [options]
 
@@ -249,6 +254,7 @@ async function checkCommand(argv: readonly string[]): Promise<number> {
   if (only?.some((n) => !/^\d+[a-z]?$/.test(n))) throw usage(`--only takes behaviour numbers such as 1,2,12a, got "${values.only}"`);
   const report = await check({ url: storeUrl(positionals[0] ?? values.url), ...(only ? { only } : {}) });
   process.stdout.write(`${values.json ? JSON.stringify(report, null, 2) : asTable(report)}\n`);
+  if (report.interrupted) return 128 + (constants.signals[report.interrupted] ?? 0);
   return report.passed ? 0 : EXIT.failed;
 }
 

@@ -177,6 +177,27 @@ describe('deadbolt check', () => {
     expect(await leftovers['redis']!(url)).toEqual([]);
   }, 120_000);
 
+  it('Ctrl-C mid-run stops the suite, still removes the namespace, and exits 130', async () => {
+    const url = matrixUrl('redis');
+    const child = spawn(process.execPath, [BIN, 'check', url], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    const started = new Promise<void>((resolve) =>
+      child.stderr.on('data', (d: Buffer) => {
+        stderr += d.toString();
+        if (/^ok {3}1\. /m.test(stderr)) resolve();
+      }),
+    );
+    await started;
+    child.kill('SIGINT');
+    const [code] = await once(child, 'exit');
+    expect(code, stderr).toBe(130);
+    expect(stderr).toMatch(/^deadbolt: SIGINT: stopping the suite/m);
+    expect(stdout).toMatch(/Stopped by SIGINT: the rest did not run\. \d+ passed, 0 failed, .* removed \d+ keys under deadbolt-check:/);
+    expect(await leftovers['redis']!(url)).toEqual([]);
+  }, 120_000);
+
   it('bad usage is 64 and an unreachable store 69, one line each, before the suite starts', async () => {
     for (const args of [['--only', 'one'], ['gopher://x'], ['redis://a', 'redis://b'], [`${matrixUrl('redis')}?nosuch=1`]]) {
       const ran = await check(args);
