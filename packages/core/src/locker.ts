@@ -526,17 +526,17 @@ class DefaultLocker implements Locker {
     const owner = randomUUID();
     if (this.backend.acquireNow && !ask.claim) {
       let lease: Lease | null | undefined;
-      // Counted as a request unless it said "wait", which the request below then answers.
-      if (ask.tally) ask.tally.attempts++;
       try {
         lease = this.backend.acquireNow(this.#request(ask.key, owner, ask.terms, ask.timeoutMs > 0, ask.signal ?? this.#closing.signal));
       } catch (error) {
+        if (ask.tally) ask.tally.attempts++;
         return Promise.reject(asDeadboltError(error, this.backend.name, 'acquire'));
       }
+      // A request, unless it said "wait": the request `#wait` sends then answers, and counts.
+      if (ask.tally && lease !== undefined) ask.tally.attempts++;
       // The store read the clock for this grant a moment ago, in this same call.
       if (lease) return Promise.resolve(this.#hold(lease, ask.terms, lease.acquiredAt));
       if (lease === null) return this.#notGranted(ask);
-      if (ask.tally) ask.tally.attempts--;
     }
     return this.#wait(ask, owner);
   }
