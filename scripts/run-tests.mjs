@@ -40,6 +40,10 @@ const LANES = {
     'packages/backend-cassandra/test/cassandra.test.ts',
     // Redis's, not Cassandra's: the README's example backend, in the lane that ends first.
     'test/example-backend.test.ts',
+    // The packages packed and installed with npm as a user would (about 110 s), in the lane that ends first.
+    'test/packaging.test.ts',
+    // `pnpm demo` on every store (about 30 s).
+    'test/demo.test.ts',
   ],
   sql: [
     'packages/backend-postgres/test/conformance.test.ts',

@@ -7,6 +7,7 @@
 # says how the lanes are chosen; the README gives the time budget.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "[test] installing what is missing (pnpm, the workspace's packages), then starting the servers" >&2
 bash scripts/bootstrap.sh
 bash test-matrix/up
 # The bench's report test renders report.html in Debian's headless Chromium.

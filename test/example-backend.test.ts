@@ -1,6 +1,6 @@
 // The README's "Writing a backend" example, run through the whole shared suite against the
 // test-matrix Redis: what a new backend does to show it holds the contract. It adds one Redis
-// suite's time to the Redis lane (see the README's "Time and budget").
+// suite's time to the Redis lane (see TESTING.md's "Time and budget").
 import { defineConformanceSuite, matrixUrl, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { Redis } from 'ioredis';
 import { setNxBackend, setNxOptionRules } from '../examples/set-nx-backend/dist/index.js';

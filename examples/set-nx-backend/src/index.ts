@@ -64,6 +64,7 @@ export class SetNxBackend implements LockBackend {
   readonly #pollMs: number;
   /** Waits under way: `close()` lets an aborted one finish before it closes the connection. */
   readonly #inFlight = new InFlight('set-nx', 2000);
+  #connectionError: Error | undefined;
 
   constructor(raw: SetNxOptions) {
     const options = readOptions(raw, setNxOptionRules, 'setNxBackend');
@@ -79,6 +80,12 @@ export class SetNxBackend implements LockBackend {
         lazyConnect: true,
       });
     this.#ownsClient = store.client === undefined;
+    // Why the connection failed, for the error of a command that never reached the server (ioredis
+    // names its `maxRetriesPerRequest` option there instead). Listening also stops ioredis logging it.
+    if (this.#ownsClient) {
+      this.#client.on('error', (error: Error) => (this.#connectionError = error));
+      this.#client.on('ready', () => (this.#connectionError = undefined));
+    }
     this.#pollMs = options.pollMs ?? 50;
   }
 
@@ -152,7 +159,8 @@ export class SetNxBackend implements LockBackend {
       // middlebox that lost its state: nothing is closed). Every retry would meet it too: open a
       // new one. (Only our own client: yours is yours to manage.)
       if (this.#ownsClient && error instanceof Error && /timed out/i.test(error.message)) this.#client.disconnect(true);
-      throw backendFailure(this.name, operation, error, (e) => !(e instanceof ReplyError));
+      const cause = (error as Error).name === 'MaxRetriesPerRequestError' && this.#connectionError ? this.#connectionError : error;
+      throw backendFailure(this.name, operation, cause, (e) => !(e instanceof ReplyError));
     }
   }
 }

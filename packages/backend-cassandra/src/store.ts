@@ -94,6 +94,17 @@ export interface MutexAlgorithm<L extends MutexLease> {
 /** How many keys this process's guesses (the token cache, the queue's crowded keys) remember: the most recently used. */
 const RECENT_KEYS = 1000;
 
+/**
+ * The driver's "no host" error says what each host tried answered with that host's error printed
+ * whole, stack and all, inside its message: one line per host instead, the driver's error as cause.
+ */
+function hostsTried(error: InstanceType<typeof cassandra.errors.NoHostAvailableError>): Error {
+  const hosts = Object.entries(error.innerErrors ?? {}).map(
+    ([host, inner]) => `${host}: ${inner instanceof Error ? inner.message : String(inner)}`,
+  );
+  return new Error(`no host could be reached (${hosts.join('; ') || 'none was tried'})`, { cause: error });
+}
+
 /** Driver errors that mean the cluster could not be reached or could not answer in time. */
 function isUnavailable(error: unknown): boolean {
   const e = error as { name?: string; code?: number };
@@ -210,6 +221,8 @@ export class CassandraStore {
 
   /** The typed error for a driver error: unavailable (no host, a timeout, a connection gone) or not. */
   error(operation: string, error: unknown): Error {
+    if (error instanceof cassandra.errors.NoHostAvailableError)
+      return new BackendUnavailableError(this.name, operation, { cause: hostsTried(error) });
     return backendFailure(this.name, operation, error, isUnavailable);
   }
 

@@ -1,7 +1,8 @@
 // Shared claims (semaphore permits, read and write locks), the same recipe as the mutex: our key
 // and a read of all the key's claims in one transaction; the claims in create-revision order are
 // the queue, judged by core's rule, and the token is our key's create revision (etcd's revisions
-// only grow, also across restarts). A waiter watches the prefix for deletions and re-reads.
+// only grow, also across restarts). A waiter watches the prefix for deletions (one watch for the
+// whole wait) and re-reads after each.
 // Limits travel in every claim's value, so a newcomer with another limit sees it and withdraws.
 import { BackendError, LimitMismatchError } from '@deadbolt/core';
 import { grantable, type LeaseKeeper, type SharedRequest } from '@deadbolt/core/backend';
@@ -41,6 +42,8 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
   let created = false;
   /** Keeps our lease alive once we wait, which can outlast the ttl. */
   let keeper: LeaseKeeper | undefined;
+  /** Deletions under the prefix, watched once we wait. */
+  let deletions: Awaited<ReturnType<EtcdStore['prefixDeletions']>> | undefined;
   try {
     const leaseId = await store.call('grant lease', () => etcdLease.grant());
     const claims = () => store.client.getAll().prefix(prefix).sort('Create', 'Ascend');
@@ -93,7 +96,11 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
         return null;
       }
       keeper ??= store.keepWaiting(etcdLease, ttlSeconds, acquiredAt, req.signal);
-      await store.deleted(prefix, seenAt + 1n, keeper.signal);
+      if (!deletions || deletions.failed) {
+        // A new watch is followed by a new read, so nothing deleted in between goes unseen.
+        deletions?.cancel();
+        deletions = await store.prefixDeletions(prefix, keeper.signal);
+      } else await deletions.after(seenAt, keeper.signal);
       const now = await store.call('wait', () =>
         store.client
           .if(path, 'Create', '>', 0)
@@ -105,8 +112,10 @@ export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): 
       offset = offsetOf(now.responses[1]!.response_range.kvs[0]?.value);
       seenAt = BigInt(now.header.revision);
     }
+    deletions?.cancel();
     return store.granted('shared', req, { mine, offset, revision, acquiredAt, path, etcdLease, ttlSeconds });
   } catch (error) {
+    deletions?.cancel();
     await keeper?.stop();
     throw await store.giveUp(created, path, etcdLease, ttlSeconds, keeper ? store.keptError(keeper, req.signal, error) : error);
   }

@@ -51,6 +51,31 @@ function grantGone(backend: string, error: unknown): unknown {
   return isLeaseGone(error) ? new BackendUnavailableError(backend, 'acquire', { cause: error }) : error;
 }
 
+/**
+ * A waiter on a watch's events: `until(ready, signal)` resolves once `ready()` holds, checked now
+ * and on each `wake()` (the watch's event handlers call it), or rejects with `signal`'s reason when
+ * it aborts first. One wait at a time.
+ */
+function eventWaiter(): { wake: () => void; until: (ready: () => boolean, signal: AbortSignal) => Promise<void> } {
+  let check: () => void = noop;
+  return {
+    wake: () => check(),
+    until: (ready, signal) =>
+      new Promise<void>((resolve, reject) => {
+        if (ready()) return resolve();
+        const onAbort = () => reject(signal.reason);
+        if (signal.aborted) return onAbort();
+        signal.addEventListener('abort', onAbort, { once: true });
+        check = () => {
+          if (!ready()) return;
+          check = noop;
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+      }),
+  };
+}
+
 export class EtcdStore {
   readonly name = 'etcd';
   readonly client: Etcd3;
@@ -330,11 +355,11 @@ export class EtcdStore {
     let quiet = true;
     /** Set when `key` went (or the watch failed): whether all was quiet until then. */
     let outcome: boolean | undefined;
-    let wake: () => void = noop;
+    const events = eventWaiter();
     const done = (quietUntilNow: boolean) => {
       if (outcome !== undefined) return;
       outcome = quietUntilNow;
-      wake();
+      events.wake();
     };
     watcher.on('put', (kv) => {
       if (kv.key.equals(key) || kv.key.equals(ours)) quiet = false;
@@ -346,43 +371,49 @@ export class EtcdStore {
     });
     watcher.on('error', () => done(false));
     return {
-      deleted: (signal) =>
-        new Promise<boolean>((resolve, reject) => {
-          if (outcome !== undefined) return resolve(outcome);
-          const onAbort = () => reject(signal.reason);
-          if (signal.aborted) return onAbort();
-          signal.addEventListener('abort', onAbort, { once: true });
-          wake = () => {
-            signal.removeEventListener('abort', onAbort);
-            resolve(outcome!);
-          };
-        }),
+      deleted: async (signal) => {
+        await events.until(() => outcome !== undefined, signal);
+        return outcome!;
+      },
       cancel: () => this.cancel(watcher),
     };
   }
 
-  /** Resolves when any key under `prefix` is deleted at or after `fromRevision`; rejects with the abort reason. */
-  async deleted(prefix: string, fromRevision: bigint, signal: AbortSignal): Promise<void> {
-    const watcher = await this.watchUnlessAborted(
-      () => this.client.watch().prefix(prefix).startRevision(fromRevision.toString()).create(),
-      signal,
-    );
-    try {
-      await new Promise<void>((resolve, reject) => {
-        const onAbort = () => reject(signal.reason);
-        if (signal.aborted) return onAbort();
-        signal.addEventListener('abort', onAbort, { once: true });
-        const done = () => {
-          signal.removeEventListener('abort', onAbort);
-          resolve();
-        };
-        watcher.on('delete', done);
-        // A compacted start revision means the key is long gone: look again.
-        watcher.on('error', done);
-      });
-    } finally {
-      await watcher.cancel().catch(noop);
-    }
+  /**
+   * A watch for deletions under `prefix` from now on, made once for a whole wait (a shared waiter
+   * re-reads the queue after each). From now, not from the revision of the waiter's last read:
+   * etcd serves a watch that starts behind its current revision from a catch-up loop that runs every
+   * 100 ms (see `watchDeletion`), and under contention the revision has always moved on, so each
+   * wake-up cost up to that long. The watch is made before the read it follows (the caller's job),
+   * so a deletion after that read is never missed. `after(revision, signal)` resolves once a key
+   * was deleted at a later revision than `revision` (the read's), or the watch failed (look again,
+   * with a new watch: `failed`); rejects with the abort reason. `cancel` ends it in the background.
+   */
+  async prefixDeletions(
+    prefix: string,
+    signal: AbortSignal,
+  ): Promise<{ after: (revision: bigint, signal: AbortSignal) => Promise<void>; readonly failed: boolean; cancel: () => void }> {
+    await this.settledWatches(signal);
+    const watcher = await this.watchUnlessAborted(() => this.client.watch().prefix(prefix).create(), signal);
+    let latest = -1n;
+    let failed = false;
+    const events = eventWaiter();
+    watcher.on('delete', (kv) => {
+      const at = BigInt(kv.mod_revision);
+      if (at > latest) latest = at;
+      events.wake();
+    });
+    watcher.on('error', () => {
+      failed = true;
+      events.wake();
+    });
+    return {
+      after: (revision, signal) => events.until(() => failed || latest > revision, signal),
+      get failed() {
+        return failed;
+      },
+      cancel: () => void this.cancel(watcher),
+    };
   }
 
   /** `fn`, its failure typed: `BackendUnavailableError` when etcd could not be reached or answer in time, else `BackendError` (a lease gone stays as it is: callers tell it apart). */

@@ -229,19 +229,23 @@ export const waitStranded = `SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE ${a
 export const endStranded = `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE ${advisoryEntry('$1', '$2', '$3')}`;
 
 /**
- * Params: least token, owner, key, id, lock-delay lease ms (0: none). Bumps the counter for the
- * advisory lock's holder; no row means the key's row no longer has that id (the table was emptied
- * meanwhile). In session mode `expires_at` is the lock-delay marker: NULL, or how long a holder that
- * asked for lock-delay keeps the key from the next one if its connection dies (renewed with the
- * session, cleared by its release).
+ * Params: least token, owner, key, id, lock-delay lease ms (0: none). For the advisory lock's new
+ * holder, in one statement (one round trip of the cycle's three): how long the previous holder's
+ * lock-delay marker still runs (`left_ms`, server clock; 0 none), and, only when it runs no more,
+ * the counter bumped (`token`). In session mode `expires_at` is that marker: NULL, or how long a
+ * holder that asked for lock-delay keeps the key from the next one if its connection dies (renewed
+ * with the session, cleared by its release). Both NULL: the key's row no longer has that id (the
+ * table was emptied meanwhile).
  */
-export const sessionToken = `UPDATE {locks} SET token = GREATEST(token + 1, $1::bigint), owner = $2,
-  expires_at = CASE WHEN $5::float8 > 0 THEN clock_timestamp() + $5::float8 * interval '1 millisecond' END
-  WHERE lock_key = $3 AND id = $4 RETURNING token`;
-
-/** Params: key. How long (ms, server clock) the previous holder's lock-delay marker still runs; 0: none. */
-export const sessionDelayLeft = `SELECT COALESCE(GREATEST(0, EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000), 0)::float8 AS left_ms
-  FROM {locks} WHERE lock_key = $1`;
+export const sessionToken = `WITH mark AS (
+    SELECT COALESCE(GREATEST(0, EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000), 0)::float8 AS left_ms
+    FROM {locks} WHERE lock_key = $3 AND id = $4
+  ), bumped AS (
+    UPDATE {locks} SET token = GREATEST(token + 1, $1::bigint), owner = $2,
+      expires_at = CASE WHEN $5::float8 > 0 THEN clock_timestamp() + $5::float8 * interval '1 millisecond' END
+    WHERE lock_key = $3 AND id = $4 AND (SELECT left_ms FROM mark) = 0 RETURNING token
+  )
+  SELECT (SELECT token FROM bumped) AS token, (SELECT left_ms FROM mark) AS left_ms`;
 
 /** Params: key, owner, lease ms (0: clear). Renews or clears a holder's lock-delay marker. */
 export const sessionDelayMark = `UPDATE {locks} SET expires_at = CASE WHEN $3::float8 > 0 THEN clock_timestamp() + $3::float8 * interval '1 millisecond' END
@@ -251,12 +255,18 @@ export const sessionDelayMark = `UPDATE {locks} SET expires_at = CASE WHEN $3::f
 export const sessionRenew = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE ${advisoryEntry('pg_backend_pid()', '$1', '$2')} AND granted) AS mine,
   set_config('idle_session_timeout', $3, false)`;
 
-/** Puts the idle limit back as it was, before a connection that took no lock goes back to the pool. */
-export const sessionReset = `SELECT set_config('idle_session_timeout', (SELECT reset_val FROM pg_settings WHERE name = 'idle_session_timeout'), false)`;
+/**
+ * The idle limit put back as it was: `set_config` with a NULL value is RESET (the session's
+ * starting value). Reading that value from `pg_settings` instead cost about a millisecond of server
+ * time: the view builds every setting.
+ */
+const resetIdleLimit = `set_config('idle_session_timeout', NULL, false)`;
 
-/** Params: namespace, id. Also puts the idle limit back as it was, so the pooled connection lives on as before. */
-export const sessionRelease = `SELECT pg_advisory_unlock($1::int, $2::int) AS released,
-  set_config('idle_session_timeout', (SELECT reset_val FROM pg_settings WHERE name = 'idle_session_timeout'), false)`;
+/** Puts the idle limit back, before a connection that took no lock goes back to the pool. */
+export const sessionReset = `SELECT ${resetIdleLimit}`;
+
+/** Params: namespace, id. Also puts the idle limit back, so the pooled connection lives on as before. */
+export const sessionRelease = `SELECT pg_advisory_unlock($1::int, $2::int) AS released, ${resetIdleLimit}`;
 
 /** Lifts a shared key's counter to `floor` while our claim lives. Params: key, owner, floor. One row = raised. */
 export const sharedRaiseFloor = `UPDATE {sharedKeys} SET token = GREATEST(token, $3::bigint)

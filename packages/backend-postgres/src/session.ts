@@ -131,12 +131,11 @@ export class PostgresSessions implements SessionDialect<PoolClient, number> {
     markMs: number,
   ): Promise<bigint | { waitMs: number } | typeof AGAIN> {
     const { sql } = this.#store;
-    const keyBytes = Buffer.from(req.key, 'utf8');
-    const waitMs = Number((await this.#store.on(client, sql.sessionDelayLeft, [keyBytes])).rows[0]?.['left_ms'] ?? 0);
+    const params = [(req.minToken ?? 0n).toString(), req.owner, Buffer.from(req.key, 'utf8'), id, markMs];
+    const row = (await this.#store.on(client, sql.sessionToken, params)).rows[0];
+    if (row?.['token'] != null) return BigInt(row['token'] as string);
+    const waitMs = Number(row?.['left_ms'] ?? 0);
     if (waitMs > 0) return { waitMs };
-    const result = await this.#store.on(client, sql.sessionToken, [(req.minToken ?? 0n).toString(), req.owner, keyBytes, id, markMs]);
-    const token = result.rows[0]?.['token'];
-    if (token !== undefined) return BigInt(token as string);
     // The key's row was replaced (the table emptied meanwhile): its id is another now.
     this.#ids.delete(req.key);
     return AGAIN;

@@ -117,6 +117,24 @@ describe('postgres backend', () => {
     await Promise.all(held.map((l) => l.release()));
   });
 
+  it('session mode: a released lock (and a refused try) leaves its pooled connection with the idle limit it had', async () => {
+    // One connection: every step below runs on it. The lock sets the session's idle limit to its ttl.
+    const backend = postgresBackend({ url, mode: 'session', connectionLimit: 1 });
+    const locker = track(createLocker(backend, { ttlMs: 7000 }));
+    const other = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 5000 }));
+    const limit = async () => (await backend.client.query('SHOW idle_session_timeout')).rows[0].idle_session_timeout as string;
+    const before = await limit();
+    expect(before).not.toBe('7s');
+    const k = key();
+    const held = await locker.lock(k);
+    await held.release();
+    expect(await limit()).toBe(before);
+    const theirs = await other.lock(k);
+    expect(await locker.tryLock(k)).toBeNull();
+    expect(await limit()).toBe(before);
+    await theirs.release();
+  });
+
   it('session mode: a dead holder connection frees the lock at once, and the waiter blocked in the server gets it', async () => {
     const a = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
     const b = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));

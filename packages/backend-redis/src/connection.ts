@@ -5,6 +5,13 @@ import type { StoreUrl } from '@deadbolt/core/backend';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 
 /**
+ * A client of yours the backend accepts. Named, so that declarations say `Redis | Cluster` as
+ * written: inferred, they print ioredis 6's generic `Redis<"legacy">`, which ioredis 5's types
+ * (still in the peer range) do not have.
+ */
+export type RedisClient = Redis | Cluster;
+
+/**
  * A client for `url` (one server, or a cluster's seed nodes), made as every client deadbolt makes:
  * bounded connects and commands, a silent connection replaced, no command queued while the server
  * is down. Its errors reach callers through their commands. @throws InvalidArgumentError when the
@@ -62,10 +69,26 @@ export function openRedis(
     if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one Redis server (several only with cluster: true)');
     client = new Redis(url.href, connection);
   }
-  // Errors reach callers through the failed commands; this only stops ioredis logging them.
-  client.on('error', () => undefined);
+  // Errors reach callers through the failed commands (see `withConnectionError`); listening only
+  // stops ioredis logging them.
+  client.on('error', (error: Error) => lastError.set(client, error));
+  client.on('ready', () => lastError.delete(client));
   keepConnected(client);
   return client;
+}
+
+/** Each client of ours' latest connection error, until it is ready again. */
+const lastError = new WeakMap<Redis | Cluster, Error>();
+
+/**
+ * The error to report for a command of `client`'s that failed: when it never reached a server
+ * (ioredis gives up after `maxRetriesPerRequest` reconnects, naming that option, which the user
+ * never set), why the connection failed, with ioredis' error as its cause.
+ */
+export function withConnectionError(client: Redis | Cluster, error: unknown): unknown {
+  if (!(error instanceof Error) || error.name !== 'MaxRetriesPerRequestError') return error;
+  const why = lastError.get(client);
+  return new Error(why ? `not connected: ${why.message}` : 'not connected', { cause: error });
 }
 
 /** Clients of ours that we are closing: their end is the last. */

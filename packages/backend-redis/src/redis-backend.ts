@@ -20,7 +20,7 @@ import {
   TestingHooks,
 } from '@deadbolt/core/backend';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
-import { closeRedis, openRedis } from './connection.js';
+import { closeRedis, openRedis, type RedisClient } from './connection.js';
 import { RedisMutex, type RedisLease } from './mutex.js';
 import { RedisSharedClaims } from './shared.js';
 import { MAX_EXACT_TOKEN, RedisStore, type RedisKeys } from './store.js';
@@ -104,7 +104,10 @@ export interface RedisBackendOptions {
 /** How each option of `redisBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const redisOptionRules = {
   url: url(['redis', 'rediss']),
-  client: instance((v): v is Redis | Cluster => v instanceof Redis || v instanceof Cluster, 'an ioredis Redis or Cluster client'),
+  client: instance(
+    (v): v is RedisClient => v instanceof Redis || v instanceof Cluster,
+    'an ioredis Redis or Cluster client',
+  ) as Rule<RedisClient>,
   cluster: flag,
   clusterOptions: settings as Rule<Omit<ClusterOptions, 'redisOptions'>>,
   sentinel: text(/^[\w.-]{1,100}$/, "a Sentinel master name (letters, digits, '.', '_', '-')", ['', 'a b', 'x'.repeat(101)]),

@@ -60,7 +60,9 @@ export interface RedlockLease extends Lease {
  * towards the majority, so with 3 nodes it alone could grant a lock.
  */
 const nodeUrl = url(['redis', 'rediss']);
-const nodesRule: Rule<(StoreUrl | Redis)[]> = {
+/** A Redlock node as given: a URL, or a client of yours (a union, so declarations print it as written: see `RedisClient`). */
+type RedlockNode = StoreUrl | Redis;
+const nodesRule: Rule<RedlockNode[]> = {
   check(value, name) {
     if (!Array.isArray(value) || value.length === 0 || value.length > 99) {
       throw new InvalidArgumentError(`${name} must be an array of 1 to 99 redis:// urls or ioredis clients, got ${describe(value)}`);

@@ -360,8 +360,9 @@ end
 
 /**
  * ARGV: owner, ttlMs, wait (0|1), mode (S|X), limit (0: none), counter ttl ms, waiter ttl ms,
- * least token ('0': any). Returns {1, token} when granted, {0} when not (a waiter stays queued;
- * a one-shot attempt leaves nothing), {2, stored limit} when live claims have another limit.
+ * least token ('0': any). Returns {1, token} when granted; {0, place} when not, for a waiter,
+ * which stays queued (its place: how many claims are ahead of it); {0} for a one-shot attempt,
+ * which leaves nothing; {2, stored limit} when live claims have another limit.
  */
 export const SHARED_ACQUIRE = `${clock}
 ${purgeExpiredClaims}
@@ -403,7 +404,7 @@ end
 redis.call('ZADD', KEYS[3], now_ms + tonumber(ok and ARGV[2] or ARGV[7]), ARGV[1])
 ${keepClaimKeys}
 if ok then return {1, token} end
-return {0}
+return {0, rank}
 `;
 
 /** ARGV: owner, ttlMs. Returns 1 when extended, 0 when the claim is gone (released, expired, forgotten). */

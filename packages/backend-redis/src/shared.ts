@@ -25,13 +25,29 @@ export class RedisSharedClaims {
     if (!req.wait) return this.#attempt(req, keys);
     await store.subscribed.run();
     const { pollMs: poll } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
+    // A semaphore's waiter with `limit` or more claims ahead of it cannot be granted by the next
+    // release: it sleeps through releases until as many have gone by as its place needs (each
+    // release publishes one message), so a release wakes the one waiter it may let in rather than
+    // every waiter of the key in this process, each with a script to run. A release that this
+    // count misses (a claim that expired) is found by the re-check every `poll` ms.
+    let place = 0;
+    let releases = 0;
+    const onPlace = (ahead: number) => {
+      place = ahead;
+      releases = 0;
+    };
     try {
       return await pollForLease(
         keys.lock,
         req.signal,
-        () => this.#attempt(req, keys),
+        () => this.#attempt(req, keys, onPlace),
         (lease) => this.release(lease).then(() => undefined),
-        { notifier: store.notifier, minDelayMs: Math.min(5, poll), maxDelayMs: poll },
+        {
+          notifier: store.notifier,
+          minDelayMs: Math.min(5, poll),
+          maxDelayMs: poll,
+          ...(req.limit > 0 ? { wakes: () => place - ++releases < req.limit } : {}),
+        },
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
@@ -41,7 +57,8 @@ export class RedisSharedClaims {
     }
   }
 
-  async #attempt(req: SharedRequest, keys: RedisKeys): Promise<RedisLease | null> {
+  /** One attempt; a waiter that stays queued tells `onPlace` how many claims are ahead of it. */
+  async #attempt(req: SharedRequest, keys: RedisKeys, onPlace?: (ahead: number) => void): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
     const waiterTtl = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
     const reply = (await this.#store.run('acquire', scripts.sharedAcquire, keys, [
@@ -53,13 +70,16 @@ export class RedisSharedClaims {
       String(Math.max(COUNTER_TTL_MS, req.ttlMs * 2)),
       String(waiterTtl),
       req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
-    ])) as [number, string?];
+    ])) as [number, (string | number)?];
     if (reply[0] === 2) {
       // Another limit: leave no claim of ours behind (a waiter may have queued on an earlier call).
       if (req.wait) await this.#leave(keys, req.owner);
       throw new LimitMismatchError(req.key, Number(reply[1]), req.limit);
     }
-    if (reply[0] !== 1) return null;
+    if (reply[0] !== 1) {
+      if (reply[1] !== undefined) onPlace?.(Number(reply[1]));
+      return null;
+    }
     const lease: RedisLease = { kind: 'shared', key: req.key, owner: req.owner, token: BigInt(reply[1]!), acquiredAt, keys };
     if (this.#store.syncReplicas > 0) await this.#store.synced('acquire', () => this.release(lease));
     return lease;

@@ -5,7 +5,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { BackendError, BackendUnavailableError } from '@deadbolt/core';
 import { Once, ReleaseNotifier } from '@deadbolt/core/backend';
 import { Cluster, ReplyError, type Redis } from 'ioredis';
-import { closeRedis, keepConnected } from './connection.js';
+import { closeRedis, keepConnected, withConnectionError } from './connection.js';
 import {
   ACQUIRE,
   GUARDED_ACQUIRE,
@@ -170,7 +170,7 @@ export class RedisStore {
   /** The typed error for a failed command: the server's refusal (a reply error), or no answer. */
   failure(operation: string, error: unknown): BackendError | BackendUnavailableError {
     if (error instanceof ReplyError) return new BackendError(this.name, operation, { cause: error });
-    return new BackendUnavailableError(this.name, operation, { cause: error });
+    return new BackendUnavailableError(this.name, operation, { cause: withConnectionError(this.client, error) });
   }
 
   /**
@@ -185,7 +185,7 @@ export class RedisStore {
       acknowledged = (await (this.client as Redis).wait(syncReplicas, syncTimeoutMs)) as number;
     } catch (error) {
       if (giveBack) await giveBack().catch(() => undefined);
-      throw new BackendUnavailableError(this.name, operation, { cause: error });
+      throw new BackendUnavailableError(this.name, operation, { cause: withConnectionError(this.client, error) });
     }
     if (acknowledged >= syncReplicas) return;
     const cause = new Error(`${acknowledged} of ${syncReplicas} replicas acknowledged the write within ${syncTimeoutMs} ms`);
@@ -232,7 +232,7 @@ export class RedisStore {
       config = (await this.client.config('GET', 'maxmemory*')) as string[]; // name, value, name, value, ...
     } catch (error) {
       if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
-      throw new BackendUnavailableError(this.name, 'acquire', { cause: error });
+      throw new BackendUnavailableError(this.name, 'acquire', { cause: withConnectionError(this.client, error) });
     }
     const settings: Record<string, string> = {};
     for (let i = 0; i + 1 < config.length; i += 2) settings[config[i]!] = config[i + 1]!;

@@ -88,7 +88,7 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
       const keys = keysFor(admin, key);
       const [value, queued, [seconds, micros]] = await Promise.all([
         admin.client.get(keys.lock),
-        admin.client.zrange(keys.queue, 0, -1),
+        admin.client.zrange(keys.queue, '0', '-1'),
         admin.client.time(),
       ]);
       const [holder, , ends] = (value ?? '').split('|');
@@ -104,7 +104,7 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
       const [seconds, micros] = await admin.client.time();
       const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
       const live = new Set(await admin.client.zrangebyscore(keys.queue, `(${nowMs}`, '+inf'));
-      return (await admin.client.zrange(keys.lock, 0, -1)).filter((owner) => live.has(owner));
+      return (await admin.client.zrange(keys.lock, '0', '-1')).filter((owner) => live.has(owner));
     },
     async loseSharedClaim(key, owner) {
       const keys = sharedKeysFor(admin, key);
@@ -114,7 +114,7 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
       const client = (backend as RedisBackend).client;
       if (client instanceof Cluster) {
         // A cluster client has a connection to every node: cut every client connection but ours.
-        await Promise.all(nodes().map((node) => node.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')));
+        await Promise.all(nodes().map((node) => node.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')));
         return;
       }
       const id = await client.client('ID');
@@ -172,7 +172,7 @@ export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
         await Promise.all(admins.map((admin) => admin.del(name)));
       },
       async dropConnection() {
-        await Promise.all(admins.map((admin) => admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')));
+        await Promise.all(admins.map((admin) => admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')));
       },
       // Restarts the first node empty: its restart guard keeps it out, the other two are a majority.
       restartServer: () => restartMatrixServer('redis-redlock', () => admins[0]!.ping()),

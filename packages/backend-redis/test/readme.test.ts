@@ -1,7 +1,29 @@
 import { createLocker } from '@deadbolt/core';
 import { matrixUrl } from '@deadbolt/conformance';
 import { redisBackend } from '@deadbolt/redis';
+import { execFile } from 'node:child_process';
+import { readFile, rm, writeFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
 import { expect, it } from 'vitest';
+
+// The root README's plain JavaScript example, taken from the README itself and run with node as a
+// user would (from this package's folder, so its imports resolve; Redis at the matrix's address).
+it('the README plain JavaScript example runs as written on Node 20', async () => {
+  const readme = await readFile(new URL('../../../README.md', import.meta.url), 'utf8');
+  const example = /```js\n(\/\/ example\.mjs\n[\s\S]*?)```/.exec(readme)?.[1];
+  expect(example, 'the README has a ```js block starting "// example.mjs"').toBeDefined();
+  expect(example).not.toContain('await using');
+  const file = new URL(`../readme-example-${process.pid}.mjs`, import.meta.url);
+  await writeFile(file, example!.replaceAll('redis://127.0.0.1:6379', matrixUrl('redis')));
+  try {
+    const { stdout } = await promisify(execFile)(process.execPath, [file.pathname], { timeout: 30_000 });
+    const [first, second] = [...stdout.matchAll(/token (\d+)/g)].map((m) => BigInt(m[1]!));
+    expect(stdout).toMatch(/^holding invoice:42, fencing token \d+\nholding it again, token \d+\n$/);
+    expect(second! > first!).toBe(true);
+  } finally {
+    await rm(file, { force: true });
+  }
+});
 
 // The root README's example, verbatim apart from the stand-ins for the caller's storage.
 it('the README example runs as written', async () => {

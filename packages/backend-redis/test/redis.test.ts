@@ -82,7 +82,7 @@ describe('redis backend', () => {
     const held = await a.lock(k);
     const waiting = b.lock(k, { timeoutMs: 5000 });
     await new Promise((r) => setTimeout(r, 100));
-    await admin.client('KILL', 'TYPE', 'pubsub');
+    await admin.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
     await held.release();
     const lock = await waiting;
     expect(lock.held).toBe(true);
@@ -163,7 +163,7 @@ describe('redis backend', () => {
     // The handoff kept the lock key's expiry, which must still cover the last waiter's deadline.
     // Read at one instant (a transaction): read one after the other, the second answer came up to
     // tens of ms later on a loaded machine, and the key's time left had shrunk by as much.
-    const answers = (await admin.multi().zrange(keys.deadlines, -1, -1, 'WITHSCORES').time().pttl(keys.lock).exec())!;
+    const answers = (await admin.multi().zrange(keys.deadlines, '-1', '-1', 'WITHSCORES').time().pttl(keys.lock).exec())!;
     const [deadlines, time, pttl] = answers.map(([, value]) => value) as [string[], string[], number];
     const [, last] = deadlines;
     const [seconds, micros] = time;

@@ -4,11 +4,12 @@
  * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
- * 7 a contended semaphore, 8 a read-heavy read-write lock, 9 a fenced write beside a plain one. Writes
+ * 7 a contended semaphore, 8 a read-heavy read-write lock, 9 a fenced write beside a plain one, 10 scenarios
+ * 1 and 4 again beside a CPU-burning neighbour (a busy host; with --full, or when --scenarios names it). Writes
  * bench-results/<time>/{results.json, summary.md, report.html}. About 660 lines: the order of
  * the run (which subjects, interleaved how) and each scenario's table, in the order the report has.
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -36,6 +37,8 @@ import {
 import { fenceCost, fenceCostLines, fenceStores, type FenceCostResult } from './fences.js';
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
+import { digest, floorRatio, peerPairs } from './digest.js';
+import { besideBusyNeighbour } from './neighbour.js';
 import { openProbe, type StoreProbe } from './stores.js';
 import { floors, migrationPairs, sharedSubjects, subjects, tracedSubjects, type Store, type Subject } from './subjects.js';
 
@@ -67,10 +70,14 @@ if (args.help) {
   process.exit(0);
 }
 const full = args.full === true;
-const only = args.only?.split(',');
-const chosen = args.scenarios?.split(',');
-/** Whether scenario `n` runs (all do unless --scenarios names some). */
-const runs = (n: number) => !chosen || chosen.includes(String(n));
+const only = args.only?.split(',').map((s) => s.trim());
+const chosen = args.scenarios?.split(',').map((s) => s.trim());
+/**
+ * Whether scenario `n` runs: those --scenarios names; without it, all of them, except that the busy
+ * host (10, scenarios 1 and 4 a second time) is left to --full to keep the quick run near ten minutes.
+ */
+const runs = (n: number) => (chosen ? chosen.includes(String(n)) : n !== 10 || full);
+const SCENARIOS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10'];
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
 const clientCounts = full ? [2, 8, 32] : [2, 8];
@@ -82,6 +89,10 @@ const warmMs = full ? 1000 : 500;
 const thesisCount = args.thesis !== undefined ? Number(args.thesis) : full ? 1000 : 100;
 
 const f = (n: number, digits = 2) => n.toFixed(digits);
+const describe = (error: unknown) =>
+  error instanceof Error
+    ? `${error.message}${error.cause instanceof Error && !error.message.includes(error.cause.message) ? ` (${error.cause.message})` : ''}`
+    : String(error);
 const optional = (n: number | undefined, digits = 2) => (n === undefined ? 'n/a' : f(n, digits));
 
 /** The installed version of a client library, read from its package.json. */
@@ -99,22 +110,43 @@ function libraryVersion(name: string): string {
 }
 
 const all = subjects();
-const stores = [...new Set(all.map((s) => s.store))].filter((store) => !only || only.includes(store));
+const known = [...new Set(all.map((s) => s.store))];
+// A misspelt store or scenario would otherwise run nothing and print empty tables.
+for (const [flag, given, valid] of [
+  ['--only', only, known],
+  ['--scenarios', chosen, SCENARIOS],
+] as const) {
+  const wrong = given?.filter((value) => !(valid as readonly string[]).includes(value)) ?? [];
+  if (given && (wrong.length > 0 || given.length === 0)) {
+    console.error(
+      `${flag}: unknown ${wrong.map((w) => JSON.stringify(w)).join(', ') || 'empty list'}; choose from ${valid.join(', ')}\n${usage}`,
+    );
+    process.exit(2);
+  }
+}
+const stores = known.filter((store) => !only || only.includes(store));
 const probes = new Map<Store, StoreProbe>();
 const versions = new Map<Store, string>();
+/** Stores left out because they did not answer, with the error that said so. */
+const leftOut = new Map<Store, string>();
 for (const store of stores) {
   // A store is benchmarked when deadbolt's own backend can take a lock on it.
   const client = await all.find((s) => s.store === store && s.backend)!.client();
-  const answers = await client.acquire(`bench:probe:${process.pid}`).then(
-    async (held) => (await held.release(), true),
-    () => false,
+  const failed = await client.acquire(`bench:probe:${process.pid}`).then(
+    async (held) => void (await held.release()),
+    (error: unknown) => describe(error),
   );
   await client.close().catch(() => undefined);
-  if (!answers) continue;
+  if (failed !== undefined) {
+    leftOut.set(store, failed);
+    continue;
+  }
   const probe = await openProbe(store);
   probes.set(store, probe);
   versions.set(store, await probe.version());
 }
+console.error(`[bench] stores: ${[...probes.keys()].join(', ')}${only ? ` (--only ${only.join(',')})` : ''}`);
+for (const [store, why] of leftOut) console.error(`[bench] left out ${store}: ${why}`);
 const available = all.filter((s) => probes.has(s.store));
 const ours = available.filter((s) => s.backend);
 const traced = tracedSubjects().filter((s) => probes.has(s.store));
@@ -128,36 +160,78 @@ const readWriteSubjects = shared.readWrite.filter((s) => probes.has(s.store));
 const up = stores.filter((store) => probes.has(store));
 const storesWith = (list: Subject[]) => new Set(list.map((s) => s.store)).size;
 const mostPerStore = Math.max(0, ...up.map((store) => thesisSubjects.filter((s) => s.store === store).length));
-// One progress step per interleaved group (a store's subjects in one scenario and setting).
+// One progress step per interleaved group (a store's subjects in one scenario and setting), for
+// the scenarios that run.
+const count = (n: number, steps: number) => (runs(n) ? steps : 0);
 const steps =
-  up.length * (2 + clientCounts.length) +
-  (probes.has('memory') ? clientCounts.length : 0) +
-  storesWith(semaphoreSubjects) +
-  storesWith(readWriteSubjects) +
-  migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length +
-  mostPerStore +
-  up.filter((store) => fenceStores.includes(store)).length +
-  thesisSubjects.length * 3;
+  count(1, up.length) +
+  count(3, up.length * clientCounts.length + (probes.has('memory') ? clientCounts.length : 0)) +
+  count(4, up.length) +
+  count(10, up.length * 2) +
+  count(7, storesWith(semaphoreSubjects)) +
+  count(8, storesWith(readWriteSubjects)) +
+  count(6, migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length) +
+  count(5, mostPerStore) +
+  count(9, up.filter((store) => fenceStores.includes(store)).length) +
+  count(2, thesisSubjects.length * 3);
 let done = 0;
 const startedAt = performance.now();
 /** When each step started (seconds into the run), kept in results.json: what makes a run long. */
 const timeline: [startedS: number, step: string][] = [];
-/** A progress bar on stderr (a terminal only): steps done, elapsed time, what runs now. */
+const resultsRoot = join(process.env.INIT_CWD ?? process.cwd(), 'bench-results');
+/**
+ * The last run's timeline of the same profile (step label → when it started, and when that run
+ * ended), from its results.json: steps differ a hundredfold in length, so the time left is best
+ * told by where the same step stood last time. Undefined when there is none.
+ */
+function lastTimeline(): { starts: Map<string, number>; end: number } | undefined {
+  try {
+    for (const run of readdirSync(resultsRoot).sort().reverse()) {
+      const saved = JSON.parse(readFileSync(join(resultsRoot, run, 'results.json'), 'utf8')) as {
+        full?: boolean;
+        timeline?: [number, string][];
+      };
+      if (saved.full !== full || !saved.timeline?.length) continue;
+      const starts = new Map(saved.timeline.map(([at, label]) => [label, at]));
+      return { starts, end: saved.timeline.at(-1)![0] };
+    }
+  } catch {
+    /* no earlier run here */
+  }
+  return undefined;
+}
+const previous = lastTimeline();
+const clock = (s: number) => `${Math.floor(s / 60)}:${String(Math.round(s % 60)).padStart(2, '0')}`;
+/**
+ * Progress on stderr: steps done, time so far, an estimate of the time left (see `lastTimeline`),
+ * and what runs now. A bar
+ * redrawn in place on a terminal; a line per step otherwise (CI, `| tee`).
+ */
 const progress = (text: string) => {
-  timeline.push([Math.round(performance.now() - startedAt) / 1000, text || 'done']);
-  if (!process.stderr.isTTY) return;
-  if (text === '') return void process.stderr.write('\r\x1b[K');
-  const width = 24;
-  const filled = Math.round((width * done) / Math.max(1, steps));
-  const elapsed = Math.round((performance.now() - startedAt) / 1000);
-  process.stderr.write(
-    `\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done + 1}/${steps} ${elapsed}s ${text.slice(0, 70)}`,
-  );
+  const elapsed = (performance.now() - startedAt) / 1000;
+  timeline.push([Math.round(elapsed * 1000) / 1000, text || 'done']);
+  const tty = process.stderr.isTTY;
+  if (text === '') return void process.stderr.write(tty ? '\r\x1b[K' : `[bench] done in ${clock(elapsed)}\n`);
+  // Where this step stood in the last run, scaled by how fast this run has gone so far (once there
+  // is enough of it to judge: 5 s); without one, the average step so far for each step to come.
+  const before = previous?.starts.get(text);
+  const pace = before !== undefined && before >= 5 ? elapsed / before : 1;
+  const estimate =
+    before !== undefined ? (previous!.end - before) * pace : done > 0 ? (elapsed / done) * Math.max(0, steps - done) : undefined;
+  const left = estimate !== undefined ? `, about ${clock(estimate)} left` : '';
+  const status = `${Math.min(done + 1, steps)}/${steps}, ${clock(elapsed)}${left}: ${text}`;
+  if (tty) {
+    const width = 20;
+    const filled = Math.round((width * done) / Math.max(1, steps));
+    process.stderr.write(
+      `\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${status.slice(0, (process.stderr.columns || 100) - width - 4)}`,
+    );
+  } else {
+    process.stderr.write(`[bench] ${status}\n`);
+  }
   done++;
 };
 const failures: string[] = [];
-const describe = (error: unknown) =>
-  error instanceof Error ? `${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ''}` : String(error);
 /** Runs one step of the run; a step that fails is reported in the summary and the run goes on. */
 async function step<T>(label: string, run: () => Promise<T>, into: T[]): Promise<void> {
   progress(label);
@@ -297,17 +371,31 @@ for (const store of up) {
     readWriteResults,
   );
 }
-const manyKeysResults: ManyKeysResult[] = [];
-for (const store of up.filter(() => runs(4))) {
-  const group = available.filter((s) => s.store === store && !s.livelocksAbove);
-  const open = (s: Subject) => openManyKeys(s, 200, 10_000, 20, durationMs / rounds, probes.get(store)!, warmMs);
-  await interleaved(
-    'scenario 4, 200 workers over 10 000 keys',
-    group,
-    open,
+/** Scenario 4 on one store's subjects (those that do not livelock), interleaved. */
+const manyKeysOn = (store: Store, label: string, into: ManyKeysResult[]) =>
+  interleaved(
+    label,
+    available.filter((s) => s.store === store && !s.livelocksAbove),
+    (s) => openManyKeys(s, 200, 10_000, 20, durationMs / rounds, probes.get(store)!, warmMs),
     (s, segments) => manyKeysResult(s.name, 200, 10_000, segments),
-    manyKeysResults,
+    into,
   );
+const manyKeysResults: ManyKeysResult[] = [];
+for (const store of up.filter(() => runs(4))) await manyKeysOn(store, 'scenario 4, 200 workers over 10 000 keys', manyKeysResults);
+// Scenario 10: scenarios 1 and 4 again, each store's group beside a neighbour that keeps a core busy.
+const busyUncontendedResults: UncontendedResult[] = [];
+const busyManyKeysResults: ManyKeysResult[] = [];
+/** Long enough for the slowest group here (scenario 1 on a polling store, a quick run's cycles); it ends sooner if the group does. */
+const NEIGHBOUR_LIMIT_MS = 15 * 60_000;
+for (const store of up.filter(() => runs(10))) {
+  const label = `scenario 10: ${store}, scenario 1 beside a busy neighbour`;
+  await besideBusyNeighbour(NEIGHBOUR_LIMIT_MS, async () => {
+    progress(label);
+    busyUncontendedResults.push(...(await uncontendedOn(store)));
+  }).catch((error: unknown) => void failures.push(`${label}: ${describe(error)}`));
+  await besideBusyNeighbour(NEIGHBOUR_LIMIT_MS, () =>
+    manyKeysOn(store, 'scenario 10, scenario 4 beside a busy neighbour', busyManyKeysResults),
+  ).catch((error: unknown) => void failures.push(`scenario 10: ${store}: ${describe(error)}`));
 }
 /**
  * Scenario 5 is mostly idle (renewals every ttl / 3): one subject of every store at a time, all at
@@ -345,11 +433,23 @@ for (const subject of thesisSubjects.filter(() => runs(2))) {
 }
 progress('');
 
-const floorOf = (subject: string) => {
+/** Every subject by name and store; ours are named "deadbolt …" (floors and peers are not). */
+const named = [...all, ...traced, ...shared.semaphores, ...shared.readWrite].map((s) => ({
+  name: s.name,
+  store: s.store,
+  ours: s.name.startsWith('deadbolt '),
+}));
+/** The floor row of `subject`'s store among `rows` (scenario 1's, or scenario 10's busy ones). */
+const floorOf = (subject: string, rows = uncontendedResults) => {
   const store = [...all, ...traced].find((s) => s.name === subject)?.store;
   const name = store && floors[store]?.name;
-  return uncontendedResults.find((r) => r.subject === name);
+  return rows.find((r) => r.subject === name);
 };
+const CLIENT_CPU_NOTE =
+  'Client CPU: user + system time of this benchmark process over the timed blocks, per operation (for memory it includes the store).';
+/** `r`'s p50 over its floor's, "(mean)" where the floor is below the clock's resolution (see `floorRatio`). */
+const floorRatioText = (r: UncontendedResult, floor: UncontendedResult | undefined) =>
+  floor ? ((q) => `${f(q.value)}×${q.mean ? ' (mean)' : ''}`)(floorRatio(r, floor)) : '';
 const libraries = [
   'ioredis',
   'mysql2',
@@ -384,117 +484,119 @@ function drift(cycleMs: number[]): number {
   return summarize(cycleMs.slice(-tenth)).p50 / summarize(cycleMs.slice(0, tenth)).p50;
 }
 
-lines.push(
-  '## Scenario 1: uncontended acquire + release',
-  '',
-  "A store's floor, our backends and the peers run interleaved: 10 rounds, each subject timing a tenth of its cycles per round with its",
-  "own open client, so a drift in the machine's speed (loopback round trips here vary several-fold between an idle and a busy machine)",
-  "slows them all alike. Idle background traffic of the store's other open clients (ZooKeeper pings, the Cassandra time service) falls",
-  'into whichever block runs: a few requests per thousand cycles.',
-  "Drift is the p50 of the last tenth of a subject's cycles over its first tenth, all on one key: a store whose cost grows with use",
-  "(tombstones, for one) shows it there; the floor's drift is the machine's.",
-  '',
-);
-lines.push(
-  '| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) | drift (last/first tenth, p50) | store requests per cycle |',
-  '|---|---|---|---|---|---|---|---|',
-);
-for (const r of uncontendedResults) {
-  const floor = floorOf(r.subject);
-  const ratio = floor ? `${f(r.cycle.p50 / floor.cycle.p50)}×` : '';
+/** What a scenario that needs a real store says when none ran: none was chosen, or none answered (named above the tables). */
+const noStore = !stores.some((store) => store !== 'memory')
+  ? `_Not run: these scenarios need a real store, and \`--only ${only?.join(',')}\` named none._`
+  : `_Not run: these scenarios need a real store, and none answered (left out: ${[...leftOut.keys()].join(', ')}; \`bash scripts/bench.sh\` starts them)._`;
+if (runs(1)) {
   lines.push(
-    `| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${f(drift(r.cycleMs))}× | ${optional(r.storeRequestsPerCycle, 1)} |`,
-  );
-}
-const tracedRows = traced.flatMap((t) => {
-  const on = uncontendedResults.find((r) => r.subject === t.name);
-  const off = uncontendedResults.find((r) => `${r.subject} + @deadbolt/otel` === t.name);
-  return on && off ? [{ on, off }] : [];
-});
-if (tracedRows.length > 0) {
-  lines.push(
+    '## Scenario 1: uncontended acquire + release',
     '',
-    "Tracing: a `… + @deadbolt/otel` row is the row above it with `instrumentDeadbolt()` subscribed to deadbolt's channels during",
-    "its own blocks only (the OpenTelemetry SDK's tracer and meter providers, nothing exported); every other row runs with no",
-    'subscriber, where deadbolt builds and publishes no event. What recording every call costs, per cycle:',
+    "A store's floor, our backends and the peers run interleaved: 10 rounds, each subject timing a tenth of its cycles per round with its",
+    "own open client, so a drift in the machine's speed (loopback round trips here vary several-fold between an idle and a busy machine)",
+    "slows them all alike. Idle background traffic of the store's other open clients (ZooKeeper pings, the Cassandra time service) falls",
+    'into whichever block runs: a few requests per thousand cycles.',
+    "Drift is the p50 of the last tenth of a subject's cycles over its first tenth, all on one key: a store whose cost grows with use",
+    "(tombstones, for one) shows it there; the floor's drift is the machine's.",
+    CLIENT_CPU_NOTE,
     '',
-    '| subject | p50 without → with | cost per cycle (p50) |',
-    '|---|---|---|',
-    ...tracedRows.map(
-      ({ on, off }) =>
-        `| ${off.subject} | ${f(off.cycle.p50, 3)} → ${f(on.cycle.p50, 3)} ms | ${f((on.cycle.p50 - off.cycle.p50) * 1000, 1)} µs (${f(on.cycle.p50 / off.cycle.p50)}×) |`,
-    ),
   );
-}
-lines.push(
-  '',
-  '## Scenario 6: migration cost (uncontended acquire + release in `dual`, against each store alone)',
-  '',
-  'Each store alone, both stores held one after the other by two plain lockers (what `dual` does, without the migration: no',
-  'token floors, no wrapper), and the pair in `dual` (`migratingBackend`), interleaved as in scenario 1, each on its own key. The goal',
-  "is a `dual` cycle within 1.1 × the sum of the two stores' own cycles. On a small machine whose stores share its cores, a store that",
-  'waited while the other worked answers more slowly than one called back to back: the "both" column shows that cost, which any',
-  'client holding two stores pays; "dual / both" is what the migration itself adds (a raise per grant where one store counts in revisions).',
-  '',
-  '| pair | from p50 ms | to p50 ms | sum | both p50 ms | dual p50 ms | dual / sum (p50) | dual / both (p50) | dual / sum (mean) |',
-  '|---|---|---|---|---|---|---|---|---|',
-);
-for (const { pair, from, to, nested, dual } of migrationResults) {
-  const sum = from.cycle.p50 + to.cycle.p50;
-  const mean = (r: UncontendedResult) => 1000 / r.perSecond;
   lines.push(
-    `| ${pair} | ${f(from.cycle.p50, 3)} | ${f(to.cycle.p50, 3)} | ${f(sum, 3)} | ${f(nested.cycle.p50, 3)} | ${f(dual.cycle.p50, 3)} | ${f(dual.cycle.p50 / sum)}× | ` +
-      `${f(dual.cycle.p50 / nested.cycle.p50)}× | ${f(mean(dual) / (mean(from) + mean(to)))}× |`,
+    '| subject | cycles | cycles/s | p50 ms | p99 ms | overhead vs floor (p50) | drift (last/first tenth, p50) | store requests per cycle | client CPU µs per cycle |',
+    '|---|---|---|---|---|---|---|---|---|',
   );
-}
-if (!migrationResults.length) lines.push('', '_No pair had both stores up._');
-lines.push(
-  '',
-  `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row; memory also with hold 0 for 0.5 s)`,
-  '',
-);
-lines.push(
-  '| subject | clients | hold ms | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain | token order violations |',
-);
-lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
-for (const r of contendedResults) {
-  const total = r.acquisitions.length;
-  lines.push(
-    `| ${r.subject} | ${r.clients} | ${r.holdMs} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ` +
-      `${r.handoffsToOther}/${total} (${Math.round((100 * r.handoffsToOther) / Math.max(1, total))} %) | ${f(r.handoff.p50)} | ${f(r.handoff.p99)} | ${f(r.jain, 3)} | ${r.tokenOrderViolations ?? 'no tokens'} |`,
-  );
-}
-lines.push(
-  '',
-  'Times in ms. Wait = ask → granted. Handoff = previous holder starts releasing → next holder (a different client) granted.',
-  '',
-);
-givenUp(contendedResults);
-for (const s of available.filter((s) => runs(3) && s.livelocksAbove && clientCounts.some((n) => n > s.livelocksAbove!.clients))) {
-  lines.push(`Run with at most ${s.livelocksAbove!.clients} clients: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
-}
-// Ours vs each peer on the same store and client count: holds/s and max wait as ratios.
-const peerRows: string[] = [];
-for (const r of contendedResults) {
-  if (all.find((s) => s.name === r.subject)?.backend) continue;
-  const store = all.find((s) => s.name === r.subject)!.store;
-  for (const mine of contendedResults.filter(
-    (m) => m.clients === r.clients && m.holdMs === r.holdMs && all.find((s) => s.name === m.subject && s.store === store && s.backend),
-  )) {
-    peerRows.push(
-      `| ${mine.subject} vs ${r.subject} | ${r.clients} | ${f(mine.holdsPerSecond / r.holdsPerSecond)}× | ${f(mine.handoff.p50)} / ${f(r.handoff.p50)} | ` +
-        `${f(mine.handoff.p99)} / ${f(r.handoff.p99)} | ${f(mine.wait.max)} / ${f(r.wait.max)} | ${f(mine.jain, 3)} / ${f(r.jain, 3)} |`,
+  for (const r of uncontendedResults) {
+    const ratio = floorRatioText(r, floorOf(r.subject));
+    lines.push(
+      `| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${f(drift(r.cycleMs))}× | ${optional(r.storeRequestsPerCycle, 1)} | ${f(r.clientCpuUs, 1)} |`,
+    );
+  }
+  const tracedRows = traced.flatMap((t) => {
+    const on = uncontendedResults.find((r) => r.subject === t.name);
+    const off = uncontendedResults.find((r) => `${r.subject} + @deadbolt/otel` === t.name);
+    return on && off ? [{ on, off }] : [];
+  });
+  if (tracedRows.length > 0) {
+    lines.push(
+      '',
+      "Tracing: a `… + @deadbolt/otel` row is the row above it with `instrumentDeadbolt()` subscribed to deadbolt's channels during",
+      "its own blocks only (the OpenTelemetry SDK's tracer and meter providers, nothing exported); every other row runs with no",
+      'subscriber, where deadbolt builds and publishes no event. What recording every call costs, per cycle:',
+      '',
+      '| subject | p50 without → with | cost per cycle (p50) |',
+      '|---|---|---|',
+      ...tracedRows.map(
+        ({ on, off }) =>
+          `| ${off.subject} | ${f(off.cycle.p50, 3)} → ${f(on.cycle.p50, 3)} ms | ${f((on.cycle.p50 - off.cycle.p50) * 1000, 1)} µs (${f(on.cycle.p50 / off.cycle.p50)}×) |`,
+      ),
     );
   }
 }
-if (peerRows.length) {
-  lines.push('### Ours vs the peers (same server, same client count)', '');
+if (runs(6)) {
   lines.push(
-    '| pair | clients | holds/s ours / peer | handoff p50 ms ours / peer | handoff p99 ms | wait max ms | Jain |',
-    '|---|---|---|---|---|---|---|',
-    ...peerRows,
+    '',
+    '## Scenario 6: migration cost (uncontended acquire + release in `dual`, against each store alone)',
+    '',
+    'Each store alone, both stores held one after the other by two plain lockers (what `dual` does, without the migration: no',
+    'token floors, no wrapper), and the pair in `dual` (`migratingBackend`), interleaved as in scenario 1, each on its own key. The goal',
+    "is a `dual` cycle within 1.1 × the sum of the two stores' own cycles. On a small machine whose stores share its cores, a store that",
+    'waited while the other worked answers more slowly than one called back to back: the "both" column shows that cost, which any',
+    'client holding two stores pays; "dual / both" is what the migration itself adds (a raise per grant where one store counts in revisions).',
+    '',
+    '| pair | from p50 ms | to p50 ms | sum | both p50 ms | dual p50 ms | dual / sum (p50) | dual / both (p50) | dual / sum (mean) |',
+    '|---|---|---|---|---|---|---|---|---|',
+  );
+  for (const { pair, from, to, nested, dual } of migrationResults) {
+    const sum = from.cycle.p50 + to.cycle.p50;
+    const mean = (r: UncontendedResult) => 1000 / r.perSecond;
+    lines.push(
+      `| ${pair} | ${f(from.cycle.p50, 3)} | ${f(to.cycle.p50, 3)} | ${f(sum, 3)} | ${f(nested.cycle.p50, 3)} | ${f(dual.cycle.p50, 3)} | ${f(dual.cycle.p50 / sum)}× | ` +
+        `${f(dual.cycle.p50 / nested.cycle.p50)}× | ${f(mean(dual) / (mean(from) + mean(to)))}× |`,
+    );
+  }
+  if (!migrationResults.length) lines.push('', '_No pair had both stores up._');
+}
+if (runs(3)) {
+  lines.push(
+    '',
+    `## Scenario 3: contended handoff (1 ms critical section, ${durationMs / 1000} s per row; memory also with hold 0 for 0.5 s)`,
     '',
   );
+  lines.push(
+    '| subject | clients | hold ms | holds/s | wait p50 | wait p99 | wait max | handoffs to another client | handoff p50 | handoff p99 | Jain | token order violations |',
+  );
+  lines.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
+  for (const r of contendedResults) {
+    const total = r.acquisitions.length;
+    lines.push(
+      `| ${r.subject} | ${r.clients} | ${r.holdMs} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ` +
+        `${r.handoffsToOther}/${total} (${Math.round((100 * r.handoffsToOther) / Math.max(1, total))} %) | ${f(r.handoff.p50)} | ${f(r.handoff.p99)} | ${f(r.jain, 3)} | ${r.tokenOrderViolations ?? 'no tokens'} |`,
+    );
+  }
+  lines.push(
+    '',
+    'Times in ms. Wait = ask → granted. Handoff = previous holder starts releasing → next holder (a different client) granted.',
+    '',
+  );
+  givenUp(contendedResults);
+  for (const s of available.filter((s) => runs(3) && s.livelocksAbove && clientCounts.some((n) => n > s.livelocksAbove!.clients))) {
+    lines.push(`Run with at most ${s.livelocksAbove!.clients} clients: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
+  }
+  // Ours vs each peer on the same store and client count: holds/s and max wait as ratios.
+  const peerRows = peerPairs(contendedResults, named).map(
+    ({ mine, peer: r }) =>
+      `| ${mine.subject} vs ${r.subject} | ${r.clients} | ${f(mine.holdsPerSecond / r.holdsPerSecond)}× | ${f(mine.handoff.p50)} / ${f(r.handoff.p50)} | ` +
+      `${f(mine.handoff.p99)} / ${f(r.handoff.p99)} | ${f(mine.wait.max)} / ${f(r.wait.max)} | ${f(mine.jain, 3)} / ${f(r.jain, 3)} |`,
+  );
+  if (peerRows.length) {
+    lines.push('### Ours vs the peers (same server, same client count)', '');
+    lines.push(
+      '| pair | clients | holds/s ours / peer | handoff p50 ms ours / peer | handoff p99 ms | wait max ms | Jain |',
+      '|---|---|---|---|---|---|---|',
+      ...peerRows,
+      '',
+    );
+  }
 }
 /** Names the rows that gave up waits (see `STRAGGLER_GRACE_MS`): their wait columns are lower bounds. */
 function givenUp(results: ContendedResult[]): void {
@@ -536,95 +638,138 @@ const sharedTable = (results: ContendedResult[]) => {
   lines.push('');
   givenUp(results);
 };
-lines.push(`## Scenario 7: semaphore (limit ${SEMAPHORE_LIMIT}, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`, '');
-lines.push(
-  'Each client takes a permit, holds it 1 ms and gives it back, as in scenario 3. "Most held at once" is counted from this process\'s own',
-  "grant and release times, so it may read one below the store's own count, never above it.",
-  '',
-);
-sharedTable(semaphoreResults);
-lines.push(
-  `## Scenario 8: read-heavy read-write lock (${Math.round(READ_SHARE * 100)} % reads, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`,
-  '',
-);
-lines.push('Each acquisition is a read with probability 0.9, else a write; writers queue in arrival order with the readers.', '');
-sharedTable(readWriteResults);
-lines.push(
-  `## Scenario 4: many keys (200 workers on 20 connections, 10 000 keys drawn Zipf(1), empty critical section, ${durationMs / 1000} s)`,
-  '',
-);
-lines.push(
-  '| subject | acquisitions/s | wait p50 | wait p99 | wait max | store CPU s per 1000 | store requests per acquisition |',
-  '|---|---|---|---|---|---|---|',
-);
-for (const r of manyKeysResults) {
+if (runs(7)) {
+  lines.push(`## Scenario 7: semaphore (limit ${SEMAPHORE_LIMIT}, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`, '');
   lines.push(
-    `| ${r.subject} | ${Math.round(r.perSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${optional(r.storeCpuPer1000, 3)} | ${optional(r.storeRequestsPerAcquisition, 1)} |`,
+    'Each client takes a permit, holds it 1 ms and gives it back, as in scenario 3. "Most held at once" is counted from this process\'s own',
+    "grant and release times, so it may read one below the store's own count, never above it.",
+    '',
+  );
+  sharedTable(semaphoreResults);
+}
+if (runs(8)) {
+  lines.push(
+    `## Scenario 8: read-heavy read-write lock (${Math.round(READ_SHARE * 100)} % reads, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`,
+    '',
+  );
+  lines.push('Each acquisition is a read with probability 0.9, else a write; writers queue in arrival order with the readers.', '');
+  sharedTable(readWriteResults);
+}
+if (runs(4)) {
+  lines.push(
+    `## Scenario 4: many keys (200 workers on 20 connections, 10 000 keys drawn Zipf(1), empty critical section, ${durationMs / 1000} s)`,
+    '',
+  );
+  lines.push(
+    '| subject | acquisitions/s | wait p50 | wait p99 | wait max | store CPU s per 1000 | store requests per acquisition | client CPU µs per acquisition |',
+    '|---|---|---|---|---|---|---|---|',
+  );
+  for (const r of manyKeysResults) {
+    lines.push(
+      `| ${r.subject} | ${Math.round(r.perSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${optional(r.storeCpuPer1000, 3)} | ${optional(r.storeRequestsPerAcquisition, 1)} | ${f(r.clientCpuUs, 1)} |`,
+    );
+  }
+  lines.push(
+    '',
+    "Store CPU: user + system time of the server process listening on the store's port (this process for memory), from /proc.",
+    CLIENT_CPU_NOTE,
+    '',
+  );
+  for (const s of available.filter((s) => runs(4) && s.livelocksAbove))
+    lines.push(`Not run here: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
+}
+if (runs(10)) {
+  lines.push(
+    '## Scenario 10: a busy host (scenarios 1 and 4 beside a neighbour that keeps a core busy)',
+    '',
+    `Each store's scenario 1 group, then its scenario 4 group, ran again with another process spinning on one of this machine's ${cpus().length}`,
+    "cores the whole time, as a build or another service does on a shared host. The client, the store's server and the neighbour then",
+    'queue for the cores left, so what a client spends per operation shows in its wall time. "Idle" is the same row in scenario 1 or 4',
+    'of this run (n/a when that scenario did not run).',
+    CLIENT_CPU_NOTE,
+    '',
+    '| subject | p50 ms idle → busy | overhead vs floor (p50) idle → busy | client CPU µs per cycle idle → busy |',
+    '|---|---|---|---|',
+  );
+  for (const r of busyUncontendedResults) {
+    const idle = uncontendedResults.find((x) => x.subject === r.subject);
+    const idleRatio = idle ? floorRatioText(idle, floorOf(r.subject)) : '';
+    lines.push(
+      `| ${r.subject} | ${idle ? f(idle.cycle.p50, 3) : 'n/a'} → ${f(r.cycle.p50, 3)} | ${idleRatio || 'n/a'} → ${floorRatioText(r, floorOf(r.subject, busyUncontendedResults)) || 'n/a'} | ${idle ? f(idle.clientCpuUs, 1) : 'n/a'} → ${f(r.clientCpuUs, 1)} |`,
+    );
+  }
+  lines.push(
+    '',
+    '| subject (scenario 4) | acquisitions/s idle → busy | wait p99 ms idle → busy | client CPU µs per acquisition idle → busy |',
+    '|---|---|---|---|',
+  );
+  for (const r of busyManyKeysResults) {
+    const idle = manyKeysResults.find((x) => x.subject === r.subject);
+    lines.push(
+      `| ${r.subject} | ${idle ? Math.round(idle.perSecond) : 'n/a'} → ${Math.round(r.perSecond)} | ${idle ? f(idle.wait.p99) : 'n/a'} → ${f(r.wait.p99)} | ${idle ? f(idle.clientCpuUs, 1) : 'n/a'} → ${f(r.clientCpuUs, 1)} |`,
+    );
+  }
+  lines.push('');
+}
+if (runs(5)) {
+  lines.push(
+    `## Scenario 5: long holds (5 locks held ${holdMs / 1000} s each by one Locker with a short ttl, then the store forgets each one)`,
+    '',
+  );
+  if (!longHoldResults.length) lines.push(noStore, '');
+  else
+    lines.push(
+      '| subject | ttl ms | renew calls per lock-minute | store requests per lock-minute | lost while held | loss → signal abort p50 / max ms | losses unnoticed after 2 × ttl |',
+      '|---|---|---|---|---|---|---|',
+    );
+  for (const r of longHoldResults) {
+    const abort = r.lossToAbort ? `${f(r.lossToAbort.p50)} / ${f(r.lossToAbort.max)}` : 'n/a';
+    lines.push(
+      `| ${r.subject} | ${r.ttlMs} | ${f(r.renewalsPerMinute, 1)} | ${optional(r.storeRequestsPerMinute, 1)} | ${r.lostWhileHeld} | ${abort} | ${r.unnoticed} |`,
+    );
+  }
+  lines.push(
+    '',
+    "Loss is injected by deleting the lock's record in the store through the backend's own connection, at a random point of the renewal",
+    'cycle; the time runs from sending that deletion. A backend that renews by polling notices at its next renewal (ttl / 3 at most); one',
+    'with a push notice (a ZooKeeper node watch, an etcd lease) at once.',
+    '',
   );
 }
-lines.push(
-  '',
-  "Store CPU: user + system time of the server process listening on the store's port (this process for memory), from /proc.",
-  '',
-);
-for (const s of available.filter((s) => runs(4) && s.livelocksAbove))
-  lines.push(`Not run here: ${s.name}: ${s.livelocksAbove!.reason}.`, '');
-lines.push(
-  `## Scenario 5: long holds (5 locks held ${holdMs / 1000} s each by one Locker with a short ttl, then the store forgets each one)`,
-  '',
-);
-const noStore = '_No store was up: these scenarios need a real store (start them with `bash test-matrix/up`)._';
-if (!longHoldResults.length) lines.push(noStore, '');
-else
-  lines.push(
-    '| subject | ttl ms | renew calls per lock-minute | store requests per lock-minute | lost while held | loss → signal abort p50 / max ms | losses unnoticed after 2 × ttl |',
-    '|---|---|---|---|---|---|---|',
-  );
-for (const r of longHoldResults) {
-  const abort = r.lossToAbort ? `${f(r.lossToAbort.p50)} / ${f(r.lossToAbort.max)}` : 'n/a';
-  lines.push(
-    `| ${r.subject} | ${r.ttlMs} | ${f(r.renewalsPerMinute, 1)} | ${optional(r.storeRequestsPerMinute, 1)} | ${r.lostWhileHeld} | ${abort} | ${r.unnoticed} |`,
-  );
-}
-lines.push(
-  '',
-  "Loss is injected by deleting the lock's record in the store through the backend's own connection, at a random point of the renewal",
-  'cycle; the time runs from sending that deletion. A backend that renews by polling notices at its next renewal (ttl / 3 at most); one',
-  'with a push notice (a ZooKeeper node watch, an etcd lease) at once.',
-  '',
-);
 // The thesis' own numbers (the Cassandra fair-lock thesis: 5000 acquisitions per process): [mean, max] ms.
 const thesisOriginal: Record<string, Record<number, [number, number]>> = {
   'deadbolt cassandra shadow': { 1: [25, 146], 3: [53, 155_817], 5: [107, 502_441] },
   'deadbolt cassandra queue': { 1: [15, 39], 3: [56, 537], 5: [106, 605] },
 };
 if (runs(9)) lines.push(...(fenceResults.length ? fenceCostLines(fenceResults, fenceWrites) : [noStore, '']));
-lines.push(`## Scenario 2: the thesis experiment (${thesisCount} acquisitions per process, one key, empty critical section)`, '');
-if (!thesisResults.length) lines.push(noStore, '');
-else
+if (runs(2)) {
+  lines.push(`## Scenario 2: the thesis experiment (${thesisCount} acquisitions per process, one key, empty critical section)`, '');
+  if (!thesisResults.length) lines.push(noStore, '');
+  else
+    lines.push(
+      '| subject | processes | mean wait | p99 wait | max wait | thesis mean / max | total s | share of the slowest process |',
+      '|---|---|---|---|---|---|---|---|',
+    );
+  for (const r of thesisResults) {
+    // How evenly the processes progressed: when the first finished vs the last (1 = together).
+    const finish = r.series.map((s) => s[s.length - 1]![1]);
+    const original = thesisOriginal[r.subject]?.[r.processes];
+    lines.push(
+      `| ${r.subject} | ${r.processes} | ${f(r.wait.mean)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${original ? `${original[0]} / ${original[1]}` : ''} | ${f(r.seconds, 1)} | ${f(Math.min(...finish) / Math.max(...finish), 2)} |`,
+    );
+  }
   lines.push(
-    '| subject | processes | mean wait | p99 wait | max wait | thesis mean / max | total s | share of the slowest process |',
-    '|---|---|---|---|---|---|---|---|',
-  );
-for (const r of thesisResults) {
-  // How evenly the processes progressed: when the first finished vs the last (1 = together).
-  const finish = r.series.map((s) => s[s.length - 1]![1]);
-  const original = thesisOriginal[r.subject]?.[r.processes];
-  lines.push(
-    `| ${r.subject} | ${r.processes} | ${f(r.wait.mean)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${original ? `${original[0]} / ${original[1]}` : ''} | ${f(r.seconds, 1)} | ${f(Math.min(...finish) / Math.max(...finish), 2)} |`,
+    '',
+    'Thesis column: the thesis\'s runs on Cassandra with 5000 per process, old algorithm = shadow, new = queue. "Share of the slowest process" is the',
+    'first finishing time over the last: near 1 when processes interleave evenly (queue), low when one process runs in bursts.',
+    '',
   );
 }
-lines.push(
-  '',
-  'Thesis column: the thesis\'s runs on Cassandra with 5000 per process, old algorithm = shadow, new = queue. "Share of the slowest process" is the',
-  'first finishing time over the last: near 1 when processes interleave evenly (queue), low when one process runs in bursts.',
-  '',
-);
 if (failures.length) lines.push('## Steps that failed', '', ...failures.map((f) => `- ${f}`), '');
 const summary = lines.join('\n');
 console.log(summary);
 
-const dir = join(process.env.INIT_CWD ?? process.cwd(), 'bench-results', new Date().toISOString().replace(/[:.]/g, '-'));
+const dir = join(resultsRoot, new Date().toISOString().replace(/[:.]/g, '-'));
 mkdirSync(dir, { recursive: true });
 writeFileSync(join(dir, 'summary.md'), summary);
 writeFileSync(
@@ -632,6 +777,18 @@ writeFileSync(
   renderReport({
     title: `deadbolt benchmark, ${new Date().toISOString()}`,
     machine,
+    ...digest({
+      subjects: named,
+      floorOf,
+      uncontended: uncontendedResults,
+      contended: contendedResults,
+      semaphore: semaphoreResults,
+      readWrite: readWriteResults,
+      manyKeys: manyKeysResults,
+      migration: migrationResults,
+      longHolds: longHoldResults,
+      failures,
+    }),
     summaryMarkdown: summary,
     contended: contendedResults,
     thesis: thesisResults,
@@ -663,6 +820,10 @@ writeFileSync(
       semaphore: semaphoreResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),
       readWrite: readWriteResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),
       manyKeys: manyKeysResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
+      busy: {
+        uncontended: busyUncontendedResults.map(({ cycleMs: _, ...rest }) => rest),
+        manyKeys: busyManyKeysResults.map(({ acquisitions: _, ...rest }) => rest),
+      },
       longHolds: longHoldResults,
       fences: fenceResults,
       thesis: thesisResults,

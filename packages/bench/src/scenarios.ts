@@ -4,7 +4,7 @@ import { createLocker, type Lock } from '@deadbolt/core';
 import { observeBackend, sleep } from '@deadbolt/core/backend';
 import { breakClaim } from './loss.js';
 import { jain, summarize, type Summary } from './stats.js';
-import type { StoreProbe } from './stores.js';
+import { clientCpuSeconds, type StoreProbe } from './stores.js';
 import type { Client, Held, Subject } from './subjects.js';
 
 /**
@@ -28,6 +28,8 @@ export interface UncontendedResult {
   cycleMs: number[];
   /** Requests the store's own counter saw per cycle (background traffic included); absent when it keeps none. */
   storeRequestsPerCycle?: number;
+  /** This process's CPU per cycle, µs, over the timed blocks (see `clientCpuSeconds`). */
+  clientCpuUs: number;
 }
 
 /** Store requests between two counter readings, per `n` operations; undefined when either reading is. */
@@ -86,6 +88,7 @@ export async function uncontended(
 interface UncontendedBlock {
   times: number[];
   busyMs: number;
+  cpuSeconds: number;
   requests?: number;
 }
 
@@ -108,6 +111,7 @@ function uncontendedSession(entry: UncontendedEntry, rounds: number, probe?: Sto
       const times: number[] = [];
       const before = await probe?.requests();
       const leave = client.scope?.();
+      const cpuBefore = clientCpuSeconds();
       const started = performance.now();
       try {
         for (let i = 0; i < n; i++) {
@@ -120,8 +124,9 @@ function uncontendedSession(entry: UncontendedEntry, rounds: number, probe?: Sto
         leave?.();
       }
       const busyMs = performance.now() - started;
+      const cpuSeconds = clientCpuSeconds() - cpuBefore;
       const requests = perOperation(before, await probe?.requests(), 1);
-      return { times, busyMs, ...(requests === undefined ? {} : { requests }) };
+      return { times, busyMs, cpuSeconds, ...(requests === undefined ? {} : { requests }) };
     },
     close: async () => undefined,
   };
@@ -137,6 +142,7 @@ function uncontendedResult(subject: string, blocks: UncontendedBlock[]): Unconte
     perSecond: times.length / (busyMs / 1000),
     cycle: summarize(times),
     cycleMs: times,
+    clientCpuUs: (total(blocks, 'cpuSeconds')! / times.length) * 1e6,
     ...(requests === undefined ? {} : { storeRequestsPerCycle: requests }),
   };
 }
@@ -372,6 +378,8 @@ export interface ManyKeysResult {
   storeCpuPer1000?: number;
   /** Requests the store's own counter saw per acquisition (undefined when it keeps none). */
   storeRequestsPerAcquisition?: number;
+  /** This process's CPU per acquisition (acquire and release), µs (see `clientCpuSeconds`). */
+  clientCpuUs: number;
   /** Every timed acquisition; `client` is the worker. */
   acquisitions: Acquisition[];
 }
@@ -397,6 +405,7 @@ export function zipf(n: number, s = 1): () => number {
 export interface ManyKeysSegment {
   records: Acquisition[];
   seconds: number;
+  clientCpuSeconds: number;
   cpuSeconds?: number;
   requests?: number;
 }
@@ -444,12 +453,20 @@ export async function openManyKeys(
     async run() {
       const records: Acquisition[] = [];
       const [cpuBefore, requestsBefore] = [probe.cpuSeconds(), await probe.requests()];
+      const ownBefore = clientCpuSeconds();
       const started = performance.now();
       await go(segmentMs, records);
       const seconds = (performance.now() - started) / 1000;
+      const own = clientCpuSeconds() - ownBefore;
       const cpu = perOperation(cpuBefore, probe.cpuSeconds(), 1);
       const requests = perOperation(requestsBefore, await probe.requests(), 1);
-      return { records, seconds, ...(cpu === undefined ? {} : { cpuSeconds: cpu }), ...(requests === undefined ? {} : { requests }) };
+      return {
+        records,
+        seconds,
+        clientCpuSeconds: own,
+        ...(cpu === undefined ? {} : { cpuSeconds: cpu }),
+        ...(requests === undefined ? {} : { requests }),
+      };
     },
     close: async () => void (await Promise.all(made.map((c) => c.close()))),
   };
@@ -467,6 +484,7 @@ export function manyKeysResult(subject: string, workers: number, keys: number, s
     seconds,
     perSecond,
     wait,
+    clientCpuUs: (total(segments, 'clientCpuSeconds')! / acquisitions.length) * 1e6,
     ...(cpu === undefined ? {} : { storeCpuPer1000: cpu }),
     ...(requests === undefined ? {} : { storeRequestsPerAcquisition: requests }),
     acquisitions,

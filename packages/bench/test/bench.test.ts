@@ -8,6 +8,14 @@ import { contendedResult, longHolds, openContended, uncontended } from '../dist/
 import { openProbe } from '../dist/stores.js';
 import { floors, subjects } from '../dist/subjects.js';
 
+/** `pnpm bench args…` as the built CLI, writing its results under a fresh directory `out`. */
+async function runBench(args: string[], env: Record<string, string> = {}, timeout = 60_000) {
+  const out = mkdtempSync(join(tmpdir(), 'deadbolt-bench-'));
+  const cli = new URL('../dist/cli.js', import.meta.url).pathname;
+  const ran = await promisify(execFile)(process.execPath, [cli, ...args], { env: { ...process.env, INIT_CWD: out, ...env }, timeout });
+  return { ...ran, out };
+}
+
 describe('bench', () => {
   // The count is every client's: the test runner gives it the server to itself (its name says so).
   it("counts store requests from the server's own counter (the server to itself): the Redis floor is exactly SET + DEL per cycle", async () => {
@@ -100,13 +108,17 @@ describe('bench', () => {
   }, 60_000);
 
   it('`pnpm bench` runs on the memory backend alone when no store answers, and writes its three files', async () => {
-    const out = mkdtempSync(join(tmpdir(), 'deadbolt-bench-'));
-    const cli = new URL('../dist/cli.js', import.meta.url).pathname;
-    const { stdout } = await promisify(execFile)(process.execPath, [cli, '--only', 'memory,redis'], {
-      env: { ...process.env, INIT_CWD: out, DEADBOLT_REDIS_URL: 'redis://127.0.0.1:1' },
-      timeout: 120_000,
-    });
+    const { stdout, stderr, out } = await runBench(['--only', 'memory,redis'], { DEADBOLT_REDIS_URL: 'redis://127.0.0.1:1' }, 120_000);
     expect(stdout).toContain('redis not running (skipped)');
+    // Why it was left out, with the store's address; and the scenarios that need a store say so.
+    expect(stderr).toContain('[bench] left out redis: redis at 127.0.0.1:1 is unavailable');
+    expect(stdout).toContain('none answered (left out: redis;');
+    // Not a terminal: a progress line per step, with the time left from the second on, and the end.
+    const steps = stderr.split('\n').filter((line) => /^\[bench\] \d+\/\d+, \d+:\d\d/.test(line));
+    expect(steps.length).toBeGreaterThan(3);
+    expect(steps[1]).toMatch(/, about \d+:\d\d left: /);
+    expect(steps.at(-1)).toMatch(new RegExp(`^\\[bench\\] (\\d+)/\\1,`)); // the last step is the last of the count
+    expect(stderr).toMatch(/\[bench\] done in \d+:\d\d/);
     expect(stdout).toMatch(/\| deadbolt memory \| \d+ \|/);
     expect(stdout).not.toMatch(/\| deadbolt redis/);
     const [run] = readdirSync(join(out, 'bench-results'));
@@ -116,6 +128,29 @@ describe('bench', () => {
     expect(results.contended.every((r: { tokenOrderViolations: number }) => r.tokenOrderViolations === 0)).toBe(true);
   }, 150_000);
 
+  it('`pnpm bench --scenarios 1 --only memory` prints that scenario alone, and its ratio to the floor from the mean where a p50 is a few timer ticks', async () => {
+    const { stdout } = await runBench(['--only', 'memory', '--scenarios', '1']);
+    expect(stdout.match(/^## Scenario \d/gm)).toEqual(['## Scenario 1']);
+    const ratio = /\| deadbolt memory \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+)× \(mean\) \|/.exec(stdout);
+    expect(ratio, stdout).not.toBeNull();
+    expect(Number(ratio![1])).toBeGreaterThan(1);
+  }, 90_000);
+
+  it('`--scenarios 10` repeats scenarios 1 and 4 beside a neighbour that burns a core, reports client CPU, and leaves the neighbour stopped', async () => {
+    const { stdout, out } = await runBench(['--only', 'memory', '--scenarios', '10']);
+    expect(stdout.match(/^## Scenario \d+/gm)).toEqual(['## Scenario 10']);
+    // Scenario 1 did not run, so the idle side is n/a; the busy side is measured.
+    expect(stdout).toMatch(/\| deadbolt memory \| n\/a → [\d.]+ \| n\/a → [\d.]+× \(mean\) \| n\/a → [\d.]+ \|/);
+    expect(stdout).toMatch(/\| deadbolt memory \| n\/a → \d+ \| n\/a → [\d.]+ \| n\/a → [\d.]+ \|/);
+    const [run] = readdirSync(join(out, 'bench-results'));
+    const results = JSON.parse(readFileSync(join(out, 'bench-results', run!, 'results.json'), 'utf8'));
+    expect(results.busy.uncontended.find((r: { subject: string }) => r.subject === 'deadbolt memory').clientCpuUs).toBeGreaterThan(0);
+    expect(results.busy.manyKeys[0].clientCpuUs).toBeGreaterThan(0);
+    // The neighbour (a `node -e` loop) was stopped with its group, not left to its own deadline.
+    const left = await promisify(execFile)('pgrep', ['-f', 'Math.sqrt\\(x \\+ 1\\)']).catch(() => ({ stdout: '' }));
+    expect(left.stdout).toBe('');
+  }, 90_000);
+
   it('`pnpm bench` rejects an unknown option before running anything, and --help prints the usage', async () => {
     const cli = new URL('../dist/cli.js', import.meta.url).pathname;
     const run = promisify(execFile);
@@ -124,6 +159,17 @@ describe('bench', () => {
     );
     expect(bad).toMatchObject({ code: 2 });
     expect((bad as { stderr: string }).stderr).toMatch(/Unknown option '--scenario'[\s\S]*usage: pnpm bench/);
+    // A misspelt store or scenario: refused with the valid values, not a run of empty tables.
+    for (const [flag, value, valid] of [
+      ['--only', 'memroy', 'memory, redis'],
+      ['--scenarios', '1,11', '1, 2, 3'],
+    ]) {
+      const wrong = await run(process.execPath, [cli, flag!, value!], { timeout: 10_000 }).catch(
+        (error: { code: number; stderr: string }) => error,
+      );
+      expect(wrong, `${flag} ${value}`).toMatchObject({ code: 2 });
+      expect((wrong as { stderr: string }).stderr).toContain(valid);
+    }
     const help = await run(process.execPath, [cli, '--help'], { timeout: 10_000 });
     expect(help.stdout).toMatch(/^usage: pnpm bench/);
   });

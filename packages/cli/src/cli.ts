@@ -64,6 +64,8 @@ Options:
   -u, --url URL      the store (default: $DEADBOLT_URL)
   -s, --shared       the read-write lock or semaphore KEY (their namespace, apart from locks)
       --json         JSON (tokens as decimal strings)
+      --timeout SECS how long the store may take to answer, connecting included (default 10):
+                     exit 69 after
   -h, --help         this help
 `,
   release: `Usage: deadbolt release KEY --force [options]
@@ -80,6 +82,8 @@ Options:
   -y, --yes          do not ask
       --owner ID     free this holder only (from "deadbolt inspect"); default: the one holder
   -s, --shared       a permit or read/write lock of the semaphore or read-write lock KEY
+      --timeout SECS how long the store may take to answer each request, connecting included
+                     (default 10): exit 69 after
   -h, --help         this help
 
 Exit: 0 freed; 1 nothing of that owner's to free; 64 not confirmed, or a store that cannot free
@@ -152,6 +156,7 @@ const RELEASE_OPTIONS = {
   yes: { type: 'boolean', short: 'y' },
   owner: { type: 'string' },
   shared: { type: 'boolean', short: 's' },
+  timeout: { type: 'string' },
 } as const satisfies ParseArgsConfig['options'];
 const BENCH_OPTIONS = {
   ...URL_OPTION,
@@ -164,6 +169,7 @@ const INSPECT_OPTIONS = {
   ...URL_OPTION,
   shared: { type: 'boolean', short: 's' },
   json: { type: 'boolean' },
+  timeout: { type: 'string' },
 } as const satisfies ParseArgsConfig['options'];
 
 /**
@@ -226,7 +232,12 @@ async function inspectCommand(argv: readonly string[]): Promise<number> {
   const { values, positionals } = parse(argv, INSPECT_OPTIONS, 'inspect');
   if (values.help) return help('inspect');
   if (positionals.length !== 1) throw usage('inspect needs one KEY (deadbolt inspect --help)');
-  const seen = await inspect({ url: storeUrl(values.url), key: positionals[0]!, shared: values.shared ?? false });
+  const seen = await inspect({
+    url: storeUrl(values.url),
+    key: positionals[0]!,
+    shared: values.shared ?? false,
+    timeoutMs: answerTimeoutMs(values.timeout),
+  });
   process.stdout.write(`${values.json ? asJson(seen) : asText(seen)}\n`);
   return 0;
 }
@@ -242,6 +253,7 @@ async function releaseCommand(argv: readonly string[]): Promise<number> {
     shared: values.shared ?? false,
     owner: values.owner,
     yes: values.yes ?? false,
+    timeoutMs: answerTimeoutMs(values.timeout),
   });
 }
 
@@ -265,11 +277,10 @@ async function benchCommand(argv: readonly string[]): Promise<number> {
   if (urls.length === 0) urls.push(storeUrl(undefined));
   const request = {
     urls,
-    seconds: seconds(values.seconds ?? '5', '--seconds'),
+    seconds: positiveSeconds(values.seconds ?? '5', '--seconds'),
     clients: whole(values.clients ?? '8', '--clients', 1, 1000),
     holdMs: whole(values.hold ?? '1', '--hold', 0, 60_000),
   };
-  if (request.seconds === 0) throw usage('--seconds must be more than 0');
   const rows = await bench(request, (line) => process.stderr.write(`${line}\n`));
   process.stdout.write(`${values.json ? JSON.stringify(rows, null, 2) : benchTable(rows, request)}\n`);
   const broken = rows.filter((r) => r.contended.mostAtOnce > 1);
@@ -304,6 +315,21 @@ function seconds(text: string, flag: string): number {
   const value = Number(text);
   if (text.trim() === '' || !Number.isFinite(value) || value < 0) throw usage(`${flag} takes seconds (a number ≥ 0), got "${text}"`);
   return value;
+}
+
+function positiveSeconds(text: string, flag: string): number {
+  const value = seconds(text, flag);
+  if (value === 0) throw usage(`${flag} must be more than 0`);
+  return value;
+}
+
+/**
+ * How long inspect and release give the store to answer a request (`--timeout`). A command starts
+ * a process and connects first, and that first request carries the connect (on Cassandra, the
+ * schema check too), so the default is longer than a long-lived locker's four seconds.
+ */
+function answerTimeoutMs(flag: string | undefined): number {
+  return positiveSeconds(flag ?? '10', '--timeout') * 1000;
 }
 
 function whole(text: string, flag: string, least: number, most = Number.MAX_SAFE_INTEGER): number {

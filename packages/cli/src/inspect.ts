@@ -7,11 +7,16 @@ export interface InspectRequest {
   readonly key: string;
   /** The shared namespace (semaphores and read-write locks) instead of the plain lock's. */
   readonly shared: boolean;
+  /** How long the store may take to answer (core's `operationTimeoutMs`, the connect included). */
+  readonly timeoutMs: number;
 }
 
-/** What the store holds for the key. @throws deadbolt's errors (the caller maps them to exit codes). */
+/**
+ * What the store holds for the key. @throws deadbolt's errors (the caller maps them to exit codes):
+ * BackendUnavailableError when the store gave no answer within `timeoutMs`.
+ */
 export async function inspect(req: InspectRequest): Promise<Inspection> {
-  const locker = createLocker(await backendFor(req.url));
+  const locker = createLocker(await backendFor(req.url), { operationTimeoutMs: req.timeoutMs });
   try {
     // Semaphores and read-write locks share one namespace, and one inspection of it.
     return await (req.shared ? locker.readWriteLock(req.key).inspect() : locker.inspect(req.key));

@@ -15,6 +15,8 @@ export interface ReleaseRequest {
   readonly owner: string | undefined;
   /** Confirmed on the command line (--yes); otherwise asked on a terminal. */
   readonly yes: boolean;
+  /** How long the store may take to answer each request (core's `operationTimeoutMs`). */
+  readonly timeoutMs: number;
 }
 
 /**
@@ -23,7 +25,7 @@ export interface ReleaseRequest {
  * not confirm; deadbolt's errors (a store that cannot free another client's lock: InvalidArgumentError).
  */
 export async function release(req: ReleaseRequest): Promise<number> {
-  const locker = createLocker(await backendFor(req.url));
+  const locker = createLocker(await backendFor(req.url), { operationTimeoutMs: req.timeoutMs });
   try {
     const seen = await (req.shared ? locker.readWriteLock(req.key).inspect() : locker.inspect(req.key));
     const holder = pick(seen.holders, req);

@@ -2,7 +2,7 @@
  * Behaviours 14–17 (the conformance README, "bad input and failure"): typed errors before any I/O,
  * a store that is down, close(), and no garbage after many cycles.
  */
-import { createLocker } from '@deadbolt/core';
+import { createLocker, type LockBackend } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { describe, expect, it } from 'vitest';
 import type { SuiteContext } from './context.js';
@@ -47,17 +47,41 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
 
     itWhen(
       () => (options.createUnreachableBackend ? undefined : 'no store to be down'),
-      '15. store down: lock() and tryLock() reject with BackendUnavailableError, never a Lock',
+      '15. store down: lock() and tryLock() reject with BackendUnavailableError naming the backend, its address and the cause, never a Lock',
       async () => {
         if (capabilities.crossProcess) expect(options.createUnreachableBackend).toBeDefined();
         // A wait tries an unreachable store again for the locker's grace (core's own tests cover
         // its length); a short one here keeps this about the backend's answer to a closed port.
-        const locker = createLocker(await options.createUnreachableBackend!(), { ttlMs: T, unavailableGraceMs: 500 });
+        const backend = await options.createUnreachableBackend!();
+        const locker = createLocker(backend, { ttlMs: T, unavailableGraceMs: 500 });
         lockers.push(locker);
         const started = performance.now();
-        await expect(locker.tryLock(freshKey())).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
-        await expect(locker.lock(freshKey(), { timeoutMs: 30_000 })).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+        const failures = [
+          await locker.tryLock(freshKey()).then(
+            (lock) => expect.fail(`granted: ${String(lock)}`),
+            (error: unknown) => error,
+          ),
+          await locker.lock(freshKey(), { timeoutMs: 30_000 }).then(
+            (lock) => expect.fail(`granted: ${String(lock)}`),
+            (error: unknown) => error,
+          ),
+        ];
         expect(performance.now() - started).toBeLessThan(25_000);
+        // What an operator reads first: which store, where, and why, on one line, in the words of
+        // the failure (not of a driver option the user never set).
+        expect(backend.address, 'a backend made from a URL knows its servers').toBeDefined();
+        // A migration passes on its stores' errors: each names the store it came from.
+        const places = [backend, ...((backend as { stores?: readonly LockBackend[] }).stores ?? [])];
+        for (const error of failures) {
+          const place = places.find((p) => p.name === (error as { backend?: string }).backend);
+          expect(place, `the error names the backend: ${String(error)}`).toBeDefined();
+          expect(error).toMatchObject({ code: 'BACKEND_UNAVAILABLE', address: place!.address });
+          const { message, cause } = error as Error;
+          expect(message).toContain(`${place!.name} at ${place!.address}`);
+          expect(cause, 'the driver error as cause').toBeInstanceOf(Error);
+          expect(message, 'the cause in the message').toContain((cause as Error).message);
+          expect(message).not.toMatch(/\n|maxRetriesPerRequest/);
+        }
       },
       60_000,
     );

@@ -137,7 +137,9 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
 
     it('27e. reentrancy is per async context: two concurrent contexts in one process still exclude each other', async () => {
       const key = freshKey('contexts');
-      const locker = await makeLocker({ reentrant: true });
+      // Leases are not what this checks: a ttl of at least 2 s keeps a busy machine's event-loop
+      // stall from expiring the hold (the memory suite's 300 ms ttl once did, in CI).
+      const locker = await makeLocker({ reentrant: true, ttlMs: Math.max(T, 2000) });
       const events: string[] = [];
       const task = (name: string) =>
         locker.withLock(key, async () => {

@@ -137,18 +137,37 @@ export class LockerClosedError extends DeadboltError {
   }
 }
 
+/** A backend as a store error names it: its `name` and, when it knows them, its servers (`LockBackend.address`). */
+export interface StorePlace {
+  readonly name: string;
+  readonly address?: string | undefined;
+  /** The backends this one runs over, whose errors it passes on as they are (`MigratingBackend`). */
+  readonly stores?: readonly StorePlace[];
+}
+
+/** A store error's options: the driver error as `cause`, the servers as `address` (never credentials). */
+export interface StoreErrorOptions extends ErrorOptions {
+  address?: string | undefined;
+}
+
+const where = (backend: string, address: string | undefined) => (address ? `${backend} at ${address}` : backend);
+
 /**
  * The store could not be reached (refused, timed out, connection lost). `cause` is the driver error,
- * with every password of a store URL this process was given blanked out of it (see `keepSecret`).
+ * with every password of a store URL this process was given blanked out of it (see `keepSecret`);
+ * `address` and the message name the store's servers when the backend knows them.
  */
 export class BackendUnavailableError extends DeadboltError {
   readonly code = 'BACKEND_UNAVAILABLE' as const;
+  /** The store's servers (`host:port,…`), when the backend knows them (not for a client you passed in). */
+  readonly address: string | undefined;
   constructor(
     readonly backend: string,
     readonly operation: string,
-    options?: ErrorOptions,
+    options?: StoreErrorOptions,
   ) {
-    super(`${backend} is unavailable during ${operation}: ${describeCause(scrub(options?.cause))}`, options);
+    super(`${where(backend, options?.address)} is unavailable during ${operation}: ${describeCause(scrub(options?.cause))}`, options);
+    this.address = options?.address;
     // Every conclusion that a store cannot be reached is made here, in whichever layer: the one
     // place to tell a subscriber (see diagnostics.ts).
     if (diagnostics.storeUnavailable.hasSubscribers) diagnostics.storeUnavailable.publish({ backend, operation, error: this });
@@ -157,17 +176,42 @@ export class BackendUnavailableError extends DeadboltError {
 
 /**
  * The store answered with an error. `cause` is the driver error (passwords blanked out, as for
- * `BackendUnavailableError`); `backend` and `operation` say where.
+ * `BackendUnavailableError`); `backend`, `address` and `operation` say where.
  */
 export class BackendError extends DeadboltError {
   readonly code = 'BACKEND_ERROR' as const;
+  /** As `BackendUnavailableError.address`. */
+  readonly address: string | undefined;
   constructor(
     readonly backend: string,
     readonly operation: string,
-    options?: ErrorOptions,
+    options?: StoreErrorOptions,
   ) {
-    super(`${backend} failed during ${operation}: ${describeCause(scrub(options?.cause))}`, options);
+    super(`${where(backend, options?.address)} failed during ${operation}: ${describeCause(scrub(options?.cause))}`, options);
+    this.address = options?.address;
   }
+}
+
+/**
+ * `error` as core hands it to a caller of `backend`'s: a store error the backend made without
+ * naming its servers gets `backend.address`, in `address` and in the message (so no backend has
+ * to pass it at each place it makes one). Any other error is returned as it is.
+ */
+export function located(error: DeadboltError, backend: StorePlace): DeadboltError {
+  const store = error instanceof BackendUnavailableError || error instanceof BackendError ? error : undefined;
+  // A backend over other backends (a migration) names them in `stores`: their errors pass through it.
+  const place = [backend, ...(backend.stores ?? [])].find((p) => p.name === store?.backend);
+  if (!store || store.address !== undefined || !place?.address) return error;
+  const before = store.message;
+  (store as { address: string | undefined }).address = place.address;
+  store.message = `${where(store.backend, place.address)}${before.slice(store.backend.length)}`;
+  if (store.stack?.includes(before)) store.stack = store.stack.replace(before, store.message);
+  return store;
+}
+
+/** Any error of a store call for `backend` as a DeadboltError (`BackendError` with it as `cause` if it is none), located. */
+export function asDeadboltError(error: unknown, backend: StorePlace, operation: string): DeadboltError {
+  return located(error instanceof DeadboltError ? error : new BackendError(backend.name, operation, { cause: error }), backend);
 }
 
 /** Passwords this process was given in store URLs (`keepSecret`). */
@@ -208,8 +252,9 @@ function describeCause(cause: unknown): string {
 }
 
 /** The error for a store call that got no answer within `ms`: the store is unavailable to us. */
-export function noAnswer(backend: string, operation: string, ms: number): BackendUnavailableError {
-  return new BackendUnavailableError(backend, operation, { cause: new Error(`no answer within ${ms} ms`) });
+export function noAnswer(backend: string | StorePlace, operation: string, ms: number): BackendUnavailableError {
+  const { name, address } = typeof backend === 'string' ? { name: backend, address: undefined } : backend;
+  return new BackendUnavailableError(name, operation, { cause: new Error(`no answer within ${ms} ms`), address });
 }
 
 /**

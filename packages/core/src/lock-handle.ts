@@ -4,7 +4,7 @@
 // `forget`, so this module does not import the locker. How often it renews and when it counts a
 // lease as run out is the one rule of lease-keeper.ts.
 import { diagnostics, eventKey, eventSource, type LeaseEvent } from './diagnostics.js';
-import { BackendError, DeadboltError, LockLostError, noAnswer, NotOwnerError } from './errors.js';
+import { asDeadboltError, LockLostError, noAnswer, NotOwnerError } from './errors.js';
 import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
 import { after, noop, withTimeout, type Timer } from './time.js';
 import { validateTtl } from './validate.js';
@@ -234,7 +234,7 @@ export class LockHandle implements Lock {
       try {
         backend.releaseNow(this.#lease);
       } catch (error) {
-        return Promise.reject(asDeadboltError(error, backend.name, 'release'));
+        return Promise.reject(asDeadboltError(error, backend, 'release'));
       }
       return (this.#storeReleased = DONE);
     }
@@ -260,9 +260,9 @@ export class LockHandle implements Lock {
       } catch (error) {
         sent = Promise.reject(error);
       }
-      return withTimeout(sent, ms, () => noAnswer(backend.name, operation, ms)).catch((error: unknown) => {
+      return withTimeout(sent, ms, () => noAnswer(backend, operation, ms)).catch((error: unknown) => {
         onFailure?.();
-        throw asDeadboltError(error, backend.name, operation);
+        throw asDeadboltError(error, backend, operation);
       });
     };
     // The first call goes out at once (the common hold: grant, then release).
@@ -396,8 +396,4 @@ export class LockHandle implements Lock {
     this.#expiryTimer?.cancel();
     this.#renewTimer = this.#expiryTimer = undefined;
   }
-}
-
-export function asDeadboltError(error: unknown, backend: string, operation: string): DeadboltError {
-  return error instanceof DeadboltError ? error : new BackendError(backend, operation, { cause: error });
 }

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type AcquireRequest, type Lease, type LockBackend } from './backend.js';
 import {
+  asDeadboltError,
   BackendError,
   BackendUnavailableError,
   InvalidArgumentError,
@@ -21,7 +22,7 @@ import { diagnostics, eventKey, eventSource, type AcquireEvent } from './diagnos
 import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
 import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js';
 import { renewalDueMs, safeLifetime } from './lease-keeper.js';
-import { asDeadboltError, type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from './lock-handle.js';
+import { type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Inspection, Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 import { answerDeadline, race, raceSignal, noop, settleWithin, withTimeout, type Timer } from './time.js';
@@ -372,9 +373,9 @@ class DefaultLocker implements Locker {
     if (!call) throw new InvalidArgumentError(`the ${backend.name} backend ${cannot}`);
     const { operationTimeoutMs } = this.#settings;
     try {
-      return await withTimeout(call(), operationTimeoutMs, () => noAnswer(backend.name, operation, operationTimeoutMs));
+      return await withTimeout(call(), operationTimeoutMs, () => noAnswer(backend, operation, operationTimeoutMs));
     } catch (error) {
-      throw asDeadboltError(error, backend.name, operation);
+      throw asDeadboltError(error, backend, operation);
     }
   }
 
@@ -465,7 +466,7 @@ class DefaultLocker implements Locker {
     for (const fail of this.#onClose) fail(closed);
     if (this.#acquiring > 0) await new Promise<void>((resolve) => (this.#onIdle = resolve));
     const { operationTimeoutMs } = this.#settings;
-    const timeout = (operation: string) => () => noAnswer(this.backend.name, operation, operationTimeoutMs);
+    const timeout = (operation: string) => () => noAnswer(this.backend, operation, operationTimeoutMs);
     const releases = Promise.allSettled([...this.#held].map((h) => h.release()));
     const results = [
       await withTimeout(releases, operationTimeoutMs, timeout('close (release)')).then(
@@ -530,7 +531,7 @@ class DefaultLocker implements Locker {
         lease = this.backend.acquireNow(this.#request(ask.key, owner, ask.terms, ask.timeoutMs > 0, ask.signal ?? this.#closing.signal));
       } catch (error) {
         if (ask.tally) ask.tally.attempts++;
-        return Promise.reject(asDeadboltError(error, this.backend.name, 'acquire'));
+        return Promise.reject(asDeadboltError(error, this.backend, 'acquire'));
       }
       // A request, unless it said "wait": the request `#wait` sends then answers, and counts.
       if (ask.tally && lease !== undefined) ask.tally.attempts++;
@@ -604,7 +605,7 @@ class DefaultLocker implements Locker {
       const own = (controller = new AbortController());
       setMaxListeners(0, own.signal);
       this.#waits.add(own);
-      const expired = wait ? () => new LockTimeoutError(key, timeoutMs) : () => noAnswer(this.backend.name, 'acquire', limitMs);
+      const expired = wait ? () => new LockTimeoutError(key, timeoutMs) : () => noAnswer(this.backend, 'acquire', limitMs);
       // A grant that reached the socket while this process was stalled still counts (answerDeadline).
       timer = answerDeadline(limitMs, () => own.abort(expired()));
       if (userSignal) {
@@ -662,7 +663,7 @@ class DefaultLocker implements Locker {
             });
           throw signal.reason;
         }
-        throw asDeadboltError(error, this.backend.name, 'acquire');
+        throw asDeadboltError(error, this.backend, 'acquire');
       }
       return lease ? this.#hold(lease, terms, undefined, since) : await this.#notGranted(ask);
     } finally {

@@ -120,6 +120,11 @@ export class MigratingBackend implements LockBackend {
     this.capabilities = combine(from, to);
   }
 
+  /** Both stores, so that an error one of them makes names that store's address (see `located`). */
+  get stores(): readonly LockBackend[] {
+    return [this.from, this.to];
+  }
+
   /** Which phase this process is in, for a health or status endpoint during a rollout. */
   status(): { phase: MigrationPhase; from: string; to: string } {
     return { phase: this.phase, from: this.from.name, to: this.to.name };
