@@ -125,9 +125,12 @@ describe('redis backend', () => {
       // The grant in the store is the one the message carried.
       const [owner, token, ends] = (await client.get(keys.lock))!.split('|');
       expect([owner, token]).toEqual([lease.owner, lease.token.toString()]);
-      // The lease as the waiter counts it ends no later than the store's (1 ms: the server's time in whole ms).
-      const localLeft = lease.acquiredAt + ttlMs - performance.now();
+      // The lease as the waiter counts it ends no later than the store's. The store's clock is read
+      // first and ours after its answer, so the time between them can only make the local lease look
+      // shorter, never longer (read the other way round, a slow round trip fails a correct lease).
+      // 1 ms of slack for two clocks' rates.
       const [seconds, micros] = await admin.time();
+      const localLeft = lease.acquiredAt + ttlMs - performance.now();
       const storeLeft = Number(ends) - (Number(seconds) * 1000 + Number(micros) / 1000);
       expect(localLeft).toBeLessThanOrEqual(storeLeft + 1);
       await backend.release(lease);
