@@ -48,6 +48,8 @@ interface Store {
    * where none may happen; expected ones are counted, not failed.
    */
   overlapsExpected?(fault: Fault): string | undefined;
+  /** Who holds or waits for the store's locks now, as the server sees it: for a failure's message when nobody was granted after a heal. */
+  holders?(): Promise<string>;
 }
 
 /**
@@ -230,6 +232,7 @@ const stores: Record<string, Store> = {
     backend: (url) => postgresBackend({ url }),
     fence: (url) => postgresFence({ url }),
     plan: each([killed, paused, cutOff, slowed, partitioned, stutters]),
+    holders: advisoryHolders,
   },
   'postgres via PgBouncer (session pooling), session mode': {
     cluster: 'pgbouncer',
@@ -237,6 +240,7 @@ const stores: Record<string, Store> = {
     backend: (url) => postgresBackend({ url, mode: 'session' }),
     fence: (url) => postgresFence({ url }),
     plan: each([killed, paused, cutOff, slowed, partitioned, stutters], [mutex]),
+    holders: advisoryHolders,
   },
   // Cassandra has no leader: the faults on "the leader" hit the seed, the first contact point,
   // where each client's control connection goes. The driver learns the other nodes from the ring,
@@ -266,6 +270,10 @@ interface Row {
   workload: string;
   check: HistoryCheck;
   grantsAfterHeal: number;
+  /** With no grant after the heal: what each worker's calls ended in after it (code × count), for the failure's message. */
+  afterHeal?: Record<string, Record<string, number>>;
+  /** With no grant after the heal: the store's own view of its lock holders then (`Store.holders`). */
+  holders?: string;
   /** Writes the fence refused as stale: a stale write it had to stop. */
   refused: number;
 }
@@ -331,6 +339,9 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
     const healTime = recorder.events.at(-1)!.time;
     await cluster.allHealthy();
     await sleep(5000);
+    const stuck = recorder.events.some((e) => e.op === 'acquire' && e.type === 'ok' && e.time > healTime)
+      ? undefined
+      : await store.holders?.().catch((error: unknown) => String(error));
     stop.abort();
     await Promise.all(workers);
     const check = checkHistory(recorder.events, { model: () => workload.model, livenessGraceMs: 4000 });
@@ -339,6 +350,13 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
     if (keep) writeFileSync(`${keep}/${`${storeName} ${fault.name} ${workload.name}`.replace(/[^\w]+/g, '-')}.json`, json(recorder.events));
     const grantsAfterHeal = recorder.events.filter((e) => e.op === 'acquire' && e.type === 'ok' && e.time > healTime).length;
     const refused = recorder.events.filter((e) => e.op === 'write' && e.code === 'STALE_TOKEN').length;
+    const afterHeal: Record<string, Record<string, number>> = {};
+    if (!grantsAfterHeal)
+      for (const e of recorder.events.filter((e) => e.time > healTime && e.type !== 'invoke' && e.process)) {
+        const seen = (afterHeal[e.process] ??= {});
+        const what = `${e.op} ${e.type}${e.code ? ` ${e.code}` : ''}`;
+        seen[what] = (seen[what] ?? 0) + 1;
+      }
     const expected = store.overlapsExpected?.(fault);
     return {
       store: storeName,
@@ -347,6 +365,7 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
       workload: workload.name,
       check,
       grantsAfterHeal,
+      ...(grantsAfterHeal ? {} : { afterHeal, ...(stuck ? { holders: stuck } : {}) }),
       refused,
     };
   } finally {
@@ -360,6 +379,16 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
     for (const n of cluster.members) await cluster.node(n, 'resume').catch(() => undefined);
     for (const n of cluster.members) await cluster.node(n, 'start').catch(() => undefined);
   }
+}
+
+/** PostgreSQL's advisory locks and their sessions, asked of the server directly (not through the pooler). */
+async function advisoryHolders(): Promise<string> {
+  const sql =
+    'SELECT l.pid, l.granted, a.state, round(extract(epoch FROM now() - a.state_change) * 1000) AS idle_ms, ' +
+    "regexp_replace(left(a.query, 80), '\\s+', ' ', 'g') " +
+    "FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' LIMIT 20";
+  const { stdout } = await promisify(execFile)('psql', [matrixUrl('postgres'), '-XqtA', '-c', sql], { timeout: 5000 });
+  return stdout.trim().split('\n').join('; ') || 'none';
 }
 
 const json = (value: unknown) => JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v));
@@ -520,7 +549,12 @@ function judgeScenario(expect: ExpectStatic, row: Row): void {
   expect.soft(check.wrongRefusals, `${at}: wrong refusals ${json(check.wrongRefusals)}`).toEqual([]);
   expect.soft(check.tokenAnomalies, `${at}: token anomalies ${json(check.tokenAnomalies.slice(0, 3))}`).toEqual([]);
   expect.soft(check.neverGranted, `${at}: waits never answered ${json(check.neverGranted)}`).toEqual([]);
-  expect.soft(row.grantsAfterHeal, `${at}: the key is taken again after the heal`).toBeGreaterThan(0);
+  expect
+    .soft(
+      row.grantsAfterHeal,
+      `${at}: the key is taken again after the heal (what the workers' calls ended in after it: ${json(row.afterHeal)}; holders then: ${row.holders ?? 'not known'})`,
+    )
+    .toBeGreaterThan(0);
 }
 
 const steps: Record<ClusterName, Step[]> = {
