@@ -135,6 +135,48 @@ describe('postgres backend', () => {
     await theirs.release();
   });
 
+  it('session mode: a wait aborted just as the server granted it (the cancel lands on the statement that won) leaves nothing held', async () => {
+    // The race, staged exactly: the waiter's server process is stopped (SIGSTOP) while queued; the
+    // holder releases, so the server grants the stopped waiter; the caller aborts, so a cancel
+    // reaches the stopped process; then it resumes, finds the lock granted, and the cancel ends its
+    // statement with an error. A session advisory lock outlives the failed statement: the waiter
+    // must unlock it. (Reset alone put the connection back in the pool still holding the lock, with
+    // no idle limit, until the pool closed it: the key stayed taken by nobody.)
+    const a = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const waiter = postgresBackend({ url, mode: 'session' });
+    const b = track(createLocker(waiter, { ttlMs: 30_000 }));
+    const c = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const k = key();
+    const held = await a.lock(k);
+    const abort = new AbortController();
+    const waiting = b.lock(k, { signal: abort.signal, timeoutMs: 20_000 }).then(
+      (lock) => lock,
+      (error: unknown) => error,
+    );
+    const entry = (granted: boolean) =>
+      admin.query(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted = $1 AND pid = ANY($2)`, [granted, [...pids(waiter)]]);
+    let pid: number | undefined;
+    for (const until = performance.now() + 5000; pid === undefined && performance.now() < until; await sleep(20))
+      pid = (await entry(false)).rows[0]?.pid as number | undefined;
+    expect(pid, 'the waiter queued in the server').toBeDefined();
+    process.kill(pid!, 'SIGSTOP');
+    try {
+      await held.release();
+      for (const until = performance.now() + 5000; !(await entry(true)).rowCount && performance.now() < until;) await sleep(20);
+      expect((await entry(true)).rowCount, 'the server granted the stopped waiter').toBe(1);
+      abort.abort(new Error('the caller gave up'));
+      await sleep(300); // the cancel (sent again every 100 ms while the statement runs) reaches the process
+    } finally {
+      process.kill(pid!, 'SIGCONT');
+    }
+    expect(await waiting).toEqual(new Error('the caller gave up'));
+    // Free within moments (the waiter unlocks in the background after the abort was reported).
+    let lock = await c.tryLock(k);
+    for (const until = performance.now() + 3000; !lock && performance.now() < until; lock = await c.tryLock(k)) await sleep(50);
+    expect(lock, 'another client takes the key').not.toBeNull();
+    await lock?.release();
+  });
+
   it('session mode: a dead holder connection frees the lock at once, and the waiter blocked in the server gets it', async () => {
     const a = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
     const b = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));

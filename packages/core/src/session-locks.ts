@@ -49,7 +49,7 @@ export interface SessionDialect<C, L> {
   waitStranded(connection: C, lock: L): Promise<boolean>;
   /** A blocked wait's connection failed: cut it and end its session on the server, should it linger there (the engine then closes it). */
   abandon(connection: C, lock: L): void;
-  /** Frees the lock (the connection then goes back to the pool). */
+  /** Frees the lock (the connection then goes back to the pool). Also sent after a wait that may have won it: freeing a lock the session does not hold must do nothing. */
   unlock(connection: C, lock: L): Promise<void>;
   /** Undoes `prepare`, so the connection goes back as it came. */
   reset(connection: C): Promise<void>;
@@ -114,6 +114,11 @@ export class SessionLocks<C, L> {
     const connection = await this.#connect(req.signal);
     let lock: L | undefined;
     let held = false;
+    // Once a blocking wait was sent, the session may hold the lock whatever the wait's answer: a
+    // cancel (the caller's abort) that reaches the statement just after the server granted it ends
+    // the statement with an error, and the lock, a session's, stays. So a wait that ends without the
+    // lock frees it as if held (freeing a lock not held is harmless), rather than only resetting.
+    let waited = false;
     try {
       lock = await d.prepare(connection, req.key, req.ttlMs);
       req.signal.throwIfAborted();
@@ -122,6 +127,7 @@ export class SessionLocks<C, L> {
       // out there and replaced, rather than by a blocking wait that would never end on it.
       held = await d.tryLock(connection, lock, req.ttlMs);
       if (!held && req.wait) {
+        waited = true;
         const got = await this.#block(connection, lock, req);
         if (got === AGAIN) return AGAIN;
         held = got;
@@ -153,7 +159,7 @@ export class SessionLocks<C, L> {
         return mark ? { ...lease, lockDelay: true } : lease;
       }
     } catch (error) {
-      await this.#free(connection, lock, held).catch(noop);
+      await this.#free(connection, lock, held || waited).catch(noop);
       if (req.signal.aborted) throw req.signal.reason;
       throw d.error('acquire', error);
     }
