@@ -232,7 +232,6 @@ const stores: Record<string, Store> = {
     backend: (url) => postgresBackend({ url }),
     fence: (url) => postgresFence({ url }),
     plan: each([killed, paused, cutOff, slowed, partitioned, stutters]),
-    holders: advisoryHolders,
   },
   'postgres via PgBouncer (session pooling), session mode': {
     cluster: 'pgbouncer',
@@ -339,16 +338,16 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
     const healTime = recorder.events.at(-1)!.time;
     await cluster.allHealthy();
     await sleep(5000);
-    const stuck = recorder.events.some((e) => e.op === 'acquire' && e.type === 'ok' && e.time > healTime)
-      ? undefined
-      : await store.holders?.().catch((error: unknown) => String(error));
+    const grantsSinceHeal = () => recorder.events.filter((e) => e.op === 'acquire' && e.type === 'ok' && e.time > healTime).length;
+    // Asked while the workers still try, not after they stopped.
+    const stuck = grantsSinceHeal() ? undefined : await store.holders?.().catch((error: unknown) => String(error));
     stop.abort();
     await Promise.all(workers);
     const check = checkHistory(recorder.events, { model: () => workload.model, livenessGraceMs: 4000 });
     // To read a run's history: DEADBOLT_HISTORY_DIR=/some/dir (one JSON file per scenario).
     const keep = process.env['DEADBOLT_HISTORY_DIR'];
     if (keep) writeFileSync(`${keep}/${`${storeName} ${fault.name} ${workload.name}`.replace(/[^\w]+/g, '-')}.json`, json(recorder.events));
-    const grantsAfterHeal = recorder.events.filter((e) => e.op === 'acquire' && e.type === 'ok' && e.time > healTime).length;
+    const grantsAfterHeal = grantsSinceHeal();
     const refused = recorder.events.filter((e) => e.op === 'write' && e.code === 'STALE_TOKEN').length;
     const afterHeal: Record<string, Record<string, number>> = {};
     if (!grantsAfterHeal)
@@ -381,7 +380,7 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
   }
 }
 
-/** PostgreSQL's advisory locks and their sessions, asked of the server directly (not through the pooler). */
+/** PostgreSQL's advisory locks (session mode's) and their sessions, asked of the server directly (not through the pooler). */
 async function advisoryHolders(): Promise<string> {
   const sql =
     'SELECT l.pid, l.granted, a.state, round(extract(epoch FROM now() - a.state_change) * 1000) AS idle_ms, ' +

@@ -1,7 +1,15 @@
 import { BackendUnavailableError, createLocker } from '@deadbolt/core';
 import { backendOf } from '@deadbolt/core/testing';
 import { sleep } from '@deadbolt/core/backend';
-import { closeLockersAfterEach, expectWaitThroughSlowConnect, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
+import {
+  closeLockersAfterEach,
+  expectSoon,
+  expectWaitThroughSlowConnect,
+  FaultProxy,
+  matrixUrl,
+  storeAddress,
+  viaUrl,
+} from '@deadbolt/conformance';
 import { postgresBackend, type PostgresBackend } from '@deadbolt/postgres';
 import { pids } from '@deadbolt/postgres/testing';
 import pg from 'pg';
@@ -155,26 +163,25 @@ describe('postgres backend', () => {
     );
     const entry = (granted: boolean) =>
       admin.query(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted = $1 AND pid = ANY($2)`, [granted, [...pids(waiter)]]);
-    let pid: number | undefined;
-    for (const until = performance.now() + 5000; pid === undefined && performance.now() < until; await sleep(20))
-      pid = (await entry(false)).rows[0]?.pid as number | undefined;
-    expect(pid, 'the waiter queued in the server').toBeDefined();
-    process.kill(pid!, 'SIGSTOP');
+    await expectSoon(async () => (await entry(false)).rowCount, 1, 5000); // the waiter queued in the server
+    const pid = (await entry(false)).rows[0]!.pid as number;
+    process.kill(pid, 'SIGSTOP');
     try {
       await held.release();
-      for (const until = performance.now() + 5000; !(await entry(true)).rowCount && performance.now() < until;) await sleep(20);
-      expect((await entry(true)).rowCount, 'the server granted the stopped waiter').toBe(1);
+      await expectSoon(async () => (await entry(true)).rowCount, 1, 5000); // the server granted the stopped waiter
       abort.abort(new Error('the caller gave up'));
       await sleep(1000); // the cancel (sent again every 100 ms while the statement runs) reaches the process, even on a loaded machine
     } finally {
-      process.kill(pid!, 'SIGCONT');
+      process.kill(pid, 'SIGCONT');
     }
     expect(await waiting).toEqual(new Error('the caller gave up'));
-    // Free within moments (the waiter unlocks in the background after the abort was reported).
-    let lock = await c.tryLock(k);
-    for (const until = performance.now() + 3000; !lock && performance.now() < until; lock = await c.tryLock(k)) await sleep(50);
-    expect(lock, 'another client takes the key').not.toBeNull();
-    await lock?.release();
+    // Another client takes the key within moments (the waiter unlocks in the background after the abort was reported).
+    const taken = async () => {
+      const lock = await c.tryLock(k);
+      await lock?.release();
+      return lock !== null;
+    };
+    await expectSoon(taken, true, 3000);
   });
 
   it('session mode: a dead holder connection frees the lock at once, and the waiter blocked in the server gets it', async () => {
