@@ -232,7 +232,7 @@ export class RedisStore {
       config = (await this.client.config('GET', 'maxmemory*')) as string[]; // name, value, name, value, ...
     } catch (error) {
       if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
-      throw new BackendUnavailableError(this.name, 'acquire', { cause: withConnectionError(this.client, error) });
+      throw this.failure('acquire', error);
     }
     const settings: Record<string, string> = {};
     for (let i = 0; i + 1 < config.length; i += 2) settings[config[i]!] = config[i + 1]!;
