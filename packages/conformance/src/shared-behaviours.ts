@@ -49,14 +49,14 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     key: string,
     families: SharedFamily[],
     rounds: number,
-    holdMs: number,
+    holdMs: (family: SharedFamily) => number,
   ): Promise<{ family: SharedFamily; holds: Hold[] }[]> {
     const worker = async (family: SharedFamily, locker: Locker) => {
       const holds: Hold[] = [];
       for (let i = 0; i < rounds; i++) {
         const lock = await takeShared(locker, key, family, { timeoutMs: 60_000 });
         const start = Number(process.hrtime.bigint());
-        await sleep(sharedHoldMs(holdMs));
+        await sleep(sharedHoldMs(holdMs(family)));
         holds.push([start, Number(process.hrtime.bigint())]);
         await lock.release();
       }
@@ -68,7 +68,7 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
     for (const [i, family] of families.entries()) {
       if (capabilities.crossProcess && i % 2 === 1) {
         const child = await spawnChild();
-        starts.push(() => child.rpc.call<Hold[]>('sharedWork', key, family, rounds, holdMs).then((holds) => ({ family, holds })));
+        starts.push(() => child.rpc.call<Hold[]>('sharedWork', key, family, rounds, holdMs(family)).then((holds) => ({ family, holds })));
       } else {
         const locker = await makeLocker();
         starts.push(() => worker(family, locker));
@@ -87,7 +87,7 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
           key,
           Array.from({ length: 6 }, () => ({ limit })),
           12,
-          holdMs,
+          () => holdMs,
         );
         const holds = results.flatMap((r) => r.holds);
         expect(holds.length).toBe(6 * 12);
@@ -371,7 +371,14 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       async () => {
         const key = freshKey('rw');
         const families: SharedFamily[] = ['read', 'read', 'write', 'read', 'write', 'read'];
-        const results = await contend(key, families, 10, holdMs);
+        // Where waiters poll (`wake: 'poll'`), a reader holds long enough for a reader granted with
+        // it to find out and overlap it: with every backend's defaults a polling waiter sleeps at
+        // most min(ttl/4, 250 ms) between looks, and a hold here lasts at least half of readHoldMs.
+        // With short holds, two child readers granted together learned it at their own polls (and
+        // MySQL's attempts on a key run one at a time), so on a loaded machine they could miss each
+        // other every time. A waiter that is told (`push`) learns at once.
+        const readHoldMs = capabilities.wake === 'poll' ? Math.min(T / 2, 500) : holdMs;
+        const results = await contend(key, families, 10, (family) => (family === 'read' ? readHoldMs : holdMs));
         const reads = results.filter((r) => r.family === 'read').flatMap((r) => r.holds);
         const writes = results.filter((r) => r.family === 'write').flatMap((r) => r.holds);
         for (const [ws, we] of writes) {
