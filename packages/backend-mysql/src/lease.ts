@@ -5,6 +5,7 @@ import { LimitMismatchError } from '@deadbolt/core';
 import {
   grantable,
   pollForLease,
+  POLL_SOON,
   ReleaseNotifier,
   waiterCadence,
   type AcquireRequest,
@@ -14,6 +15,12 @@ import {
 } from '@deadbolt/core/backend';
 import type { ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import { MysqlStore, rolledBack } from './store.js';
+
+/** A waiting shared claim: its token (its place in the queue) and how many live claims were ahead at the last look. */
+interface Place {
+  readonly token: bigint;
+  ahead: number;
+}
 
 /** A lease-mode mutex (`row`) or shared claim (`shared`). */
 export interface MysqlRowLease extends Lease {
@@ -58,14 +65,32 @@ export class MysqlLeases {
 
   async acquireShared(req: SharedRequest): Promise<MysqlRowLease | null> {
     const hash = MysqlStore.hash(req.key);
-    if (!req.wait) return this.#sharedAttempt(req, hash);
+    if (!req.wait) return this.#granted(await this.#sharedAttempt(req, hash));
+    const { pollMs } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
+    let place: Place | undefined;
+    let placedAt = 0;
     try {
       return await pollForLease(
         `shared:${req.key}`,
         req.signal,
-        () => this.#sharedAttempt(req, hash),
+        async () => {
+          // Between attempts (each a transaction under the key's row lock, so a key's attempts run
+          // one at a time) a waiter only reads what is ahead of it, without the lock: waiters no
+          // longer queue behind each other's attempts, and the attempt comes once the read says the
+          // rule grants ours (or our place is due a refresh: the cadence rule's pollMs).
+          if (place && performance.now() - placedAt < pollMs) {
+            const ahead = await this.#ahead(req, hash, place.token);
+            if (!ahead.grantable) return this.#moved(place, ahead.count);
+          }
+          placedAt = performance.now();
+          const result = await this.#sharedAttempt(req, hash);
+          if (result === null || 'acquiredAt' in result) return result;
+          const before = place;
+          place = result;
+          return before ? this.#moved(before, result.ahead) : null;
+        },
         (lease) => this.release(lease),
-        { notifier: this.#notifier, maxDelayMs: waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs },
+        { notifier: this.#notifier, maxDelayMs: pollMs },
       );
     } catch (error) {
       // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
@@ -75,13 +100,35 @@ export class MysqlLeases {
     }
   }
 
+  /** The claims ahead of a waiting claim with `token`, and whether the rule grants it past them. */
+  async #ahead(req: SharedRequest, hash: Buffer, token: bigint): Promise<{ count: number; grantable: boolean }> {
+    const [row] = await this.#store.run<RowDataPacket[]>('acquire', this.#store.sql.sharedAhead, [hash, token.toString()]);
+    const count = Number(row?.['ahead'] ?? 0);
+    const exclusive = Number(row?.['exclusive_ahead'] ?? 0);
+    // The rule reads modes in order; only how many exclusive claims are ahead changes its answer.
+    const claims = Array.from({ length: count + 1 }, (_, i) => ({ mode: i < exclusive ? ('exclusive' as const) : ('shared' as const) }));
+    claims[count] = { mode: req.mode };
+    return { count, grantable: grantable(claims, count, req.limit) };
+  }
+
+  /** Fewer claims ahead than at the last look: the queue moves, so look again soon (the backoff starts over). */
+  #moved(place: Place, ahead: number): typeof POLL_SOON | null {
+    const moved = ahead < place.ahead;
+    place.ahead = ahead;
+    return moved ? POLL_SOON : null;
+  }
+
+  #granted(result: MysqlRowLease | Place | null): MysqlRowLease | null {
+    return result && 'acquiredAt' in result ? result : null;
+  }
+
   /**
    * One attempt at a shared claim: join the queue (or refresh our place) and judge it by the rule,
    * in one transaction under the key's row lock. A one-shot attempt that is not granted rolls back,
    * leaving nothing. A deadlock or lock wait timeout (the transaction rolled back whole) counts as
    * "not yet" for a waiter and is tried again at once, a few times, for a one-shot attempt.
    */
-  async #sharedAttempt(req: SharedRequest, hash: Buffer, tries = 1): Promise<MysqlRowLease | null> {
+  async #sharedAttempt(req: SharedRequest, hash: Buffer, tries = 1): Promise<MysqlRowLease | Place | null> {
     await this.#store.tables.run(); // in each attempt, so a wait rides out a failed first try like any other
     const store = this.#store;
     const q = store.sql;
@@ -89,27 +136,39 @@ export class MysqlLeases {
     try {
       return await store.keyTransaction('acquire', hash, async (connection, stored) => {
         const acquiredAt = performance.now();
-        await store.on(connection, q.sharedPurge, [hash]);
-        let queue = (await store.on<RowDataPacket[]>(connection, q.sharedQueue, [hash])).map((r) => ({
-          owner: r['owner'] as string,
-          token: BigInt(r['token'] as string | number),
-          mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
-        }));
-        let mine = queue.find((c) => c.owner === req.owner);
-        if (!mine) {
+        const rows = await store.on<RowDataPacket[]>(connection, q.sharedQueue, [hash]);
+        // Claims that ran out are deleted only when there are some (a round trip under the key's
+        // lock saved on most attempts). One that runs out after this read is still counted ahead
+        // of us: that can only make us wait one more look.
+        if (rows.some((r) => r['expired'])) await store.on(connection, q.sharedPurge, [hash]);
+        const queue = rows
+          .filter((r) => !r['expired'])
+          .map((r) => ({
+            owner: r['owner'] as string,
+            token: BigInt(r['token'] as string | number),
+            mode: r['exclusive'] ? ('exclusive' as const) : ('shared' as const),
+          }));
+        let index = queue.findIndex((c) => c.owner === req.owner);
+        const joining = index < 0;
+        if (joining) {
           if (queue.length > 0 && stored !== req.limit) throw new LimitMismatchError(req.key, stored, req.limit);
-          const next = await store.on<ResultSetHeader>(connection, q.sharedNextToken, [(req.minToken ?? 0n).toString(), req.limit, hash]);
-          mine = { owner: req.owner, token: BigInt(next.insertId), mode: req.mode };
-          await store.on(connection, q.sharedInsert, [hash, req.owner, mine.token.toString(), req.mode === 'exclusive', req.ttlMs * 1000]);
-          queue = [...queue, mine];
+          index = queue.push({ owner: req.owner, token: 0n, mode: req.mode }) - 1; // its token comes next
         }
-        const ok = grantable(queue, queue.indexOf(mine), req.limit);
+        const ok = grantable(queue, index, req.limit);
         if (!ok && !req.wait) return { commit: false, value: null };
         // A waiter's place lasts about a ttl past each attempt (core's waiterCadence).
-        const ttlMs = ok ? req.ttlMs : waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
-        await store.on(connection, q.sharedRenew, [ttlMs * 1000, hash, req.owner]);
-        const lease = { kind: 'shared' as const, key: req.key, owner: req.owner, token: mine.token, acquiredAt, hash };
-        return { commit: true, value: ok ? lease : null };
+        const us = (ok ? req.ttlMs : waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs) * 1000;
+        let token = queue[index]!.token;
+        if (joining) {
+          const next = await store.on<ResultSetHeader>(connection, q.sharedNextToken, [(req.minToken ?? 0n).toString(), req.limit, hash]);
+          token = BigInt(next.insertId);
+          await store.on(connection, q.sharedInsert, [hash, req.owner, token.toString(), req.mode === 'exclusive', us]);
+        } else if ((await store.on<ResultSetHeader>(connection, q.sharedRenew, [us, hash, req.owner])).affectedRows !== 1) {
+          // Our place ran out during this attempt (a stalled waiter): the next attempt joins again.
+          return { commit: false, value: null };
+        }
+        const lease = { kind: 'shared' as const, key: req.key, owner: req.owner, token, acquiredAt, hash };
+        return { commit: true, value: ok ? lease : { token, ahead: index } };
       });
     } catch (error) {
       if (rolledBack(error)) {

@@ -119,12 +119,15 @@ export const sharedKeyRow = `INSERT IGNORE INTO {keys} (key_hash, token, claim_l
 export const sharedLockKey = `SELECT claim_limit FROM {keys} WHERE key_hash = ? FOR UPDATE`;
 /** Params: hash. */
 export const sharedPurge = `DELETE FROM {claims} WHERE key_hash = ? AND expires_at <= UTC_TIMESTAMP(6)`;
-/** Params: hash. The queue, in arrival order. */
-export const sharedQueue = `SELECT owner, token, exclusive FROM {claims} WHERE key_hash = ? ORDER BY token`;
+/** Params: hash. The queue, in arrival order, with the claims that ran out marked. */
+export const sharedQueue = `SELECT owner, token, exclusive, expires_at <= UTC_TIMESTAMP(6) AS expired FROM {claims} WHERE key_hash = ? ORDER BY token`;
 /** Params: least token, limit, hash. The new claim's token comes back as the insert id. */
 export const sharedNextToken = `UPDATE {keys} SET token = LAST_INSERT_ID(GREATEST(token + 1, ?)), claim_limit = ? WHERE key_hash = ?`;
 /** Params: hash, owner, token, exclusive, ttl µs. */
 export const sharedInsert = `INSERT INTO {claims} (key_hash, owner, token, exclusive, expires_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`;
+/** Params: hash, token. A waiter's look between attempts, without the key's lock: the live claims ahead of it, and how many of those are exclusive. */
+export const sharedAhead = `SELECT COUNT(*) AS ahead, COALESCE(SUM(exclusive), 0) AS exclusive_ahead FROM {claims}
+  WHERE key_hash = ? AND token < CAST(? AS UNSIGNED) AND expires_at > UTC_TIMESTAMP(6)`;
 /** Params: ttl µs, hash, owner. Used by an attempt (under the key's lock) and by renew (one row = still ours). */
 export const sharedRenew = `UPDATE {claims} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE key_hash = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`;
 /** Params: hash, owner. */
