@@ -5,7 +5,7 @@
 // same read. Every later write to a claim is a lightweight transaction on its owner, so writes to
 // the partition are all ordered by Paxos (no client clock decides between them).
 import { BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
-import { grantable, POLL_SOON, sharedView, waiterCadence, type SharedRequest, type StoreView } from '@deadbolt/core/backend';
+import { grantable, POLL_SOON, QueuePlace, sharedView, waiterCadence, type SharedRequest, type StoreView } from '@deadbolt/core/backend';
 import { maxOf, secondsLeft, toBigInt, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
 
 /** A claim lost the race to join: read the partition again at once. */
@@ -24,14 +24,14 @@ export class SharedClaims {
     const waiterTtl = ttlSeconds(waiterCadence(req.ttlMs, store.poll.maxDelayMs).placeMs);
     /** Our row once joined: its token, and when it was last written (its ttl counts from there). */
     let claim: { token: bigint; acquiredAt: number } | undefined;
-    const attempt = async (): Promise<SharedLease | null | typeof JOIN_AGAIN> => {
-      const acquiredAt = performance.now();
+    const place = new QueuePlace();
+    const read = async (serialRead: boolean) => {
       const rows = (
         await store.run(
           'acquire',
           `SELECT seq, owner, exclusive, claim_counter, claim_limit FROM ${store.keyspace}.shared_claims WHERE lock_id = ?`,
           [id],
-          { serialRead: true },
+          { serialRead },
         )
       ).rows;
       // A claim whose mode cell is missing counts as exclusive: the reading that can never let two in.
@@ -42,6 +42,21 @@ export class SharedClaims {
           owner: r['owner'] as string,
           mode: r['exclusive'] === false ? ('shared' as const) : ('exclusive' as const),
         }));
+      return { rows, queue };
+    };
+    const attempt = async (): Promise<SharedLease | null | typeof JOIN_AGAIN | typeof POLL_SOON> => {
+      const acquiredAt = performance.now();
+      if (claim && req.wait && acquiredAt - claim.acquiredAt < (waiterTtl * 1000) / 3) {
+        // Between attempts a waiter looks at the partition with a plain read: a serial read is a
+        // Paxos round on the key's partition, and every waiter's look contending with the grants
+        // and releases there slowed them all. The serial attempt comes once this look says the rule
+        // grants our claim (or cannot find it), or when our row is due its rewrite.
+        const mine = claim;
+        const { queue } = await read(false);
+        const index = queue.findIndex((c) => c.token === mine.token && c.owner === req.owner);
+        if (index >= 0 && !grantable(queue, index, req.limit)) return place.look(index);
+      }
+      const { rows, queue } = await read(true);
       if (!claim) {
         const statics = rows[0];
         const counter =
@@ -82,18 +97,18 @@ export class SharedClaims {
       // A waiting row is rewritten (a Paxos round) only every third of its ttl, not on every look;
       // a granted one gets the lease's ttl, counted from this write.
       const sentAt = performance.now();
-      if (!ok && sentAt - mine.acquiredAt < (waiterTtl * 1000) / 3) return null;
+      if (!ok && sentAt - mine.acquiredAt < (waiterTtl * 1000) / 3) return place.look(index);
       if (!(await this.#rewrite({ id, token: mine.token, owner: req.owner, mode: req.mode }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
         throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
       }
       mine.acquiredAt = sentAt;
-      return ok ? this.#lease(req, id, mine) : null;
+      return ok ? this.#lease(req, id, mine) : place.look(index);
     };
     try {
       for (;;) {
         if (!req.wait) {
           const lease = await attempt();
-          if (lease !== JOIN_AGAIN) return lease;
+          if (lease !== JOIN_AGAIN && lease !== POLL_SOON) return lease; // (a one-shot attempt never waits: POLL_SOON cannot come)
           continue;
         }
         // Releases in this process are announced under `shared:<key>` (see `release`).

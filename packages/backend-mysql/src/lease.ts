@@ -5,7 +5,7 @@ import { LimitMismatchError } from '@deadbolt/core';
 import {
   grantable,
   pollForLease,
-  POLL_SOON,
+  QueuePlace,
   ReleaseNotifier,
   waiterCadence,
   type AcquireRequest,
@@ -16,10 +16,10 @@ import {
 import type { ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import { MysqlStore, rolledBack } from './store.js';
 
-/** A waiting shared claim: its token (its place in the queue) and how many live claims were ahead at the last look. */
+/** A waiting shared claim after an attempt: its token (its place in the queue) and how many live claims are ahead of it. */
 interface Place {
   readonly token: bigint;
-  ahead: number;
+  readonly ahead: number;
 }
 
 /** A lease-mode mutex (`row`) or shared claim (`shared`). */
@@ -67,7 +67,8 @@ export class MysqlLeases {
     const hash = MysqlStore.hash(req.key);
     if (!req.wait) return this.#granted(await this.#sharedAttempt(req, hash));
     const { pollMs } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
-    let place: Place | undefined;
+    const place = new QueuePlace();
+    let token: bigint | undefined;
     let placedAt = 0;
     try {
       return await pollForLease(
@@ -78,16 +79,15 @@ export class MysqlLeases {
           // one at a time) a waiter only reads what is ahead of it, without the lock: waiters no
           // longer queue behind each other's attempts, and the attempt comes once the read says the
           // rule grants ours (or our place is due a refresh: the cadence rule's pollMs).
-          if (place && performance.now() - placedAt < pollMs) {
-            const ahead = await this.#ahead(req, hash, place.token);
-            if (!ahead.grantable) return this.#moved(place, ahead.count);
+          if (token !== undefined && performance.now() - placedAt < pollMs) {
+            const ahead = await this.#ahead(req, hash, token);
+            if (!ahead.grantable) return place.look(ahead.count);
           }
           placedAt = performance.now();
           const result = await this.#sharedAttempt(req, hash);
           if (result === null || 'acquiredAt' in result) return result;
-          const before = place;
-          place = result;
-          return before ? this.#moved(before, result.ahead) : null;
+          token = result.token;
+          return place.look(result.ahead);
         },
         (lease) => this.release(lease),
         { notifier: this.#notifier, maxDelayMs: pollMs },
@@ -109,13 +109,6 @@ export class MysqlLeases {
     const claims = Array.from({ length: count + 1 }, (_, i) => ({ mode: i < exclusive ? ('exclusive' as const) : ('shared' as const) }));
     claims[count] = { mode: req.mode };
     return { count, grantable: grantable(claims, count, req.limit) };
-  }
-
-  /** Fewer claims ahead than at the last look: the queue moves, so look again soon (the backoff starts over). */
-  #moved(place: Place, ahead: number): typeof POLL_SOON | null {
-    const moved = ahead < place.ahead;
-    place.ahead = ahead;
-    return moved ? POLL_SOON : null;
   }
 
   #granted(result: MysqlRowLease | Place | null): MysqlRowLease | null {

@@ -43,6 +43,7 @@ export {
   InFlight,
   MIN_WAITER_PLACE_MS,
   POLL_SOON,
+  QueuePlace,
   waiterCadence,
   pollForLease,
   ReleaseNotifier,

@@ -90,6 +90,22 @@ export interface PollOptions {
  */
 export const POLL_SOON: unique symbol = Symbol('deadbolt.pollSoon');
 
+/**
+ * A polling waiter's distance from the front of a store's queue, look by look. A waiter that moved
+ * up since its last look looks again soon (the queue is moving: `POLL_SOON` starts the backoff
+ * over); one that did not backs off, so a long hold costs only a few looks per second.
+ */
+export class QueuePlace {
+  #ahead = Number.POSITIVE_INFINITY;
+
+  /** Note `ahead` claims in front of ours at this look: `POLL_SOON` if fewer than at the last one, else `null` (the first look counts as moving). */
+  look(ahead: number): typeof POLL_SOON | null {
+    const moved = ahead < this.#ahead;
+    this.#ahead = ahead;
+    return moved ? POLL_SOON : null;
+  }
+}
+
 /** Already settled, one for all: what a call that has nothing to wait for (an in-process release) answers. */
 export const DONE: Promise<void> = Promise.resolve();
 
