@@ -25,6 +25,8 @@ export class SharedClaims {
     /** Our row once joined: its token, and when it was last written (its ttl counts from there). */
     let claim: { token: bigint; acquiredAt: number } | undefined;
     const place = new QueuePlace();
+    /** A waiting row is rewritten (a Paxos round) only every third of its ttl, not on every look. */
+    const rewriteDue = (row: { acquiredAt: number }, now: number) => now - row.acquiredAt >= (waiterTtl * 1000) / 3;
     const read = async (serialRead: boolean) => {
       const rows = (
         await store.run(
@@ -46,7 +48,7 @@ export class SharedClaims {
     };
     const attempt = async (): Promise<SharedLease | null | typeof JOIN_AGAIN | typeof POLL_SOON> => {
       const acquiredAt = performance.now();
-      if (claim && req.wait && acquiredAt - claim.acquiredAt < (waiterTtl * 1000) / 3) {
+      if (claim && req.wait && !rewriteDue(claim, acquiredAt)) {
         // Between attempts a waiter looks at the partition with a plain read: a serial read is a
         // Paxos round on the key's partition, and every waiter's look contending with the grants
         // and releases there slowed them all. The serial attempt comes once this look says the rule
@@ -94,10 +96,9 @@ export class SharedClaims {
       if (index < 0)
         throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
       const ok = grantable(queue, index, req.limit);
-      // A waiting row is rewritten (a Paxos round) only every third of its ttl, not on every look;
-      // a granted one gets the lease's ttl, counted from this write.
+      // A granted row gets the lease's ttl, counted from this write.
       const sentAt = performance.now();
-      if (!ok && sentAt - mine.acquiredAt < (waiterTtl * 1000) / 3) return place.look(index);
+      if (!ok && !rewriteDue(mine, sentAt)) return place.look(index);
       if (!(await this.#rewrite({ id, token: mine.token, owner: req.owner, mode: req.mode }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
         throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
       }

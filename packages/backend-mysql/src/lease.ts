@@ -4,6 +4,7 @@
 import { LimitMismatchError } from '@deadbolt/core';
 import {
   grantable,
+  grantableBehind,
   pollForLease,
   QueuePlace,
   ReleaseNotifier,
@@ -17,7 +18,7 @@ import type { ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import { MysqlStore, rolledBack } from './store.js';
 
 /** A waiting shared claim after an attempt: its token (its place in the queue) and how many live claims are ahead of it. */
-interface Place {
+interface Waiting {
   readonly token: bigint;
   readonly ahead: number;
 }
@@ -104,14 +105,10 @@ export class MysqlLeases {
   async #ahead(req: SharedRequest, hash: Buffer, token: bigint): Promise<{ count: number; grantable: boolean }> {
     const [row] = await this.#store.run<RowDataPacket[]>('acquire', this.#store.sql.sharedAhead, [hash, token.toString()]);
     const count = Number(row?.['ahead'] ?? 0);
-    const exclusive = Number(row?.['exclusive_ahead'] ?? 0);
-    // The rule reads modes in order; only how many exclusive claims are ahead changes its answer.
-    const claims = Array.from({ length: count + 1 }, (_, i) => ({ mode: i < exclusive ? ('exclusive' as const) : ('shared' as const) }));
-    claims[count] = { mode: req.mode };
-    return { count, grantable: grantable(claims, count, req.limit) };
+    return { count, grantable: grantableBehind(req.mode, count, Number(row?.['exclusive_ahead'] ?? 0), req.limit) };
   }
 
-  #granted(result: MysqlRowLease | Place | null): MysqlRowLease | null {
+  #granted(result: MysqlRowLease | Waiting | null): MysqlRowLease | null {
     return result && 'acquiredAt' in result ? result : null;
   }
 
@@ -121,7 +118,7 @@ export class MysqlLeases {
    * leaving nothing. A deadlock or lock wait timeout (the transaction rolled back whole) counts as
    * "not yet" for a waiter and is tried again at once, a few times, for a one-shot attempt.
    */
-  async #sharedAttempt(req: SharedRequest, hash: Buffer, tries = 1): Promise<MysqlRowLease | Place | null> {
+  async #sharedAttempt(req: SharedRequest, hash: Buffer, tries = 1): Promise<MysqlRowLease | Waiting | null> {
     await this.#store.tables.run(); // in each attempt, so a wait rides out a failed first try like any other
     const store = this.#store;
     const q = store.sql;

@@ -5,7 +5,7 @@
 export { fullCapabilities, type AcquireRequest, type Lease, type SharedRequest, type StoreView } from './backend.js';
 export { backendFailure, keepSecret, noAnswer } from './errors.js';
 export { checkFencedWrite, checkFenceToken, checkResource, fencedTransaction, type SqlConnections } from './fence.js';
-export { claimOfRow, grantable, sharedView, sharedViewOfRows } from './shared.js';
+export { claimOfRow, grantable, grantableBehind, sharedView, sharedViewOfRows } from './shared.js';
 export { validateKey, validateKeys, validateTtl } from './validate.js';
 export {
   addressOf,

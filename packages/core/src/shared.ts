@@ -7,9 +7,15 @@ import type { ClaimInfo } from './types.js';
  * store (a Lua script, a SQL statement) follow the same three lines.
  */
 export function grantable(claims: ReadonlyArray<{ readonly mode: SharedRequest['mode'] }>, index: number, limit: number): boolean {
-  if (claims[index]!.mode === 'exclusive') return index === 0;
-  for (let i = 0; i < index; i++) if (claims[i]!.mode === 'exclusive') return false;
-  return limit === 0 || index < limit;
+  let exclusiveAhead = 0;
+  for (let i = 0; i < index; i++) if (claims[i]!.mode === 'exclusive') exclusiveAhead++;
+  return grantableBehind(claims[index]!.mode, index, exclusiveAhead, limit);
+}
+
+/** The same rule from counts alone, for a store that counted the live claims ahead of ours (and how many of them are exclusive) rather than reading them. */
+export function grantableBehind(mode: SharedRequest['mode'], ahead: number, exclusiveAhead: number, limit: number): boolean {
+  if (mode === 'exclusive') return ahead === 0;
+  return exclusiveAhead === 0 && (limit === 0 || ahead < limit);
 }
 
 /**
