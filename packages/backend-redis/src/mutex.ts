@@ -142,8 +142,8 @@ export class RedisMutex {
     const least = req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0';
     const mode = !req.wait ? '0' : queued ? '2' : '1';
     // The common case (SET NX PX) may be tried unless we are queued (our turn comes through the
-    // queue) or a least token was asked for (the full step honours it).
-    const fast = mode !== '2' && least === '0' ? '+' : '-';
+    // queue); `*` tells it a least token follows.
+    const fast = mode === '2' ? '-' : least === '0' ? '+' : '*';
     const options = `${fast}${mode}${this.#options.fifo ? '1' : '0'}|${this.#store.id}|${waiterCadence(req.ttlMs, this.#options.maxPollDelayMs).placeMs}|${least}`;
     const token = await this.#store.run(
       'acquire',

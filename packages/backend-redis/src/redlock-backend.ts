@@ -120,7 +120,15 @@ type Outcome<T> = { ok: T } | { busy: true } | { down: unknown } | { pending: tr
  * that lost its data cannot break this or exclusion, because it grants nothing until every lease
  * it could have forgotten has ended (`maxTtlMs`, counted on its own clock from when it was found
  * empty); its tokens then restart from its clock (in µs), above any token that counts from a
- * clock not ahead of it by more than that time.
+ * clock not ahead of it by more than that time less the proposal's lead (below).
+ *
+ * The lift costs a round trip, and node tokens come from each node's clock, so they always differ.
+ * So every attempt asks each node for a token of at least P, this process's clock (µs) plus a
+ * lead of min(100 ms, maxTtlMs / 10): a node whose clock and counter are below P grants P itself.
+ * When a majority did, that majority already stands at T = P and nothing is lifted; a node whose
+ * clock runs ahead of ours by more than the lead, or a counter left higher by a contender, only
+ * brings the lift back. P is a hint like `minToken`, never trusted: T is still the largest token
+ * granted.
  */
 export class RedlockBackend implements LockBackend<RedlockLease> {
   readonly name = 'redlock';
@@ -133,6 +141,8 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   readonly #quorum: number;
   readonly #driftFactor: number;
   readonly #retryDelayMs: number;
+  /** How far ahead of this process's clock an attempt's proposed token is, µs (see the class). */
+  readonly #leadUs: number;
   /** Acquisitions under way: `close()` lets them finish first, and refuses new ones. */
   readonly #acquiring: InFlight;
 
@@ -159,6 +169,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     this.#quorum = Math.floor(this.#nodes.length / 2) + 1;
     this.#driftFactor = drift;
     this.#retryDelayMs = retry;
+    this.#leadUs = Math.floor(Math.min(100, maxTtl / 10) * 1000);
     this.#acquiring = new InFlight(this.name, options.commandTimeoutMs ?? 5000);
     this.capabilities = {
       fencing: 'strict',
@@ -268,7 +279,9 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   /** One Redlock round: every node at once; a majority within the validity, or everything given back. */
   async #attempt(req: AcquireRequest): Promise<RedlockLease | null> {
     const started = performance.now();
-    const one = { ...req, wait: false };
+    // The proposed token (see the class): a migration's least token, when higher, wins.
+    const proposal = BigInt(Math.floor((performance.timeOrigin + started) * 1000) + this.#leadUs);
+    const one = { ...req, wait: false, minToken: req.minToken !== undefined && req.minToken > proposal ? req.minToken : proposal };
     // A grant that comes after the majority needs nothing more: that node keeps an owner-checked
     // part (below), so renewals and the release reach it; after a failed attempt, the give-back
     // follows the grant on the same connection.

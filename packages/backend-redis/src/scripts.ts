@@ -29,17 +29,20 @@ export const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
 
 /**
  * The next token, in `name` (a decimal string), given `now_us` (and `now_text`, the same as
- * digits, when the caller has it): the counter is set to the clock and read in one command; only
- * when it already stood at or above it (a lifted floor, a hint, a clock that stepped back) is it
- * written again. `least` is a Lua expression for the least token wanted (0 for none).
+ * digits, when the caller has it): the larger of the clock and `least` (a Lua expression for the
+ * least token wanted, 0 for none), written to the counter and the old value read in one command;
+ * only when the counter already stood at or above it (a lifted floor, a clock that stepped back)
+ * is it written again, one above. A value ahead of the clock keeps the counter until the clock has
+ * passed it by the counter's ttl (see `setCounter`).
  */
 const nextToken = (name: string, least: string, nowText = "string.format('%.0f', now_us)") => `
-local ${name} = ${nowText}
-local ${name}_last = redis.call('SET', KEYS[2], ${name}, 'PX', ${COUNTER_TTL_MS}, 'GET')
-if (${name}_last and tonumber(${name}_last) >= now_us) or ${least} > now_us then
-  local ${name}_n = math.max(tonumber(${name}_last or '0') + 1, ${least}, now_us)
-  redis.call('SET', KEYS[2], string.format('%.0f', ${name}_n), 'PX', string.format('%.0f', math.floor((${name}_n - now_us) / 1000) + ${COUNTER_TTL_MS}))
+local ${name}_n = math.max(${least}, now_us)
+local ${name} = ${name}_n == now_us and ${nowText} or string.format('%.0f', ${name}_n)
+local ${name}_last = redis.call('SET', KEYS[2], ${name}, 'PX', string.format('%.0f', math.floor((${name}_n - now_us) / 1000) + ${COUNTER_TTL_MS}), 'GET')
+if ${name}_last and tonumber(${name}_last) >= ${name}_n then
+  ${name}_n = tonumber(${name}_last) + 1
   ${name} = string.format('%.0f', ${name}_n)
+  redis.call('SET', KEYS[2], ${name}, 'PX', string.format('%.0f', math.floor((${name}_n - now_us) / 1000) + ${COUNTER_TTL_MS}))
 end
 `;
 
@@ -78,7 +81,7 @@ redis.call('SET', KEYS[2], ${text}, 'PX', string.format('%.0f', math.max(tonumbe
  * release: 1 owner, 2 ttl ms ('0' for a release), 3 the options in one string (each argument
  * costs the server a little on every call, and only the uncommon cases read these):
  * `<fast><mode><fifo>|<backend id>|<waiter ttl ms>|<least token>`, where fast is `+` when the
- * common case may be tried (`-` otherwise), mode 0 one attempt, 1 a waiter's first attempt, 2 a
+ * common case may be tried, `*` when it may and a least token is given (`-` otherwise), mode 0 one attempt, 1 a waiter's first attempt, 2 a
  * queued waiter's; fifo 0|1; least token '0' for none. Guarded acquire: 4 guard ms.
  */
 const mutex = `
@@ -195,12 +198,15 @@ end
  * one-shot attempt.
  */
 export const ACQUIRE = `
-if string.byte(ARGV[3]) == 43 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local fast = string.byte(ARGV[3])
+if fast ~= 45 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
   -- The clock as digits straight from TIME's seconds and microseconds: no float formatting.
   local now_text = t[1] .. string.sub('00000' .. t[2], -6)
   local now_us = tonumber(now_text)
-${nextToken('token', '0', 'now_text')}
+  local least = 0
+  if fast == 42 then least = tonumber(string.match(ARGV[3], '(%d+)$')) end
+${nextToken('token', 'least', 'now_text')}
   return token
 end
 ${mutex}

@@ -1,6 +1,7 @@
 import { createLocker, type Lock } from '@deadbolt/core';
 import { closeLockersAfterEach, defineConformanceSuite, retryFor } from '@deadbolt/conformance';
 import { redlockBackend } from '@deadbolt/redis';
+import { keysFor } from '@deadbolt/redis/testing';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
@@ -83,6 +84,34 @@ describe('redlock over 5 nodes', () => {
     });
     expect(holds.length).toBeGreaterThan(20);
   }, 60_000);
+
+  it('tokens agree on every node that granted (no lift), and a node whose counter stands ahead is lifted past', async () => {
+    const backend = redlockBackend({ nodes, maxTtlMs: MAX_TTL_MS });
+    const locker = track(createLocker(backend, { ttlMs: 1000 }));
+    const key = `redlock-test/${Math.random()}`;
+    const { token: counter } = keysFor(backend, key);
+    const counters = async () => (await Promise.all(admins.map((a) => a.get(counter)))).map((v) => BigInt(v ?? '0'));
+    const first = await locker.lock(key);
+    // A release waits for every node (the lock was reported once a majority granted).
+    await first.release();
+    // Every node that granted (a node the tests above restarted empty may still be in its guard,
+    // granting nothing) granted the proposed token: a majority at least, all at the lock's token.
+    const granted = (await counters()).filter((c) => c !== 0n);
+    expect(granted.length).toBeGreaterThanOrEqual(3);
+    expect(granted).toEqual(granted.map(() => first.token));
+    // Three nodes' counters a minute ahead, each by a little more (a contender's leftovers, clocks
+    // ahead of ours): every majority has one of them, granting above the proposal and unlike any
+    // other, so the lock's token is the highest granted and the rest of a majority is lifted to it.
+    const ahead = first.token + 60_000_000n;
+    await Promise.all([1, 2, 3].map((i) => admins[i]!.set(counter, (ahead + BigInt(10 * i)).toString(), 'PX', 60_000)));
+    const second = await locker.lock(key);
+    expect(second.token).toBeGreaterThan(ahead);
+    expect((await counters()).filter((c) => c >= second.token).length).toBeGreaterThanOrEqual(3);
+    await second.release();
+    const third = await locker.lock(key);
+    expect(third.token).toBeGreaterThan(second.token);
+    await third.release();
+  });
 
   it('a lock held across a node restart keeps a majority; a minority of nodes up is BackendUnavailableError', async () => {
     const locker = newLocker(2000);
