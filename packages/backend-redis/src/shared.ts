@@ -29,24 +29,34 @@ export class RedisSharedClaims {
     // release: it sleeps through releases until as many have gone by as its place needs (each
     // release publishes one message), so a release wakes the one waiter it may let in rather than
     // every waiter of the key in this process, each with a script to run. A release that this
-    // count misses (a claim that expired) is found by the re-check every `poll` ms.
-    let place = 0;
+    // count misses (a claim that expired) is found by the re-check every `poll` ms, so a waiter
+    // that knows its place does not re-check sooner (as the mutex's waiters). While an attempt is
+    // out the place is unknown (`Infinity`: nothing wakes the waiter) and releases are counted from
+    // its send: a message can arrive before the answer of an attempt that ran before its release
+    // (they come on two connections). Once the answer is in, releases enough for the place make
+    // the next attempt come at once; counting one the place already shows costs one early attempt,
+    // while dropping one would leave the waiter asleep until the re-check.
+    let place = Number.POSITIVE_INFINITY;
     let releases = 0;
-    const onPlace = (ahead: number) => {
-      place = ahead;
-      releases = 0;
-    };
+    const due = () => place - releases < req.limit;
     try {
       return await pollForLease(
         keys.lock,
         req.signal,
-        () => this.#attempt(req, keys, onPlace),
+        () => {
+          const before = releases;
+          place = Number.POSITIVE_INFINITY;
+          return this.#attempt(req, keys, (ahead) => {
+            place = ahead;
+            releases -= before;
+          });
+        },
         (lease) => this.release(lease).then(() => undefined),
         {
           notifier: store.notifier,
-          minDelayMs: Math.min(5, poll),
+          minDelayMs: poll,
           maxDelayMs: poll,
-          ...(req.limit > 0 ? { wakes: () => place - ++releases < req.limit } : {}),
+          ...(req.limit > 0 ? { wakes: () => (releases++, due()), nextDelayMs: () => (due() ? 0 : undefined) } : {}),
         },
       );
     } catch (error) {

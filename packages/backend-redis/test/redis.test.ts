@@ -103,6 +103,27 @@ describe('redis backend', () => {
     expect(performance.now() - releasedAt).toBeLessThan(1000);
   });
 
+  it('a semaphore waiter is woken by the release that lets it in, counted by its place, not by its poll timer', async () => {
+    const slow = () => track(createLocker(redisBackend({ url, maxPollDelayMs: 5000 }), { ttlMs: 20_000 }));
+    const [holders, waiters] = [slow(), slow()];
+    const k = key();
+    const held = [await holders.semaphore(k, { limit: 2 }).acquire(), await holders.semaphore(k, { limit: 2 }).acquire()];
+    const first = waiters.semaphore(k, { limit: 2 }).acquire();
+    await new Promise((r) => setTimeout(r, 100));
+    const second = waiters.semaphore(k, { limit: 2 }).acquire();
+    await new Promise((r) => setTimeout(r, 300));
+    // Each release lets in the waiter at its head; the other sleeps through it (its place needs two).
+    for (const waiting of [first, second]) {
+      const releasedAt = performance.now();
+      await held.shift()!.release();
+      const permit = await waiting;
+      // Polling alone would take 2.5 to 5 s here; a generous bound still tells the two apart.
+      expect(performance.now() - releasedAt).toBeLessThan(1000);
+      held.push(permit);
+    }
+    await Promise.all(held.map((p) => p.release()));
+  });
+
   it("a FIFO handoff message is the head's grant: it sends nothing to take it, and its lease ends no later than the store's", async () => {
     const holder = track(createLocker(redisBackend({ url }), { ttlMs: 20_000 }));
     const client = new Redis(url);
