@@ -81,8 +81,9 @@ redis.call('SET', KEYS[2], ${text}, 'PX', string.format('%.0f', math.max(tonumbe
  * release: 1 owner, 2 ttl ms ('0' for a release), 3 the options in one string (each argument
  * costs the server a little on every call, and only the uncommon cases read these):
  * `<fast><mode><fifo>|<backend id>|<waiter ttl ms>|<least token>`, where fast is `+` when the
- * common case may be tried, `*` when it may and a least token is given (`-` otherwise), mode 0 one attempt, 1 a waiter's first attempt, 2 a
- * queued waiter's; fifo 0|1; least token '0' for none. Guarded acquire: 4 guard ms.
+ * common case may be tried, `*` when it may and a least token is given (`-` otherwise), mode 0
+ * one attempt, 1 a waiter's first attempt, 2 a queued waiter's; fifo 0|1; least token '0' for
+ * none. Guarded acquire: 4 guard ms.
  */
 const mutex = `
 local mode, fifo, backend_id, waiter_ttl, least = string.match(ARGV[3], '^.(.)(.)|([^|]*)|(%d+)|(%d+)$')
