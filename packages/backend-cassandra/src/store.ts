@@ -11,6 +11,7 @@ import {
   ReleaseNotifier,
   sleep,
   waiterCadence,
+  wallMicros,
   type AcquireRequest,
   type Lease,
   type PollOptions,
@@ -20,7 +21,6 @@ import {
 } from '@deadbolt/core/backend';
 import { randomUUID } from 'node:crypto';
 import cassandra, { type Client, type QueryOptions, type types } from 'cassandra-driver';
-import { wallMicros } from './time-service.js';
 
 /** One statement of a batch. */
 export type Statement = { query: string; params: unknown[] };

@@ -1,4 +1,4 @@
-import { Once } from '@deadbolt/core/backend';
+import { Once, wallMicros } from '@deadbolt/core/backend';
 import cassandra, { type Client } from 'cassandra-driver';
 
 export interface TimeServiceOptions {
@@ -13,11 +13,6 @@ export interface TimeServiceOptions {
 }
 
 const QUORUM = cassandra.types.consistencies.quorum;
-
-/** Wall-clock microseconds: used only to order queue entries and cell versions, never for lease validity. */
-export function wallMicros(): number {
-  return Math.floor((performance.timeOrigin + performance.now()) * 1000);
-}
 
 /**
  * The seed's time service: a `GlobalTime` cell whose value equals its write timestamp. Every

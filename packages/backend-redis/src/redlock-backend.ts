@@ -12,6 +12,7 @@ import {
   share,
   text,
   url,
+  wallMicros,
   type AcquireRequest,
   type Lease,
   type Rule,
@@ -280,7 +281,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   async #attempt(req: AcquireRequest): Promise<RedlockLease | null> {
     const started = performance.now();
     // The proposed token (see the class): a migration's least token, when higher, wins.
-    const proposal = BigInt(Math.floor((performance.timeOrigin + started) * 1000) + this.#leadUs);
+    const proposal = BigInt(wallMicros() + this.#leadUs);
     const one = { ...req, wait: false, minToken: req.minToken !== undefined && req.minToken > proposal ? req.minToken : proposal };
     // A grant that comes after the majority needs nothing more: that node keeps an owner-checked
     // part (below), so renewals and the release reach it; after a failed attempt, the give-back

@@ -28,21 +28,33 @@
 export const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
 
 /**
+ * How long the token counter is kept for the number `value` (a Lua expression): `ttl` ms, or, for
+ * a value ahead of the clock (a lifted floor, a least token asked for), until the clock has passed
+ * it plus that ttl, so tokens that fall back to the clock after the counter expires still exceed it.
+ */
+const counterPx = (value: string, ttl: string) =>
+  `string.format('%.0f', math.max(tonumber(${ttl}), math.floor((${value} - now_us) / 1000) + tonumber(${ttl})))`;
+
+/**
  * The next token, in `name` (a decimal string), given `now_us` (and `now_text`, the same as
  * digits, when the caller has it): the larger of the clock and `least` (a Lua expression for the
  * least token wanted, 0 for none), written to the counter and the old value read in one command;
  * only when the counter already stood at or above it (a lifted floor, a clock that stepped back)
- * is it written again, one above. A value ahead of the clock keeps the counter until the clock has
- * passed it by the counter's ttl (see `setCounter`).
+ * is it written again, one above. The common case (no least token above the clock) computes
+ * nothing more than the clock's digits.
  */
 const nextToken = (name: string, least: string, nowText = "string.format('%.0f', now_us)") => `
-local ${name}_n = math.max(${least}, now_us)
-local ${name} = ${name}_n == now_us and ${nowText} or string.format('%.0f', ${name}_n)
-local ${name}_last = redis.call('SET', KEYS[2], ${name}, 'PX', string.format('%.0f', math.floor((${name}_n - now_us) / 1000) + ${COUNTER_TTL_MS}), 'GET')
+local ${name}, ${name}_n, ${name}_px = ${nowText}, now_us, '${COUNTER_TTL_MS}'
+if ${least} > now_us then
+  ${name}_n = ${least}
+  ${name} = string.format('%.0f', ${name}_n)
+  ${name}_px = ${counterPx(`${name}_n`, String(COUNTER_TTL_MS))}
+end
+local ${name}_last = redis.call('SET', KEYS[2], ${name}, 'PX', ${name}_px, 'GET')
 if ${name}_last and tonumber(${name}_last) >= ${name}_n then
   ${name}_n = tonumber(${name}_last) + 1
   ${name} = string.format('%.0f', ${name}_n)
-  redis.call('SET', KEYS[2], ${name}, 'PX', string.format('%.0f', math.floor((${name}_n - now_us) / 1000) + ${COUNTER_TTL_MS}))
+${setCounter(`${name}_n`, name, String(COUNTER_TTL_MS))}
 end
 `;
 
@@ -67,13 +79,9 @@ ${alsoFrom.map(([command, key]) => `  redis.call('${command}', ${key}, unpack(ch
 end
 `;
 
-/**
- * Sets the token counter to `text` (the number `value`) with a ttl of `ttl` ms, or, for a value
- * ahead of the clock (lifted by a migration), until the clock has passed it plus that ttl: tokens
- * that fall back to the clock after the counter expires still exceed it.
- */
+/** Sets the token counter to `text` (the number `value`), kept for `counterPx`. */
 const setCounter = (value: string, text: string, ttl: string) => `
-redis.call('SET', KEYS[2], ${text}, 'PX', string.format('%.0f', math.max(tonumber(${ttl}), math.floor((${value} - now_us) / 1000) + tonumber(${ttl}))))
+redis.call('SET', KEYS[2], ${text}, 'PX', ${counterPx(value, ttl)})
 `;
 
 /**

@@ -4,6 +4,15 @@
  * ones and 100-day leases into a renewal loop; everything in core that waits goes through here.
  */
 
+/**
+ * This process's wall clock in whole microseconds (its start time plus the monotonic clock since,
+ * so it never steps back within the process). For ordering and for hints a store checks, never for
+ * how long a lease lasts: that is the monotonic clock's job.
+ */
+export function wallMicros(): number {
+  return Math.floor((performance.timeOrigin + performance.now()) * 1000);
+}
+
 /** The longest delay one Node timer can wait. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
