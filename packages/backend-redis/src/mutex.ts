@@ -4,18 +4,12 @@
 // the key to the queue's head in the same script and messages its process.
 import { BackendUnavailableError } from '@deadbolt/core';
 import { pollForLease, waiterCadence, type AcquireRequest, type InFlight, type Lease, type StoreView } from '@deadbolt/core/backend';
-import { MAX_EXACT_TOKEN, scripts, type RedisKeys, type RedisStore } from './store.js';
+import { MAX_EXACT_TOKEN, scripts, type Placed, type RedisKeys, type RedisStore } from './store.js';
 
 /** A mutex lease (`mutex`) or a shared claim (`shared`: `keys` are then the shared-claim keys). */
 export interface RedisLease extends Lease {
   readonly kind: 'mutex' | 'shared';
   readonly keys: RedisKeys;
-}
-
-/** An attempt that left a waiter queued: its send time (`performance.now()`) and the deadline it set (server ms). */
-interface Placed {
-  readonly sentAt: number;
-  readonly deadline: number;
 }
 
 export interface RedisMutexOptions {
@@ -63,10 +57,9 @@ export class RedisMutex {
     if (first || !req.wait) return first;
     // Queued now. When the subscription was not in place yet, a handoff may have come before it:
     // the loop's first attempt, at once, finds it. When it was, the loop starts by waiting, unless a
-    // FIFO handoff reached us before our first attempt's answer did (kept in `#handed`: the loop's
+    // FIFO handoff reached us before our first attempt's answer did (the store keeps it: the loop's
     // first call takes it). An unordered wake-up that came that early is lost; the head's next
     // re-check, within `poll`, makes up for it.
-    const handedId = `${keys.lock}\n${req.owner}`;
     let queued = true;
     let already = this.#store.listening;
     try {
@@ -80,8 +73,8 @@ export class RedisMutex {
         keys.lock,
         req.signal,
         async () => {
-          const handed = this.#handedLease(req, keys, handedId, placed);
-          if (handed) return handed;
+          const handed = this.#store.takeHanded(keys.lock, req.owner, placed, req.ttlMs);
+          if (handed) return { kind: 'mutex', key: req.key, owner: req.owner, keys, ...handed } satisfies RedisLease;
           if (already) return ((already = false), null);
           const lease = await this.#attempt(req, keys, queued, onPlace);
           queued ||= lease === null;
@@ -102,31 +95,8 @@ export class RedisMutex {
       if (queued) await this.#acquiring.leave(() => this.releaseOwner(keys, req.owner), req.ttlMs);
       throw error;
     } finally {
-      this.#store.handed.delete(handedId);
+      this.#store.dropHanded(keys.lock, req.owner);
     }
-  }
-
-  /**
-   * The grant a handoff message brought `req`'s waiter, as a lease, when it can be trusted without
-   * asking the store; undefined otherwise (the next attempt then finds the grant, or that there is
-   * none). The release that handed us the key ended our lease at our queue deadline, which the
-   * attempt that last left us queued set to the server's time (in whole ms) + the waiter ttl (at
-   * least our ttl). That attempt was sent no later than it ran, so a lease counted from 1 ms before
-   * its send time ends no later than the store's. The message must carry that attempt's deadline:
-   * an attempt of ours that ran after the handoff would have been granted, not queued, unless the
-   * handed lease had already ended, and then it set a later deadline; so a match also shows the
-   * message is not an old one. With replica sync the grant must be waited for on our own
-   * connection, so the attempt confirms it instead.
-   */
-  #handedLease(req: AcquireRequest, keys: RedisKeys, id: string, placed: Placed | undefined): RedisLease | undefined {
-    const grant = this.#store.handed.get(id);
-    if (!grant || !placed) return undefined;
-    this.#store.handed.delete(id);
-    if (grant.deadline !== placed.deadline || this.#store.syncReplicas > 0) return undefined;
-    const acquiredAt = placed.sentAt - 1;
-    // With less than half the lease left, the attempt confirms instead (and renews it to a full ttl).
-    if (performance.now() - acquiredAt > req.ttlMs / 2) return undefined;
-    return { kind: 'mutex', key: req.key, owner: req.owner, token: BigInt(grant.token), acquiredAt, keys };
   }
 
   /** One attempt; a queued waiter's place (0: the head), send time and new deadline go to `onPlace`. */

@@ -375,9 +375,10 @@ end
 
 /**
  * ARGV: owner, ttlMs, wait (0|1), mode (S|X), limit (0: none), counter ttl ms, waiter ttl ms,
- * least token ('0': any). Returns {1, token} when granted; {0, place} when not, for a waiter,
- * which stays queued (its place: how many claims are ahead of it); {0} for a one-shot attempt,
- * which leaves nothing; {2, stored limit} when live claims have another limit.
+ * least token ('0': any). Returns {1, token} when granted; {0, place, deadline} when not, for a
+ * waiter, which stays queued (its place: how many claims are ahead of it; its claim lasts until
+ * the deadline, server ms); {0} for a one-shot attempt, which leaves nothing; {2, stored limit}
+ * when live claims have another limit.
  */
 export const SHARED_ACQUIRE = `${clock}
 ${purgeExpiredClaims}
@@ -416,10 +417,11 @@ if not ok and ARGV[3] == '0' then
   if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
   return {0}
 end
-redis.call('ZADD', KEYS[3], now_ms + tonumber(ok and ARGV[2] or ARGV[7]), ARGV[1])
+local deadline = now_ms + tonumber(ok and ARGV[2] or ARGV[7])
+redis.call('ZADD', KEYS[3], deadline, ARGV[1])
 ${keepClaimKeys}
 if ok then return {1, token} end
-return {0, rank}
+return {0, rank, deadline}
 `;
 
 /** ARGV: owner, ttlMs. Returns 1 when extended, 0 when the claim is gone (released, expired, forgotten). */
@@ -433,15 +435,33 @@ return 1
 
 /**
  * ARGV: owner, channel, claims key name (for the message). Drops the claim (also a waiter's that
- * gives up) and, when it existed, publishes "<claims key>\\n" so this key's waiters re-check.
+ * gives up) and, when it existed, publishes one message: "<claims key>\\n" so this key's waiters
+ * re-check, or, when a semaphore's permit was given back and a claim waits for one, the claim it
+ * goes to: "<claims key>\\n<owner> <token> <deadline>". A semaphore (limit > 0) holds shared claims
+ * only, so the claim that moves up to place limit - 1 is granted by the queue rule as it stands
+ * (claims ahead of it that expired unseen only make room sooner); its claim still lasts until
+ * its queue deadline, which the message carries, and its waiter may take the grant without an
+ * attempt (see the store's takeHanded). The waiters behind it count the message as a release.
  */
 export const SHARED_RELEASE = `
+local limit = tonumber(redis.call('HGET', KEYS[4], '#limit') or '0')
+local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[3], KEYS[4]) end
-if gone == 1 then redis.call('PUBLISH', ARGV[2], ARGV[3] .. '\\n') end
-return gone
+if gone == 0 then return 0 end
+local message = ARGV[3] .. '\\n'
+if limit > 0 and rank < limit then
+  local next = redis.call('ZRANGE', KEYS[1], limit - 1, limit - 1)[1]
+  if next then
+    local token = redis.call('ZSCORE', KEYS[1], next)
+    local deadline = redis.call('ZSCORE', KEYS[3], next) or '0'
+    message = message .. next .. ' ' .. string.format('%.0f', tonumber(token)) .. ' ' .. string.format('%.0f', tonumber(deadline))
+  end
+end
+redis.call('PUBLISH', ARGV[2], message)
+return 1
 `;
 
 /** ARGV: owner, floor (decimal), counter ttl ms. RAISE_FLOOR for a shared claim: 1 when raised (the claim is live), 0 when not. */

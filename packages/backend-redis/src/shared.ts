@@ -5,7 +5,7 @@ import { LimitMismatchError } from '@deadbolt/core';
 import { pollForLease, sharedView, waiterCadence, type InFlight, type SharedRequest, type StoreView } from '@deadbolt/core/backend';
 import type { RedisLease } from './mutex.js';
 import { COUNTER_TTL_MS } from './scripts.js';
-import { MAX_EXACT_TOKEN, scripts, type RedisKeys, type RedisStore } from './store.js';
+import { MAX_EXACT_TOKEN, scripts, type Placed, type RedisKeys, type RedisStore } from './store.js';
 
 export class RedisSharedClaims {
   readonly #store: RedisStore;
@@ -36,27 +36,40 @@ export class RedisSharedClaims {
     // (they come on two connections). Once the answer is in, releases enough for the place make
     // the next attempt come at once; counting one the place already shows costs one early attempt,
     // while dropping one would leave the waiter asleep until the re-check.
+    //
+    // The release that lets a semaphore's waiter in names it in its message, with the deadline its
+    // claim got from the attempt that last left it queued (`placed`): the waiter takes that grant
+    // without an attempt (the store's `takeHanded`, as a mutex's handoff), and the message wakes
+    // it whatever its count says. A message naming another claim is counted but wakes nobody else:
+    // that release let in the claim it names, and only that one (a miscount would cost an attempt
+    // that finds nothing). Only a message naming nobody (from a release that had no claim to hand
+    // the permit to, a waiter leaving, or a process of an earlier version) wakes by the count.
     let place = Number.POSITIVE_INFINITY;
     let releases = 0;
+    let placed: Placed | undefined;
     const due = () => place - releases < req.limit;
     try {
       return await pollForLease(
         keys.lock,
         req.signal,
-        () => {
+        async () => {
+          const handed = store.takeHanded(keys.lock, req.owner, placed, req.ttlMs);
+          if (handed) return { kind: 'shared', key: req.key, owner: req.owner, keys, ...handed } satisfies RedisLease;
           const before = releases;
           place = Number.POSITIVE_INFINITY;
-          return this.#attempt(req, keys, (ahead) => {
+          return this.#attempt(req, keys, (ahead, at) => {
             place = ahead;
+            placed = at;
             releases -= before;
           });
         },
         (lease) => this.release(lease).then(() => undefined),
         {
           notifier: store.notifier,
+          owner: req.owner,
           minDelayMs: poll,
           maxDelayMs: poll,
-          ...(req.limit > 0 ? { wakes: () => (releases++, due()), nextDelayMs: () => (due() ? 0 : undefined) } : {}),
+          ...(req.limit > 0 ? { wakes: (target) => (releases++, !target && due()), nextDelayMs: () => (due() ? 0 : undefined) } : {}),
         },
       );
     } catch (error) {
@@ -64,11 +77,13 @@ export class RedisSharedClaims {
       // (again later if the store is out of reach: `InFlight.leave`).
       await this.#acquiring.leave(() => this.#leave(keys, req.owner), req.ttlMs);
       throw error;
+    } finally {
+      store.dropHanded(keys.lock, req.owner);
     }
   }
 
-  /** One attempt; a waiter that stays queued tells `onPlace` how many claims are ahead of it. */
-  async #attempt(req: SharedRequest, keys: RedisKeys, onPlace?: (ahead: number) => void): Promise<RedisLease | null> {
+  /** One attempt; a waiter that stays queued tells `onPlace` how many claims are ahead of it, the attempt's send time and its claim's new deadline. */
+  async #attempt(req: SharedRequest, keys: RedisKeys, onPlace?: (ahead: number, at: Placed) => void): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
     const waiterTtl = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
     const reply = (await this.#store.run('acquire', scripts.sharedAcquire, keys, [
@@ -80,14 +95,14 @@ export class RedisSharedClaims {
       String(Math.max(COUNTER_TTL_MS, req.ttlMs * 2)),
       String(waiterTtl),
       req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0',
-    ])) as [number, (string | number)?];
+    ])) as [number, (string | number)?, number?];
     if (reply[0] === 2) {
       // Another limit: leave no claim of ours behind (a waiter may have queued on an earlier call).
       if (req.wait) await this.#leave(keys, req.owner);
       throw new LimitMismatchError(req.key, Number(reply[1]), req.limit);
     }
     if (reply[0] !== 1) {
-      if (reply[1] !== undefined) onPlace?.(Number(reply[1]));
+      if (reply[2] !== undefined) onPlace?.(Number(reply[1]), { sentAt: acquiredAt, deadline: reply[2] });
       return null;
     }
     const lease: RedisLease = { kind: 'shared', key: req.key, owner: req.owner, token: BigInt(reply[1]!), acquiredAt, keys };

@@ -33,6 +33,12 @@ export interface HandedGrant {
   readonly deadline: number;
 }
 
+/** An attempt that left a waiter queued: its send time (`performance.now()`) and the deadline it set (server ms). */
+export interface Placed {
+  readonly sentAt: number;
+  readonly deadline: number;
+}
+
 /** The largest token a Lua number (a double) holds exactly. */
 export const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
 
@@ -89,10 +95,11 @@ export class RedisStore {
   readonly syncReplicas: number;
   /**
    * Grants that handoff messages brought, by `<lock key>\n<owner>`, until the waiter takes them
-   * (see the mutex's `#handedLease`). A message can come before the answer to the attempt that
-   * queued its waiter (they come on two connections), so grants are kept whether or not anyone is
-   * known to wait for them yet; a waiter that gave up first leaves one behind, so only the newest
-   * `HANDED_KEPT` are kept.
+   * (`takeHanded`). A message can come before the answer to the attempt that queued its waiter
+   * (they come on two connections), so a mutex's grants are kept whether or not anyone is known to
+   * wait for them yet; a shared key's (every process hears those) only while this process waits
+   * for that key. A waiter that gave up first leaves one behind, so only the newest `HANDED_KEPT`
+   * are kept.
    */
   readonly handed = new Map<string, HandedGrant>();
   /** The subscriber is subscribed (set once its first subscription succeeded). */
@@ -118,6 +125,35 @@ export class RedisStore {
     this.prefix = options.prefix;
     this.channel = `${options.prefix}released`;
     this.syncReplicas = options.syncReplicas;
+  }
+
+  /**
+   * The grant a handoff message brought `owner`'s waiter of `lockKey` (taken: the next call finds
+   * none), when it can be trusted without asking the store: its token and the lease's start;
+   * undefined otherwise (the waiter's next attempt then finds the grant, or that there is none). A
+   * handed grant ends at the waiter's queue deadline, which the attempt that last left it queued
+   * (`placed`) set to the server's time (in whole ms) + the waiter ttl (at least the lease's ttl).
+   * That attempt was sent no later than it ran, so a lease counted from 1 ms before its send time
+   * ends no later than the store's. The message must carry that attempt's deadline: an attempt of
+   * ours that ran after the handoff would have been granted, not queued, unless the handed grant
+   * had already ended, and then it set a later deadline; so a match also shows the message is not
+   * an old one. With less than half the lease left, the attempt confirms instead (and renews it to
+   * a full ttl); with replica sync the grant must be waited for on our own connection, so the
+   * attempt confirms it too.
+   */
+  takeHanded(lockKey: string, owner: string, placed: Placed | undefined, ttlMs: number): { token: bigint; acquiredAt: number } | undefined {
+    const grant = this.handed.get(`${lockKey}\n${owner}`);
+    if (!grant || !placed) return undefined;
+    this.dropHanded(lockKey, owner);
+    if (grant.deadline !== placed.deadline || this.syncReplicas > 0) return undefined;
+    const acquiredAt = placed.sentAt - 1;
+    if (performance.now() - acquiredAt > ttlMs / 2) return undefined;
+    return { token: BigInt(grant.token), acquiredAt };
+  }
+
+  /** Forgets a grant `owner`'s waiter of `lockKey` did not take (it was granted by an attempt, or gave up). */
+  dropHanded(lockKey: string, owner: string): void {
+    this.handed.delete(`${lockKey}\n${owner}`);
   }
 
   /**
@@ -262,12 +298,13 @@ export class RedisStore {
     subscriber.on('error', () => undefined);
     keepConnected(subscriber);
     // `<lock key>\n<owner>`, and for a FIFO handoff `<lock key>\n<owner> <token> <deadline>`
-    // (see hand_over in scripts.ts); a shared key's release names no owner.
-    subscriber.on('message', (_channel: string, message: string) => {
+    // (see hand_over in scripts.ts); a shared key's release names nobody, or the claim a
+    // semaphore's permit was handed to in the same form (see SHARED_RELEASE).
+    subscriber.on('message', (channel: string, message: string) => {
       const split = message.lastIndexOf('\n');
       const [owner, token, deadline] = message.slice(split + 1).split(' ');
       const key = message.slice(0, split);
-      if (token !== undefined) {
+      if (token !== undefined && (channel !== this.channel || this.notifier.listens(key))) {
         keepNewest(this.handed, `${key}\n${owner}`, { token, deadline: Number(deadline) }, HANDED_KEPT);
       }
       this.notifier.notify(key, owner || undefined);

@@ -13,7 +13,7 @@ import {
 } from '@deadbolt/conformance';
 import { clusterUrl } from '@deadbolt/conformance/cluster';
 import { redisBackend, type RedisBackend } from '@deadbolt/redis';
-import { keysFor } from '@deadbolt/redis/testing';
+import { keysFor, sharedKeysFor } from '@deadbolt/redis/testing';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 
@@ -157,6 +157,63 @@ describe('redis backend', () => {
       await backend.release(lease);
       expect(await admin.exists(keys.lock)).toBe(0);
       await backend.close();
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it("a semaphore's release hands the permit to the next waiter: it sends nothing to take it, and its lease ends no later than the store's", async () => {
+    const client = new Redis(url);
+    try {
+      const backend = redisBackend({ client, maxPollDelayMs: 5000 });
+      const holder = redisBackend({ url });
+      const k = key();
+      const keys = sharedKeysFor(backend, k);
+      const ttlMs = 20_000;
+      const claim = (owner: string) => ({
+        key: k,
+        owner,
+        ttlMs,
+        wait: true,
+        signal: new AbortController().signal,
+        mode: 'shared' as const,
+        limit: 2,
+      });
+      const held = await Promise.all([holder.acquireShared!(claim(randomUUID())), holder.acquireShared!(claim(randomUUID()))]);
+      const [first, second] = [randomUUID(), randomUUID()];
+      const waiting = backend.acquireShared!(claim(first));
+      while ((await admin.zcard(keys.lock)) < 3) await new Promise((r) => setTimeout(r, 5));
+      const behind = backend.acquireShared!(claim(second));
+      while ((await admin.zcard(keys.lock)) < 4) await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 300));
+      // What the waiters' connection sends from here on (their re-checks are 5 s away).
+      const sent: string[] = [];
+      const send = client.sendCommand.bind(client);
+      client.sendCommand = (command, stream) => (sent.push(command.name), send(command, stream));
+      await holder.release(held[0]!);
+      const lease = (await waiting)!;
+      expect(lease.owner).toBe(first);
+      expect(sent).toEqual([]);
+      // The grant is the waiter's own claim, with the token it was queued with.
+      expect(await admin.zscore(keys.lock, first)).toBe(lease.token.toString());
+      expect(lease.token).toBeGreaterThan(held[1]!.token);
+      // The lease as the waiter counts it ends no later than the store's (its clock read first, as above).
+      const [seconds, micros] = await admin.time();
+      const localLeft = lease.acquiredAt + ttlMs - performance.now();
+      const storeLeft = Number(await admin.zscore(keys.queue, first)) - (Number(seconds) * 1000 + Number(micros) / 1000);
+      expect(localLeft).toBeLessThanOrEqual(storeLeft + 1);
+      // The waiter behind counted that release and sleeps on; the next one is its grant.
+      const releasedAt = performance.now();
+      await holder.release(held[1]!);
+      const next = (await behind)!;
+      expect(next.owner).toBe(second);
+      expect(performance.now() - releasedAt).toBeLessThan(1000);
+      expect(sent).toEqual([]);
+      // Both are real claims: renewed, then given back, and the key is gone.
+      expect(await backend.renew(lease, ttlMs)).toBe(true);
+      await Promise.all([backend.release(lease), backend.release(next)]);
+      expect(await admin.exists(keys.lock)).toBe(0);
+      await Promise.all([backend.close(), holder.close()]);
     } finally {
       client.disconnect();
     }

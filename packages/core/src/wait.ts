@@ -31,6 +31,11 @@ export class ReleaseNotifier {
     for (const set of [...this.#listeners.values()]) for (const listener of [...set]) listener();
   }
 
+  /** Whether some waiter listens for `key` now. */
+  listens(key: string): boolean {
+    return this.#listeners.has(key);
+  }
+
   /** Number of keys with listeners (for leak checks). */
   get size(): number {
     return this.#listeners.size;
@@ -61,7 +66,10 @@ export interface PollOptions {
   maxDelayMs?: number;
   /** Wakes the waiter early when the key is released. */
   notifier?: ReleaseNotifier;
-  /** This waiter's owner id: a notification addressed to another owner does not wake it. */
+  /**
+   * This waiter's owner id: a notification addressed to it always wakes it; one addressed to
+   * another owner wakes it only through `wakes`.
+   */
   owner?: string;
   /**
    * The pause after an attempt that was not granted, when the store told the backend how long
@@ -70,12 +78,13 @@ export interface PollOptions {
    */
   nextDelayMs?: () => number | undefined;
   /**
-   * Whether a release notification addressed to nobody in particular wakes this waiter now. A
+   * Whether a release notification not addressed to this waiter (to nobody in particular, or to
+   * the owner `target`) wakes it now; it is called once per such notification, so it can count them. A
    * waiter far back in a queue cannot be granted by the next release: left asleep, it spares the
    * store a read per release (with hundreds of waiters in one process, a herd of them per handoff).
-   * Default: always.
+   * Default: a notification to nobody in particular wakes it, one to another owner does not.
    */
-  wakes?: () => boolean;
+  wakes?: (target?: string) => boolean;
   /**
    * How long attempts may keep failing with `BackendUnavailableError` before the wait gives up.
    * A connection reset in the middle of a wait costs one failed attempt and the wait carries on;
@@ -131,8 +140,9 @@ export async function pollForLease<L extends Lease>(
   let woken = false;
   let wake: (() => void) | undefined;
   const unsubscribe = options.notifier?.subscribe(key, (target) => {
-    if (target && options.owner && target !== options.owner) return;
-    if (!target && options.wakes && !options.wakes()) return;
+    if (!target || target !== options.owner) {
+      if (options.wakes ? !options.wakes(target) : target && options.owner) return;
+    }
     woken = true;
     wake?.();
   });

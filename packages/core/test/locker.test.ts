@@ -426,6 +426,33 @@ describe('pollForLease', () => {
     controller.abort(reason);
     expect(await waiting).toBe(reason);
   });
+  it('with `wakes`, counts every notification not addressed to it (to nobody, to another owner), and one addressed to it always wakes it', async () => {
+    const notifier = new ReleaseNotifier();
+    const controller = new AbortController();
+    let attempts = 0;
+    const counted: (string | undefined)[] = [];
+    const waiting = pollForLease(
+      'k',
+      controller.signal,
+      async () => (attempts++, null),
+      async () => undefined,
+      { notifier, owner: 'me', minDelayMs: 5000, maxDelayMs: 5000, wakes: (target) => counted.push(target) === 3 },
+    ).catch((e: unknown) => e);
+    const settle = () => new Promise((r) => setTimeout(r, 20));
+    await settle();
+    notifier.notify('k');
+    notifier.notify('k', 'someone-else');
+    await settle();
+    expect([attempts, counted]).toEqual([1, [undefined, 'someone-else']]);
+    notifier.notify('k', 'me');
+    await settle();
+    expect([attempts, counted.length]).toEqual([2, 2]);
+    notifier.notify('k', 'someone-else');
+    await settle();
+    expect([attempts, counted.length]).toEqual([3, 3]);
+    controller.abort(new Error('stop'));
+    await waiting;
+  });
 });
 
 describe('cancelOnAbort', () => {
