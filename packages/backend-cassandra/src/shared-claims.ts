@@ -96,8 +96,13 @@ export class SharedClaims {
       if (index < 0)
         throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });
       const ok = grantable(queue, index, req.limit);
-      // A granted row gets the lease's ttl, counted from this write.
       const sentAt = performance.now();
+      // Granted by this serial read. Our row's ttl (a waiter's, at least the lease's) counts from
+      // no earlier than the send of our last write to it, so the row outlives a lease counted from
+      // that send: with at least half of that lease still ahead, the grant needs no write of its
+      // own (a Paxos round fewer on the key's partition for every grant). Otherwise the rewrite
+      // gives the lease the lease's ttl, counted from this write.
+      if (ok && sentAt - mine.acquiredAt < req.ttlMs / 2) return this.#lease(req, id, mine);
       if (!ok && !rewriteDue(mine, sentAt)) return place.look(index);
       if (!(await this.#rewrite({ id, token: mine.token, owner: req.owner, mode: req.mode }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
         throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });

@@ -114,6 +114,51 @@ describe('cassandra backend', () => {
     }
   });
 
+  it('shared: a waiter granted by its serial read writes nothing more, and its row outlives the lease as it counts it', async () => {
+    const [a, b] = [cassandraBackend({ url }), cassandraBackend({ url })];
+    try {
+      const k = key();
+      const ttlMs = 3000;
+      const claim = (wait: boolean) => ({
+        key: k,
+        owner: crypto.randomUUID(),
+        ttlMs,
+        wait,
+        signal: new AbortController().signal,
+        mode: 'shared' as const,
+        limit: 1,
+      });
+      const held = (await a.acquireShared!(claim(false)))!;
+      // The statements b's client sends, by their first words.
+      const sent: string[] = [];
+      const client = b.client as unknown as Record<'batch' | 'execute', (...args: unknown[]) => Promise<unknown>>;
+      for (const name of ['batch', 'execute'] as const) {
+        const original = client[name]!.bind(b.client);
+        client[name] = (...args) => (sent.push(name === 'batch' ? 'batch' : String(args[0]).trim().split(/\s+/)[0]!), original(...args));
+      }
+      const waiting = b.acquireShared!(claim(true));
+      while (!sent.includes('BEGIN')) await new Promise((r) => setTimeout(r, 5)); // b has joined (one conditional batch)
+      await new Promise((r) => setTimeout(r, 200));
+      const before = sent.length;
+      await a.release(held);
+      const lease = (await waiting)!;
+      // Only reads after the release: the grant is the serial read that found our claim first.
+      expect(new Set(sent.slice(before))).toEqual(new Set(['SELECT']));
+      expect(lease.token).toBeGreaterThan(held.token);
+      // The row's ttl (whole seconds, read after our clock) covers what is left of the lease.
+      const leftMs = lease.acquiredAt + ttlMs - performance.now();
+      const row = await cql(`SELECT TTL(owner) AS ttl FROM deadbolt.shared_claims WHERE lock_id = ? AND seq = ?`, [
+        idFor(k),
+        String(lease.token),
+      ]);
+      expect(Number(row.rows[0]!['ttl']) * 1000).toBeGreaterThanOrEqual(leftMs);
+      expect(await b.renew(lease, ttlMs)).toBe(true);
+      await b.release(lease);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
   it("queue: a renewal keeps the lock beside a taker's cell while its own cell never lapsed, and gives it up after a longer gap", async () => {
     const backend = cassandraBackend({ url });
     try {
