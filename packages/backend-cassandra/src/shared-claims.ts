@@ -5,7 +5,16 @@
 // same read. Every later write to a claim is a lightweight transaction on its owner, so writes to
 // the partition are all ordered by Paxos (no client clock decides between them).
 import { BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
-import { grantable, POLL_SOON, QueuePlace, sharedView, waiterCadence, type SharedRequest, type StoreView } from '@deadbolt/core/backend';
+import {
+  grantable,
+  POLL_SOON,
+  QueuePlace,
+  sharedView,
+  stillStands,
+  waiterCadence,
+  type SharedRequest,
+  type StoreView,
+} from '@deadbolt/core/backend';
 import { maxOf, secondsLeft, toBigInt, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
 
 /** A claim lost the race to join: read the partition again at once. */
@@ -102,7 +111,7 @@ export class SharedClaims {
       // that send: with at least half of that lease still ahead, the grant needs no write of its
       // own (a Paxos round fewer on the key's partition for every grant). Otherwise the rewrite
       // gives the lease the lease's ttl, counted from this write.
-      if (ok && sentAt - mine.acquiredAt < req.ttlMs / 2) return this.#lease(req, id, mine);
+      if (ok && stillStands({ at: mine.acquiredAt, ttlMs: req.ttlMs })) return this.#lease(req, id, mine);
       if (!ok && !rewriteDue(mine, sentAt)) return place.look(index);
       if (!(await this.#rewrite({ id, token: mine.token, owner: req.owner, mode: req.mode }, ok ? ttlSeconds(req.ttlMs) : waiterTtl))) {
         throw new BackendUnavailableError(store.name, 'acquire', { cause: new Error("the claim's row expired while it waited") });

@@ -10,6 +10,7 @@ import {
   pollForLease,
   ReleaseNotifier,
   sleep,
+  stillStands,
   waiterCadence,
   wallMicros,
   type AcquireRequest,
@@ -125,15 +126,6 @@ export const toBigInt = (value: unknown): bigint => (typeof value === 'bigint' ?
 /** Drops the oldest entry (Maps and Sets iterate in insertion order) once there are more than RECENT_KEYS. */
 export function keepNewest(recent: Map<string, unknown> | Set<string>): void {
   if (recent.size > RECENT_KEYS) recent.delete(recent.keys().next().value!);
-}
-
-/**
- * Whether a cell written at `written.at` (local monotonic ms, when the write was sent) with a ttl
- * of at least `written.ttlMs` from its landing is certainly still there, barring a delete: less
- * than half its ttl has passed here (half: room for any difference in clock rates).
- */
-export function stillStands(written: { at: number; ttlMs: number }): boolean {
-  return performance.now() - written.at < written.ttlMs / 2;
 }
 
 /** Cell TTL for a lease of `ttlMs`: Cassandra may expire a cell up to a second early, so one more. */

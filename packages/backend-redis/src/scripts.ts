@@ -445,14 +445,14 @@ return 1
  */
 export const SHARED_RELEASE = `
 local limit = tonumber(redis.call('HGET', KEYS[4], '#limit') or '0')
-local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
+local rank = limit > 0 and redis.call('ZRANK', KEYS[1], ARGV[1])
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[3], KEYS[4]) end
 if gone == 0 then return 0 end
 local message = ARGV[3] .. '\\n'
-if limit > 0 and rank < limit then
+if rank and rank < limit then
   local next = redis.call('ZRANGE', KEYS[1], limit - 1, limit - 1)[1]
   if next then
     local token = redis.call('ZSCORE', KEYS[1], next)

@@ -3,7 +3,7 @@
 // messages wake this process's waiters.
 import { createHash, randomUUID } from 'node:crypto';
 import { BackendError, BackendUnavailableError } from '@deadbolt/core';
-import { Once, ReleaseNotifier } from '@deadbolt/core/backend';
+import { Once, ReleaseNotifier, stillStands } from '@deadbolt/core/backend';
 import { Cluster, ReplyError, type Redis } from 'ioredis';
 import { closeRedis, keepConnected, withConnectionError } from './connection.js';
 import {
@@ -147,7 +147,7 @@ export class RedisStore {
     this.dropHanded(lockKey, owner);
     if (grant.deadline !== placed.deadline || this.syncReplicas > 0) return undefined;
     const acquiredAt = placed.sentAt - 1;
-    if (performance.now() - acquiredAt > ttlMs / 2) return undefined;
+    if (!stillStands({ at: acquiredAt, ttlMs })) return undefined;
     return { token: BigInt(grant.token), acquiredAt };
   }
 

@@ -13,6 +13,17 @@ export function wallMicros(): number {
   return Math.floor((performance.timeOrigin + performance.now()) * 1000);
 }
 
+/**
+ * Whether a store's record written at `written.at` (`performance.now()` when the write was sent)
+ * with a ttl of at least `written.ttlMs` from its landing is certainly still there, barring a
+ * delete: less than half its ttl has passed here (half: room for any difference in clock rates).
+ * A backend that counts a lease from an earlier write (a grant handed over, or found by a read)
+ * trusts it only while this holds, and otherwise writes again.
+ */
+export function stillStands(written: { readonly at: number; readonly ttlMs: number }): boolean {
+  return performance.now() - written.at < written.ttlMs / 2;
+}
+
 /** The longest delay one Node timer can wait. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
