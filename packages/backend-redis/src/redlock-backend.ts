@@ -217,9 +217,11 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   }
 
   async release(lease: RedlockLease): Promise<void> {
-    // Every node answers before release resolves (a broken connection fails at once): nothing of
-    // the lock is left anywhere once it has.
-    const outcomes = await this.#onNodes(lease.parts, (node, part) => node.release(part).then(() => true), false);
+    // Settles once a majority released: the lock is then free for anyone (no majority can hold
+    // it), and waiting for the slowest node made every release as slow as the slowest of the
+    // nodes. The other nodes' releases go on (each owner-checked, and ahead of any later command
+    // of this backend on that node's connection), and close() waits for them.
+    const outcomes = await this.#onNodes(lease.parts, (node, part) => node.release(part).then(() => true));
     if (outcomes.filter((o) => 'down' in o).length >= this.#quorum) this.#failIfDown(outcomes, 'release');
   }
 
@@ -357,8 +359,9 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
 
   /**
    * Runs `step` at once on every node that has a part; never rejects. With `early`, settles as
-   * soon as a majority succeeded (a slow node must not slow every call), the rest `pending`;
-   * otherwise waits for every node, so that down nodes count as such.
+   * soon as a majority succeeded (a slow node must not slow every call), the rest `pending`: their
+   * requests go on, and `close()` waits for them; otherwise waits for every node, so that down
+   * nodes count as such.
    */
   #onNodes<P, T>(
     parts: readonly (P | undefined)[],
@@ -367,10 +370,12 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   ): Promise<Outcome<T>[]> {
     return new Promise((resolve) => {
       const outcomes: (Outcome<T> | undefined)[] = parts.map((part) => (part === undefined ? { busy: true } : undefined));
+      const sent: Promise<unknown>[] = [];
       let settled = false;
       const settle = () => {
         if (settled || ((!early || outcomes.filter((o) => o && 'ok' in o).length < this.#quorum) && outcomes.includes(undefined))) return;
         settled = true;
+        if (outcomes.includes(undefined)) this.#acquiring.keep(Promise.allSettled(sent));
         resolve(outcomes.map((o) => o ?? { pending: true }));
       };
       this.#nodes.forEach((node, i) => {
@@ -379,7 +384,11 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
         // A node whose connection is known broken is down now: its commands would only wait in
         // ioredis's queue for the next reconnect attempt (up to seconds) to fail.
         const broken = ['reconnecting', 'close', 'end'].includes(node.client.status);
-        (broken ? Promise.reject(new Error(`the connection to ${nodeName(node)} is down (${node.client.status})`)) : step(node, part)).then(
+        const call = broken
+          ? Promise.reject(new Error(`the connection to ${nodeName(node)} is down (${node.client.status})`))
+          : step(node, part);
+        sent.push(call);
+        call.then(
           (result) => {
             outcomes[i] = result === null ? { busy: true } : { ok: result };
             settle();

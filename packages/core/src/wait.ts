@@ -297,10 +297,20 @@ export class InFlight {
   track<T>(start: () => Promise<T>): Promise<T> {
     if (this.#closing.signal.aborted) return Promise.reject(new LockerClosedError(`the ${this.#backend} backend is closed`));
     const call = start();
-    this.#calls.add(call);
-    const done = () => this.#calls.delete(call);
-    call.then(done, done);
+    this.keep(call);
     return call;
+  }
+
+  /**
+   * Tracks `work` until it settles: requests already sent whose answers nobody waits for any more
+   * (a call that settled on a majority of nodes, say), so that `close()` lets them land before it
+   * closes the connections they are on. Unlike `track`, it takes work once closing has begun,
+   * since that work is out already. Never rejects.
+   */
+  keep(work: Promise<unknown>): void {
+    this.#calls.add(work);
+    const done = () => this.#calls.delete(work);
+    work.then(done, done);
   }
 
   /**
