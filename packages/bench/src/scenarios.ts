@@ -100,8 +100,16 @@ function uncontendedSession(entry: UncontendedEntry, rounds: number, probe?: Sto
     async warm() {
       const leave = client.scope?.();
       try {
-        // A tenth of the cycles, at most 10 000 (in-process subjects need that many for the JIT to settle).
-        for (let i = 0; i < Math.min(10_000, entry.cycles / 10); i++) await (await client.acquire(key)).release();
+        // A tenth of the cycles, at most 10 000 (in-process subjects need that many for the JIT to
+        // settle), and at least 3 000 or 2 s: a client's cost per cycle falls for its first
+        // thousands of cycles while V8 compiles its code (a function is optimized after a number
+        // of calls that grows with its size: deadbolt's Redlock cycle settled after about 3 000
+        // cycles, redis-semaphore's and the peers' Redlock after about 1 000), and a tenth of 2 000
+        // timed one half-compiled client against a compiled one.
+        const settled = performance.now() + 2000;
+        for (let i = 0; i < Math.min(10_000, entry.cycles / 10) || (i < 3000 && performance.now() < settled); i++) {
+          await (await client.acquire(key)).release();
+        }
       } finally {
         leave?.();
       }
