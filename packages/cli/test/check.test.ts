@@ -164,7 +164,11 @@ describe('deadbolt check', () => {
       }
     })();
     try {
-      const ran = await check([url, '--only', '1']);
+      // A deleted key shows as two holders only when a fresh attempt lands within the 0-2 ms hold
+      // it was deleted under; on a loaded machine (the lanes of the test command side by side) one
+      // run of behaviour 1 missed every such window once. Up to three runs: one must catch it.
+      let ran = await check([url, '--only', '1']);
+      for (let run = 1; run < 3 && ran.code === 0; run++) ran = await check([url, '--only', '1']);
       expect(ran.code).toBe(1);
       expect(table(ran).fail).toHaveLength(1);
       expect(table(ran).fail[0]).toMatch(/^\| 1\. exclusion .*\*\*FAIL\*\*: /);
