@@ -304,8 +304,9 @@ export class InFlight {
   /**
    * Tracks `work` until it settles: requests already sent whose answers nobody waits for any more
    * (a call that settled on a majority of nodes, say), so that `close()` lets them land before it
-   * closes the connections they are on. Unlike `track`, it takes work once closing has begun,
-   * since that work is out already. Never rejects.
+   * closes the connections they are on. Keep it before the backend's `close()` (core releases
+   * held locks before it closes the backend): `settled` waits for what was tracked when it was
+   * called. Unlike `track`, it never refuses: that work is out already. Never rejects.
    */
   keep(work: Promise<unknown>): void {
     this.#calls.add(work);
