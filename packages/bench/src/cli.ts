@@ -40,7 +40,7 @@ import { renderReport } from './report.js';
 import { digest, floorRatio, peerPairs } from './digest.js';
 import { besideBusyNeighbour } from './neighbour.js';
 import { openProbe, type StoreProbe } from './stores.js';
-import { floors, migrationPairs, sharedSubjects, subjects, tracedSubjects, type Store, type Subject } from './subjects.js';
+import { deadlineSubjects, floors, migrationPairs, sharedSubjects, subjects, tracedSubjects, type Store, type Subject } from './subjects.js';
 
 const usage = 'usage: pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]';
 let args: ReturnType<typeof parseCli>;
@@ -80,7 +80,8 @@ const runs = (n: number) => (chosen ? chosen.includes(String(n)) : n !== 10 || f
 const SCENARIOS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10'];
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
-const clientCounts = full ? [2, 8, 32] : [2, 8];
+// 16: the semaphore and read-write rows' own count (scenarios 7 and 8 are set against the mutex there).
+const clientCounts = full ? [2, 8, 16, 32] : [2, 8];
 const holdMs = full ? 60_000 : 4000;
 // The discarded warm-up before a store's subjects are timed in scenarios 3, 4, 7 and 8 (the quick
 // profile's is shorter to keep the whole run within ten minutes with every store up).
@@ -150,6 +151,7 @@ for (const [store, why] of leftOut) console.error(`[bench] left out ${store}: ${
 const available = all.filter((s) => probes.has(s.store));
 const ours = available.filter((s) => s.backend);
 const traced = tracedSubjects().filter((s) => probes.has(s.store));
+const deadlined = deadlineSubjects().filter((s) => probes.has(s.store));
 const thesisSubjects = ours.filter((s) => s.store !== 'memory');
 const SEMAPHORE_LIMIT = 4;
 const SHARED_CLIENTS = 16;
@@ -249,7 +251,7 @@ async function uncontendedOn(store: Store): Promise<UncontendedResult[]> {
   const floor = floors[store];
   const wanted = [
     ...(floor ? [{ name: floor.name, make: floor.client }] : []),
-    ...[...available, ...traced].filter((s) => s.store === store).map((s) => ({ name: s.name, make: s.client })),
+    ...[...available, ...traced, ...deadlined].filter((s) => s.store === store).map((s) => ({ name: s.name, make: s.client })),
   ];
   const opened: UncontendedEntry[] = [];
   try {
@@ -433,15 +435,42 @@ for (const subject of thesisSubjects.filter(() => runs(2))) {
 }
 progress('');
 
+/**
+ * Scenario 1's (or 10's) deadline rows beside the same peers on plain clients (see
+ * `deadlineSubjects`): what a deadline on every command costs, which every deadbolt row pays.
+ */
+function deadlineTable(rows: UncontendedResult[]): void {
+  const pairs = deadlined.flatMap((d) => {
+    const on = rows.find((r) => r.subject === d.name);
+    const off = rows.find((r) => r.subject === d.name.replace(/ on deadbolt's connections?$/, ''));
+    return on && off ? [{ on, off }] : [];
+  });
+  if (pairs.length === 0) return;
+  lines.push(
+    '',
+    "Deadlines: an `… on deadbolt's connection` row is the peer row of that name on the ioredis clients a deadbolt backend opens for",
+    'itself: every command fails after the command timeout (5 s) and a connection silent that long is replaced, so no call waits for',
+    "ever on a store gone silent; ioredis arms two timers per command for that. The peers' own rows use plain clients, which would",
+    'wait for ever; every deadbolt row pays for the deadlines. What they cost the peer, per cycle:',
+    '',
+    '| subject | p50 without → with | cost per cycle (p50) | client CPU µs per cycle without → with |',
+    '|---|---|---|---|',
+    ...pairs.map(
+      ({ on, off }) =>
+        `| ${off.subject} | ${f(off.cycle.p50, 3)} → ${f(on.cycle.p50, 3)} ms | ${f((on.cycle.p50 - off.cycle.p50) * 1000, 1)} µs (${f(on.cycle.p50 / off.cycle.p50)}×) | ${f(off.clientCpuUs, 1)} → ${f(on.clientCpuUs, 1)} |`,
+    ),
+  );
+}
+
 /** Every subject by name and store; ours are named "deadbolt …" (floors and peers are not). */
-const named = [...all, ...traced, ...shared.semaphores, ...shared.readWrite].map((s) => ({
+const named = [...all, ...traced, ...deadlined, ...shared.semaphores, ...shared.readWrite].map((s) => ({
   name: s.name,
   store: s.store,
   ours: s.name.startsWith('deadbolt '),
 }));
 /** The floor row of `subject`'s store among `rows` (scenario 1's, or scenario 10's busy ones). */
 const floorOf = (subject: string, rows = uncontendedResults) => {
-  const store = [...all, ...traced].find((s) => s.name === subject)?.store;
+  const store = [...all, ...traced, ...deadlined].find((s) => s.name === subject)?.store;
   const name = store && floors[store]?.name;
   return rows.find((r) => r.subject === name);
 };
@@ -531,6 +560,7 @@ if (runs(1)) {
       ),
     );
   }
+  deadlineTable(uncontendedResults);
 }
 if (runs(6)) {
   lines.push(
@@ -624,14 +654,26 @@ function mostAtOnce(acquisitions: Acquisition[]): number {
   for (const [, d] of events) most = Math.max(most, (now += d));
   return most;
 }
+/**
+ * The scenario 3 row of the mutex a shared subject is built on (its name is the mutex's plus a
+ * suffix), with as many clients and the same hold: undefined when scenario 3 did not run that.
+ */
+const mutexOf = (r: ContendedResult) =>
+  contendedResults
+    .filter((m) => r.subject.startsWith(`${m.subject} `) && m.clients === r.clients && m.holdMs === r.holdMs)
+    .sort((a, b) => b.subject.length - a.subject.length)[0];
 const sharedTable = (results: ContendedResult[]) => {
   lines.push(
-    '| subject | clients | holds/s | wait p50 | wait p99 | wait max | most held at once | Jain |',
-    '|---|---|---|---|---|---|---|---|',
+    '| subject | clients | holds/s | wait p50 | wait p99 | wait max | most held at once | Jain | holds/s / the mutex\'s | wait p99 / the mutex\'s |',
+    '|---|---|---|---|---|---|---|---|---|---|',
   );
   for (const r of results) {
+    const mutex = mutexOf(r);
+    const against = mutex
+      ? `${f(r.holdsPerSecond / mutex.holdsPerSecond)}× | ${f(r.wait.p99 / mutex.wait.p99)}×`
+      : ' | ';
     lines.push(
-      `| ${r.subject} | ${r.clients} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${mostAtOnce(r.acquisitions)} | ${f(r.jain, 3)} |`,
+      `| ${r.subject} | ${r.clients} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${mostAtOnce(r.acquisitions)} | ${f(r.jain, 3)} | ${against} |`,
     );
   }
   if (!results.length) lines.push('', '_No store with semaphores and read-write locks was up._');
@@ -642,7 +684,8 @@ if (runs(7)) {
   lines.push(`## Scenario 7: semaphore (limit ${SEMAPHORE_LIMIT}, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`, '');
   lines.push(
     'Each client takes a permit, holds it 1 ms and gives it back, as in scenario 3. "Most held at once" is counted from this process\'s own',
-    "grant and release times, so it may read one below the store's own count, never above it.",
+    "grant and release times, so it may read one below the store's own count, never above it. The last two columns set a row against",
+    `the same backend's mutex in scenario 3 with ${SHARED_CLIENTS} clients (in full runs; blank when scenario 3 had no such row).`,
     '',
   );
   sharedTable(semaphoreResults);
@@ -652,7 +695,11 @@ if (runs(8)) {
     `## Scenario 8: read-heavy read-write lock (${Math.round(READ_SHARE * 100)} % reads, ${SHARED_CLIENTS} clients, 1 ms hold, ${durationMs / 1000} s)`,
     '',
   );
-  lines.push('Each acquisition is a read with probability 0.9, else a write; writers queue in arrival order with the readers.', '');
+  lines.push(
+    'Each acquisition is a read with probability 0.9, else a write; writers queue in arrival order with the readers. The last two',
+    "columns are as in scenario 7.",
+    '',
+  );
   sharedTable(readWriteResults);
 }
 if (runs(4)) {

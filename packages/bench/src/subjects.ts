@@ -1,5 +1,5 @@
 // What the bench runs: every deadbolt backend and every peer library, each as a `Subject` with the
-// same client shape, and each store's floor (the raw round trips). About 530 lines: one entry per
+// same client shape, and each store's floor (the raw round trips). About 600 lines: one entry per
 // subject, side by side so that they stay comparable.
 import { matrixUrl } from '@deadbolt/conformance/test-matrix';
 import { createLocker, memoryBackend, MemoryLockStore, migratingBackend, type Lock, type LockBackend, type Locker } from '@deadbolt/core';
@@ -110,6 +110,21 @@ async function redlockHeld(redlock: Redlock, key: string): Promise<Held> {
   return { release: async () => void (await lock.release()) };
 }
 
+/** redis-semaphore's `Mutex` with its defaults on `redis`. */
+const semaphoreMutex =
+  (redis: Redis): Client['acquire'] =>
+  async (key) => {
+    const mutex = new Mutex(redis, key, { lockTimeout: TTL_MS });
+    await mutex.acquire();
+    return { release: () => mutex.release() };
+  };
+
+/** `@sesamecare-oss/redlock` with its defaults over `nodes`; any error is retried, as a user would. */
+const sesameRedlock = (nodes: Redis[]): Client['acquire'] => {
+  const redlock = new Redlock(nodes);
+  return (key, signal) => retried(() => redlockHeld(redlock, key), signal);
+};
+
 function deadbolt(name: string, store: Subject['store'], make: () => LockBackend): Subject {
   return {
     name,
@@ -207,6 +222,34 @@ export function tracedSubjects(): Subject[] {
     }));
 }
 
+/**
+ * Scenario 1's deadline rows: a peer on the connections deadbolt opens for itself (a backend's own
+ * ioredis clients: every command fails after the command timeout, and a connection silent that
+ * long is replaced; each command arms two timers for it), beside the same peer on plain clients,
+ * which wait for ever on a store gone silent. Every deadbolt row pays for these deadlines; the
+ * peers' default rows do not.
+ */
+export function deadlineSubjects(): Subject[] {
+  return [
+    {
+      name: "redis-semaphore Mutex (defaults) on deadbolt's connection",
+      store: 'redis',
+      async client() {
+        const backend = redisBackend({ url: urls.redis });
+        return { acquire: semaphoreMutex(backend.client as Redis), close: () => backend.close() };
+      },
+    },
+    {
+      name: "@sesamecare-oss/redlock (3 nodes, defaults, retried by caller) on deadbolt's connections",
+      store: 'redlock',
+      async client() {
+        const backend = redlockBackend({ nodes: redlockNodes });
+        return { acquire: sesameRedlock(backend.nodes.map((node) => node.client as Redis)), close: () => backend.close() };
+      },
+    },
+  ];
+}
+
 export function subjects(): Subject[] {
   const redisUrl = urls.redis;
   const memoryStore = new MemoryLockStore();
@@ -240,12 +283,7 @@ export function subjects(): Subject[] {
       },
       async client() {
         const clients = redlockNodes.map((url) => new Redis(url));
-        const redlock = new Redlock(clients);
-        return {
-          // Any error is retried, as a user would.
-          acquire: (key, signal) => retried(() => redlockHeld(redlock, key), signal),
-          close: async () => clients.forEach((c) => c.disconnect()),
-        };
+        return { acquire: sesameRedlock(clients), close: async () => clients.forEach((c) => c.disconnect()) };
       },
     },
     ...[100, 5].map((retryMs): Subject => ({
@@ -273,12 +311,7 @@ export function subjects(): Subject[] {
     {
       name: 'redis-semaphore Mutex (defaults)',
       store: 'redis',
-      client: () =>
-        redisClient((redis) => async (key) => {
-          const mutex = new Mutex(redis, key, { lockTimeout: TTL_MS });
-          await mutex.acquire();
-          return { release: () => mutex.release() };
-        }),
+      client: () => redisClient(semaphoreMutex),
     },
     {
       name: 'redis-semaphore Mutex (retryInterval 1)',
