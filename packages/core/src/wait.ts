@@ -8,10 +8,13 @@ import { noop, settleWithin } from './time.js';
  * `notify(key, owner)` addresses the one waiter whose turn it is (a FIFO queue's head).
  */
 export class ReleaseNotifier {
-  readonly #listeners = new Map<string, Set<(owner?: string) => void>>();
+  readonly #listeners = new Map<string, Set<(owner?: string, all?: boolean) => void>>();
 
-  /** Calls `listener` on the next releases of `key` until the returned function is called. */
-  subscribe(key: string, listener: (owner?: string) => void): () => void {
+  /**
+   * Calls `listener` on the next releases of `key` (with the owner a release addresses, if any)
+   * and on `notifyAll` (with `all` true) until the returned function is called.
+   */
+  subscribe(key: string, listener: (owner?: string, all?: boolean) => void): () => void {
     let set = this.#listeners.get(key);
     if (!set) this.#listeners.set(key, (set = new Set()));
     set.add(listener);
@@ -26,9 +29,12 @@ export class ReleaseNotifier {
     if (set) for (const listener of [...set]) listener(owner);
   }
 
-  /** Wakes every waiter of every key (after a notification channel was down, its messages lost). */
+  /**
+   * Wakes every waiter of every key (after a notification channel was down, its messages lost),
+   * whatever its own count of releases says: that count missed the lost ones.
+   */
   notifyAll(): void {
-    for (const set of [...this.#listeners.values()]) for (const listener of [...set]) listener();
+    for (const set of [...this.#listeners.values()]) for (const listener of [...set]) listener(undefined, true);
   }
 
   /** Whether some waiter listens for `key` now. */
@@ -83,6 +89,7 @@ export interface PollOptions {
    * waiter far back in a queue cannot be granted by the next release: left asleep, it spares the
    * store a read per release (with hundreds of waiters in one process, a herd of them per handoff).
    * Default: a notification to nobody in particular wakes it, one to another owner does not.
+   * `ReleaseNotifier.notifyAll` wakes it without asking.
    */
   wakes?: (target?: string) => boolean;
   /**
@@ -139,8 +146,8 @@ export async function pollForLease<L extends Lease>(
   let delay = min;
   let woken = false;
   let wake: (() => void) | undefined;
-  const unsubscribe = options.notifier?.subscribe(key, (target) => {
-    if (!target || target !== options.owner) {
+  const unsubscribe = options.notifier?.subscribe(key, (target, all) => {
+    if (!all && (!target || target !== options.owner)) {
       if (options.wakes ? !options.wakes(target) : target && options.owner) return;
     }
     woken = true;

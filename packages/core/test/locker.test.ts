@@ -450,6 +450,10 @@ describe('pollForLease', () => {
     notifier.notify('k', 'someone-else');
     await settle();
     expect([attempts, counted.length]).toEqual([3, 3]);
+    // After a notification channel was down, its releases lost: every waiter looks again, whatever it counted.
+    notifier.notifyAll();
+    await settle();
+    expect([attempts, counted.length]).toEqual([4, 3]);
     controller.abort(new Error('stop'));
     await waiting;
   });
