@@ -375,10 +375,10 @@ end
 
 /**
  * ARGV: owner, ttlMs, wait (0|1), mode (S|X), limit (0: none), counter ttl ms, waiter ttl ms,
- * least token ('0': any). Returns {1, token} when granted; {0, place, deadline} when not, for a
- * waiter, which stays queued (its place: how many claims are ahead of it; its claim lasts until
- * the deadline, server ms); {0} for a one-shot attempt, which leaves nothing; {2, stored limit}
- * when live claims have another limit.
+ * least token ('0': any). Returns {1, token} when granted; {0, needed, deadline} when not, for a
+ * waiter, which stays queued (needed: how many of the claims ahead of it must go at least before it
+ * may be granted, which is as many releases; its claim lasts until the deadline, server ms); {0} for a
+ * one-shot attempt, which leaves nothing; {2, stored limit} when live claims have another limit.
  */
 export const SHARED_ACQUIRE = `${clock}
 ${purgeExpiredClaims}
@@ -399,17 +399,22 @@ else
   token = string.format('%.0f', tonumber(token))
 end
 local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
-local ok
+-- How many of the claims ahead must go before this one may be granted (0: it is granted now).
+-- A shared claim within the limit also waits for every claim up to the last exclusive one ahead of
+-- it (a read behind a write); beyond the limit, the count to the limit is enough for a waiter to
+-- know when to look again (semaphores hold shared claims only).
+local needed
 if ARGV[4] == 'X' then
-  ok = rank == 0
+  needed = rank
 else
-  ok = limit == 0 or rank < limit
-  if ok and rank > 0 then
+  needed = limit > 0 and math.max(0, rank - limit + 1) or 0
+  if needed == 0 and rank > 0 then
     local ahead = redis.call('ZRANGE', KEYS[1], 0, rank - 1)
     local modes = redis.call('HMGET', KEYS[4], unpack(ahead))
-    for i = 1, #modes do if modes[i] == 'X' then ok = false break end end
+    for i = #modes, 1, -1 do if modes[i] == 'X' then needed = i break end end
   end
 end
+local ok = needed == 0
 if not ok and ARGV[3] == '0' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -421,7 +426,7 @@ local deadline = now_ms + tonumber(ok and ARGV[2] or ARGV[7])
 redis.call('ZADD', KEYS[3], deadline, ARGV[1])
 ${keepClaimKeys}
 if ok then return {1, token} end
-return {0, rank, deadline}
+return {0, needed, deadline}
 `;
 
 /** ARGV: owner, ttlMs. Returns 1 when extended, 0 when the claim is gone (released, expired, forgotten). */

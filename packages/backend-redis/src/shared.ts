@@ -25,17 +25,19 @@ export class RedisSharedClaims {
     if (!req.wait) return this.#attempt(req, keys);
     await store.subscribed.run();
     const { pollMs: poll } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
-    // A semaphore's waiter with `limit` or more claims ahead of it cannot be granted by the next
-    // release: it sleeps through releases until as many have gone by as its place needs (each
-    // release publishes one message), so a release wakes the one waiter it may let in rather than
-    // every waiter of the key in this process, each with a script to run. A release that this
-    // count misses (a claim that expired) is found by the re-check every `poll` ms, so a waiter
-    // that knows its place does not re-check sooner (as the mutex's waiters). While an attempt is
-    // out the place is unknown (`Infinity`: nothing wakes the waiter) and releases are counted from
-    // its send: a message can arrive before the answer of an attempt that ran before its release
-    // (they come on two connections). Once the answer is in, releases enough for the place make
-    // the next attempt come at once; counting one the place already shows costs one early attempt,
-    // while dropping one would leave the waiter asleep until the re-check.
+    // A waiter that the next release cannot let in (a semaphore's with `limit` or more claims
+    // ahead of it, a write's behind any claim, a read's behind a write) sleeps through releases
+    // until as many have gone by as it needs (the attempt's answer says how many; each release
+    // publishes one message), so a release wakes the waiters it may let in rather than every
+    // waiter of the key in this process, each with a script to run. A release that this count
+    // misses (a claim that expired) is found by the re-check every `poll` ms, so a waiter that
+    // knows its count does not re-check sooner (as the mutex's waiters). While an attempt is out
+    // the count is unknown (`Infinity`: nothing wakes the waiter) and releases are counted from its
+    // send: a message can arrive before the answer of an attempt that ran before its release (they
+    // come on two connections). Once the answer is in, releases enough make the next attempt come
+    // at once; counting one the answer already shows costs one early attempt, while dropping one
+    // would leave the waiter asleep until the re-check. (Releases of claims behind it count too:
+    // they only bring an attempt early.)
     //
     // The release that lets a semaphore's waiter in names it in its message, with the deadline its
     // claim got from the attempt that last left it queued (`placed`): the waiter takes that grant
@@ -43,11 +45,12 @@ export class RedisSharedClaims {
     // it whatever its count says. A message naming another claim is counted but wakes nobody else:
     // that release let in the claim it names, and only that one (a miscount would cost an attempt
     // that finds nothing). Only a message naming nobody (from a release that had no claim to hand
-    // the permit to, a waiter leaving, or a process of an earlier version) wakes by the count.
-    let place = Number.POSITIVE_INFINITY;
+    // the permit to, a read-write lock's release, a waiter leaving, or a process of an earlier
+    // version) wakes by the count.
+    let needed = Number.POSITIVE_INFINITY;
     let releases = 0;
     let placed: Placed | undefined;
-    const due = () => place - releases < req.limit;
+    const due = () => releases >= needed;
     try {
       return await pollForLease(
         keys.lock,
@@ -56,9 +59,9 @@ export class RedisSharedClaims {
           const handed = store.takeHanded(keys.lock, req.owner, placed, req.ttlMs);
           if (handed) return { kind: 'shared', key: req.key, owner: req.owner, keys, ...handed } satisfies RedisLease;
           const before = releases;
-          place = Number.POSITIVE_INFINITY;
-          return this.#attempt(req, keys, (ahead, at) => {
-            place = ahead;
+          needed = Number.POSITIVE_INFINITY;
+          return this.#attempt(req, keys, (count, at) => {
+            needed = count;
             placed = at;
             releases -= before;
           });
@@ -69,7 +72,8 @@ export class RedisSharedClaims {
           owner: req.owner,
           minDelayMs: poll,
           maxDelayMs: poll,
-          ...(req.limit > 0 ? { wakes: (target) => (releases++, !target && due()), nextDelayMs: () => (due() ? 0 : undefined) } : {}),
+          wakes: (target) => (releases++, !target && due()),
+          nextDelayMs: () => (due() ? 0 : undefined),
         },
       );
     } catch (error) {
@@ -82,8 +86,11 @@ export class RedisSharedClaims {
     }
   }
 
-  /** One attempt; a waiter that stays queued tells `onPlace` how many claims are ahead of it, the attempt's send time and its claim's new deadline. */
-  async #attempt(req: SharedRequest, keys: RedisKeys, onPlace?: (ahead: number, at: Placed) => void): Promise<RedisLease | null> {
+  /**
+   * One attempt; a waiter that stays queued tells `onPlace` how many claims ahead of it must go
+   * before it may be granted, the attempt's send time and its claim's new deadline.
+   */
+  async #attempt(req: SharedRequest, keys: RedisKeys, onPlace?: (needed: number, at: Placed) => void): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
     const waiterTtl = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
     const reply = (await this.#store.run('acquire', scripts.sharedAcquire, keys, [

@@ -124,6 +124,52 @@ describe('redis backend', () => {
     await Promise.all(held.map((p) => p.release()));
   });
 
+  it("a read-write lock's waiters sleep through the releases that cannot let them in: a write through the reads ahead of it, a read through everything up to the write ahead of it", async () => {
+    const holders = track(createLocker(redisBackend({ url }), { ttlMs: 20_000 }));
+    const client = new Redis(url);
+    try {
+      // The waiters' own connection, so that what they send can be counted; their re-check is 5 s away.
+      const backend = redisBackend({ client, maxPollDelayMs: 5000 });
+      const waiters = track(createLocker(backend, { ttlMs: 20_000 }));
+      const k = key();
+      const claims = sharedKeysFor(backend, k).lock;
+      const queued = async (n: number) => {
+        while ((await admin.zcard(claims)) < n) await new Promise((r) => setTimeout(r, 5));
+      };
+      const reads = [];
+      for (let i = 0; i < 3; i++) reads.push(await holders.readWriteLock(k).read());
+      const write = waiters.readWriteLock(k).write();
+      await queued(4);
+      const read = waiters.readWriteLock(k).read();
+      await queued(5);
+      await new Promise((r) => setTimeout(r, 300));
+      const sent: string[] = [];
+      const send = client.sendCommand.bind(client);
+      client.sendCommand = (command, stream) => (sent.push(command.name), send(command, stream));
+      // Two of the three reads go: neither waiter can be let in, and neither sends anything.
+      await reads.shift()!.release();
+      await reads.shift()!.release();
+      await new Promise((r) => setTimeout(r, 300));
+      expect(sent).toEqual([]);
+      // The last read goes: the write is let in (one attempt), the read behind it still sleeps.
+      let releasedAt = performance.now();
+      await reads.shift()!.release();
+      const writeLock = await write;
+      // Polling alone would take 2.5 to 5 s here; a generous bound still tells the two apart.
+      expect(performance.now() - releasedAt).toBeLessThan(1000);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(sent).toEqual(['evalsha']);
+      // The write goes: the read is let in.
+      releasedAt = performance.now();
+      await writeLock.release();
+      await (await read).release();
+      expect(performance.now() - releasedAt).toBeLessThan(1000);
+      expect(sent).toEqual(['evalsha', 'evalsha', 'evalsha', 'evalsha']);
+    } finally {
+      client.disconnect();
+    }
+  });
+
   it("a FIFO handoff message is the head's grant: it sends nothing to take it, and its lease ends no later than the store's", async () => {
     const holder = track(createLocker(redisBackend({ url }), { ttlMs: 20_000 }));
     const client = new Redis(url);
