@@ -41,7 +41,15 @@ const rawCycle = (clients, tag) => async () => {
   const least = Math.floor((performance.timeOrigin + performance.now()) * 1000) + 100_000;
   await all(clients, (c) =>
     redlock
-      ? c.evalsha(scripts.guardedAcquire.sha, 6, [...keys, 'deadbolt:born', 'deadbolt:restart-guard', owner, '10000', `*00|${id}|10000|${least}`, '15000'])
+      ? c.evalsha(scripts.guardedAcquire.sha, 6, [
+          ...keys,
+          'deadbolt:born',
+          'deadbolt:restart-guard',
+          owner,
+          '10000',
+          `*00|${id}|10000|${least}`,
+          '15000',
+        ])
       : c.evalsha(scripts.acquire.sha, 4, [...keys, owner, '10000', `+11|${id}|10000|0`]),
   );
   await all(clients, (c) => c.evalsha(scripts.release.sha, 4, [...keys, owner, '0', `-0${redlock ? 0 : 1}|${id}|0|0`]));
@@ -58,7 +66,8 @@ const peer = (clients, key) => {
   };
 };
 const subjects = {
-  floor: () => all(floorClients, (c) => c.set('decomp:floor', 'x', 'NX', 'PX', 10_000)).then(() => all(floorClients, (c) => c.del('decomp:floor'))),
+  floor: () =>
+    all(floorClients, (c) => c.set('decomp:floor', 'x', 'NX', 'PX', 10_000)).then(() => all(floorClients, (c) => c.del('decomp:floor'))),
   'scripts, raw': rawCycle(plain, 'decomp-raw'),
   "scripts, raw, deadbolt's connection": rawCycle(clientsOf(rawBackend), 'decomp-raw2'),
   'backend acquire + release': async () => {
@@ -69,9 +78,11 @@ const subjects = {
   'peer, plain client': peer(peerPlain, 'decomp:peer'),
   "peer, deadbolt's connection": peer(clientsOf(peerBackend), 'decomp:peer2'),
 };
-for (const c of [...plain, ...clientsOf(rawBackend)]) for (const s of [scripts.acquire, scripts.guardedAcquire, scripts.release]) await c.script('LOAD', s.source);
+for (const c of [...plain, ...clientsOf(rawBackend)])
+  for (const s of [scripts.acquire, scripts.guardedAcquire, scripts.release]) await c.script('LOAD', s.source);
 // A Redlock node found empty refuses grants for maxTtlMs (15 s here): wait until the backend is granted.
-while (redlock && !(await backend.acquire({ key: 'decomp:ready', owner: randomUUID(), ttlMs: 100, wait: false }))) await new Promise((r) => setTimeout(r, 500));
+while (redlock && !(await backend.acquire({ key: 'decomp:ready', owner: randomUUID(), ttlMs: 100, wait: false })))
+  await new Promise((r) => setTimeout(r, 500));
 const rounds = Number(process.env.ROUNDS ?? 16);
 const results = Object.fromEntries(Object.keys(subjects).map((name) => [name, { times: [], cpu: 0, cycles: 0 }]));
 for (let round = 0; round < rounds; round++) {
@@ -95,7 +106,9 @@ const p50 = (list) => list.sort((a, b) => a - b)[list.length >> 1];
 const floor = p50(results.floor.times);
 for (const [name, r] of Object.entries(results)) {
   const median = p50(r.times);
-  console.log(`${(median * 1000).toFixed(1).padStart(6)} µs p50  ${(median / floor).toFixed(2)} × floor  ${(r.cpu / r.cycles).toFixed(1).padStart(6)} µs CPU per cycle  ${name}`);
+  console.log(
+    `${(median * 1000).toFixed(1).padStart(6)} µs p50  ${(median / floor).toFixed(2)} × floor  ${(r.cpu / r.cycles).toFixed(1).padStart(6)} µs CPU per cycle  ${name}`,
+  );
 }
 await Promise.all([backend.close(), locker.close(), peerBackend.close(), rawBackend.close()]);
 for (const c of [...plain, ...peerPlain, ...floorClients]) c.disconnect();

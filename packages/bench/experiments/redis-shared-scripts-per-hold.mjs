@@ -48,7 +48,9 @@ for (const [i, build] of builds.entries()) {
   );
   const elapsed = (performance.now() - started) / 1000;
   const used = (await scripts()) - before;
-  console.log(`${family} ${i === 0 ? 'this build' : build}: ${Math.round(holds / elapsed)} holds/s, ${(used / holds).toFixed(2)} scripts per hold`);
+  console.log(
+    `${family} ${i === 0 ? 'this build' : build}: ${Math.round(holds / elapsed)} holds/s, ${(used / holds).toFixed(2)} scripts per hold`,
+  );
   await Promise.all(lockers.map((l) => l.close()));
 }
 admin.disconnect();

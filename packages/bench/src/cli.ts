@@ -40,7 +40,16 @@ import { renderReport } from './report.js';
 import { digest, floorRatio, peerPairs } from './digest.js';
 import { besideBusyNeighbour } from './neighbour.js';
 import { openProbe, type StoreProbe } from './stores.js';
-import { deadlineSubjects, floors, migrationPairs, sharedSubjects, subjects, tracedSubjects, type Store, type Subject } from './subjects.js';
+import {
+  deadlineSubjects,
+  floors,
+  migrationPairs,
+  sharedSubjects,
+  subjects,
+  tracedSubjects,
+  type Store,
+  type Subject,
+} from './subjects.js';
 
 const usage = 'usage: pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]';
 let args: ReturnType<typeof parseCli>;
@@ -664,14 +673,12 @@ const mutexOf = (r: ContendedResult) =>
     .sort((a, b) => b.subject.length - a.subject.length)[0];
 const sharedTable = (results: ContendedResult[]) => {
   lines.push(
-    '| subject | clients | holds/s | wait p50 | wait p99 | wait max | most held at once | Jain | holds/s / the mutex\'s | wait p99 / the mutex\'s |',
+    "| subject | clients | holds/s | wait p50 | wait p99 | wait max | most held at once | Jain | holds/s / the mutex's | wait p99 / the mutex's |",
     '|---|---|---|---|---|---|---|---|---|---|',
   );
   for (const r of results) {
     const mutex = mutexOf(r);
-    const against = mutex
-      ? `${f(r.holdsPerSecond / mutex.holdsPerSecond)}× | ${f(r.wait.p99 / mutex.wait.p99)}×`
-      : ' | ';
+    const against = mutex ? `${f(r.holdsPerSecond / mutex.holdsPerSecond)}× | ${f(r.wait.p99 / mutex.wait.p99)}×` : ' | ';
     lines.push(
       `| ${r.subject} | ${r.clients} | ${Math.round(r.holdsPerSecond)} | ${f(r.wait.p50)} | ${f(r.wait.p99)} | ${f(r.wait.max)} | ${mostAtOnce(r.acquisitions)} | ${f(r.jain, 3)} | ${against} |`,
     );
@@ -697,7 +704,7 @@ if (runs(8)) {
   );
   lines.push(
     'Each acquisition is a read with probability 0.9, else a write; writers queue in arrival order with the readers. The last two',
-    "columns are as in scenario 7.",
+    'columns are as in scenario 7.',
     '',
   );
   sharedTable(readWriteResults);
