@@ -445,7 +445,7 @@ for (const subject of thesisSubjects.filter(() => runs(2))) {
 progress('');
 
 /**
- * Scenario 1's (or 10's) deadline rows beside the same peers on plain clients (see
+ * Scenario 1's deadline rows beside the same peers on plain clients (see
  * `deadlineSubjects`): what a deadline on every command costs, which every deadbolt row pays.
  */
 function deadlineTable(rows: UncontendedResult[]): void {
