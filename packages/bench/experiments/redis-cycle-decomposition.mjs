@@ -11,7 +11,9 @@
 //   node packages/bench/experiments/redis-cycle-decomposition.mjs [redis|redlock]
 import { randomUUID } from 'node:crypto';
 import { createLocker } from '@deadbolt/core';
+import { wallMicros } from '@deadbolt/core/backend';
 import { redisBackend, redlockBackend } from '@deadbolt/redis';
+import { keysFor } from '@deadbolt/redis/testing';
 import { Redis } from 'ioredis';
 import { Redlock } from '@sesamecare-oss/redlock';
 import { Mutex } from 'redis-semaphore';
@@ -33,12 +35,13 @@ const all = (clients, send) => Promise.all(clients.map(send));
 
 // The scripts as the backend sends them (see `mutex` in scripts.ts for the options argument):
 // Redlock's nodes run the guarded acquire, one attempt with a proposed least token.
-const names = (tag) => [`deadbolt:{${tag}}lock:x`, `deadbolt:{${tag}}token:x`, `deadbolt:{${tag}}queue:x`, `deadbolt:{${tag}}wait:x`];
+// The key names the backend itself would use for `key` (its prefix and hash tag).
+const names = (key) => Object.values(keysFor(rawBackend, key));
 const id = randomUUID();
 const rawCycle = (clients, tag) => async () => {
   const owner = randomUUID();
   const keys = names(tag);
-  const least = Math.floor((performance.timeOrigin + performance.now()) * 1000) + 100_000;
+  const least = wallMicros() + 100_000;
   await all(clients, (c) =>
     redlock
       ? c.evalsha(scripts.guardedAcquire.sha, 6, [

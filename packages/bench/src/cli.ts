@@ -445,22 +445,20 @@ for (const subject of thesisSubjects.filter(() => runs(2))) {
 progress('');
 
 /**
- * Scenario 1's deadline rows beside the same peers on plain clients (see
- * `deadlineSubjects`): what a deadline on every command costs, which every deadbolt row pays.
+ * Scenario 1's variant rows (a subject run with something added: tracing, deadlines) beside the
+ * rows they vary (`baseName` of a variant's name): what the addition costs per cycle. `intro`
+ * says what the variants are.
  */
-function deadlineTable(rows: UncontendedResult[]): void {
-  const pairs = deadlined.flatMap((d) => {
-    const on = rows.find((r) => r.subject === d.name);
-    const off = rows.find((r) => r.subject === d.name.replace(/ on deadbolt's connections?$/, ''));
+function costTable(variants: Subject[], baseName: (name: string) => string, intro: string[]): void {
+  const pairs = variants.flatMap((v) => {
+    const on = uncontendedResults.find((r) => r.subject === v.name);
+    const off = uncontendedResults.find((r) => r.subject === baseName(v.name));
     return on && off ? [{ on, off }] : [];
   });
   if (pairs.length === 0) return;
   lines.push(
     '',
-    "Deadlines: an `… on deadbolt's connection` row is the peer row of that name on the ioredis clients a deadbolt backend opens for",
-    'itself: every command fails after the command timeout (5 s) and a connection silent that long is replaced, so no call waits for',
-    "ever on a store gone silent; ioredis arms two timers per command for that. The peers' own rows use plain clients, which would",
-    'wait for ever; every deadbolt row pays for the deadlines. What they cost the peer, per cycle:',
+    ...intro,
     '',
     '| subject | p50 without → with | cost per cycle (p50) | client CPU µs per cycle without → with |',
     '|---|---|---|---|',
@@ -549,27 +547,17 @@ if (runs(1)) {
       `| ${r.subject} | ${r.cycles} | ${Math.round(r.perSecond)} | ${f(r.cycle.p50, 3)} | ${f(r.cycle.p99, 3)} | ${ratio} | ${f(drift(r.cycleMs))}× | ${optional(r.storeRequestsPerCycle, 1)} | ${f(r.clientCpuUs, 1)} |`,
     );
   }
-  const tracedRows = traced.flatMap((t) => {
-    const on = uncontendedResults.find((r) => r.subject === t.name);
-    const off = uncontendedResults.find((r) => `${r.subject} + @deadbolt/otel` === t.name);
-    return on && off ? [{ on, off }] : [];
-  });
-  if (tracedRows.length > 0) {
-    lines.push(
-      '',
-      "Tracing: a `… + @deadbolt/otel` row is the row above it with `instrumentDeadbolt()` subscribed to deadbolt's channels during",
-      "its own blocks only (the OpenTelemetry SDK's tracer and meter providers, nothing exported); every other row runs with no",
-      'subscriber, where deadbolt builds and publishes no event. What recording every call costs, per cycle:',
-      '',
-      '| subject | p50 without → with | cost per cycle (p50) |',
-      '|---|---|---|',
-      ...tracedRows.map(
-        ({ on, off }) =>
-          `| ${off.subject} | ${f(off.cycle.p50, 3)} → ${f(on.cycle.p50, 3)} ms | ${f((on.cycle.p50 - off.cycle.p50) * 1000, 1)} µs (${f(on.cycle.p50 / off.cycle.p50)}×) |`,
-      ),
-    );
-  }
-  deadlineTable(uncontendedResults);
+  costTable(traced, (name) => name.replace(/ \+ @deadbolt\/otel$/, ''), [
+    "Tracing: a `… + @deadbolt/otel` row is the row above it with `instrumentDeadbolt()` subscribed to deadbolt's channels during",
+    "its own blocks only (the OpenTelemetry SDK's tracer and meter providers, nothing exported); every other row runs with no",
+    'subscriber, where deadbolt builds and publishes no event. What recording every call costs, per cycle:',
+  ]);
+  costTable(deadlined, (name) => name.replace(/ on deadbolt's connections?$/, ''), [
+    "Deadlines: an `… on deadbolt's connection` row is the peer row of that name on the ioredis clients a deadbolt backend opens for",
+    'itself: every command fails after the command timeout (5 s) and a connection silent that long is replaced, so no call waits for',
+    "ever on a store gone silent; ioredis arms two timers per command for that. The peers' own rows use plain clients, which would",
+    'wait for ever; every deadbolt row pays for the deadlines. What they cost the peer, per cycle:',
+  ]);
 }
 if (runs(6)) {
   lines.push(
