@@ -1,6 +1,14 @@
 import { createLocker } from '@deadbolt/core';
 import { backendOf } from '@deadbolt/core/testing';
-import { closeLockersAfterEach, expectWaitThroughSlowConnect, FaultProxy, matrixUrl, storeAddress, viaUrl } from '@deadbolt/conformance';
+import {
+  closeLockersAfterEach,
+  expectAbortsPastFullPool,
+  expectWaitThroughSlowConnect,
+  FaultProxy,
+  matrixUrl,
+  storeAddress,
+  viaUrl,
+} from '@deadbolt/conformance';
 import { mysqlBackend, type MysqlBackend } from '@deadbolt/mysql';
 import { threadIds } from '@deadbolt/mysql/testing';
 import { createPool } from 'mysql2/promise';
@@ -46,6 +54,23 @@ describe('mysql backend', () => {
     expect(performance.now() - killedAt).toBeLessThan(2000); // not the 30 s ttl
     expect(lock.token).toBeGreaterThan(held.token);
     await lock.release();
+  });
+
+  it('session mode: with the pool full of waits, the cancels of aborted ones still reach the server', async () => {
+    // Before, every pooled connection could hold a wait: the cancels (KILL QUERY) queued in the pool
+    // for one of them, and the aborted waits went on in the server until the lock came to them.
+    const holder = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const backend = mysqlBackend({ url, mode: 'session', connectionLimit: 4 });
+    const waiter = track(createLocker(backend, { ttlMs: 30_000 }));
+    const serverWaits = async () => {
+      const ids = [...threadIds(backend)];
+      if (!ids.length) return 0;
+      const [rows] = await admin.query(`SELECT COUNT(*) AS n FROM information_schema.processlist WHERE id IN (?) AND state = 'User lock'`, [
+        ids,
+      ]);
+      return Number((rows as Array<{ n: number }>)[0]!.n);
+    };
+    await expectAbortsPastFullPool(holder, waiter, 4, key(), serverWaits);
   });
 
   it('session mode: an abort while the pool is full ends the wait; the connection it later gets is not spent on GET_LOCK', async () => {

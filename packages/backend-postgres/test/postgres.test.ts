@@ -3,6 +3,7 @@ import { backendOf } from '@deadbolt/core/testing';
 import { sleep } from '@deadbolt/core/backend';
 import {
   closeLockersAfterEach,
+  expectAbortsPastFullPool,
   expectSoon,
   expectWaitThroughSlowConnect,
   FaultProxy,
@@ -182,6 +183,23 @@ describe('postgres backend', () => {
       return lock !== null;
     };
     await expectSoon(taken, true, 3000);
+  });
+
+  it('session mode: with the pool full of waits, the cancels of aborted ones still reach the server', async () => {
+    // Before, every pooled connection could hold a wait: the cancels queued in the pool for one of
+    // them, and the aborted waits went on in the server until the lock came to them.
+    const holder = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
+    const backend = postgresBackend({ url, mode: 'session', connectionLimit: 4 });
+    const waiter = track(createLocker(backend, { ttlMs: 30_000 }));
+    const serverWaits = async () =>
+      Number(
+        (
+          await admin.query(`SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = ANY($1)`, [
+            [...pids(backend)],
+          ])
+        ).rows[0].n,
+      );
+    await expectAbortsPastFullPool(holder, waiter, 4, key(), serverWaits);
   });
 
   it('session mode: a dead holder connection frees the lock at once, and the waiter blocked in the server gets it', async () => {

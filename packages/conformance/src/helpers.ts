@@ -84,6 +84,34 @@ export async function abortedWithin(lock: Pick<Lock, 'signal'>, ms: number): Pro
 }
 
 /**
+ * For a backend whose waiter blocks in the store on a connection of its own (session mode):
+ * `waiter`'s backend has a pool of `poolSize` connections, and that many of its waits queue for
+ * `key`, which `holder` holds, so the pool has no connection to spare; then every caller gives up.
+ * Each aborted wait must be ended in the server (the cancel goes from another connection of the
+ * same pool) within 1.5 s: `serverWaits` counts the waits of `waiter`'s backend the server still
+ * has. Fails the calling test otherwise.
+ */
+export async function expectAbortsPastFullPool(
+  holder: Locker,
+  waiter: Locker,
+  poolSize: number,
+  key: string,
+  serverWaits: () => Promise<number>,
+): Promise<void> {
+  const held = await holder.lock(key);
+  const controller = new AbortController();
+  const reason = new Error('the caller gave up');
+  const waits = Array.from({ length: poolSize }, () =>
+    waiter.lock(key, { signal: controller.signal, timeoutMs: 20_000 }).catch((e: unknown) => e),
+  );
+  await expectSoon(async () => (await serverWaits()) >= poolSize - 1, true, 5000);
+  controller.abort(reason);
+  for (const outcome of await Promise.all(waits)) expect(outcome).toBe(reason);
+  await expectSoon(serverWaits, 0, 1500);
+  await held.release();
+}
+
+/**
  * For a backend whose waiter blocks in the store on a connection of its own: `waiter` (its store
  * reached through `proxy`, with a connect timeout under 700 ms) starts waiting for `key`, which
  * `holder` holds, while the proxy accepts connections and forwards nothing, so a connect gets no

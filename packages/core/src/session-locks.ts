@@ -27,7 +27,7 @@ export interface SessionLease<C, L> extends Lease {
 export interface SessionDialect<C, L> {
   /** The backend's name, for errors. */
   readonly name: string;
-  /** How many connections the pool may open: session waits beyond it wait for a place. */
+  /** How many connections the pool may open: session waits beyond most of it (`sessionPlaces`) wait for a place. */
   readonly poolSize: number;
   /** How many of the pool's open connections are idle now (a connection opened for a wait takes a turn when none is). */
   idleConnections(): number;
@@ -73,6 +73,19 @@ export interface SessionDialect<C, L> {
 /** How many session connections a backend opens at once (see `#connect`). */
 const OPENING_AT_ONCE = 8;
 
+/**
+ * How many of the pool's connections session locks leave to the statements they send from another
+ * connection: the watch of each blocked wait (every 2 s), the cancel of an aborted one, the table
+ * check. With the whole pool held by blocked waits, those statements queued in the pool's own queue
+ * behind each other: an aborted wait was never cancelled, a silent one never found out, and with
+ * 200 waits their watches (about 100 a second) kept a connection given back from the waiter next in
+ * line for it past the connect timeout (a CI run: 113 of 250 waits failed "timeout exceeded when
+ * trying to connect"). A tenth of the pool, at least one; a pool of one has none to spare.
+ */
+function sessionPlaces(poolSize: number): number {
+  return poolSize > 1 ? poolSize - Math.max(1, Math.floor(poolSize / 10)) : poolSize;
+}
+
 /** The lifecycle of session locks over one dialect; see the top of this file. */
 export class SessionLocks<C, L> {
   readonly #d: SessionDialect<C, L>;
@@ -94,7 +107,7 @@ export class SessionLocks<C, L> {
     this.#d = dialect;
     this.#connectGraceMs = connectGraceMs;
     this.#commandTimeoutMs = commandTimeoutMs;
-    this.#places = new Gate(dialect.poolSize);
+    this.#places = new Gate(sessionPlaces(dialect.poolSize));
   }
 
   /**
