@@ -44,6 +44,7 @@ export class FaultProxy {
   readonly #stranded = new Set<Pipe>();
   /** New connections forward nothing, either way, for this long after they are accepted (`slowHandshake`). */
   #handshakeDelayMs = 0;
+  #handshakeEvery = 1;
   /** Connections accepted so far. */
   #accepted = 0;
   /** Every connection is cut with a TCP reset as soon as it is accepted, until `heal`. */
@@ -92,12 +93,14 @@ export class FaultProxy {
   }
 
   /**
-   * Each connection accepted from now on forwards nothing, in either direction, for `ms` after it
-   * was accepted (a slow handshake: a store or middlebox that accepts at once and answers late);
-   * then it passes. Open connections are not affected. 0 turns it off.
+   * Each connection accepted from now on (with `every` = n, each n-th of them) forwards nothing, in
+   * either direction, for `ms` after it was accepted (a slow handshake: a store or middlebox that
+   * accepts at once and answers late, or a server too busy to start every session in time); then
+   * it passes. Open connections are not affected. 0 turns it off.
    */
-  slowHandshake(ms: number): void {
+  slowHandshake(ms: number, every = 1): void {
     this.#handshakeDelayMs = ms;
+    this.#handshakeEvery = every;
   }
 
   /** Every chunk, both ways, is forwarded `ms` after it arrives (order kept). 0 forwards at once. */
@@ -186,7 +189,7 @@ export class FaultProxy {
       client.resetAndDestroy();
       return;
     }
-    if (this.#handshakeDelayMs > 0) {
+    if (this.#handshakeDelayMs > 0 && this.#accepted % this.#handshakeEvery === 0) {
       client.pause();
       const ms = this.#handshakeDelayMs;
       setTimeout(() => {

@@ -112,6 +112,25 @@ export async function expectAbortsPastFullPool(
 }
 
 /**
+ * For a backend whose waiter blocks in the store on a connection of its own: 24 waits of `waiter`
+ * (its store reached through `proxy`, with a connect timeout of 500 ms and no grace of the
+ * locker's own) queue for `key`, which `holder` holds, while every other connection the proxy
+ * accepts starts its session 1.5 s late, past the connect timeout: a server too busy to start
+ * every session in time, not one that is down. `holder` releases after 3 s, longer than a
+ * backend's grace for failed connects. Every wait must get its turn. Fails the calling test otherwise.
+ */
+export async function expectWaitsThroughBusyServer(holder: Locker, waiter: Locker, proxy: FaultProxy, key: string): Promise<void> {
+  const held = await holder.lock(key);
+  proxy.slowHandshake(1500, 2);
+  const waits = Promise.allSettled(Array.from({ length: 24 }, async () => (await waiter.lock(key, { timeoutMs: 20_000 })).release()));
+  await sleep(3000);
+  await held.release();
+  const failed = (await waits).flatMap((w) => (w.status === 'rejected' ? [String(w.reason)] : []));
+  proxy.heal();
+  expect(failed, `waits that failed, the first: ${failed[0]}`).toHaveLength(0);
+}
+
+/**
  * For a backend whose waiter blocks in the store on a connection of its own: `waiter` (its store
  * reached through `proxy`, with a connect timeout under 700 ms) starts waiting for `key`, which
  * `holder` holds, while the proxy accepts connections and forwards nothing, so a connect gets no

@@ -1,6 +1,13 @@
 export { defineConformanceSuite } from './suite.js';
 export type { ConformanceHarness, ConformanceOptions, SuiteContext } from './context.js';
-export { abortedWithin, closeLockersAfterEach, expectAbortsPastFullPool, expectSoon, expectWaitThroughSlowConnect } from './helpers.js';
+export {
+  abortedWithin,
+  closeLockersAfterEach,
+  expectAbortsPastFullPool,
+  expectSoon,
+  expectWaitsThroughBusyServer,
+  expectWaitThroughSlowConnect,
+} from './helpers.js';
 export { FencedRegister, type FencedWrite } from './register.js';
 export { FaultProxy, type Address } from './fault-proxy.js';
 export { ChildHolder, type ChildBackendConfig } from './children.js';

@@ -97,6 +97,8 @@ export class SessionLocks<C, L> {
   readonly #released = new WeakSet<Lease>();
   readonly #places: Gate;
   readonly #opening = new Gate(OPENING_AT_ONCE);
+  /** When a connection was last had (`performance.now()`): the server is up, however slow. */
+  #connectedAt = -Infinity;
 
   /**
    * `connectGraceMs`: how long a wait rides out failures to get a connection (two connect
@@ -113,12 +115,19 @@ export class SessionLocks<C, L> {
   /**
    * The lock of `req.key` on a connection of its own. A wait whose connection could not be had in
    * time (hundreds of waiters arriving together open hundreds of connections, which took over 2 s
-   * on a loaded 2-core machine) tries again while such failures have lasted less than the grace;
-   * a wait whose connection is cut waits again on a new one, for as long as the caller's deadline
-   * allows. @throws the signal's reason on abort; the dialect's typed error otherwise.
+   * on a loaded 2-core machine) tries again while such failures have lasted less than the grace,
+   * and for as long as the caller's deadline allows while other connects get through (a server too
+   * busy to start every session in time is not down); a wait whose connection is cut waits again
+   * on a new one. @throws the signal's reason on abort; the dialect's typed error otherwise.
    */
   acquire(req: AcquireRequest): Promise<SessionLease<C, L> | null> {
-    return waitOnConnections(req.wait, req.signal, this.#connectGraceMs, () => this.#attempt(req));
+    return waitOnConnections(
+      req.wait,
+      req.signal,
+      this.#connectGraceMs,
+      () => this.#attempt(req),
+      () => this.#connectedAt,
+    );
   }
 
   async #attempt(req: AcquireRequest): Promise<SessionLease<C, L> | null | typeof AGAIN> {
@@ -263,6 +272,7 @@ export class SessionLocks<C, L> {
     try {
       if (d.idleConnections() === 0) leaveOpening = await this.#opening.enter(signal);
       const connection = await raceSignal(d.connect(), signal, (late) => d.giveBack(late));
+      this.#connectedAt = performance.now();
       this.#taken.set(connection, leavePool);
       return connection;
     } catch (error) {

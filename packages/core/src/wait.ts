@@ -199,16 +199,20 @@ const AGAIN_PAUSE_MAX_MS = 1000;
  * with each failure (jittered, 20 ms up to 1 s), until such failures have lasted `graceMs` in a
  * row; a store that stays unreachable still fails the wait. That also covers a connection not had
  * in time: a crowd of waiters opening connections at once on a loaded machine can outlast a
- * connect timeout. Rejects with `signal.reason` when `signal` aborts, and with any other error (or
- * any error of a one-shot attempt, `wait` false) at once.
+ * connect timeout. `reachedAt` (optional) tells when the store was last reached by anyone (a
+ * connection opened): failures with the store reached since they began show a store that is slow,
+ * not down, and start the grace again, so the wait goes on for as long as the caller allowed.
+ * Rejects with `signal.reason` when `signal` aborts, and with any other error (or any error of a
+ * one-shot attempt, `wait` false) at once.
  */
 export async function waitOnConnections<L>(
   wait: boolean,
   signal: AbortSignal,
   graceMs: number,
   attempt: () => Promise<L | typeof AGAIN>,
+  reachedAt?: () => number,
 ): Promise<L> {
-  const grace = new UnavailableGrace(graceMs);
+  const grace = new UnavailableGrace(graceMs, reachedAt);
   let pauseMs = AGAIN_PAUSE_MS;
   for (;;) {
     try {
@@ -228,14 +232,17 @@ export async function waitOnConnections<L>(
  * How a waiting loop rides out connection resets: an attempt that fails with
  * `BackendUnavailableError` is forgiven until such failures have lasted `graceMs` in a row (a
  * reset costs one failed attempt; a store that stays unreachable fails the wait). Call
- * `succeeded()` after every attempt that reached the store.
+ * `succeeded()` after every attempt that reached the store; `reachedAt`, when given, tells when
+ * anyone last reached it (`performance.now()`), which ends a row of failures as well.
  */
 export class UnavailableGrace {
   readonly #graceMs: number;
+  readonly #reachedAt: (() => number) | undefined;
   #since: number | undefined;
 
-  constructor(graceMs = 1000) {
+  constructor(graceMs = 1000, reachedAt?: () => number) {
     this.#graceMs = graceMs;
+    this.#reachedAt = reachedAt;
   }
 
   succeeded(): void {
@@ -245,8 +252,10 @@ export class UnavailableGrace {
   /** Returns when `error` is forgiven; rethrows it otherwise. */
   failed(error: unknown): void {
     if (!(error instanceof BackendUnavailableError)) throw error;
-    this.#since ??= performance.now();
-    if (performance.now() - this.#since >= this.#graceMs) throw error;
+    const now = performance.now();
+    if (this.#since !== undefined && this.#reachedAt && this.#reachedAt() > this.#since) this.#since = undefined;
+    this.#since ??= now;
+    if (now - this.#since >= this.#graceMs) throw error;
   }
 }
 

@@ -3,7 +3,7 @@ import { BackendError, BackendUnavailableError, createLocker, memoryBackend, Mem
 import type { Lease } from '../src/backend-api.js';
 import type { MemoryLease } from '../src/memory-backend.js';
 import { cancelOnAbort, watchBlocked } from '../src/session-locks.js';
-import { pollForLease, ReleaseNotifier } from '../src/wait.js';
+import { pollForLease, ReleaseNotifier, sleep, UnavailableGrace } from '../src/wait.js';
 
 /** The memory backend with a switch that makes renewals fail as an unreachable store would. */
 function flakyBackend() {
@@ -234,6 +234,23 @@ describe('Locker: a wait rides out an unreachable store (unavailableGraceMs)', (
       BackendUnavailableError,
     );
     expect(owners).toHaveLength(1);
+  });
+
+  it('the grace starts again when the store was reached since the failures began (slow, not down)', async () => {
+    let reachedAt = -Infinity;
+    const down = new BackendUnavailableError('store', 'acquire');
+    const grace = new UnavailableGrace(30, () => reachedAt);
+    grace.failed(down);
+    await sleep(40);
+    expect(() => grace.failed(down)).toThrow(down); // 40 ms of failures, nothing reached meanwhile
+    const slow = new UnavailableGrace(30, () => reachedAt);
+    slow.failed(down);
+    await sleep(20);
+    reachedAt = performance.now(); // someone's connect got through
+    await sleep(20);
+    slow.failed(down); // 40 ms since the first failure, but the store answered 20 ms ago
+    await sleep(40);
+    expect(() => slow.failed(down)).toThrow(down); // and nobody since
   });
 
   it('never retries a one-shot attempt, another kind of error, or past the deadline', async () => {
