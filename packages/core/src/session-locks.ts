@@ -97,7 +97,7 @@ export class SessionLocks<C, L> {
   readonly #released = new WeakSet<Lease>();
   readonly #places: Gate;
   readonly #opening = new Gate(OPENING_AT_ONCE);
-  /** When a connection was last had (`performance.now()`): the server is up, however slow. */
+  /** When a connection was last opened (`performance.now()`): the server is up, however slow. */
   #connectedAt = -Infinity;
 
   /**
@@ -272,7 +272,8 @@ export class SessionLocks<C, L> {
     try {
       if (d.idleConnections() === 0) leaveOpening = await this.#opening.enter(signal);
       const connection = await raceSignal(d.connect(), signal, (late) => d.giveBack(late));
-      this.#connectedAt = performance.now();
+      // A connection opened just now shows the server up (an idle one from the pool shows nothing).
+      if (leaveOpening) this.#connectedAt = performance.now();
       this.#taken.set(connection, leavePool);
       return connection;
     } catch (error) {
