@@ -62,8 +62,14 @@ export const getLock = `SELECT GET_LOCK(?, ?) AS got`;
 export const holderThread = `SELECT IS_USED_LOCK(?) AS thread`;
 /** The connection's database: part of every named lock's name (named locks are server-wide). */
 export const database = `SELECT DATABASE() AS db`;
-/** Params: name, connection id. Who holds the name (or NULL), and whether that connection is still there. */
-export const waitState = `SELECT IS_USED_LOCK(?) AS holder, EXISTS (SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = ?) AS alive`;
+/**
+ * Params: a JSON array of [connection id, name] pairs. For each, in order (`i` from 1): who holds
+ * the name (or NULL), and whether that connection is still there; the process list read once.
+ */
+export const waitStates = `SELECT w.i, w.id, IS_USED_LOCK(w.name) AS holder, p.ID IS NOT NULL AS alive
+  FROM JSON_TABLE(?, '$[*]' COLUMNS (i FOR ORDINALITY, id BIGINT UNSIGNED PATH '$[0]', name VARCHAR(64) PATH '$[1]')) AS w
+  LEFT JOIN information_schema.PROCESSLIST p ON p.ID = w.id
+  ORDER BY w.i`;
 /** Params: name. 1 while this connection holds it. */
 export const holdsLock = `SELECT IS_USED_LOCK(?) = CONNECTION_ID() AS mine`;
 /**

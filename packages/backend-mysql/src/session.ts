@@ -2,7 +2,7 @@
 // server frees when that connection closes or stays idle past the ttl (`wait_timeout`). The key's
 // row supplies only the fencing counter and the lock-delay marker. Core's `SessionLocks` runs the
 // lock's life; this says what each step is on MySQL / MariaDB.
-import type { AcquireRequest, SessionDialect, SessionLease } from '@deadbolt/core/backend';
+import type { AcquireRequest, BlockedWait, SessionDialect, SessionLease } from '@deadbolt/core/backend';
 import type { PoolConnection, ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import { MysqlStore } from './store.js';
 
@@ -57,9 +57,14 @@ export class MysqlSessions implements SessionDialect<PoolConnection, string> {
     return this.#store.client.query('KILL QUERY ?', [connection.threadId]);
   }
 
-  async waitStranded(connection: PoolConnection, lockName: string): Promise<boolean> {
-    const [row] = await this.#store.run<RowDataPacket[]>('watch', this.#store.sql.waitState, [lockName, connection.threadId]);
-    return !Number(row?.['alive']) || row?.['holder'] === null || Number(row?.['holder']) === connection.threadId;
+  async waitsStranded(waits: ReadonlyArray<BlockedWait<PoolConnection, string>>): Promise<boolean[]> {
+    const pairs = JSON.stringify(waits.map((w) => [w.connection.threadId, w.lock]));
+    const rows = await this.#store.run<RowDataPacket[]>('watch', this.#store.sql.waitStates, [pairs]);
+    const stranded = waits.map(() => false); // one missing from the answer counts as a failed check: a no
+    for (const row of rows) {
+      stranded[Number(row['i']) - 1] = !Number(row['alive']) || row['holder'] === null || Number(row['holder']) === Number(row['id']);
+    }
+    return stranded;
   }
 
   abandon(connection: PoolConnection): void {

@@ -223,8 +223,13 @@ export const lockTry = `SELECT pg_try_advisory_lock($1::int, $2::int) AS got, se
 function advisoryEntry(pid: string, namespace: string, id: string): string {
   return `locktype = 'advisory' AND pid = ${pid} AND classid = ${namespace}::bigint::oid AND objid = ${id}::bigint::oid AND objsubid = 2`;
 }
-/** Params: pid, namespace, id. True unless `pid` is still queued for the lock: it holds it already, or its wait is gone. */
-export const waitStranded = `SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE ${advisoryEntry('$1', '$2', '$3')} AND NOT granted) AS stranded`;
+/**
+ * Params: namespace, pids (int[]). The advisory locks of this namespace that those processes still
+ * queue for (`pid`, `id`), read from `pg_locks` once; a blocked wait missing from it holds its lock
+ * already, or its wait is gone.
+ */
+export const waitsQueued = `SELECT pid, objid::bigint AS id FROM pg_locks
+  WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objsubid = 2 AND NOT granted AND pid = ANY($2::int[])`;
 /** Params: pid, namespace, id. Ends the session of `pid` if it still holds or waits for the lock (never another's). */
 export const endStranded = `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE ${advisoryEntry('$1', '$2', '$3')}`;
 

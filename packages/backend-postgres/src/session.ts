@@ -4,7 +4,7 @@
 // supplies the fencing counter and the lock-delay marker. Core's `SessionLocks` runs the lock's
 // life; this says what each step is on PostgreSQL.
 import { BackendError } from '@deadbolt/core';
-import { AGAIN, Once, type AcquireRequest, type SessionDialect, type SessionLease } from '@deadbolt/core/backend';
+import { AGAIN, Once, type AcquireRequest, type BlockedWait, type SessionDialect, type SessionLease } from '@deadbolt/core/backend';
 import type { PoolClient } from 'pg';
 import { PostgresStore } from './store.js';
 
@@ -103,9 +103,11 @@ export class PostgresSessions implements SessionDialect<PoolClient, number> {
     return this.#store.run('cancel', 'SELECT pg_cancel_backend($1)', [this.#store.pidOf(client) ?? null]);
   }
 
-  async waitStranded(client: PoolClient, id: number): Promise<boolean> {
-    const params = [this.#store.pidOf(client), this.#store.namespace, id];
-    return (await this.#store.run('watch', this.#store.sql.waitStranded, params)).rows[0]?.['stranded'] === true;
+  async waitsStranded(waits: ReadonlyArray<BlockedWait<PoolClient, number>>): Promise<boolean[]> {
+    const pids = waits.map((w) => this.#store.pidOf(w.connection) ?? null);
+    const { rows } = await this.#store.run('watch', this.#store.sql.waitsQueued, [this.#store.namespace, pids]);
+    const queued = new Set(rows.map((row) => `${row['pid']}:${row['id']}`));
+    return waits.map((w, i) => !queued.has(`${pids[i]}:${w.lock}`));
   }
 
   abandon(client: PoolClient, id: number): void {

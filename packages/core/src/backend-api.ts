@@ -34,7 +34,7 @@ export {
 } from './options.js';
 export { LeaseKeeper } from './lease-keeper.js';
 export { Once } from './once.js';
-export { SessionLocks, type SessionDialect, type SessionLease } from './session-locks.js';
+export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './session-locks.js';
 export { StrandedConnections } from './stranded.js';
 export { TestingHooks } from './testing-hooks.js';
 export { after, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, withTimeout, type Timer } from './time.js';

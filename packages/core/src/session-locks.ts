@@ -3,8 +3,8 @@
 // whole life of such a lock, written once: a connection of its own, a try, a wait blocked inside
 // the server (cancelled on abort, watched for a connection gone silent, begun again on a new
 // connection when cut), the lock-delay marker, the fencing token, renewal, release. A backend
-// supplies only its statements, as a `SessionDialect`. About 400 lines with the three helpers only
-// it uses (the connection gate, the cancel that repeats, the watch of a blocked wait).
+// supplies only its statements, as a `SessionDialect`. About 450 lines with the three helpers only
+// it uses (the connection gate, the cancel that repeats, the watch of the blocked waits).
 import type { AcquireRequest, Lease } from './backend.js';
 import { BackendError, BackendUnavailableError } from './errors.js';
 import { after, noop, race, raceSignal, type Timer } from './time.js';
@@ -45,8 +45,11 @@ export interface SessionDialect<C, L> {
   waitLock(connection: C, lock: L, ttlMs: number): Promise<boolean>;
   /** From another connection: ends the statement `connection` is blocked in. */
   cancelWait(connection: C): Promise<unknown>;
-  /** From another connection: is the blocked wait's lock free or already its own, or its session gone? Then its answer should have come. */
-  waitStranded(connection: C, lock: L): Promise<boolean>;
+  /**
+   * From another connection, in one statement for all of `waits` (each blocked in `waitLock`): for
+   * each, is its lock free or already its own, or its session gone? Then its answer should have come.
+   */
+  waitsStranded(waits: ReadonlyArray<BlockedWait<C, L>>): Promise<boolean[]>;
   /** A blocked wait's connection failed: cut it and end its session on the server, should it linger there (the engine then closes it). */
   abandon(connection: C, lock: L): void;
   /** Frees the lock (the connection then goes back to the pool). Also sent after a wait that may have won it: freeing a lock the session does not hold must do nothing. */
@@ -70,6 +73,12 @@ export interface SessionDialect<C, L> {
   error(operation: string, error: unknown): Error;
 }
 
+/** A wait blocked inside the server: its connection and the lock it waits for. */
+export interface BlockedWait<C, L> {
+  readonly connection: C;
+  readonly lock: L;
+}
+
 /** How many session connections a backend opens at once (see `#connect`). */
 const OPENING_AT_ONCE = 8;
 
@@ -90,13 +99,13 @@ function sessionPlaces(poolSize: number): number {
 export class SessionLocks<C, L> {
   readonly #d: SessionDialect<C, L>;
   readonly #connectGraceMs: number;
-  readonly #commandTimeoutMs: number;
   /** Connections taken for a wait or a held lock, until given back, each with the function that gives its place back. */
   readonly #taken = new Map<C, () => void>();
   /** Leases already released: their connection is back in the pool, maybe holding another lease's lock. */
   readonly #released = new WeakSet<Lease>();
   readonly #places: Gate;
   readonly #opening = new Gate(OPENING_AT_ONCE);
+  readonly #watch: BlockedWatch<BlockedWait<C, L>>;
   /** When a connection was last opened (`performance.now()`): the server is up, however slow. */
   #connectedAt = -Infinity;
 
@@ -108,8 +117,8 @@ export class SessionLocks<C, L> {
   constructor(dialect: SessionDialect<C, L>, connectGraceMs: number, commandTimeoutMs: number) {
     this.#d = dialect;
     this.#connectGraceMs = connectGraceMs;
-    this.#commandTimeoutMs = commandTimeoutMs;
     this.#places = new Gate(sessionPlaces(dialect.poolSize));
+    this.#watch = new BlockedWatch(dialect.name, (waits) => dialect.waitsStranded(waits), commandTimeoutMs);
   }
 
   /**
@@ -196,12 +205,7 @@ export class SessionLocks<C, L> {
     const d = this.#d;
     const stopCancelling = cancelOnAbort(req.signal, () => d.cancelWait(connection));
     try {
-      return await watchBlocked(
-        d.name,
-        d.waitLock(connection, lock, req.ttlMs),
-        () => d.waitStranded(connection, lock),
-        this.#commandTimeoutMs,
-      );
+      return await this.#watch.watch({ connection, lock }, d.waitLock(connection, lock, req.ttlMs));
     } catch (error) {
       if (req.signal.aborted || !d.unavailable(error)) throw error;
       d.abandon(connection, lock);
@@ -390,48 +394,80 @@ export function cancelOnAbort(signal: AbortSignal, cancel: () => Promise<unknown
 }
 
 /**
- * For a wait that blocks inside the server on a connection of its own (a named or advisory lock):
- * settles as `blocked` does, or rejects with `BackendUnavailableError` once `suspect` has said yes
- * for `graceMs` in a row. `suspect` is a check made from another connection about every `everyMs`
- * (jittered): is the lock already ours, or is our wait gone from the server? A connection that
- * went silent for good (a partition, a middlebox that lost its state) carries nothing more, not
- * even the grant, and nothing closes it: without this check such a wait would never end, while
- * the server keeps the lock for a client that is not listening. A check that fails counts as a no
- * (an unreachable store is not this); a grant on its way is given `graceMs` to arrive. The caller
- * then closes the connection and has the server end its session, which frees the lock.
+ * The watch of the waits blocked inside the server on connections of their own (named or advisory
+ * locks). A connection that went silent for good (a partition, a middlebox that lost its state)
+ * carries nothing more, not even the grant, and nothing closes it: without a watch such a wait
+ * would never end, while the server keeps the lock for a client that is not listening. So about
+ * every `everyMs` (jittered) one check, sent from another connection, asks about every wait blocked
+ * at that moment: is its lock already its own, or its wait gone from the server? A wait the server
+ * has shown so for `graceMs` in a row (a grant on its way is given that long to arrive) fails with
+ * `BackendUnavailableError`; its caller then closes the connection and has the server end its
+ * session, which frees the lock. A check that fails counts as a no for every wait (an unreachable
+ * store is not this). One check for all, not one per wait: two hundred waits checked each on its
+ * own sent a hundred statements a second, each reading the server's whole lock table.
  */
-export function watchBlocked<T>(
-  backend: string,
-  blocked: Promise<T>,
-  suspect: () => Promise<boolean>,
-  graceMs: number,
-  everyMs = 2000,
-): Promise<T> {
-  return race(blocked, (fail) => {
-    let stopped = false;
-    let since: number | undefined;
-    const next = () => after(everyMs * (0.75 + Math.random() / 2), check);
-    const check = () => {
-      const sentAt = performance.now();
-      void suspect()
-        .catch(() => false)
-        .then((yes) => {
-          if (stopped) return;
-          if (!yes) since = undefined;
-          else if (performance.now() - (since ??= sentAt) >= graceMs) {
-            return fail(
-              new BackendUnavailableError(backend, 'acquire', {
-                cause: new Error(`a blocked wait got no answer although the server showed it granted or gone for ${graceMs} ms`),
+export class BlockedWatch<W> {
+  readonly #backend: string;
+  readonly #check: (waits: W[]) => Promise<boolean[]>;
+  readonly #graceMs: number;
+  readonly #everyMs: number;
+  /** The waits blocked now, each with since when the server has shown it stranded, and how to fail it. */
+  readonly #watched = new Map<W, { since: number | undefined; fail: (error: unknown) => void }>();
+  #timer: Timer | undefined;
+  #checking = false;
+
+  constructor(backend: string, check: (waits: W[]) => Promise<boolean[]>, graceMs: number, everyMs = 2000) {
+    this.#backend = backend;
+    this.#check = check;
+    this.#graceMs = graceMs;
+    this.#everyMs = everyMs;
+  }
+
+  /** Settles as `blocked` (the wait's statement) does, or rejects as above. */
+  watch<T>(wait: W, blocked: Promise<T>): Promise<T> {
+    return race(blocked, (fail) => {
+      this.#watched.set(wait, { since: undefined, fail });
+      this.#schedule();
+      return () => {
+        this.#watched.delete(wait);
+        if (this.#watched.size === 0) {
+          this.#timer?.cancel();
+          this.#timer = undefined;
+        }
+      };
+    });
+  }
+
+  #schedule(): void {
+    if (this.#timer || this.#checking || this.#watched.size === 0) return;
+    this.#timer = after(this.#everyMs * (0.75 + Math.random() / 2), () => {
+      this.#timer = undefined;
+      this.#run();
+    });
+  }
+
+  #run(): void {
+    const waits = [...this.#watched.keys()];
+    const sentAt = performance.now();
+    this.#checking = true;
+    void this.#check(waits)
+      .catch(() => waits.map(() => false))
+      .then((stranded) => {
+        this.#checking = false;
+        for (const [i, wait] of waits.entries()) {
+          const entry = this.#watched.get(wait);
+          if (!entry) continue; // settled meanwhile
+          if (!stranded[i]) entry.since = undefined;
+          else if (performance.now() - (entry.since ??= sentAt) >= this.#graceMs) {
+            this.#watched.delete(wait);
+            entry.fail(
+              new BackendUnavailableError(this.#backend, 'acquire', {
+                cause: new Error(`a blocked wait got no answer although the server showed it granted or gone for ${this.#graceMs} ms`),
               }),
             );
           }
-          timer = next();
-        });
-    };
-    let timer: Timer = next();
-    return () => {
-      stopped = true;
-      timer.cancel();
-    };
-  });
+        }
+        this.#schedule();
+      });
+  }
 }

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type LockBackend } from '../src/index.js';
 import type { Lease } from '../src/backend-api.js';
 import type { MemoryLease } from '../src/memory-backend.js';
-import { cancelOnAbort, watchBlocked } from '../src/session-locks.js';
+import { BlockedWatch, cancelOnAbort } from '../src/session-locks.js';
 import { pollForLease, ReleaseNotifier, sleep, UnavailableGrace } from '../src/wait.js';
 
 /** The memory backend with a switch that makes renewals fail as an unreachable store would. */
@@ -506,14 +506,15 @@ describe('cancelOnAbort', () => {
   });
 });
 
-describe('watchBlocked: a wait blocked in the store on a connection that went silent', () => {
+describe('BlockedWatch: waits blocked in the store, on connections that may have gone silent', () => {
   const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
   const never = new Promise<never>(() => undefined);
 
-  it('fails the wait, typed, once the store has shown it granted or gone for the grace; checks stop once it settles', async () => {
+  it('fails a wait, typed, once the store has shown it granted or gone for the grace; checks stop once none is watched', async () => {
     let checks = 0;
+    const watch = new BlockedWatch<string>('store', async (waits) => (checks++, waits.map(() => true)), 100, 20);
     const started = performance.now();
-    const outcome = await watchBlocked('store', never, async () => (checks++, true), 100, 20).catch((e: unknown) => e);
+    const outcome = await watch.watch('a', never).catch((e: unknown) => e);
     expect(outcome).toBeInstanceOf(BackendUnavailableError);
     expect(performance.now() - started).toBeGreaterThanOrEqual(100);
     const atEnd = checks;
@@ -524,15 +525,33 @@ describe('watchBlocked: a wait blocked in the store on a connection that went si
   it('settles as the blocked statement does while the store shows it waiting, a check fails, or the suspicion lifts', async () => {
     let checks = 0;
     // Yes, no, failing, yes, ...: never yes for the grace in a row.
-    const suspect = async () => {
-      const n = checks++ % 3;
-      if (n === 2) throw new Error('check failed');
-      return n === 0;
-    };
+    const watch = new BlockedWatch<string>(
+      'store',
+      async (waits) => {
+        const n = checks++ % 3;
+        if (n === 2) throw new Error('check failed');
+        return waits.map(() => n === 0);
+      },
+      50,
+      10,
+    );
     const granted = pause(300).then(() => 'granted');
-    expect(await watchBlocked('store', granted, suspect, 50, 10)).toBe('granted');
+    expect(await watch.watch('a', granted)).toBe('granted');
     expect(checks).toBeGreaterThanOrEqual(6);
     const cut = new Error('connection cut');
-    await expect(watchBlocked('store', Promise.reject(cut), async () => true, 50, 10)).rejects.toBe(cut);
+    await expect(watch.watch('b', Promise.reject(cut))).rejects.toBe(cut);
+  });
+
+  it('checks every wait blocked at the moment in one call, and judges each by its own answers', async () => {
+    const calls: string[][] = [];
+    // 'silent' is shown stranded every time, 'queued' never.
+    const watch = new BlockedWatch<string>('store', async (waits) => (calls.push([...waits]), waits.map((w) => w === 'silent')), 100, 20);
+    const queued = pause(400).then(() => 'granted');
+    const [silent, other] = await Promise.all([watch.watch('silent', never).catch((e: unknown) => e), watch.watch('queued', queued)]);
+    expect(silent).toBeInstanceOf(BackendUnavailableError);
+    expect(other).toBe('granted');
+    expect(calls.length).toBeGreaterThanOrEqual(4);
+    expect(calls[0]).toEqual(['silent', 'queued']); // both in one check, not one check each
+    expect(calls.at(-1)).toEqual(['queued']); // the failed wait is no longer asked about
   });
 });
