@@ -5,10 +5,7 @@ import {
   expectAbortsPastFullPool,
   expectWaitsThroughBusyServer,
   expectWaitThroughSlowConnect,
-  FaultProxy,
   matrixUrl,
-  storeAddress,
-  viaUrl,
 } from '@deadbolt/conformance';
 import { mysqlBackend, type MysqlBackend } from '@deadbolt/mysql';
 import { threadIds } from '@deadbolt/mysql/testing';
@@ -19,6 +16,8 @@ const url = matrixUrl('mysql');
 const admin = createPool({ uri: url, connectionLimit: 2 });
 const track = closeLockersAfterEach();
 const key = () => `mysql-test/${Math.random().toString(36).slice(2)}`;
+/** A session-mode backend at `u` (the shared fault helpers' `SessionBackendAt`). */
+const session = (u: string, connectTimeoutMs?: number) => mysqlBackend({ url: u, mode: 'session', connectTimeoutMs });
 
 afterAll(async () => {
   await admin.query('DROP TABLE IF EXISTS deadbolt_race, deadbolt_broken');
@@ -96,30 +95,13 @@ describe('mysql backend', () => {
     // In CI, on a loaded machine, connects to the server took longer than the connect timeout while
     // others went through; each failed one failed every waiter queued to open one, and waits that
     // kept failing for the grace failed although the server was up.
-    const proxy = await FaultProxy.start(storeAddress(url));
-    try {
-      const holder = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
-      const backend = mysqlBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 });
-      const waiter = track(createLocker(backend, { ttlMs: 30_000, unavailableGraceMs: 0 }));
-      await expectWaitsThroughBusyServer(holder, waiter, proxy, key());
-    } finally {
-      await proxy.close();
-    }
+    await expectWaitsThroughBusyServer(url, session, key());
   }, 30_000);
 
   it('session mode: a waiter whose connection is not accepted within the connect timeout keeps waiting, and gets the lock', async () => {
     // In CI, 250 waiters opening 200 connections at once on the loaded machine took longer than a
     // connect timeout, and the waiters whose connect timed out failed as unavailable.
-    const proxy = await FaultProxy.start(storeAddress(url));
-    try {
-      const holder = track(createLocker(mysqlBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
-      const waiter = track(
-        createLocker(mysqlBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }),
-      );
-      await expectWaitThroughSlowConnect(holder, waiter, proxy, key());
-    } finally {
-      await proxy.close();
-    }
+    await expectWaitThroughSlowConnect(url, session, key());
   });
 
   it('stores a 1024-byte key with any characters, binary-exact', async () => {

@@ -21,6 +21,8 @@ const url = matrixUrl('postgres');
 const admin = new pg.Pool({ connectionString: url, max: 2 });
 const track = closeLockersAfterEach();
 const key = () => `postgres-test/${Math.random().toString(36).slice(2)}`;
+/** A session-mode backend at `u` (the shared fault helpers' `SessionBackendAt`). */
+const session = (u: string, connectTimeoutMs?: number) => postgresBackend({ url: u, mode: 'session', connectTimeoutMs });
 
 afterAll(async () => {
   await admin.query('DROP TABLE IF EXISTS deadbolt_race, deadbolt_race_waiters, deadbolt_broken, deadbolt_broken_waiters');
@@ -236,28 +238,11 @@ describe('postgres backend', () => {
     // In CI, on a loaded machine, connects to the server took longer than the connect timeout while
     // others went through; each failed one failed every waiter queued to open one, and waits that
     // kept failing for the grace failed although the server was up.
-    const proxy = await FaultProxy.start(storeAddress(url));
-    try {
-      const holder = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
-      const backend = postgresBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 });
-      const waiter = track(createLocker(backend, { ttlMs: 30_000, unavailableGraceMs: 0 }));
-      await expectWaitsThroughBusyServer(holder, waiter, proxy, key());
-    } finally {
-      await proxy.close();
-    }
+    await expectWaitsThroughBusyServer(url, session, key());
   }, 30_000);
 
   it('session mode: a waiter whose connection is not accepted within the connect timeout keeps waiting, and gets the lock', async () => {
-    const proxy = await FaultProxy.start(storeAddress(url));
-    try {
-      const holder = track(createLocker(postgresBackend({ url, mode: 'session' }), { ttlMs: 30_000 }));
-      const waiter = track(
-        createLocker(postgresBackend({ url: viaUrl(url, proxy.address), mode: 'session', connectTimeoutMs: 500 }), { ttlMs: 30_000 }),
-      );
-      await expectWaitThroughSlowConnect(holder, waiter, proxy, key());
-    } finally {
-      await proxy.close();
-    }
+    await expectWaitThroughSlowConnect(url, session, key());
   });
 
   it('session mode: a pooled connection that went silent for good is found out within a command timeout and the wait goes on on a new one', async () => {

@@ -87,9 +87,12 @@ export function defineCoreBehaviours(ctx: SuiteContext): void {
       await sleep(200);
       const abortedAt = performance.now();
       const late = timerLateness(50);
+      const stalls = stallsFromNow();
       controller.abort(reason);
       expect(await waiting).toBe(reason);
-      expect(performance.now() - abortedAt).toBeLessThan(100 + late());
+      // What the machine's load took from this process meanwhile is added (106 ms was seen in a CI
+      // run beside four lanes, past 100 ms plus a late timer).
+      expect(performance.now() - abortedAt).toBeLessThan(100 + late() + stalls());
       await expectSoon(() => harness.inspect(key), [held.owner]);
       await held.release();
       expect(await harness.inspect(key)).toEqual([]);

@@ -1,10 +1,11 @@
 // Helpers the behaviour groups and the backends' own tests share.
-import { type Lock, type Locker } from '@deadbolt/core';
+import { createLocker, type Lock, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { isDeepStrictEqual } from 'node:util';
 import { afterEach, expect } from 'vitest';
-import type { FaultProxy } from './fault-proxy.js';
+import { FaultProxy } from './fault-proxy.js';
+import { storeAddress, viaUrl } from './test-matrix.js';
 
 /**
  * For a backend's own tests: returns `track(locker)`, and closes every tracked locker after each
@@ -112,41 +113,72 @@ export async function expectAbortsPastFullPool(
 }
 
 /**
- * For a backend whose waiter blocks in the store on a connection of its own: 24 waits of `waiter`
- * (its store reached through `proxy`, with a connect timeout of 500 ms and no grace of the
- * locker's own) queue for `key`, which `holder` holds, while every other connection the proxy
- * accepts starts its session 1.5 s late, past the connect timeout: a server too busy to start
- * every session in time, not one that is down. `holder` releases after 3 s, longer than a
- * backend's grace for failed connects. Every wait must get its turn. Fails the calling test otherwise.
+ * A backend of the store at `url` in the mode whose waiters block in the store on a connection of
+ * their own (session mode), with that connect timeout when one is given.
  */
-export async function expectWaitsThroughBusyServer(holder: Locker, waiter: Locker, proxy: FaultProxy, key: string): Promise<void> {
-  const held = await holder.lock(key);
-  proxy.slowHandshake(1500, 2);
-  const waits = Promise.allSettled(Array.from({ length: 24 }, async () => (await waiter.lock(key, { timeoutMs: 20_000 })).release()));
-  await sleep(3000);
-  await held.release();
-  const failed = (await waits).flatMap((w) => (w.status === 'rejected' ? [String(w.reason)] : []));
-  proxy.heal();
-  expect(failed, `waits that failed, the first: ${failed[0]}`).toHaveLength(0);
+export type SessionBackendAt = (url: string, connectTimeoutMs?: number) => LockBackend;
+
+/**
+ * Runs `check` with a locker on the store at `url` (`holder`) and one whose store is reached through
+ * a fault proxy of its own, with a connect timeout of 500 ms (`waiter`, with `waiterOptions`); both
+ * lockers and the proxy are closed after.
+ */
+async function holderAndProxiedWaiter(
+  url: string,
+  backendAt: SessionBackendAt,
+  waiterOptions: LockerOptions,
+  check: (holder: Locker, waiter: Locker, proxy: FaultProxy) => Promise<void>,
+): Promise<void> {
+  const proxy = await FaultProxy.start(storeAddress(url));
+  const holder = createLocker(backendAt(url), { ttlMs: 30_000 });
+  const waiter = createLocker(backendAt(viaUrl(url, proxy.address), 500), { ttlMs: 30_000, ...waiterOptions });
+  try {
+    await check(holder, waiter, proxy);
+  } finally {
+    await Promise.allSettled([holder.close(), waiter.close()]);
+    await proxy.close();
+  }
 }
 
 /**
- * For a backend whose waiter blocks in the store on a connection of its own: `waiter` (its store
- * reached through `proxy`, with a connect timeout under 700 ms) starts waiting for `key`, which
- * `holder` holds, while the proxy accepts connections and forwards nothing, so a connect gets no
- * handshake and times out. The proxy heals 700 ms later; the wait must carry on and be granted,
- * with a larger token, once `holder` releases. Fails the calling test otherwise.
+ * For a backend whose waiter blocks in the store on a connection of its own: 24 waits of a waiter
+ * (its store reached through a proxy, with a connect timeout of 500 ms and no grace of the
+ * locker's own) queue for `key`, which another locker holds, while every other connection the
+ * proxy accepts starts its session 1.5 s late, past the connect timeout: a server too busy to start
+ * every session in time, not one that is down. The holder releases after 3 s, longer than a
+ * backend's grace for failed connects. Every wait must get its turn. Fails the calling test otherwise.
  */
-export async function expectWaitThroughSlowConnect(holder: Locker, waiter: Locker, proxy: FaultProxy, key: string): Promise<void> {
-  const held = await holder.lock(key);
-  proxy.blackhole();
-  const waiting = waiter.lock(key, { timeoutMs: 10_000 });
-  waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
-  await sleep(700);
-  proxy.heal();
-  await sleep(500);
-  await held.release();
-  const lock = await waiting;
-  expect(lock.token).toBeGreaterThan(held.token);
-  await lock.release();
+export function expectWaitsThroughBusyServer(url: string, backendAt: SessionBackendAt, key: string): Promise<void> {
+  return holderAndProxiedWaiter(url, backendAt, { unavailableGraceMs: 0 }, async (holder, waiter, proxy) => {
+    const held = await holder.lock(key);
+    proxy.slowHandshake(1500, 2);
+    const waits = Promise.allSettled(Array.from({ length: 24 }, async () => (await waiter.lock(key, { timeoutMs: 20_000 })).release()));
+    await sleep(3000);
+    await held.release();
+    const failed = (await waits).flatMap((w) => (w.status === 'rejected' ? [String(w.reason)] : []));
+    expect(failed, `waits that failed, the first: ${failed[0]}`).toHaveLength(0);
+  });
+}
+
+/**
+ * For a backend whose waiter blocks in the store on a connection of its own: a waiter (its store
+ * reached through a proxy, with a connect timeout of 500 ms) starts waiting for `key`, which
+ * another locker holds, while the proxy accepts connections and forwards nothing, so a connect gets
+ * no handshake and times out. The proxy heals 700 ms later; the wait must carry on and be granted,
+ * with a larger token, once the holder releases. Fails the calling test otherwise.
+ */
+export function expectWaitThroughSlowConnect(url: string, backendAt: SessionBackendAt, key: string): Promise<void> {
+  return holderAndProxiedWaiter(url, backendAt, {}, async (holder, waiter, proxy) => {
+    const held = await holder.lock(key);
+    proxy.blackhole();
+    const waiting = waiter.lock(key, { timeoutMs: 10_000 });
+    waiting.catch(() => undefined); // awaited below; a failure must not count as unhandled meanwhile
+    await sleep(700);
+    proxy.heal();
+    await sleep(500);
+    await held.release();
+    const lock = await waiting;
+    expect(lock.token).toBeGreaterThan(held.token);
+    await lock.release();
+  });
 }

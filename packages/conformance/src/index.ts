@@ -7,6 +7,7 @@ export {
   expectSoon,
   expectWaitsThroughBusyServer,
   expectWaitThroughSlowConnect,
+  type SessionBackendAt,
 } from './helpers.js';
 export { FencedRegister, type FencedWrite } from './register.js';
 export { FaultProxy, type Address } from './fault-proxy.js';
