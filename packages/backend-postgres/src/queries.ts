@@ -220,16 +220,19 @@ SELECT id FROM created UNION ALL SELECT id FROM {locks} WHERE lock_key = $1`;
 export const lockWait = `SELECT true AS got, set_config('idle_session_timeout', $3, false) FROM pg_advisory_lock($1::int, $2::int)`;
 export const lockTry = `SELECT pg_try_advisory_lock($1::int, $2::int) AS got, set_config('idle_session_timeout', $3, false)`;
 /** `pg_locks`' condition for the entry of session `pid` on the two-int advisory lock (namespace, id): held or queued. */
+/** `pg_locks` rows of this namespace's advisory locks (two-key form). */
+function advisoryOf(namespace: string): string {
+  return `locktype = 'advisory' AND classid = ${namespace}::bigint::oid AND objsubid = 2`;
+}
 function advisoryEntry(pid: string, namespace: string, id: string): string {
-  return `locktype = 'advisory' AND pid = ${pid} AND classid = ${namespace}::bigint::oid AND objid = ${id}::bigint::oid AND objsubid = 2`;
+  return `${advisoryOf(namespace)} AND pid = ${pid} AND objid = ${id}::bigint::oid`;
 }
 /**
  * Params: namespace, pids (int[]). The advisory locks of this namespace that those processes still
  * queue for (`pid`, `id`), read from `pg_locks` once; a blocked wait missing from it holds its lock
  * already, or its wait is gone.
  */
-export const waitsQueued = `SELECT pid, objid::bigint AS id FROM pg_locks
-  WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objsubid = 2 AND NOT granted AND pid = ANY($2::int[])`;
+export const waitsQueued = `SELECT pid, objid::bigint AS id FROM pg_locks WHERE ${advisoryOf('$1')} AND NOT granted AND pid = ANY($2::int[])`;
 /** Params: pid, namespace, id. Ends the session of `pid` if it still holds or waits for the lock (never another's). */
 export const endStranded = `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE ${advisoryEntry('$1', '$2', '$3')}`;
 

@@ -84,7 +84,7 @@ const OPENING_AT_ONCE = 8;
 
 /**
  * How many of the pool's connections session locks leave to the statements they send from another
- * connection: the watch of each blocked wait (every 2 s), the cancel of an aborted one, the table
+ * connection: the watch of the blocked waits (every 2 s), the cancel of an aborted one, the table
  * check. With the whole pool held by blocked waits, those statements queued in the pool's own queue
  * behind each other: an aborted wait was never cancelled, a silent one never found out, and with
  * 200 waits their watches (about 100 a second) kept a connection given back from the waiter next in
@@ -108,6 +108,7 @@ export class SessionLocks<C, L> {
   readonly #watch: BlockedWatch<BlockedWait<C, L>>;
   /** When a connection was last opened (`performance.now()`): the server is up, however slow. */
   #connectedAt = -Infinity;
+  readonly #reachedAt = (): number => this.#connectedAt;
 
   /**
    * `connectGraceMs`: how long a wait rides out failures to get a connection (two connect
@@ -130,13 +131,7 @@ export class SessionLocks<C, L> {
    * on a new one. @throws the signal's reason on abort; the dialect's typed error otherwise.
    */
   acquire(req: AcquireRequest): Promise<SessionLease<C, L> | null> {
-    return waitOnConnections(
-      req.wait,
-      req.signal,
-      this.#connectGraceMs,
-      () => this.#attempt(req),
-      () => this.#connectedAt,
-    );
+    return waitOnConnections(req.wait, req.signal, this.#connectGraceMs, () => this.#attempt(req), this.#reachedAt);
   }
 
   async #attempt(req: AcquireRequest): Promise<SessionLease<C, L> | null | typeof AGAIN> {
