@@ -37,7 +37,7 @@ export { Once } from './once.js';
 export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './session-locks.js';
 export { StrandedConnections } from './stranded.js';
 export { TestingHooks } from './testing-hooks.js';
-export { after, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, withTimeout, type Timer } from './time.js';
+export { after, answerDeadline, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, withTimeout, type Timer } from './time.js';
 export {
   AGAIN,
   InFlight,

@@ -263,10 +263,11 @@ export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?:
  * phase). When the process was busy or got no CPU for longer than `ms` (a loaded machine), its
  * timers run late and first, while the answer may already sit in the socket: without the wait,
  * that answer would lose to a timer that measured this process's stall, not the store's silence.
+ * `unref`: as for `after()`.
  */
-export function answerDeadline(ms: number, fn: () => void): Timer {
+export function answerDeadline(ms: number, fn: () => void, unref = false): Timer {
   let verdict: NodeJS.Immediate | undefined;
-  const timer = after(ms, () => (verdict = setImmediate(fn)));
+  const timer = after(ms, () => (verdict = setImmediate(fn)), unref);
   return {
     cancel() {
       timer.cancel();

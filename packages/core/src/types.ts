@@ -26,8 +26,9 @@ export interface LockerOptions {
    * `acquire()`) rides out a store it cannot reach. An attempt that fails with
    * `BackendUnavailableError` (a connect that timed out, a store that went silent while the
    * backend set up or waited) is made again, with a new owner id, after a pause of 20 ms doubling
-   * up to 1 s, until such failures have gone on for this long in a row, counted from the first;
-   * then the wait rejects with the last of them. The caller's deadline and signal still end the wait
+   * up to 1 s, until an attempt begun this long or longer after the first of a row of such
+   * failures fails too (so one attempt slow to fail, a request a driver lost and ended only at its
+   * timeout, does not use the grace up); then the wait rejects with the last error. The caller's deadline and signal still end the wait
    * at any time. 0 fails the wait at the first such error. One-shot calls (`tryLock()`) are never
    * retried. Default 5 000 ms.
    */

@@ -130,8 +130,8 @@ export const DONE: Promise<void> = Promise.resolve();
  * sleeping a jittered, growing delay in between (restarting from the minimum when it returns `POLL_SOON`),
  * cut short by a release notification for `key`. Rejects with `signal.reason` when `signal` aborts
  * (after the attempt in flight settles, so a lease won by that attempt is released through
- * `onAbandon` rather than leaked). An attempt that fails as unavailable is retried until such
- * failures have lasted `unavailableGraceMs` in a row; other attempt errors propagate.
+ * `onAbandon` rather than leaked). An attempt that fails as unavailable is retried as
+ * {@link UnavailableGrace} allows, for a grace of `unavailableGraceMs`; other attempt errors propagate.
  */
 export async function pollForLease<L extends Lease>(
   key: string,
@@ -158,12 +158,13 @@ export async function pollForLease<L extends Lease>(
       signal.throwIfAborted();
       woken = false;
       let lease: L | null | typeof POLL_SOON;
+      const startedAt = performance.now();
       try {
         lease = await attempt();
         grace.succeeded();
       } catch (error) {
         if (signal.aborted) throw error;
-        grace.failed(error);
+        grace.failed(error, startedAt);
         lease = null;
       }
       if (lease === POLL_SOON) delay = min;
@@ -196,8 +197,8 @@ const AGAIN_PAUSE_MAX_MS = 1000;
  * whose waiter blocks inside the store on a connection of its own (a session-mode lock) runs its
  * waits through it too. An attempt that returns `AGAIN` (say its connection was cut) is made again.
  * A waiting attempt that fails as unavailable is made again as well, after a pause that doubles
- * with each failure (jittered, 20 ms up to 1 s), until such failures have lasted `graceMs` in a
- * row; a store that stays unreachable still fails the wait. That also covers a connection not had
+ * with each failure (jittered, 20 ms up to 1 s), as {@link UnavailableGrace} allows for a grace
+ * of `graceMs`; a store that stays unreachable still fails the wait. That also covers a connection not had
  * in time: a crowd of waiters opening connections at once on a loaded machine can outlast a
  * connect timeout. `reachedAt` (optional) tells when the store was last reached by anyone (a
  * connection opened): failures with the store reached since they began show a store that is slow,
@@ -215,13 +216,14 @@ export async function waitOnConnections<L>(
   const grace = new UnavailableGrace(graceMs, reachedAt);
   let pauseMs = AGAIN_PAUSE_MS;
   for (;;) {
+    const startedAt = performance.now();
     try {
       const outcome = await attempt();
       if (outcome !== AGAIN) return outcome;
       pauseMs = AGAIN_PAUSE_MS;
     } catch (error) {
       if (!wait || signal.aborted) throw error;
-      grace.failed(error);
+      grace.failed(error, startedAt);
       pauseMs = Math.min(AGAIN_PAUSE_MAX_MS, pauseMs * 2);
     }
     await sleep(pauseMs * (0.5 + Math.random() * 0.5), signal);
@@ -230,10 +232,14 @@ export async function waitOnConnections<L>(
 
 /**
  * How a waiting loop rides out connection resets: an attempt that fails with
- * `BackendUnavailableError` is forgiven until such failures have lasted `graceMs` in a row (a
- * reset costs one failed attempt; a store that stays unreachable fails the wait). Call
- * `succeeded()` after every attempt that reached the store; `reachedAt`, when given, tells when
- * anyone last reached it (`performance.now()`), which ends a row of failures as well.
+ * `BackendUnavailableError` is forgiven until an attempt begun `graceMs` or more after the first
+ * failure of a row fails too (a reset costs one failed attempt; a store that stays unreachable
+ * fails the wait). From that failure's end, as a store that answers late is not down: a first
+ * attempt that took its request timeout to fail leaves the grace whole for the quick failures of
+ * reconnecting after it. To the latest attempt's start, as one attempt slow to fail (a request a
+ * driver lost in a reset, ended only by its timeout) says nothing of the store after it began.
+ * Call `succeeded()` after every attempt that reached the store; `reachedAt`, when given, tells
+ * when anyone last reached it (`performance.now()`), which ends a row of failures as well.
  */
 export class UnavailableGrace {
   readonly #graceMs: number;
@@ -249,13 +255,13 @@ export class UnavailableGrace {
     this.#since = undefined;
   }
 
-  /** Returns when `error` is forgiven; rethrows it otherwise. */
-  failed(error: unknown): void {
+  /** Returns when `error`, of an attempt begun at `startedAt` (`performance.now()`), is forgiven; rethrows it otherwise. */
+  failed(error: unknown, startedAt: number): void {
     if (!(error instanceof BackendUnavailableError)) throw error;
-    const now = performance.now();
     if (this.#since !== undefined && this.#reachedAt && this.#reachedAt() > this.#since) this.#since = undefined;
-    this.#since ??= now;
-    if (now - this.#since >= this.#graceMs) throw error;
+    this.#since ??= performance.now();
+    // At the row's first failure this is 0: a grace of 0 fails it.
+    if (Math.max(0, startedAt - this.#since) >= this.#graceMs) throw error;
   }
 }
 
@@ -288,7 +294,19 @@ export function sleep(ms: number, signal?: AbortSignal, onWakeable?: (wake: () =
  * outlast a store out of reach for a while: see `cleanUp`.
  */
 export class InFlight {
-  readonly #calls = new Set<Promise<unknown>>();
+  /**
+   * Calls tracked and not settled yet: a count, not a set of them (every acquisition is tracked,
+   * and a set's add and delete of each call's promise cost more than the rest of this class).
+   */
+  #pending = 0;
+  /** What `settled()` calls wait for: woken when `#pending` reaches 0. */
+  #onIdle: (() => void)[] = [];
+  readonly #settle = (): void => {
+    if (--this.#pending > 0 || this.#onIdle.length === 0) return;
+    const waiting = this.#onIdle;
+    this.#onIdle = [];
+    for (const wake of waiting) wake();
+  };
   /** Aborted by `settled()`: the backend is closing, and cleanups still being retried make one last try at once. */
   readonly #closing = new AbortController();
   readonly #answerWithinMs: number;
@@ -321,13 +339,11 @@ export class InFlight {
    * Tracks `work` until it settles: requests already sent whose answers nobody waits for any more
    * (a call that settled on a majority of nodes, say), so that `close()` lets them land before it
    * closes the connections they are on. Keep it before the backend's `close()` (core releases
-   * held locks before it closes the backend): `settled` waits for what was tracked when it was
-   * called. Unlike `track`, it never refuses: that work is out already. Never rejects.
+   * held locks before it closes the backend): `settled` waits until nothing tracked is left. Unlike `track`, it never refuses: that work is out already. Never rejects.
    */
   keep(work: Promise<unknown>): void {
-    this.#calls.add(work);
-    const done = () => this.#calls.delete(work);
-    work.then(done, done);
+    this.#pending++;
+    work.then(this.#settle, this.#settle);
   }
 
   /**
@@ -379,12 +395,14 @@ export class InFlight {
   }
 
   /**
-   * What a backend's `close()` awaits before it closes its connections: resolves once every call
-   * tracked so far has settled, or after a request's answer time (a store gone silent would hold a
-   * cleanup for ever). Cleanups still being retried make their last try now. Never rejects.
+   * What a backend's `close()` awaits before it closes its connections: resolves once no tracked
+   * call is left (those tracked so far, and any they keep meanwhile), or after a request's answer
+   * time (a store gone silent would hold a cleanup for ever). Cleanups still being retried make
+   * their last try now. Never rejects.
    */
   async settled(): Promise<void> {
     this.#closing.abort();
-    await settleWithin(Promise.allSettled([...this.#calls]), this.#answerWithinMs);
+    if (this.#pending === 0) return;
+    await settleWithin(new Promise<void>((resolve) => this.#onIdle.push(resolve)), this.#answerWithinMs);
   }
 }

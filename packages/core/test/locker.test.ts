@@ -240,17 +240,47 @@ describe('Locker: a wait rides out an unreachable store (unavailableGraceMs)', (
     let reachedAt = -Infinity;
     const down = new BackendUnavailableError('store', 'acquire');
     const grace = new UnavailableGrace(30, () => reachedAt);
-    grace.failed(down);
+    grace.failed(down, performance.now());
     await sleep(40);
-    expect(() => grace.failed(down)).toThrow(down); // 40 ms of failures, nothing reached meanwhile
+    expect(() => grace.failed(down, performance.now())).toThrow(down); // 40 ms of failures, nothing reached meanwhile
     const slow = new UnavailableGrace(30, () => reachedAt);
-    slow.failed(down);
+    slow.failed(down, performance.now());
     await sleep(20);
     reachedAt = performance.now(); // someone's connect got through
     await sleep(20);
-    slow.failed(down); // 40 ms since the first failure, but the store answered 20 ms ago
+    slow.failed(down, performance.now()); // 40 ms since the first failure, but the store answered 20 ms ago
     await sleep(40);
-    expect(() => slow.failed(down)).toThrow(down); // and nobody since
+    expect(() => slow.failed(down, performance.now())).toThrow(down); // and nobody since
+  });
+
+  it('an attempt slow to fail does not use the grace up, after quick failures or before them', async () => {
+    // With a grace of 300 ms, attempts that fail quickly (q) or after 400 ms (s), then one that
+    // is granted. q q s: the slow one began some 30 ms after the first failure, so the store was
+    // never tried after the grace (a request a driver lost, ended only by its timeout). s q: the
+    // quick one began just after the slow one failed (reconnecting after a request timeout).
+    for (const pattern of ['qqs', 'sq']) {
+      const inner = memoryBackend({ store: new MemoryLockStore() });
+      let calls = 0;
+      const down = () => new BackendUnavailableError('down', 'acquire', { cause: new Error('Socket was closed') });
+      const backend: LockBackend<MemoryLease> = {
+        name: 'down',
+        capabilities: inner.capabilities,
+        acquire: async (req) => {
+          const kind = pattern[calls++];
+          if (kind === 'q') throw down();
+          if (kind === 's') return sleep(400).then(() => Promise.reject(down()));
+          return inner.acquire(req);
+        },
+        renew: (lease: MemoryLease, ttl: number) => inner.renew(lease, ttl),
+        release: (lease) => inner.release(lease),
+        close: () => inner.close(),
+      };
+      const locker = createLocker(backend, { unavailableGraceMs: 300 });
+      const lock = await locker.lock('k', { timeoutMs: 5000 });
+      expect(calls, pattern).toBe(pattern.length + 1);
+      await lock.release();
+      await locker.close();
+    }
   });
 
   it('never retries a one-shot attempt, another kind of error, or past the deadline', async () => {
