@@ -1,8 +1,8 @@
 // The connections deadbolt opens to Redis itself (the backend's, the fence's, the subscriber):
 // how each is made, kept connected, and closed.
 import { InvalidArgumentError } from '@deadbolt/core';
-import type { StoreUrl } from '@deadbolt/core/backend';
-import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { answerDeadline, type StoreUrl, type Timer } from '@deadbolt/core/backend';
+import { Cluster, Redis, type ClusterOptions, type Command, type RedisOptions } from 'ioredis';
 
 /**
  * A client of yours the backend accepts. Named, so that declarations say `Redis | Cluster` as
@@ -30,13 +30,9 @@ export function openRedis(
 ): Redis | Cluster {
   const connection: RedisOptions = {
     connectTimeout: o.connectTimeout,
-    // A reply that never comes (the connection silently dead) fails the command instead of
-    // waiting for the OS to notice; TCP keep-alive probes find a peer that vanished.
-    commandTimeout: o.commandTimeout,
-    // ...and a connection that has commands out but answers nothing for as long is replaced:
-    // one that went silent for good (a middlebox that lost its state) would otherwise fail
-    // every command until keep-alive probes gave up on it, minutes later if ever.
-    socketTimeout: o.commandTimeout,
+    // Every command's deadline and the silent connection's replacement come from `watchReplies`
+    // (below), not from ioredis's commandTimeout and socketTimeout; TCP keep-alive probes find a
+    // peer that vanished.
     keepAlive: 10_000,
     // Fail a command after one reconnect attempt instead of queueing it while Redis is down:
     // the caller gets BackendUnavailableError, never an endless wait.
@@ -74,7 +70,120 @@ export function openRedis(
   client.on('error', (error: Error) => lastError.set(client, error));
   client.on('ready', () => lastError.delete(client));
   keepConnected(client);
+  watchReplies(client, o.commandTimeout);
   return client;
+}
+
+/** Each client of ours' command timeout (`watchReplies`), which a duplicate of it inherits (`watchLike`). */
+const replyTimeouts = new WeakMap<Redis | Cluster, number>();
+
+/** When `command` was first sent (`performance.now()`), or `FAILED` once its deadline failed it. */
+const SENT = Symbol('deadbolt sent at');
+const FAILED = -1;
+type Stamped = Command & { [SENT]?: number };
+
+/**
+ * What `watchReplies` reads of an ioredis client beyond its public API: the queues a command waits
+ * in until its answer, each in the order the commands were sent (the same from ioredis 5.4 to 6).
+ */
+interface CommandQueue {
+  readonly length: number;
+  peekAt(index: number): { readonly command: Stamped } | undefined;
+}
+interface WatchedClient {
+  /** Sent, awaiting their replies on the current connection (Redis answers in order). */
+  readonly commandQueue: CommandQueue;
+  /** Not sent yet: no connection was ready. */
+  readonly offlineQueue?: CommandQueue;
+  /** Sent on a connection that closed, to be sent again on the next. */
+  readonly prevCommandQueue?: CommandQueue | null;
+  readonly stream?: { readonly bytesRead: number; destroy(error: Error): void };
+  sendCommand(command: Command, stream?: unknown): unknown;
+}
+
+/**
+ * Deadlines for every command of a client of ours: a command without a reply `timeoutMs` after it
+ * was first sent fails ("Command timed out", which the store reports as BackendUnavailableError),
+ * and a connection that has had commands waiting for as long without a byte back is destroyed, so
+ * that ioredis opens a new one: a connection gone silent for good (a middlebox that lost its
+ * state) would otherwise fail every command until keep-alive probes gave up on it, minutes later
+ * if ever. ioredis's own `commandTimeout` and `socketTimeout` do the same with two Node timers and
+ * a listener per command, which measured a tenth of an uncontended lock cycle's client CPU; here a
+ * command gets a time stamp, and one check per connection runs when the oldest deadline is due
+ * (about once per `timeoutMs` on a busy connection), judging every waiting command. The verdict
+ * waits for the I/O already received (core's `answerDeadline`), so a stalled process does not
+ * fail an answer that sits in the socket. A Cluster's node clients are watched as ioredis makes them.
+ */
+function watchReplies(client: Redis | Cluster, timeoutMs: number): void {
+  replyTimeouts.set(client, timeoutMs);
+  if (client instanceof Cluster) {
+    client.on('+node', (node: Redis) => watchReplies(node, timeoutMs));
+    return;
+  }
+  const watched = client as unknown as WatchedClient;
+  const send = watched.sendCommand;
+  let check: Timer | undefined;
+  // The connection's last sign of life while commands waited: its bytes read then, and when (three
+  // variables, not an object: they are set on most commands).
+  let seenStream: WatchedClient['stream'];
+  let seenBytes = 0;
+  let seenAt = 0;
+  // Unref'd: a closed client's last check must not hold the process open.
+  const arm = (ms: number) => (check = answerDeadline(ms, verdict, true));
+  const verdict = () => {
+    check = undefined;
+    const now = performance.now();
+    let next = Infinity;
+    for (const queue of [watched.offlineQueue, watched.prevCommandQueue, watched.commandQueue]) {
+      for (let i = 0; queue && i < queue.length; i++) {
+        const command = queue.peekAt(i)!.command;
+        const sentAt = command[SENT];
+        if (sentAt === undefined || sentAt === FAILED) continue;
+        // In send order: the first one not yet due is the next deadline of its queue.
+        if (now - sentAt < timeoutMs) {
+          next = Math.min(next, sentAt + timeoutMs);
+          break;
+        }
+        command[SENT] = FAILED;
+        command.reject(new Error('Command timed out'));
+      }
+    }
+    const { stream } = watched;
+    if (watched.commandQueue.length > 0 && stream) {
+      const bytes = stream.bytesRead;
+      if (seenStream !== stream || seenBytes !== bytes) {
+        seenStream = stream;
+        seenBytes = bytes;
+        seenAt = now;
+      } else if (now - seenAt >= timeoutMs) {
+        // After what the failed commands' callers send next (a give-back of a grant whose answer
+        // never came): a connection whose replies are lost may still carry requests.
+        setImmediate(() => stream.destroy(new Error(`Socket timeout: commands waited ${timeoutMs} ms without a byte back`)));
+        seenStream = undefined;
+      }
+      if (seenStream) next = Math.min(next, seenAt + timeoutMs);
+    }
+    if (next !== Infinity) arm(next - now);
+  };
+  watched.sendCommand = function (this: WatchedClient, command: Stamped, stream?: unknown) {
+    const now = performance.now();
+    // A command sent again after a reconnect keeps its first deadline.
+    command[SENT] ??= now;
+    // Commands begin to wait on an idle connection: its silence counts from now.
+    if (this.commandQueue.length === 0 && this.stream) {
+      seenStream = this.stream;
+      seenBytes = this.stream.bytesRead;
+      seenAt = now;
+    }
+    check ??= arm(timeoutMs);
+    return send.call(this, command, stream);
+  };
+}
+
+/** Gives `copy`, a duplicate of `original`, the same reply deadlines, if `original` is a client of ours. */
+export function watchLike(original: Redis | Cluster, copy: Redis | Cluster): void {
+  const timeoutMs = replyTimeouts.get(original);
+  if (timeoutMs !== undefined) watchReplies(copy, timeoutMs);
 }
 
 /** Each client of ours' latest connection error, until it is ready again. */

@@ -18,18 +18,32 @@ export interface RedisMutexOptions {
   readonly restartGuardMs: number;
 }
 
+/** The acquire script's arguments for one ttl (see `RedisMutex.#commonTerms`). */
+interface CommonTerms {
+  readonly ttlMs: number;
+  readonly ttl: string;
+  readonly options: readonly string[];
+  readonly beforeLeast: readonly string[];
+}
+
 export class RedisMutex {
   readonly #store: RedisStore;
   readonly #acquiring: InFlight;
   readonly #options: RedisMutexOptions;
   /** The release script's options (see `mutex` in scripts.ts): the same for every release. */
   readonly #releaseOptions: string;
+  /** The acquire script's arguments for the ttl last asked for, by mode (`#commonTerms`). */
+  #common: CommonTerms | undefined;
+  /** The restart guard's keys and its length as the guarded acquire takes them (none without a guard). */
+  readonly #guard: { readonly keys: string[]; readonly ms: string } | undefined;
 
   constructor(store: RedisStore, acquiring: InFlight, options: RedisMutexOptions) {
     this.#store = store;
     this.#acquiring = acquiring;
     this.#options = options;
     this.#releaseOptions = `-0${options.fifo ? '1' : '0'}|${store.id}|0|0`;
+    if (options.restartGuardMs > 0)
+      this.#guard = { keys: [`${store.prefix}born`, `${store.prefix}restart-guard`], ms: String(options.restartGuardMs) };
   }
 
   async acquire(req: AcquireRequest): Promise<RedisLease | null> {
@@ -107,20 +121,19 @@ export class RedisMutex {
     onPlace: (place: number, at: Placed) => void,
   ): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
-    const guarded = this.#options.restartGuardMs > 0;
+    const guard = this.#guard;
     // A hint past what a Lua number holds exactly is dropped (it only ever saves a write).
     const least = req.minToken !== undefined && req.minToken <= MAX_EXACT_TOKEN ? req.minToken.toString() : '0';
-    const mode = !req.wait ? '0' : queued ? '2' : '1';
-    // The common case (SET NX PX) may be tried unless we are queued (our turn comes through the
-    // queue); `*` tells it a least token follows.
-    const fast = mode === '2' ? '-' : least === '0' ? '+' : '*';
-    const options = `${fast}${mode}${this.#options.fifo ? '1' : '0'}|${this.#store.id}|${waiterCadence(req.ttlMs, this.#options.maxPollDelayMs).placeMs}|${least}`;
+    const mode = !req.wait ? 0 : queued ? 2 : 1;
+    const common = this.#commonTerms(req.ttlMs);
+    // Redlock asks every node for a least token on every attempt: only that number is new each time.
+    const options = least === '0' ? common.options[mode]! : common.beforeLeast[mode]! + least;
     const token = await this.#store.run(
       'acquire',
-      guarded ? scripts.guardedAcquire : scripts.acquire,
+      guard ? scripts.guardedAcquire : scripts.acquire,
       keys,
-      guarded ? [req.owner, String(req.ttlMs), options, String(this.#options.restartGuardMs)] : [req.owner, String(req.ttlMs), options],
-      guarded ? [`${this.#store.prefix}born`, `${this.#store.prefix}restart-guard`] : [],
+      guard ? [req.owner, common.ttl, options, guard.ms] : [req.owner, common.ttl, options],
+      guard?.keys,
     );
     if (token === null) return null;
     if (Array.isArray(token)) {
@@ -130,6 +143,27 @@ export class RedisMutex {
     const lease: RedisLease = { kind: 'mutex', key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keys };
     if (this.#store.syncReplicas > 0) await this.#store.synced('acquire', () => this.release(lease));
     return lease;
+  }
+
+  /**
+   * The acquire script's ttl and options arguments (see `mutex` in scripts.ts) for `ttlMs`, made
+   * once per ttl rather than per attempt (most callers use one), by mode (0 one-shot, 1 a waiter's
+   * first, 2 a queued waiter's): the options without a least token, and those before a least token
+   * (which comes last). The common case (SET NX PX) may be tried unless we are queued (our turn
+   * comes through the queue); `*` tells it a least token follows.
+   */
+  #commonTerms(ttlMs: number): CommonTerms {
+    if (this.#common?.ttlMs === ttlMs) return this.#common;
+    const placeMs = waiterCadence(ttlMs, this.#options.maxPollDelayMs).placeMs;
+    const rest = (mode: number) => `${mode}${this.#options.fifo ? '1' : '0'}|${this.#store.id}|${placeMs}|`;
+    const modes = [0, 1, 2];
+    this.#common = {
+      ttlMs,
+      ttl: String(ttlMs),
+      options: modes.map((mode) => `${mode === 2 ? '-' : '+'}${rest(mode)}0`),
+      beforeLeast: modes.map((mode) => `${mode === 2 ? '-' : '*'}${rest(mode)}`),
+    };
+    return this.#common;
   }
 
   /**

@@ -107,6 +107,8 @@ export const redlockOptionRules = {
 
 /** A node's reply to one step: its lease (or true), nothing (busy, or refusing), unreachable, or not yet in. */
 type Outcome<T> = { ok: T } | { busy: true } | { down: unknown } | { pending: true };
+const BUSY = { busy: true } as const;
+const PENDING = { pending: true } as const;
 
 /**
  * Redlock over N independent Redis nodes: a lock is held when a majority of nodes granted it
@@ -137,6 +139,8 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly #nodes: RedisBackend[];
+  /** A part on every node, for the steps every node takes (`#onNodes`). */
+  readonly #everyNode: readonly true[];
   /** Key names, the same on every node (they share the prefix): the first node's. */
   readonly #names: RedisStore;
   readonly #quorum: number;
@@ -165,6 +169,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
         restartGuardMs: maxTtl,
       }),
     );
+    this.#everyNode = this.#nodes.map(() => true);
     this.address = this.#nodes.flatMap((node) => node.address ?? []).join(',') || undefined;
     this.#names = storeOf.of(this.#nodes[0]!);
     this.#quorum = Math.floor(this.#nodes.length / 2) + 1;
@@ -230,11 +235,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
    * @throws BackendUnavailableError when a majority does not answer.
    */
   async forceRelease(key: string, owner: string): Promise<boolean> {
-    const outcomes = await this.#onNodes(
-      this.#nodes.map(() => true),
-      (node) => node.forceRelease(key, owner, false),
-      false,
-    );
+    const outcomes = await this.#onNodes(this.#everyNode, (node) => node.forceRelease(key, owner, false), false);
     if (outcomes.filter((o) => 'down' in o).length >= this.#quorum) this.#failIfDown(outcomes, 'force release');
     return outcomes.some((o) => 'ok' in o && o.ok === true);
   }
@@ -253,11 +254,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
    * keep no place: `null`. @throws BackendUnavailableError when a majority does not answer.
    */
   async inspect(key: string): Promise<StoreView> {
-    const outcomes = await this.#onNodes(
-      this.#nodes.map(() => true),
-      (node) => node.inspect(key, false),
-      false,
-    );
+    const outcomes = await this.#onNodes(this.#everyNode, (node) => node.inspect(key, false), false);
     this.#failIfDown(outcomes, 'inspect');
     const seen = new Map<string, ClaimInfo[]>();
     for (const o of outcomes) if ('ok' in o) for (const h of o.ok.holders) seen.set(h.owner!, [...(seen.get(h.owner!) ?? []), h]);
@@ -288,24 +285,39 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     // A grant that comes after the majority needs nothing more: that node keeps an owner-checked
     // part (below), so renewals and the release reach it; after a failed attempt, the give-back
     // follows the grant on the same connection.
-    const outcomes = await this.#onNodes(
-      this.#nodes.map(() => true),
-      (node) => node.acquire(one),
-    );
-    const keys = this.#names.keysFor(req.key);
+    const outcomes = await this.#onNodes(this.#everyNode, (node) => node.acquire(one));
     // A node that did not answer (yet) may have granted all the same: it keeps a part, so that a
-    // release, renewal or lift reaches it too (each is owner-checked there).
-    const parts = outcomes.map((o): RedisLease | undefined =>
-      'ok' in o ? o.ok : 'busy' in o ? undefined : { kind: 'mutex', key: req.key, owner: req.owner, token: 0n, acquiredAt: started, keys },
-    );
-    const granted = outcomes.flatMap((o) => ('ok' in o ? [o.ok] : []));
+    // release, renewal or lift reaches it too (each is owner-checked there). One pass, no arrays
+    // made on the way: this runs on every attempt, for every node.
+    const parts: (RedisLease | undefined)[] = new Array(outcomes.length);
+    let unanswered: RedisLease | undefined;
+    let granted = 0;
+    let token = 0n;
+    for (let i = 0; i < outcomes.length; i++) {
+      const o = outcomes[i]!;
+      if ('ok' in o) {
+        parts[i] = o.ok;
+        granted++;
+        if (o.ok.token > token) token = o.ok.token;
+      } else if ('busy' in o) {
+        parts[i] = undefined;
+      } else {
+        parts[i] = unanswered ??= {
+          kind: 'mutex',
+          key: req.key,
+          owner: req.owner,
+          token: 0n,
+          acquiredAt: started,
+          keys: this.#names.keysFor(req.key),
+        };
+      }
+    }
     const giveBack = () => this.release({ key: req.key, owner: req.owner, token: 0n, acquiredAt: started, parts }).catch(() => undefined);
-    if (granted.length < this.#quorum || performance.now() - started >= this.#validity(req.ttlMs)) {
+    if (granted < this.#quorum || performance.now() - started >= this.#validity(req.ttlMs)) {
       await giveBack();
       this.#failIfDown(outcomes, 'acquire');
       return null;
     }
-    const token = granted.reduce((max, part) => (part.token > max ? part.token : max), 0n);
     if (!(await this.#lift(outcomes, token)) || performance.now() - started >= this.#validity(req.ttlMs)) {
       await giveBack();
       return null;
@@ -321,8 +333,11 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
    * majority needs, then the others if some failed. True when a majority stands at `token`.
    */
   async #lift(grants: Outcome<RedisLease>[], token: bigint): Promise<boolean> {
+    let lifted = 0;
+    for (const o of grants) if ('ok' in o && o.ok.token === token) lifted++;
+    // The common case: the proposal made a majority's tokens equal, and nothing needs lifting.
+    if (lifted >= this.#quorum) return true;
     const parts = grants.map((o) => ('ok' in o ? o.ok : undefined));
-    let lifted = parts.filter((p) => p?.token === token).length;
     const rest = parts
       .map((p, i) => [p, i] as const)
       .filter(([p]) => p && p.token !== token)
@@ -369,36 +384,57 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     early = true,
   ): Promise<Outcome<T>[]> {
     return new Promise((resolve) => {
-      const outcomes: (Outcome<T> | undefined)[] = parts.map((part) => (part === undefined ? { busy: true } : undefined));
+      const outcomes: Outcome<T>[] = new Array(parts.length);
       const sent: Promise<unknown>[] = [];
+      // Counted as replies come, rather than found by scanning the outcomes at each reply.
+      let waiting = 0;
+      let succeeded = 0;
       let settled = false;
       const settle = () => {
-        if (settled || ((!early || outcomes.filter((o) => o && 'ok' in o).length < this.#quorum) && outcomes.includes(undefined))) return;
+        if (settled || (waiting > 0 && (!early || succeeded < this.#quorum))) return;
         settled = true;
-        if (outcomes.includes(undefined)) this.#acquiring.keep(Promise.allSettled(sent));
-        resolve(outcomes.map((o) => o ?? { pending: true }));
+        if (waiting > 0) {
+          this.#acquiring.keep(Promise.allSettled(sent));
+          for (let i = 0; i < outcomes.length; i++) outcomes[i] ??= PENDING;
+        }
+        resolve(outcomes);
       };
-      this.#nodes.forEach((node, i) => {
+      for (let i = 0; i < parts.length; i++) {
         const part = parts[i];
-        if (part === undefined) return;
+        if (part === undefined) {
+          outcomes[i] = BUSY;
+          continue;
+        }
+        const node = this.#nodes[i]!;
         // A node whose connection is known broken is down now: its commands would only wait in
         // ioredis's queue for the next reconnect attempt (up to seconds) to fail.
-        const broken = ['reconnecting', 'close', 'end'].includes(node.client.status);
-        const call = broken
-          ? Promise.reject(new Error(`the connection to ${nodeName(node)} is down (${node.client.status})`))
-          : step(node, part);
+        const status = node.client.status;
+        const call =
+          status === 'reconnecting' || status === 'close' || status === 'end'
+            ? Promise.reject(new Error(`the connection to ${nodeName(node)} is down (${status})`))
+            : step(node, part);
+        waiting++;
         sent.push(call);
+        // A reply after the outcomes were handed over changes nothing in them.
         call.then(
           (result) => {
-            outcomes[i] = result === null ? { busy: true } : { ok: result };
+            if (settled) return;
+            waiting--;
+            if (result === null) outcomes[i] = BUSY;
+            else {
+              outcomes[i] = { ok: result };
+              succeeded++;
+            }
             settle();
           },
           (error: unknown) => {
+            if (settled) return;
+            waiting--;
             outcomes[i] = { down: error };
             settle();
           },
         );
-      });
+      }
       settle();
     });
   }

@@ -318,6 +318,41 @@ describe('redis backend', () => {
     }
   });
 
+  it('a connection whose answers come late but keep coming is kept, though commands wait on it longer than a command timeout in all', async () => {
+    const proxy = await FaultProxy.start(storeAddress(url));
+    try {
+      const locker = track(createLocker(redisBackend({ url: viaUrl(url, proxy.address), commandTimeoutMs: 1000 }), { ttlMs: 5000 }));
+      await (await locker.lock(key())).release(); // connected and checked first
+      proxy.delay(250); // each way: every answer 500 ms late
+      // A try every 100 ms for 3 s: the connection always has commands waiting, and bytes come back every 100 ms.
+      const tries: Promise<unknown>[] = [];
+      for (let i = 0; i < 30; i++) {
+        tries.push(locker.tryLock(key()).then((lock) => lock?.release()));
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      await Promise.all(tries);
+      expect(proxy.accepted, 'the slow connection was replaced').toBe(1);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("a lock cycle arms no Node timer of its own: the commands' deadlines share one check per connection", async () => {
+    const { createHook } = await import('node:async_hooks');
+    const locker = newLocker(true, 10_000);
+    const k = key();
+    for (let i = 0; i < 50; i++) await (await locker.lock(k)).release(); // the eviction check, warm timer lists
+    let timers = 0;
+    const hook = createHook({ init: (_id, type) => void (type === 'Timeout' && timers++) }).enable();
+    try {
+      for (let i = 0; i < 200; i++) await (await locker.lock(k)).release();
+    } finally {
+      hook.disable();
+    }
+    // Two commands a cycle: ioredis's commandTimeout and socketTimeout made 800 timers here.
+    expect(timers).toBeLessThan(10);
+  });
+
   it('a tryLock whose answer never came gives back what it may have been granted, instead of blocking the key for its ttl', async () => {
     const proxy = await FaultProxy.start(storeAddress(url));
     try {
@@ -380,6 +415,27 @@ describe('redis backend', () => {
     expect(await locker.tryLock(`${k}/2`)).toBeNull();
     await admin.del(`${prefix}born`, `${prefix}restart-guard`);
     expect(() => redisBackend({ url, restartGuardMs: -1 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
+
+  it('a client of yours keeps what its options do to commands: a keyPrefix prefixes every key of a lock, auto-pipelining still works', async () => {
+    const prefixed = new Redis(url, { keyPrefix: 'pfx:' });
+    const pipelining = new Redis(url, { enableAutoPipelining: true });
+    try {
+      const backend = redisBackend({ client: prefixed });
+      const k = key();
+      const lock = await track(createLocker(backend, { ttlMs: 5000 })).lock(k);
+      expect(await admin.get(`pfx:${keysFor(backend, k).lock}`)).toBe(lock.owner);
+      expect(await admin.exists(keysFor(backend, k).lock)).toBe(0);
+      await lock.release();
+      expect(await admin.exists(`pfx:${keysFor(backend, k).lock}`)).toBe(0);
+      const other = track(createLocker(redisBackend({ client: pipelining }), { ttlMs: 5000 }));
+      const [a, b] = await Promise.all([other.tryLock(k), other.tryLock(k)]);
+      expect([a, b].filter(Boolean)).toHaveLength(1);
+      await (a ?? b)!.release();
+    } finally {
+      prefixed.disconnect();
+      pipelining.disconnect();
+    }
   });
 
   it('does not close a client it was given', async () => {
