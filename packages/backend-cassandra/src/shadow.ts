@@ -34,12 +34,13 @@ export class ShadowLock implements MutexAlgorithm<ShadowLease> {
       for (let attempt = 1; ; attempt++) {
         req.signal.throwIfAborted();
         let result: ShadowLease | 'owner' | 'concurrent';
+        const startedAt = performance.now();
         try {
           result = await this.#attempt(req, id, slot);
           grace.succeeded();
         } catch (error) {
           if (!req.wait || req.signal.aborted) throw error;
-          grace.failed(error); // a reset while waiting: try again
+          grace.failed(error, startedAt); // a reset while waiting: try again
           result = 'concurrent';
         }
         if (typeof result === 'object') {

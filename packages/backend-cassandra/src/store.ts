@@ -106,11 +106,35 @@ function hostsTried(error: InstanceType<typeof cassandra.errors.NoHostAvailableE
   return new Error(`no host could be reached (${hosts.join('; ') || 'none was tried'})`, { cause: error });
 }
 
+/** What {@link dropClosedConnections} reads of the driver's hosts (not its public API: absent, it does nothing). */
+interface DriverHost {
+  pool?: { connections?: readonly { isSocketOpen?: boolean }[] };
+  removeFromPool?(connection: unknown): void;
+}
+
+/**
+ * cassandra-driver 4.10 can leave a closed connection in a host's pool after connection resets:
+ * its control connection, reconnecting, hands the pool its connection, and two reconnections
+ * running at once (the driver adds a second set of listeners for each) can hand it one that has
+ * closed meanwhile. Nothing removes that one, and a request sent on it is answered only by the
+ * request timeout (`commandTimeoutMs`, 8 s): a wait saw the release that long late. So before
+ * each request the pools lose their closed connections, through the driver's own
+ * `removeFromPool` (which schedules a new connection); a few property reads per host.
+ */
+function dropClosedConnections(client: Client): void {
+  for (const host of client.hosts.values() as unknown as DriverHost[]) {
+    for (const connection of host.pool?.connections ?? []) if (connection.isSocketOpen === false) host.removeFromPool?.(connection);
+  }
+}
+
 /** Driver errors that mean the cluster could not be reached or could not answer in time. */
 function isUnavailable(error: unknown): boolean {
   const e = error as { name?: string; code?: number };
   if (e instanceof cassandra.errors.NoHostAvailableError || e instanceof cassandra.errors.OperationTimedOutError) return true;
   if (e instanceof cassandra.errors.DriverError && /connect|closed|shut ?down|socket/i.test(String((e as Error).message))) return true;
+  // The driver can mark a host up again before its pool has a connection (a reset during its
+  // reconnection's re-preparing); a statement prepared then fails with this plain Error.
+  if (e instanceof Error && e.message === 'No connection available') return true;
   const codes = cassandra.types.responseErrorCodes;
   return (
     e instanceof cassandra.errors.ResponseError &&
@@ -192,6 +216,7 @@ export class CassandraStore {
       consistency: how.serialRead ? this.#serial : this.#consistency,
       ...(how.lwt ? { serialConsistency: this.#serial } : {}),
     };
+    dropClosedConnections(this.client);
     try {
       return await this.client.execute(query, params, options);
     } catch (error) {
@@ -204,6 +229,7 @@ export class CassandraStore {
    * on its own, for one request instead of several. @throws typed (`error`).
    */
   async batch(operation: string, statements: Statement[]): Promise<void> {
+    dropClosedConnections(this.client);
     try {
       await this.client.batch(statements, { prepare: true, logged: false, consistency: this.#consistency });
     } catch (error) {
