@@ -10,6 +10,7 @@ import {
   pollForLease,
   ReleaseNotifier,
   sleep,
+  safeLifetime,
   stillStands,
   waiterCadence,
   wallMicros,
@@ -360,14 +361,19 @@ export class CassandraStore {
             [lease.id, slot.name, lease.entry, lease.owner, ttl, timestamp],
           ),
       ]);
+      // Our last write lasts at least as long as core counts the lease from it (its send time plus
+      // the ttl less the drift allowance). This write, answered before that, landed while our cell
+      // still stood: the cell never lapsed, so nobody was alone in main meanwhile.
+      const neverLapsed = performance.now() - previous.at < safeLifetime(previous.ttlMs);
       // Check again: had our cell expired between the read and the write (a pause), someone else
       // may hold the lock now; take ours back out rather than stand beside them. Another cell
-      // beside ours is no holder, though, if ours provably never lapsed: nobody is alone in main
-      // while our cell is in it. It is then a taker's that backs off at its own read (a newcomer's
-      // first attempt writes main before it knows its place: see the queue's `#atOnce`). Our last
-      // write still stands now, so it did when this write landed.
+      // beside ours is no holder, though, if ours never lapsed: it is a taker's that backs off at
+      // its own read (a newcomer's first attempt writes main before it knows its place: see the
+      // queue's `#atOnce`). Half the ttl (`stillStands`) was too strict a test here: a store
+      // answering a twentieth of the ttl late made a renewal end past it, and the holder gave up a
+      // healthy lock when a newcomer's cell was in main at its second read.
       const owners = await this.owners('renew', main, lease.id);
-      if (owners.includes(lease.owner) && (owners.length === 1 || stillStands(previous))) {
+      if (owners.includes(lease.owner) && (owners.length === 1 || neverLapsed)) {
         slot.written = { at: sentAt, ttlMs };
         return true;
       }

@@ -160,7 +160,7 @@ describe('cassandra backend', () => {
     }
   });
 
-  it("queue: a renewal keeps the lock beside a taker's cell while its own cell never lapsed, and gives it up after a longer gap", async () => {
+  it("queue: a renewal keeps the lock beside a taker's cell while its own cell never lapsed (also past half the ttl), and gives it up after a longer gap", async () => {
     const backend = cassandraBackend({ url });
     try {
       const k = key();
@@ -176,9 +176,14 @@ describe('cassandra backend', () => {
       // A newcomer's first attempt has its main cell in for a moment: not a holder.
       await taker();
       expect(await backend.renew(lease, 2000)).toBe(true);
-      // More than half the ttl since our last write: our cell may have lapsed meanwhile, so a cell
-      // beside it may be a holder's; the renewal gives the lock up and takes its cells out.
+      // Past half the ttl but within the lease's estimate (the ttl less core's drift allowance):
+      // our cell still stood when the rewrite landed, so the taker's cell is still no holder.
       await new Promise((r) => setTimeout(r, 1100));
+      await taker();
+      expect(await backend.renew(lease, 2000)).toBe(true);
+      // Past the estimate since our last write: our cell may have lapsed meanwhile, so a cell
+      // beside it may be a holder's; the renewal gives the lock up and takes its cells out.
+      await new Promise((r) => setTimeout(r, 2100));
       await taker();
       expect(await backend.renew(lease, 2000)).toBe(false);
       const main = (await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [idFor(k)])).rows.map((r) => r['owner']);

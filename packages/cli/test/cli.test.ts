@@ -31,8 +31,8 @@ interface Ran {
   ms: number;
 }
 
-/** `deadbolt args…` in a child process; `env` adds to the environment. */
-function deadbolt(args: string[], env: Record<string, string> = {}): { child: ChildProcess; done: Promise<Ran> } {
+/** `deadbolt args…` in a child process; `env` adds to the environment. `stderr()`: what it wrote there so far. */
+function deadbolt(args: string[], env: Record<string, string> = {}): { child: ChildProcess; done: Promise<Ran>; stderr: () => string } {
   const t0 = performance.now();
   const child = spawn(process.execPath, [BIN, ...args], {
     env: { ...process.env, DEADBOLT_URL: REDIS, ...env },
@@ -44,7 +44,7 @@ function deadbolt(args: string[], env: Record<string, string> = {}): { child: Ch
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const done = once(child, 'exit').then(([code]) => ({ code: code as number | null, stdout, stderr, ms: performance.now() - t0 }));
-  return { child, done };
+  return { child, done, stderr: () => stderr };
 }
 const cli = (args: string[], env?: Record<string, string>) => deadbolt(args, env).done;
 
@@ -292,7 +292,8 @@ describe('deadbolt inspect on every store', () => {
       expect(contended.holders).toEqual([expect.objectContaining({ owner, token })]);
       if (contended.waiters !== null) expect(contended.waiters).toHaveLength(1);
       const text = await inspectText(url, key);
-      expect(text).toContain(`${key}: held by 1`);
+      // A holder that lost its lease says so on stderr (and its command is stopped).
+      expect(text, `the holder's stderr: ${holder.stderr()}`).toContain(`${key}: held by 1`);
       expect(text).toContain(`holder  ${owner}  token ${token}`);
       holder.child.kill('SIGTERM');
       expect((await holder.done).code).toBe(143);

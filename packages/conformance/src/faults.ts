@@ -482,6 +482,43 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       60_000,
     );
 
+    netIt(
+      '20c. late answers: a holder whose store answers T/20 late keeps its lease while fresh waiters keep arriving and giving up',
+      async () => {
+        // A store that answers late makes each renewal end well after it began (a Cassandra
+        // renewal reads, writes and reads again: 6 × T/20 after its start), and fresh waiters,
+        // slow too, leave marks in the store between their first write and their withdrawal. A
+        // renewal must not take such a mark for a holder: nobody else was granted, and a holder
+        // that gave up here lost a healthy lock (a CLI holder with a 15 s ttl did, in a loaded run).
+        const key = freshKey();
+        const delay = Math.max(5, Math.round(T / 20));
+        const [toHolder, toWaiters] = [await startProxy(), await startProxy()];
+        const holder = await makeLockerVia(toHolder);
+        const waiters = await Promise.all(Array.from({ length: 10 }, () => makeLockerVia(toWaiters)));
+        // Connected and set up before the delay starts: what is slow is the store's answers, not the setup.
+        for (const w of waiters) await w.tryLock(freshKey('warm-up')).then((l) => l?.release());
+        const lock = await holder.lock(key);
+        toHolder.delay(delay);
+        toWaiters.delay(delay);
+        const startedAt = performance.now();
+        let lostAfter = -1;
+        lock.signal.addEventListener('abort', () => (lostAfter = Math.round(performance.now() - startedAt)));
+        // One fresh waiter every T/4 for 2.5 × T, each giving up after T/3: a mark most of the time.
+        const waits = waiters.map(async (w, i) => {
+          await sleep(i * (T / 4));
+          return settle(w.lock(key, { timeoutMs: Math.round(T / 3) }));
+        });
+        const outcomes = await Promise.all(waits);
+        const lostReason = lock.signal.aborted ? String((lock.signal.reason as Error)?.message ?? lock.signal.reason) : '';
+        expect(lock.held, `the holder lost its lease ${lostAfter} ms into the late answers: ${lostReason}`).toBe(true);
+        for (const [i, o] of outcomes.entries()) {
+          expect(o.error?.code, `fresh waiter ${i}: ${o.error ? o.error.message : 'granted a held key'}`).toBe('LOCK_TIMEOUT');
+        }
+        await lock.release();
+      },
+      60_000,
+    );
+
     itWhen(
       () => (options.createBackendInTimeZone ? undefined : 'the store has no session time zones'),
       "21a. other clocks: sessions in different time zones exclude each other; expiry is the store's",

@@ -32,7 +32,7 @@ export {
   type Rules,
   type StoreUrl,
 } from './options.js';
-export { LeaseKeeper } from './lease-keeper.js';
+export { LeaseKeeper, safeLifetime } from './lease-keeper.js';
 export { Once } from './once.js';
 export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './session-locks.js';
 export { StrandedConnections } from './stranded.js';
