@@ -178,12 +178,12 @@ describe('cassandra backend', () => {
       expect(await backend.renew(lease, 2000)).toBe(true);
       // Past half the ttl but within the lease's estimate (the ttl less core's drift allowance):
       // our cell still stood when the rewrite landed, so the taker's cell is still no holder.
-      await new Promise((r) => setTimeout(r, 1100));
+      await sleep(1100);
       await taker();
       expect(await backend.renew(lease, 2000)).toBe(true);
       // Past the estimate since our last write: our cell may have lapsed meanwhile, so a cell
       // beside it may be a holder's; the renewal gives the lock up and takes its cells out.
-      await new Promise((r) => setTimeout(r, 2100));
+      await sleep(2100);
       await taker();
       expect(await backend.renew(lease, 2000)).toBe(false);
       const main = (await cql(`SELECT owner FROM deadbolt.lock_holders WHERE lock_id = ?`, [idFor(k)])).rows.map((r) => r['owner']);
