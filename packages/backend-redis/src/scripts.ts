@@ -374,8 +374,9 @@ end
 `;
 
 /**
- * ARGV: owner, ttlMs, wait (0|1), mode (S|X), limit (0: none), counter ttl ms, waiter ttl ms,
- * least token ('0': any). Returns {1, token} when granted; {0, needed, deadline} when not, for a
+ * ARGV: owner, ttlMs, wait (0|1), mode (X, S, or for a semaphore's claim `S|<backend id>`: the
+ * value kept in meta, whose backend id names the process a handed permit's message goes to), limit
+ * (0: none), counter ttl ms, waiter ttl ms, least token ('0': any). Returns {1, token} when granted; {0, needed, deadline} when not, for a
  * waiter, which stays queued (needed: how many of the claims ahead of it must go at least before it
  * may be granted, which is as many releases; its claim lasts until the deadline, server ms); {0} for a
  * one-shot attempt, which leaves nothing; {2, stored limit} when live claims have another limit.
@@ -446,7 +447,9 @@ return 1
  * only, so the claim that moves up to place limit - 1 is granted by the queue rule as it stands
  * (claims ahead of it that expired unseen only make room sooner); its claim still lasts until
  * its queue deadline, which the message carries, and its waiter may take the grant without an
- * attempt (see the store's takeHanded). The waiters behind it count the message as a release.
+ * attempt (see the store's takeHanded). That message goes to the claim's own process only (its
+ * backend's channel, kept in meta), when meta names one: nobody else is let in by this release, so
+ * nobody else needs it (every process would otherwise read every handoff of every semaphore).
  */
 export const SHARED_RELEASE = `
 local limit = tonumber(redis.call('HGET', KEYS[4], '#limit') or '0')
@@ -463,6 +466,11 @@ if rank and rank < limit then
     local token = redis.call('ZSCORE', KEYS[1], next)
     local deadline = redis.call('ZSCORE', KEYS[3], next) or '0'
     message = message .. next .. ' ' .. string.format('%.0f', tonumber(token)) .. ' ' .. string.format('%.0f', tonumber(deadline))
+    local backend = string.match(redis.call('HGET', KEYS[4], next) or '', '^S|(.+)$')
+    if backend then
+      redis.call('PUBLISH', string.match(KEYS[1], '^(.-){') .. 'w:' .. backend, message)
+      return 1
+    end
   end
 end
 redis.call('PUBLISH', ARGV[2], message)

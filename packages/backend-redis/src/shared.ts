@@ -11,9 +11,12 @@ export class RedisSharedClaims {
   readonly #store: RedisStore;
   readonly #acquiring: InFlight;
   readonly #maxPollDelayMs: number;
+  /** A semaphore claim's mode as kept in meta: its release's handoff message comes to this backend's channel. */
+  readonly #semaphoreMode: string;
 
   constructor(store: RedisStore, acquiring: InFlight, maxPollDelayMs: number) {
     this.#store = store;
+    this.#semaphoreMode = `S|${store.id}`;
     this.#acquiring = acquiring;
     this.#maxPollDelayMs = maxPollDelayMs;
   }
@@ -42,11 +45,13 @@ export class RedisSharedClaims {
     // The release that lets a semaphore's waiter in names it in its message, with the deadline its
     // claim got from the attempt that last left it queued (`placed`): the waiter takes that grant
     // without an attempt (the store's `takeHanded`, as a mutex's handoff), and the message wakes
-    // it whatever its count says. A message naming another claim is counted but wakes nobody else:
-    // that release let in the claim it names, and only that one (a miscount would cost an attempt
-    // that finds nothing). Only a message naming nobody (from a release that had no claim to hand
-    // the permit to, a read-write lock's release, a waiter leaving, or a process of an earlier
-    // version) wakes by the count.
+    // it whatever its count says. That message goes to the named claim's process alone: the
+    // release let in that claim and no other, so the waiters behind it need not hear of it (those
+    // in its process count it, and it wakes none of them). Only a message naming nobody (from a
+    // release that had no claim to hand the permit to, a read-write lock's release, a waiter
+    // leaving, or a process of an earlier version) goes to every process and wakes by the count;
+    // a waiter whose count misses handoffs only looks later than it could, never too early, and is
+    // named itself when its turn comes.
     let needed = Number.POSITIVE_INFINITY;
     let releases = 0;
     let placed: Placed | undefined;
@@ -97,7 +102,7 @@ export class RedisSharedClaims {
       req.owner,
       String(req.ttlMs),
       req.wait ? '1' : '0',
-      req.mode === 'exclusive' ? 'X' : 'S',
+      req.mode === 'exclusive' ? 'X' : req.limit > 0 ? this.#semaphoreMode : 'S',
       String(req.limit),
       String(Math.max(COUNTER_TTL_MS, req.ttlMs * 2)),
       String(waiterTtl),

@@ -208,8 +208,14 @@ describe('redis backend', () => {
     }
   });
 
-  it("a semaphore's release hands the permit to the next waiter: it sends nothing to take it, and its lease ends no later than the store's", async () => {
+  it("a semaphore's release hands the permit to the next waiter: it sends nothing to take it, its lease ends no later than the store's, and the message goes to its process alone", async () => {
     const client = new Redis(url);
+    // Every message on deadbolt's channels, by channel: the shared one that every process hears,
+    // and each backend's own.
+    const listener = new Redis(url);
+    const heard: [channel: string, message: string][] = [];
+    listener.on('pmessage', (_pattern: string, channel: string, message: string) => heard.push([channel, message]));
+    await listener.psubscribe('deadbolt:*');
     try {
       const backend = redisBackend({ client, maxPollDelayMs: 5000 });
       const holder = redisBackend({ url });
@@ -255,13 +261,28 @@ describe('redis backend', () => {
       expect(next.owner).toBe(second);
       expect(performance.now() - releasedAt).toBeLessThan(1000);
       expect(sent).toEqual([]);
-      // Both are real claims: renewed, then given back, and the key is gone.
+      // Each handoff was one message, on the waiters' backend's own channel, which only it hears:
+      // nobody else is let in, so no other process reads it.
+      const handoffs = heard.filter(([, message]) => message.startsWith(`${keys.lock}\n`));
+      expect(handoffs.map(([, message]) => message.split('\n')[1]!.split(' ')[0])).toEqual([first, second]);
+      const [channel] = handoffs[0]!;
+      expect(channel).toMatch(/^deadbolt:w:/);
+      expect(handoffs.every(([c]) => c === channel)).toBe(true);
+      expect(await admin.pubsub('NUMSUB', channel)).toEqual([channel, 1]);
+      // Both are real claims: renewed, then given back, and the key is gone. A release with nobody
+      // to hand a permit to names nobody, on the channel every process hears.
       expect(await backend.renew(lease, ttlMs)).toBe(true);
       await Promise.all([backend.release(lease), backend.release(next)]);
       expect(await admin.exists(keys.lock)).toBe(0);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(heard.filter(([, message]) => message === `${keys.lock}\n`).map(([c]) => c)).toEqual([
+        'deadbolt:released',
+        'deadbolt:released',
+      ]);
       await Promise.all([backend.close(), holder.close()]);
     } finally {
       client.disconnect();
+      listener.disconnect();
     }
   });
 
