@@ -123,6 +123,7 @@ export class RedisStore {
   /** The client's commands may be made without ioredis's command methods (see `#evalsha`). */
   readonly #plainClient: boolean;
   readonly #keyNames = new Map<string, RedisKeys>();
+  readonly #sharedKeyNames = new Map<string, RedisKeys>();
   #subscriber: Redis | Cluster | undefined;
 
   constructor(client: Redis | Cluster, options: RedisStoreOptions) {
@@ -169,26 +170,32 @@ export class RedisStore {
    * the key itself follows, so two keys never share names.
    */
   keysFor(key: string): RedisKeys {
-    let keys = this.#keyNames.get(key);
-    if (!keys) {
-      const base = this.#base(key);
-      keys = { lock: `${base}lock:${key}`, token: `${base}token:${key}`, queue: `${base}queue:${key}`, deadlines: `${base}wait:${key}` };
-      // A digest per acquisition is a tenth of this process's share of an uncontended cycle, and a
-      // busy key is taken again and again: keep the names of the keys last used.
-      keepNewest(this.#keyNames, key, keys, KEY_NAMES_KEPT);
-    }
-    return keys;
+    return this.#names(this.#keyNames, key, ['lock', 'token', 'queue', 'wait']);
   }
 
   /** Redis key names for a shared key (semaphore or read-write lock); see scripts.ts. `lock` names the claims. */
   sharedKeysFor(key: string): RedisKeys {
-    const base = this.#base(key);
-    return { lock: `${base}claims:${key}`, token: `${base}stoken:${key}`, queue: `${base}sexp:${key}`, deadlines: `${base}smeta:${key}` };
+    return this.#names(this.#sharedKeyNames, key, ['claims', 'stoken', 'sexp', 'smeta']);
   }
 
-  /** `<prefix>{<22-char digest of the key>}`: the hash tag every key of one lock shares. */
-  #base(key: string): string {
-    return `${this.prefix}{${createHash('sha256').update(key).digest('base64url').slice(0, 22)}}`;
+  /**
+   * `<prefix>{<22-char digest of the key>}<kind>:<key>` for each of the four kinds. A digest per
+   * acquisition is a tenth of this process's share of an uncontended cycle, and a busy key is taken
+   * again and again: the names of the keys last used are kept in `kept`.
+   */
+  #names(kept: Map<string, RedisKeys>, key: string, [lock, token, queue, deadlines]: readonly string[]): RedisKeys {
+    let keys = kept.get(key);
+    if (!keys) {
+      const base = `${this.prefix}{${createHash('sha256').update(key).digest('base64url').slice(0, 22)}}`;
+      keys = {
+        lock: `${base}${lock}:${key}`,
+        token: `${base}${token}:${key}`,
+        queue: `${base}${queue}:${key}`,
+        deadlines: `${base}${deadlines}:${key}`,
+      };
+      keepNewest(kept, key, keys, KEY_NAMES_KEPT);
+    }
+    return keys;
   }
 
   /** EVALSHA of `script` on a lock's four keys, then `moreKeys` (see `eval`). @throws typed errors */

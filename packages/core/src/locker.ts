@@ -6,7 +6,7 @@
 // the public types are types.ts.
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type AcquireRequest, type Lease, type LockBackend } from './backend.js';
+import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type AcquireRequest, type Capabilities, type Lease, type LockBackend } from './backend.js';
 import {
   asDeadboltError,
   BackendError,
@@ -117,6 +117,8 @@ export function backendOf(locker: Locker): LockBackend {
 class DefaultLocker implements Locker {
   readonly backend: LockBackend;
   readonly #ttlMs: number;
+  /** The backend's capabilities with their defaults, read once (a backend sets them when it is made). */
+  readonly #capabilities: Required<Capabilities>;
   readonly #timeoutMs: number;
   readonly #reentrant: boolean;
   readonly #lockDelayMs: number;
@@ -150,6 +152,7 @@ class DefaultLocker implements Locker {
     }
     const options = readOptions(raw, LOCKER_RULES, 'createLocker');
     this.backend = backend;
+    this.#capabilities = fullCapabilities(backend.capabilities);
     this.#ttlMs = validateTtl(options.ttlMs ?? DEFAULT_TTL_MS, backend.capabilities);
     if (options.renewIntervalMs !== undefined && options.renewIntervalMs >= this.#ttlMs) {
       throw new InvalidArgumentError(`renewIntervalMs must be below ttlMs (${this.#ttlMs}), got ${options.renewIntervalMs}`);
@@ -434,7 +437,7 @@ class DefaultLocker implements Locker {
   }
 
   #need(capability: 'semaphore' | 'readWrite'): void {
-    if (!fullCapabilities(this.backend.capabilities)[capability] || typeof this.backend.acquireShared !== 'function') {
+    if (!this.#capabilities[capability] || typeof this.backend.acquireShared !== 'function') {
       const family = capability === 'semaphore' ? 'semaphores' : 'read-write locks';
       throw new InvalidArgumentError(`the ${this.backend.name} backend has no ${family} (capabilities.${capability} is false)`);
     }
