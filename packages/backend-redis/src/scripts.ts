@@ -24,6 +24,12 @@
  * fails over to a replica that missed the last grants (a plain INCR would repeat them).
  */
 
+/**
+ * A Lua expression: the channel of the backend whose id is the Lua expression `id`,
+ * `<prefix>w:<id>` (the prefix is every key's, up to its hash tag), as the store subscribes to it.
+ */
+const backendChannel = (id: string) => `string.match(KEYS[1], '^(.-){') .. 'w:' .. ${id}`;
+
 /** The token counter outlives its last grant by this much; after that tokens fall back to the server clock. */
 export const COUNTER_TTL_MS = 24 * 60 * 60 * 1000;
 
@@ -197,7 +203,7 @@ local function hand_over(now, now_us, existed, head, deadline)
     redis.call('SET', KEYS[1], '|0|0', 'KEEPTTL')
   end
   if not existed then cover(now, deadline or 0) end
-  redis.call('PUBLISH', string.match(KEYS[1], '^(.-){') .. 'w:' .. backend, message)
+  redis.call('PUBLISH', ${backendChannel('backend')}, message)
 end
 `;
 
@@ -376,8 +382,8 @@ end
 /**
  * ARGV: owner, ttlMs, wait (0|1), mode (X, S, or for a semaphore's claim `S|<backend id>`: the
  * value kept in meta, whose backend id names the process a handed permit's message goes to), limit
- * (0: none), counter ttl ms, waiter ttl ms, least token ('0': any). Returns {1, token} when granted; {0, needed, deadline} when not, for a
- * waiter, which stays queued (needed: how many of the claims ahead of it must go at least before it
+ * (0: none), counter ttl ms, waiter ttl ms, least token ('0': any). Returns {1, token} when
+ * granted; {0, needed, deadline} when not, for a waiter, which stays queued (needed: how many of the claims ahead of it must go at least before it
  * may be granted, which is as many releases; its claim lasts until the deadline, server ms); {0} for a
  * one-shot attempt, which leaves nothing; {2, stored limit} when live claims have another limit.
  */
@@ -468,7 +474,7 @@ if rank and rank < limit then
     message = message .. next .. ' ' .. string.format('%.0f', tonumber(token)) .. ' ' .. string.format('%.0f', tonumber(deadline))
     local backend = string.match(redis.call('HGET', KEYS[4], next) or '', '^S|(.+)$')
     if backend then
-      redis.call('PUBLISH', string.match(KEYS[1], '^(.-){') .. 'w:' .. backend, message)
+      redis.call('PUBLISH', ${backendChannel('backend')}, message)
       return 1
     end
   end

@@ -42,7 +42,11 @@ export interface Placed {
 /** The largest token a Lua number (a double) holds exactly. */
 export const MAX_EXACT_TOKEN = 2n ** 53n - 1n;
 
-/** How many keys' names `keysFor` keeps (the oldest goes first). */
+/** The four keys' kinds in their names (see `#names`): a mutex's, and a shared key's. */
+type KeyKinds = readonly [lock: string, token: string, queue: string, deadlines: string];
+const MUTEX_KINDS: KeyKinds = ['lock', 'token', 'queue', 'wait'];
+const SHARED_KINDS: KeyKinds = ['claims', 'stoken', 'sexp', 'smeta'];
+/** How many keys' names `keysFor` and `sharedKeysFor` each keep (the oldest goes first). */
 const KEY_NAMES_KEPT = 1024;
 
 /** How many handoff grants `handed` keeps for waiters that have not taken them (the oldest goes first). */
@@ -170,12 +174,12 @@ export class RedisStore {
    * the key itself follows, so two keys never share names.
    */
   keysFor(key: string): RedisKeys {
-    return this.#names(this.#keyNames, key, ['lock', 'token', 'queue', 'wait']);
+    return this.#names(this.#keyNames, key, MUTEX_KINDS);
   }
 
   /** Redis key names for a shared key (semaphore or read-write lock); see scripts.ts. `lock` names the claims. */
   sharedKeysFor(key: string): RedisKeys {
-    return this.#names(this.#sharedKeyNames, key, ['claims', 'stoken', 'sexp', 'smeta']);
+    return this.#names(this.#sharedKeyNames, key, SHARED_KINDS);
   }
 
   /**
@@ -183,7 +187,7 @@ export class RedisStore {
    * acquisition is a tenth of this process's share of an uncontended cycle, and a busy key is taken
    * again and again: the names of the keys last used are kept in `kept`.
    */
-  #names(kept: Map<string, RedisKeys>, key: string, [lock, token, queue, deadlines]: readonly string[]): RedisKeys {
+  #names(kept: Map<string, RedisKeys>, key: string, [lock, token, queue, deadlines]: KeyKinds): RedisKeys {
     let keys = kept.get(key);
     if (!keys) {
       const base = `${this.prefix}{${createHash('sha256').update(key).digest('base64url').slice(0, 22)}}`;

@@ -153,7 +153,7 @@ class DefaultLocker implements Locker {
     const options = readOptions(raw, LOCKER_RULES, 'createLocker');
     this.backend = backend;
     this.#capabilities = fullCapabilities(backend.capabilities);
-    this.#ttlMs = validateTtl(options.ttlMs ?? DEFAULT_TTL_MS, backend.capabilities);
+    this.#ttlMs = validateTtl(options.ttlMs ?? DEFAULT_TTL_MS, this.#capabilities);
     if (options.renewIntervalMs !== undefined && options.renewIntervalMs >= this.#ttlMs) {
       throw new InvalidArgumentError(`renewIntervalMs must be below ttlMs (${this.#ttlMs}), got ${options.renewIntervalMs}`);
     }
@@ -408,9 +408,9 @@ class DefaultLocker implements Locker {
   #leaseOf(call: TryLockOptions): LeaseTerms {
     // Unset during the constructor's own call, which validates the defaults.
     if (call.ttlMs === undefined && call.lockDelayMs === undefined && this.#defaultTerms) return this.#defaultTerms;
-    const ttlMs = validateTtl(call.ttlMs ?? this.#ttlMs, this.backend.capabilities);
+    const ttlMs = validateTtl(call.ttlMs ?? this.#ttlMs, this.#capabilities);
     const delayMs = call.lockDelayMs ?? this.#lockDelayMs;
-    if (delayMs > 0) validateTtl(ttlMs + delayMs, this.backend.capabilities, 'ttlMs + lockDelayMs');
+    if (delayMs > 0) validateTtl(ttlMs + delayMs, this.#capabilities, 'ttlMs + lockDelayMs');
     return { ttlMs, delayMs };
   }
 
