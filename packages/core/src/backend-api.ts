@@ -1,10 +1,11 @@
+/** @module @deadbolt/core/backend */
 // @deadbolt/core/backend: the toolkit for writing a backend package, beside the user API of
 // `@deadbolt/core` (which a backend also imports: `LockBackend`, the errors). The contract itself
 // is backend.ts; the rest is written once here so that no backend writes it again: option rules,
 // error helpers, key checks, waiting, polling, timers.
 export { fullCapabilities, type AcquireRequest, type Lease, type SharedRequest, type StoreView } from './backend.js';
 export { backendFailure, keepSecret, noAnswer } from './errors.js';
-export { checkFencedWrite, checkFenceToken, checkResource, fencedTransaction, type SqlConnections } from './fence.js';
+export { checkFenceToken, checkResource, fencedTransaction, runFencedWrite, type SqlConnections } from './fence.js';
 export { claimOfRow, grantable, grantableBehind, sharedView, sharedViewOfRows } from './shared.js';
 export { validateKey, validateKeys, validateTtl } from './validate.js';
 export {
@@ -24,6 +25,7 @@ export {
   share,
   signal,
   text,
+  unknownOption,
   url,
   urlOrClient,
   wait,
@@ -40,6 +42,7 @@ export { TestingHooks } from './testing-hooks.js';
 export { after, answerDeadline, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, withTimeout, type Timer } from './time.js';
 export {
   AGAIN,
+  connectionRefused,
   InFlight,
   MIN_WAITER_PLACE_MS,
   POLL_SOON,

@@ -81,6 +81,24 @@ export interface LockBackend<L extends Lease = Lease> {
   raiseTokenFloor?(lease: L, floor: bigint): Promise<boolean>;
 
   /**
+   * Optional; `migratingBackend` needs it (with `tokenCeiling` and `raiseTokenFloor`). The token
+   * floor of the whole store, every key of both namespaces: with `raise`, first lifted to at least
+   * `raise` (floors only go up, and survive whatever the store's tokens survive). Resolves the
+   * floor as it stands, `0n` when it was never raised. Core reads it once per locker, before that
+   * locker's first acquisition, and reports every grant above it: it asks for `floor + 1` as the
+   * grant's `minToken`, and a grant that still comes at or below it is lifted (`raiseTokenFloor` on
+   * it to the floor plus one, then reported with that token). So a backend only keeps the number.
+   */
+  tokenFloor?(raise?: bigint): Promise<bigint>;
+
+  /**
+   * Optional, with `tokenFloor`. A number at least as large as every token the store has granted for
+   * any key of either namespace, and as every floor it was raised to. Reads only; may scan the
+   * whole store (a migration calls it once per process). Fails as every method does.
+   */
+  tokenCeiling?(): Promise<bigint>;
+
+  /**
    * Optional (`Locker.inspect`; every backend in this repository has it): what the store holds for
    * `key` now, the mutex's or, with `shared`, the shared key's claims (semaphores, read-write
    * locks). Reads only: never takes, extends or frees anything. Reports live claims only (one past

@@ -3,8 +3,9 @@
 // after someone else took the lock; the resource it writes to can, if it remembers the highest
 // token it has accepted and refuses anything lower. Each store package ships a `Fence` for data
 // kept in that store; this file holds the contract, its input rules and the in-process one.
-import { InvalidArgumentError, StaleTokenError } from './errors.js';
-import { describe } from './options.js';
+import { InvalidArgumentError, noAnswer, StaleTokenError } from './errors.js';
+import { describe, ms, readOptions, signal, type Rules } from './options.js';
+import { answerDeadline, raceSignal } from './time.js';
 import { validateKey } from './validate.js';
 
 /** The highest token a fence accepts plus one: every store keeps tokens below it exactly (38 decimal digits). */
@@ -30,12 +31,15 @@ export interface Fence {
   /**
    * Writes `value` to `resource` with `token`.
    * @throws InvalidArgumentError for a bad resource (the lock key rules), a token that is not a
-   *   bigint in [0, FENCE_TOKEN_LIMIT) or a value that is not a string, before any I/O;
-   *   StaleTokenError when the resource has accepted a higher token (nothing written);
-   *   BackendUnavailableError / BackendError when the store fails (the write may or may not have
-   *   landed: read it back, or write again with the same token, which is safe).
+   *   bigint in [0, FENCE_TOKEN_LIMIT), a value no store can keep (see `checkFencedWrite`) or bad
+   *   options, before any I/O; StaleTokenError when the resource has accepted a higher token
+   *   (nothing written); BackendUnavailableError / BackendError when the store fails, and
+   *   BackendUnavailableError when the write did not finish within `options.timeoutMs`, or the
+   *   signal's reason when it aborts (the write may or may not have landed: read it back, or
+   *   write again with the same token, which is safe). Contention never fails a write: a store
+   *   whose check-and-write is optimistic tries again until the deadline.
    */
-  write(resource: string, token: bigint, value: string): Promise<void>;
+  write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void>;
   /**
    * The last value written to `resource` and its token; null if it was never written.
    * @throws InvalidArgumentError for a bad resource; BackendUnavailableError / BackendError.
@@ -52,6 +56,58 @@ export interface Fence {
 export function checkFencedWrite(resource: unknown, token: unknown, value: unknown): asserts resource is string {
   checkFenceToken(resource, token);
   if (typeof value !== 'string') throw new InvalidArgumentError(`value must be a string, got ${describe(value)}`);
+  // What no store here can keep: every store but memory holds text as UTF-8, where a lone
+  // surrogate becomes U+FFFD (another string would be read back), and PostgreSQL's text holds no
+  // U+0000. Refused everywhere, memory included, so a value means the same on every store.
+  if (!value.isWellFormed())
+    throw new InvalidArgumentError('value must be well-formed Unicode: it holds a lone UTF-16 surrogate, which stores keep as U+FFFD');
+  if (value.includes('\u0000')) throw new InvalidArgumentError('value must not contain U+0000 (PostgreSQL cannot store it in text)');
+}
+
+/** The options of one fenced write (`Fence.write`). */
+export interface FenceWriteOptions {
+  /**
+   * How long the write may take, every retry included; after it the write rejects with
+   * `BackendUnavailableError`. Default `DEFAULT_FENCE_TIMEOUT_MS`.
+   */
+  timeoutMs?: number;
+  /** Aborts the write: it rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** How long a fenced write may take by default: 10 s. */
+export const DEFAULT_FENCE_TIMEOUT_MS = 10_000;
+
+const FENCE_WRITE_RULES = { timeoutMs: ms(), signal } satisfies Rules<FenceWriteOptions>;
+
+/**
+ * A fenced write as every fence runs it: the arguments and options checked before any I/O, then
+ * `write` run with a signal that aborts at the write's deadline (or with the caller's signal), and
+ * raced against it, so the write settles by then whatever the store does. A fence whose
+ * check-and-write can lose a race (an optimistic, versioned write) retries until that signal
+ * aborts, never a fixed number of times: contention makes a write slower, never a failure.
+ * @throws InvalidArgumentError (see `checkFencedWrite`, and for bad options); what `write` throws;
+ * BackendUnavailableError at the deadline; the signal's reason when it aborts.
+ */
+export async function runFencedWrite(
+  store: string,
+  args: { readonly resource: unknown; readonly token: unknown; readonly value: unknown; readonly options: unknown },
+  write: (deadline: AbortSignal) => Promise<void>,
+): Promise<void> {
+  checkFencedWrite(args.resource, args.token, args.value);
+  const options = readOptions(args.options, FENCE_WRITE_RULES, 'write');
+  const timeoutMs = options.timeoutMs ?? DEFAULT_FENCE_TIMEOUT_MS;
+  options.signal?.throwIfAborted();
+  const deadline = new AbortController();
+  const timer = answerDeadline(timeoutMs, () => deadline.abort(noAnswer(store, 'fenced write', timeoutMs)));
+  const onAbort = () => deadline.abort(options.signal!.reason);
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    await raceSignal(write(deadline.signal), deadline.signal);
+  } finally {
+    timer.cancel();
+    options.signal?.removeEventListener('abort', onAbort);
+  }
 }
 
 /**
@@ -76,6 +132,7 @@ export function checkResource(resource: unknown): asserts resource is string {
 
 /** The part of a SQL store a fence's transaction uses: a connection, one statement on it, typed errors. */
 export interface SqlConnections<C> {
+  /** A connection for one transaction, given back when it ends; the driver's error when none can be had. */
   connection(): Promise<C>;
   /** One statement on `tx`; the driver's error when it fails. */
   on(tx: C, statement: string, params: unknown[]): Promise<unknown>;
@@ -123,11 +180,12 @@ export async function fencedTransaction<C, T>(
 export class MemoryFence implements Fence {
   readonly #values = new Map<string, FencedValue>();
 
-  async write(resource: string, token: bigint, value: string): Promise<void> {
-    checkFencedWrite(resource, token, value);
-    const held = this.#values.get(resource);
-    if (held && token < held.token) throw new StaleTokenError(resource, token, held.token);
-    this.#values.set(resource, { value, token });
+  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
+    await runFencedWrite('memory', { resource, token, value, options }, async () => {
+      const held = this.#values.get(resource);
+      if (held && token < held.token) throw new StaleTokenError(resource, token, held.token);
+      this.#values.set(resource, { value, token });
+    });
   }
 
   async read(resource: string): Promise<FencedValue | null> {

@@ -1,3 +1,4 @@
+/** @module @deadbolt/core */
 // @deadbolt/core: the API an application uses. What a backend package needs besides it (the
 // contract's request and lease types, option rules, waiting and timer helpers) is in
 // `@deadbolt/core/backend`; what tests need is in `@deadbolt/core/testing`.
@@ -40,6 +41,14 @@ export {
   StaleTokenError,
   type DeadboltErrorCode,
 } from './errors.js';
-export { FENCE_TOKEN_LIMIT, MemoryFence, memoryFence, type Fence, type FencedValue } from './fence.js';
+export {
+  DEFAULT_FENCE_TIMEOUT_MS,
+  FENCE_TOKEN_LIMIT,
+  MemoryFence,
+  memoryFence,
+  type Fence,
+  type FencedValue,
+  type FenceWriteOptions,
+} from './fence.js';
 export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
 export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './migrating-backend.js';

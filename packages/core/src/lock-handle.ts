@@ -6,7 +6,7 @@
 import { diagnostics, eventKey, eventSource, type LeaseEvent } from './diagnostics.js';
 import { asDeadboltError, LockLostError, noAnswer, NotOwnerError } from './errors.js';
 import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
-import { after, noop, withTimeout, type Timer } from './time.js';
+import { after, nodeDelay, noop, withTimeout, type Timer } from './time.js';
 import { validateTtl } from './validate.js';
 import { DONE } from './wait.js';
 import type { Lease, LockBackend } from './backend.js';
@@ -115,13 +115,22 @@ export class LockHandle implements Lock {
   heldNext: LockHandle | undefined;
 
   /** `since`: when the lease's ttl last started, if after `lease.acquiredAt` (a renewal before the grant was reported). */
-  constructor(locker: HandleOwner, lease: Lease, terms: LeaseTerms, settings: HandleSettings, now?: number, since = lease.acquiredAt) {
+  /** `token`: the grant's, unless the locker lifted it above the store's token floor (token-floor.ts). */
+  constructor(
+    locker: HandleOwner,
+    lease: Lease,
+    terms: LeaseTerms,
+    settings: HandleSettings,
+    now?: number,
+    since = lease.acquiredAt,
+    token = lease.token,
+  ) {
     const { ttlMs } = terms;
     this.#locker = locker;
     this.#lease = lease;
     this.key = lease.key;
     this.owner = lease.owner;
-    this.token = lease.token;
+    this.token = token;
     this.#ttlMs = ttlMs;
     this.#delayMs = terms.delayMs;
     this.#settings = settings;
@@ -328,7 +337,11 @@ export class LockHandle implements Lock {
 
   #scheduleRenew(delayMs: number, now?: number): void {
     this.#renewTimer?.cancel();
-    this.#renewTimer = after(delayMs, () => void this.#renew(), true, now);
+    // Rounded down to one of 32 steps per doubling (at most 3 % early): `after` shares one Node
+    // timer among the timers of one whole-millisecond delay, and a delay counted from the grant
+    // varies with each grant's round trip, so on a loaded machine nearly every lock of a busy loop
+    // made a delay, and a Node timer, of its own.
+    this.#renewTimer = after(nodeDelay(delayMs), () => void this.#renew(), true, now);
   }
 
   async #renew(): Promise<void> {

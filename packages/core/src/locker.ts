@@ -26,8 +26,9 @@ import { type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from '.
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Inspection, Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 import { answerDeadline, race, raceSignal, noop, settleWithin, withTimeout, type Timer } from './time.js';
-import { waitOnConnections } from './wait.js';
-import { count, flag, ms, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
+import { StoreFloor } from './token-floor.js';
+import { AGAIN, waitOnConnections } from './wait.js';
+import { count, flag, ms, noPrototype, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
 import { validateKey, validateKeys, validateTtl } from './validate.js';
 
 /** How each option of `createLocker` is checked (see options.ts); `ttlMs` then against the backend. */
@@ -62,13 +63,16 @@ const SEMAPHORE_RULES = { limit: count(1, MAX_SEMAPHORE_LIMIT) } satisfies Rules
  */
 export const optionRules = { createLocker: LOCKER_RULES, lock: LOCK_RULES, tryLock: TRY_RULES, semaphore: SEMAPHORE_RULES } as const;
 
+/** `forceRelease`'s options. */
+const FORCE_RULES = { shared: flag } as const satisfies Rules<{ shared?: boolean }>;
+
 /** What a claim takes, as events name it. */
 function familyOf(claim: Claim | undefined): AcquireEvent['family'] {
   return !claim ? 'mutex' : claim.limit > 0 ? 'semaphore' : claim.mode === 'exclusive' ? 'write' : 'read';
 }
 
 /** A call without options: the common case reads nothing. */
-const NO_OPTIONS: LockOptions = Object.freeze({});
+const NO_OPTIONS: LockOptions = Object.freeze(noPrototype<LockOptions>());
 
 /** A call's options, checked by `rules` (see options.ts). @throws InvalidArgumentError. */
 function readCall(options: unknown, rules: typeof LOCK_RULES | typeof TRY_RULES, where: string): LockOptions {
@@ -128,6 +132,8 @@ class DefaultLocker implements Locker {
   readonly #settings: HandleSettings;
   readonly #closing = new AbortController();
   readonly #held = new HeldHandles();
+  /** The store's token floor, which every grant this locker reports is above (token-floor.ts). */
+  readonly #floor: StoreFloor;
   /** Acquisitions under way, and how close() hears that the last one has settled. */
   #acquiring = 0;
   #onIdle: (() => void) | undefined;
@@ -152,6 +158,7 @@ class DefaultLocker implements Locker {
     }
     const options = readOptions(raw, LOCKER_RULES, 'createLocker');
     this.backend = backend;
+    this.#floor = new StoreFloor(backend);
     this.#capabilities = fullCapabilities(backend.capabilities);
     this.#ttlMs = validateTtl(options.ttlMs ?? DEFAULT_TTL_MS, this.#capabilities);
     if (options.renewIntervalMs !== undefined && options.renewIntervalMs >= this.#ttlMs) {
@@ -215,7 +222,7 @@ class DefaultLocker implements Locker {
         // One deadline for the whole call: each key gets what is left of it (0 stays one attempt).
         const left = timeoutMs === 0 || timeoutMs === Infinity ? timeoutMs : timeoutMs - (performance.now() - started);
         if (left <= 0 && timeoutMs > 0) throw new LockTimeoutError(key, timeoutMs);
-        taken.push(await this.wait(key, { ...call, timeoutMs: left }));
+        taken.push(await this.wait(key, Object.assign(noPrototype<LockOptions>(), call, { timeoutMs: left })));
       }
     } catch (error) {
       // Nothing taken may outlive the call; a release that fails expires on its own.
@@ -346,17 +353,16 @@ class DefaultLocker implements Locker {
     return { key, ...view };
   }
 
-  forceRelease(key: string, owner: string, options: { shared?: boolean } = {}): Promise<boolean> {
+  forceRelease(key: string, owner: string, options?: { shared?: boolean }): Promise<boolean> {
+    let shared = false;
     try {
       validateKey(key);
       validateKey(owner, 'owner');
-      if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
-      if (options.shared !== undefined && typeof options.shared !== 'boolean') throw new InvalidArgumentError('shared must be a boolean');
+      shared = readOptions(options, FORCE_RULES, 'forceRelease').shared ?? false;
     } catch (error) {
       return Promise.reject(error);
     }
     const { backend } = this;
-    const shared = options.shared ?? false;
     const free = async () => {
       // Holders only: an owner waiting in line is left there (and a backend's release-by-owner,
       // which most stores' forceRelease is, would take it out of line).
@@ -528,7 +534,8 @@ class DefaultLocker implements Locker {
   #acquireUntraced(ask: Ask): Promise<LockHandle | null> {
     if (this.#closed) return Promise.reject(new LockerClosedError());
     const owner = randomUUID();
-    if (this.backend.acquireNow && !ask.claim) {
+    // The store's floor is read before the first acquisition, which therefore takes `#wait`.
+    if (this.backend.acquireNow && !ask.claim && this.#floor.known) {
       let lease: Lease | null | undefined;
       try {
         lease = this.backend.acquireNow(this.#request(ask.key, owner, ask.terms, ask.timeoutMs > 0, ask.signal ?? this.#closing.signal));
@@ -539,7 +546,8 @@ class DefaultLocker implements Locker {
       // A request, unless it said "wait": the request `#wait` sends then answers, and counts.
       if (ask.tally && lease !== undefined) ask.tally.attempts++;
       // The store read the clock for this grant a moment ago, in this same call.
-      if (lease) return Promise.resolve(this.#hold(lease, ask.terms, lease.acquiredAt));
+      if (lease && !this.#floor.below(lease)) return Promise.resolve(this.#hold(lease, ask.terms, lease.acquiredAt));
+      if (lease) return this.#lifted(lease, ask);
       if (lease === null) return this.#notGranted(ask);
     }
     return this.#wait(ask, owner);
@@ -564,18 +572,36 @@ class DefaultLocker implements Locker {
     return sentAt;
   }
 
-  /** What `acquire` sends the store: the store keeps the lease for ttl + lock-delay; this process counts on ttl (LockOptions.lockDelayMs). */
+  /**
+   * What `acquire` sends the store: the store keeps the lease for ttl + lock-delay; this process
+   * counts on ttl (LockOptions.lockDelayMs); a store with a token floor is asked for a token above it.
+   */
   #request(key: string, owner: string, terms: LeaseTerms, wait: boolean, signal: AbortSignal): AcquireRequest {
     const { ttlMs, delayMs } = terms;
-    return delayMs > 0 ? { key, owner, ttlMs: ttlMs + delayMs, wait, signal, lockDelayMs: delayMs } : { key, owner, ttlMs, wait, signal };
+    const request: AcquireRequest =
+      delayMs > 0 ? { key, owner, ttlMs: ttlMs + delayMs, wait, signal, lockDelayMs: delayMs } : { key, owner, ttlMs, wait, signal };
+    const minToken = this.#floor.minToken;
+    return minToken === undefined ? request : { ...request, minToken };
+  }
+
+  /** An on-the-spot grant at or below the store's token floor, lifted (`StoreFloor.lift`) before it is held; a one-shot attempt's answer when the key was taken meanwhile. */
+  async #lifted(lease: Lease, ask: Ask): Promise<LockHandle | null> {
+    let token: bigint | null;
+    try {
+      token = await this.#floor.lift(lease);
+    } catch (error) {
+      throw asDeadboltError(error, this.backend, 'acquire');
+    }
+    if (token !== null) return this.#hold(lease, ask.terms, undefined, undefined, token);
+    return ask.timeoutMs > 0 ? this.#wait(ask, randomUUID()) : this.#notGranted(ask);
   }
 
   /**
    * A granted lease becomes a handle this locker tracks (close() releases it). `now`: the caller's
    * `performance.now()`, if it just read it.
    */
-  #hold(lease: Lease, terms: LeaseTerms, now?: number, since?: number): LockHandle {
-    const handle = new LockHandle(this, lease, terms, this.#settings, now, since);
+  #hold(lease: Lease, terms: LeaseTerms, now?: number, since?: number, token?: bigint): LockHandle {
+    const handle = new LockHandle(this, lease, terms, this.#settings, now, since, token);
     this.#held.add(handle);
     return handle;
   }
@@ -623,6 +649,7 @@ class DefaultLocker implements Locker {
     try {
       let lease: Lease | null;
       let since: number | undefined;
+      let token: bigint | undefined;
       let who: string | undefined;
       try {
         // A wait rides out a store it cannot reach for a while (LockerOptions.unavailableGraceMs).
@@ -632,7 +659,9 @@ class DefaultLocker implements Locker {
           // new id nothing of it can touch a later attempt's grant. At worst a trace of it stays
           // until its ttl.
           who = who === undefined ? owner : randomUUID();
-          since = undefined;
+          since = token = undefined;
+          if (!this.#floor.known)
+            await (controller ? raceSignal(this.#floor.ready(), signal) : race(this.#floor.ready(), this.#failOnClose));
           if (tally) tally.attempts++;
           const request = this.#request(key, who, terms, wait, signal);
           attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
@@ -648,6 +677,15 @@ class DefaultLocker implements Locker {
             since = await (controller
               ? raceSignal(renewal, signal, () => this.#giveBack(grant))
               : race(renewal, this.#failOnClose, () => this.#giveBack(grant)));
+          }
+          if (grant && this.#floor.below(grant)) {
+            // Below the store's token floor: lifted above it, or given back if the key went meanwhile.
+            const lifting = this.#floor.lift(grant);
+            const lifted = await (controller
+              ? raceSignal(lifting, signal, (late) => void (late !== null && this.#giveBack(grant)))
+              : race(lifting, this.#failOnClose, (late) => void (late !== null && this.#giveBack(grant))));
+            if (lifted === null) return wait ? AGAIN : null;
+            token = lifted;
           }
           return grant;
         });
@@ -668,7 +706,7 @@ class DefaultLocker implements Locker {
         }
         throw asDeadboltError(error, this.backend, 'acquire');
       }
-      return lease ? this.#hold(lease, terms, undefined, since) : await this.#notGranted(ask);
+      return lease ? this.#hold(lease, terms, undefined, since, token) : await this.#notGranted(ask);
     } finally {
       if (--this.#acquiring === 0) this.#onIdle?.();
       if (controller) this.#waits.delete(controller);

@@ -69,6 +69,8 @@ export class MemoryLockStore {
   readonly #kept = new Set<string>();
   readonly #shared = new Map<string, SharedState>();
   #lastToken = 0n;
+  /** `LockBackend.tokenFloor`: kept for the asking; the counter is lifted with it, so every later grant is above it anyway. */
+  #floor = 0n;
 
   /** `LockBackend.acquireShared`: one queue of claims per key, granted by `grantable`. */
   acquireShared(req: SharedRequest): Promise<MemoryLease | null> {
@@ -113,6 +115,7 @@ export class MemoryLockStore {
     return this.#grant(req.key, this.#state(req.key), req);
   }
 
+  /** `LockBackend.acquire`: a grant at once, or, for a wait, when the key frees; null for a busy one-shot attempt. Rejects with `req.signal.reason` on abort. */
   acquire(req: AcquireRequest): Promise<MemoryLease | null> {
     req.signal.throwIfAborted();
     const now = this.acquireNow(req);
@@ -138,6 +141,7 @@ export class MemoryLockStore {
     });
   }
 
+  /** `LockBackend.renew`: whether the lease was still this owner's (its expiry then moved `ttlMs` ahead). Never throws. */
   renew(lease: MemoryLease, ttlMs: number): boolean {
     if (lease.kind === 'shared') return this.#renewClaim(lease, ttlMs);
     const state = this.#keys.get(lease.key);
@@ -152,6 +156,7 @@ export class MemoryLockStore {
     return true;
   }
 
+  /** `LockBackend.release`: frees the lease if it is still this owner's, and hands the key to the next waiter. Never throws. */
   release(lease: MemoryLease): void {
     if (lease.kind === 'shared') {
       const state = this.#shared.get(lease.key);
@@ -175,6 +180,18 @@ export class MemoryLockStore {
     if (owner !== lease.owner) return false;
     if (floor > this.#lastToken) this.#lastToken = floor;
     return true;
+  }
+
+  /** See `LockBackend.tokenFloor`. */
+  tokenFloor(raise = 0n): bigint {
+    if (raise > this.#floor) this.#floor = raise;
+    if (raise > this.#lastToken) this.#lastToken = raise;
+    return this.#floor;
+  }
+
+  /** See `LockBackend.tokenCeiling`: the one counter is above every token and floor. */
+  tokenCeiling(): bigint {
+    return this.#lastToken;
   }
 
   /** Forget every holder at once, as a store that lost its data would. Waiters are then granted. */
@@ -389,6 +406,7 @@ function inUse(state: KeyState): boolean {
 /** The table every `memoryBackend()` without an explicit `store` shares: one per process. */
 const processStore = new MemoryLockStore();
 
+/** Options of `memoryBackend`; unknown names are `InvalidArgumentError`. */
 export interface MemoryBackendOptions {
   /** The lock table to use. Default: the process-wide one, so all lockers in a process exclude each other. */
   store?: MemoryLockStore;
@@ -465,6 +483,14 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
 
   async raiseTokenFloor(lease: MemoryLease, floor: bigint): Promise<boolean> {
     return this.store.raiseTokenFloor(lease, floor);
+  }
+
+  async tokenFloor(raise?: bigint): Promise<bigint> {
+    return this.store.tokenFloor(raise);
+  }
+
+  async tokenCeiling(): Promise<bigint> {
+    return this.store.tokenCeiling();
   }
 
   async close(): Promise<void> {

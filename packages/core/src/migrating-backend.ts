@@ -17,6 +17,7 @@ import type { ClaimInfo } from './types.js';
 import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
 import { instance, oneOf, readOptions, required, type Rules } from './options.js';
 import { LeaseKeeper } from './lease-keeper.js';
+import { Once } from './once.js';
 import { raceSignal } from './time.js';
 
 /**
@@ -28,6 +29,7 @@ import { raceSignal } from './time.js';
  */
 export type MigrationPhase = 'from' | 'dual' | 'to';
 
+/** Options of `migratingBackend`: the two stores and this process's phase of the rollout. Unknown names, and stores that cannot migrate, are `InvalidArgumentError`. */
 export interface MigratingBackendOptions {
   /** The store the deployment is leaving. */
   from: LockBackend;
@@ -104,9 +106,10 @@ export class MigratingBackend implements LockBackend {
       ['from', from],
       ['to', to],
     ] as const) {
-      if (typeof backend.raiseTokenFloor !== 'function') {
+      const missing = (['raiseTokenFloor', 'tokenFloor', 'tokenCeiling'] as const).filter((m) => typeof backend[m] !== 'function');
+      if (missing.length > 0) {
         throw new InvalidArgumentError(
-          `${side} (${backend.name}) cannot raise its token floor, so tokens could go backwards across the migration`,
+          `${side} (${backend.name}) has no ${missing.join(', ')}, so tokens could go backwards across the migration`,
         );
       }
     }
@@ -167,6 +170,37 @@ export class MigratingBackend implements LockBackend {
     await this.#releaseDual(lease);
   }
 
+  /**
+   * `LockBackend.tokenFloor`, by phase. In `from` and `to`, the first call lifts the phase's store's
+   * floor above every token the other store has given (`tokenCeiling`), once per process: a
+   * process in a one-store phase starts only when no process of the phase beyond the other side
+   * runs (the runbook's rule: never `from` and `to` at once), so from then on the other store's
+   * tokens grow only through `dual` holders, which raise this store's floor for their key
+   * themselves. That is what keeps tokens rising for a key last held in `from` and next in `to`
+   * (and back, in a rollback), which no `dual` holder ever saw. In `dual`, both stores' floors
+   * (raised alike when asked), the larger. @throws either store's error (the next call tries again).
+   */
+  async tokenFloor(raise?: bigint): Promise<bigint> {
+    if (this.phase === 'dual') {
+      const [a, b] = await Promise.all([this.from.tokenFloor!(raise), this.to.tokenFloor!(raise)]);
+      return a > b ? a : b;
+    }
+    await this.#lifted.run();
+    return this.#single.tokenFloor!(raise);
+  }
+
+  /** `LockBackend.tokenCeiling`: the larger of the two stores', whatever the phase. */
+  async tokenCeiling(): Promise<bigint> {
+    const [a, b] = await Promise.all([this.from.tokenCeiling!(), this.to.tokenCeiling!()]);
+    return a > b ? a : b;
+  }
+
+  /** The one-store phases' lift of their store's floor above the other store's tokens (see `tokenFloor`). */
+  readonly #lifted = new Once(async () => {
+    const [own, other] = this.phase === 'to' ? [this.to, this.from] : [this.from, this.to];
+    await own.tokenFloor!(await other.tokenCeiling!());
+  });
+
   async raiseTokenFloor(lease: Lease, floor: bigint): Promise<boolean> {
     if (!isDual(lease)) return this.#single.raiseTokenFloor!(lease, floor);
     const [first, second] = await Promise.all([
@@ -190,12 +224,20 @@ export class MigratingBackend implements LockBackend {
   }
 
   /**
-   * The store(s) this phase takes locks in. In `dual`, both, merged by owner (a `dual` holder is in
-   * both): its time left is the shorter, unknown if either part is a session; its token is not
-   * shown (`null`): it is the larger of its two grants, and the store that granted the smaller had
-   * its floor lifted, which some stores show in place of their grant. Waiters are known only when
-   * both stores list theirs. @throws as `LockBackend.inspect`, or InvalidArgumentError when a
-   * store cannot inspect.
+   * The store(s) this phase takes locks in. In `dual`, the claims as a user means them, whichever of
+   * the two adjacent phases their processes run: a holder holds the key in `to` (a `dual` or a `to`
+   * process), or in `from` alone while `to` has no place for it (a `from` process, or a `dual` one
+   * between its two steps); an owner that holds `from` and waits in `to` (a `dual` process waiting
+   * for a `to` holder) is a waiter, the first in line: `to`'s waiters come first, then `from`'s.
+   * A mutex's claim in `from` alone is a waiter whenever another owner holds `to`, listed by `to` or
+   * not (a store that lists no waiters, or a wait between two places in `to`'s line): `from` and
+   * `to` processes never run together, and a `dual` holder holds `from` first, so `to`'s holder is
+   * the one holder.
+   * A claim held in both shows the shorter time left, unknown if either part is a session; its
+   * token is not shown (`null`): it is the larger of its two grants, and the store that granted the
+   * smaller had its floor lifted, which some stores show in place of their grant. Waiters are known
+   * only when both stores list theirs. @throws as `LockBackend.inspect`, or InvalidArgumentError
+   * when a store cannot inspect.
    */
   async inspect(key: string, shared: boolean): Promise<StoreView> {
     const read = (backend: LockBackend) => {
@@ -204,19 +246,34 @@ export class MigratingBackend implements LockBackend {
     };
     if (this.phase !== 'dual') return read(this.#single);
     const [a, b] = await Promise.all([read(this.from), read(this.to)]);
-    const merge = (x: readonly ClaimInfo[], y: readonly ClaimInfo[]) => {
-      const byOwner = new Map<string, ClaimInfo>();
-      for (const claim of [...x, ...y]) {
-        const owner = claim.owner ?? randomUUID();
-        const seen = byOwner.get(owner);
-        const left = seen && (seen.ttlLeftMs === null || claim.ttlLeftMs === null ? null : Math.min(seen.ttlLeftMs, claim.ttlLeftMs));
-        byOwner.set(owner, { ...claim, token: null, ...(seen ? { ttlLeftMs: left! } : {}) });
+    const inTo = new Map(b.holders.map((h) => [h.owner, h]));
+    const waitingInTo = new Set((b.waiters ?? []).map((w) => w.owner));
+    const holders = b.holders.map((h) => ({ ...h, token: null }));
+    const firstInLine: ClaimInfo[] = [];
+    for (const claim of a.holders) {
+      const there = claim.owner === null ? undefined : inTo.get(claim.owner);
+      if (there) {
+        // Held in both: one holder, with the shorter time left.
+        const i = holders.findIndex((h) => h.owner === claim.owner);
+        const left = there.ttlLeftMs === null || claim.ttlLeftMs === null ? null : Math.min(there.ttlLeftMs, claim.ttlLeftMs);
+        holders[i] = { ...holders[i]!, ttlLeftMs: left };
+      } else if (waitingInTo.has(claim.owner) || (!shared && b.holders.length > 0)) {
+        firstInLine.push({ ...claim, token: null });
+      } else {
+        holders.push({ ...claim, token: null });
       }
-      return [...byOwner.values()];
-    };
-    const holders = merge(a.holders, b.holders);
+    }
     const held = new Set(holders.map((h) => h.owner));
-    const waiters = a.waiters && b.waiters ? merge(a.waiters, b.waiters).filter((w) => w.owner === null || !held.has(w.owner)) : null;
+    let waiters: ClaimInfo[] | null = null;
+    if (a.waiters && b.waiters) {
+      const seen = new Set<string>();
+      waiters = [];
+      for (const w of [...b.waiters, ...firstInLine, ...a.waiters]) {
+        if (w.owner !== null && (held.has(w.owner) || seen.has(w.owner))) continue;
+        if (w.owner !== null) seen.add(w.owner);
+        waiters.push({ ...w, token: null });
+      }
+    }
     const limit = a.limit ?? b.limit;
     return { holders, waiters, ...(limit === undefined ? {} : { limit }) };
   }

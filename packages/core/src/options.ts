@@ -29,15 +29,23 @@ export type ReadOptions<R> = { -readonly [K in keyof R]?: R[K] extends Rule<infe
 
 /**
  * Reads `raw` (undefined meaning no options) by `rules`: own properties only, each checked by its
- * rule; absent and `undefined` ones are left out. `where` names the call in errors.
- * @throws InvalidArgumentError when `raw` is not a plain object or any option breaks its rule.
+ * rule; absent and `undefined` ones are left out. `where` names the call in errors. The result has
+ * no prototype: an option left out reads as undefined even when someone has put a property of that
+ * name on `Object.prototype` (which every object literal inherits). A name no rule knows is refused,
+ * `undefined` or not: a misspelt option (`timeout` for `timeoutMs`) would otherwise leave its
+ * default in force without a word, and a lock that waits for ever because of a typo is found late.
+ * @throws InvalidArgumentError when `raw` is not a plain object, holds an option no rule knows (the
+ * message names it, and the option it probably meant where one is close), or any option breaks its rule.
  */
 export function readOptions<R extends Record<string, Rule<unknown>>>(raw: unknown, rules: R, where: string): ReadOptions<R> {
-  if (raw === undefined) return {};
+  const out = noPrototype<Record<string, unknown>>();
+  if (raw === undefined) return out as ReadOptions<R>;
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     throw new InvalidArgumentError(`${where} options must be an object, got ${describe(raw)}`);
   }
-  const out: Record<string, unknown> = {};
+  for (const name of Object.keys(raw)) {
+    if (!Object.hasOwn(rules, name)) throw new InvalidArgumentError(unknownOption(name, Object.keys(rules), where));
+  }
   for (const name in rules) {
     const value = own(raw, name);
     if (value !== undefined) out[name] = rules[name]!.check(value, name);
@@ -45,10 +53,66 @@ export function readOptions<R extends Record<string, Rule<unknown>>>(raw: unknow
   return out as ReadOptions<R>;
 }
 
+/**
+ * The message for an option `name` that `where` does not take: it names the option (cut to 64
+ * characters) and, where one of `known` is close, that one: the same but for case, one that starts
+ * with it or with which it starts (`timeout`, `timeoutMs`; `ttl`, `ttlMs`), or one at most two
+ * edits away (`tllMs`, `ttlMs`).
+ */
+export function unknownOption(name: string, known: readonly string[], where: string): string {
+  const shown = name.length > 64 ? `${name.slice(0, 64)}…` : name;
+  const near = closest(name, known);
+  return `${where}: unknown option \`${shown}\`${near === undefined ? '' : `; did you mean \`${near}\`?`}`;
+}
+
+/** The one of `known` closest to `name` (see `unknownOption`), if any is close. */
+function closest(name: string, known: readonly string[]): string | undefined {
+  const lower = name.toLowerCase();
+  let best: string | undefined;
+  let bestScore = Infinity;
+  for (const candidate of known) {
+    const other = candidate.toLowerCase();
+    const prefix =
+      lower.length >= 3 && (other.startsWith(lower) || lower.startsWith(other)) ? Math.abs(other.length - lower.length) : Infinity;
+    const score = Math.min(lower === other ? 0 : Infinity, prefix, editDistance(lower, other, 2));
+    if (score < bestScore) [best, bestScore] = [candidate, score];
+  }
+  return bestScore <= Math.max(2, Math.min(7, Math.floor(name.length / 2))) ? best : undefined;
+}
+
+/** The edit distance of `a` and `b` (insertions, deletions, substitutions), or Infinity once past `limit`. */
+function editDistance(a: string, b: string, limit: number): number {
+  if (Math.abs(a.length - b.length) > limit) return Infinity;
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    if (Math.min(...next) > limit) return Infinity;
+    row = next;
+  }
+  return row[b.length]! <= limit ? row[b.length]! : Infinity;
+}
+
 /** `value` of the option `name`, which must be given. @throws InvalidArgumentError when it is undefined. */
 export function required<T>(value: T | undefined, name: string): T {
   if (value === undefined) throw new InvalidArgumentError(`${name} is required`);
   return value;
+}
+
+/**
+ * An empty object without a prototype, for options read or built here: `{}` inherits whatever
+ * `Object.prototype` holds, so `{}.timeoutMs` is whatever someone put there.
+ */
+export function noPrototype<T extends object>(): Partial<T> {
+  return Object.create(null) as Partial<T>;
+}
+
+/**
+ * `raw`'s own enumerable properties in an object without a prototype: how a function reads an
+ * options bag it does not check with `readOptions` (internal ones built as object literals, say).
+ */
+export function ownProps<T extends object>(raw: T | undefined): Partial<T> {
+  return Object.assign(noPrototype<T>(), raw);
 }
 
 /** `raw[name]` when it is `raw`'s own property, else undefined. */
@@ -228,8 +292,9 @@ export function urlOrClient<C>(
   urlForm: string,
 ): { readonly url: StoreUrl; readonly client?: undefined } | { readonly client: C; readonly url?: undefined } {
   const { url, client } = options;
-  if (client !== undefined && url === undefined) return { client };
-  if (url !== undefined && client === undefined) return { url };
+  // Without a prototype, so that the side not chosen reads as undefined, whatever Object.prototype holds.
+  if (client !== undefined && url === undefined) return Object.assign(noPrototype<{ client: C }>(), { client }) as { client: C };
+  if (url !== undefined && client === undefined) return Object.assign(noPrototype<{ url: StoreUrl }>(), { url }) as { url: StoreUrl };
   throw new InvalidArgumentError(`${where} needs a url (${urlForm}) or a client, not both`);
 }
 

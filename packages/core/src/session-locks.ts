@@ -8,7 +8,7 @@
 import type { AcquireRequest, Lease } from './backend.js';
 import { BackendError, BackendUnavailableError } from './errors.js';
 import { after, noop, race, raceSignal, type Timer } from './time.js';
-import { AGAIN, sleep, waitOnConnections } from './wait.js';
+import { AGAIN, connectionRefused, sleep, waitOnConnections } from './wait.js';
 
 /** A lease held by a session: the connection that holds the lock, and the lock's name on the server. */
 export interface SessionLease<C, L> extends Lease {
@@ -109,6 +109,8 @@ export class SessionLocks<C, L> {
   /** When a connection was last opened (`performance.now()`): the server is up, however slow. */
   #connectedAt = -Infinity;
   readonly #reachedAt = (): number => this.#connectedAt;
+  /** Aborted by `close()`: reads riding out a busy server stop there. */
+  readonly #closing = new AbortController();
 
   /**
    * `connectGraceMs`: how long a wait rides out failures to get a connection (two connect
@@ -131,7 +133,38 @@ export class SessionLocks<C, L> {
    * on a new one. @throws the signal's reason on abort; the dialect's typed error otherwise.
    */
   acquire(req: AcquireRequest): Promise<SessionLease<C, L> | null> {
-    return waitOnConnections(req.wait, req.signal, this.#connectGraceMs, () => this.#attempt(req), this.#reachedAt);
+    return this.#rideOut(req.wait, req.signal, () => this.#attempt(req));
+  }
+
+  /**
+   * `read`, statements sent on the pool (the store's token floor, which core reads before a
+   * locker's first acquisition), made again while they fail for want of a connection, as a wait is
+   * (`acquire`): a server too busy to start every session in time must not fail a wait through its
+   * first read where it would not through the wait itself. Bounded like a wait's grace, which other
+   * connects getting through renew. @throws the typed error of the last failure.
+   */
+  ridingOut<T>(read: () => Promise<T>): Promise<T> {
+    return this.#rideOut(true, this.#closing.signal, read);
+  }
+
+  /**
+   * `attempt` made again while it fails for want of a connection (`waitOnConnections`), except when
+   * the server refused the connection: a server that is not there is down, not busy, and riding
+   * that out is the locker's grace (`LockerOptions.unavailableGraceMs`); this one on top of it made a
+   * wait on a closed port last both graces and more.
+   */
+  async #rideOut<T>(wait: boolean, signal: AbortSignal, attempt: () => Promise<T | typeof AGAIN>): Promise<T> {
+    try {
+      return await waitOnConnections(
+        wait,
+        signal,
+        this.#connectGraceMs,
+        () => attempt().catch((error: unknown) => Promise.reject(connectionRefused(error) ? new Refused(error) : error)),
+        this.#reachedAt,
+      );
+    } catch (error) {
+      throw error instanceof Refused ? error.error : error;
+    }
   }
 
   async #attempt(req: AcquireRequest): Promise<SessionLease<C, L> | null | typeof AGAIN> {
@@ -237,6 +270,7 @@ export class SessionLocks<C, L> {
 
   /** Closes every connection still taken (the server frees their locks); for the backend's `close()`. */
   close(): void {
+    this.#closing.abort(new Error('the backend was closed'));
     for (const connection of [...this.#taken.keys()]) this.#giveBack(connection, new Error('the backend was closed'));
   }
 
@@ -465,4 +499,9 @@ export class BlockedWatch<W> {
         this.#schedule();
       });
   }
+}
+
+/** A failure `SessionLocks` does not ride out, carried past `waitOnConnections` (which forgives only `BackendUnavailableError`). */
+class Refused {
+  constructor(readonly error: unknown) {}
 }

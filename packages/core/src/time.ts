@@ -29,6 +29,7 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** A pending `after()` call. */
 export interface Timer {
+  /** Stops the call from happening; nothing if it already happened. */
   cancel(): void;
 }
 
@@ -117,7 +118,7 @@ function listFor(lists: Map<number, TimerList>, whole: number, unref: boolean): 
  * timeouts would leave megabytes behind; with these at most ~850 delays exist. A timer that fires
  * early finds its head not yet due and re-arms for what is left, which converges in a step or two.
  */
-function nodeDelay(ms: number): number {
+export function nodeDelay(ms: number): number {
   if (ms <= 64) return ms;
   const step = 2 ** (Math.floor(Math.log2(ms)) - 5);
   return Math.floor(ms / step) * step;

@@ -54,7 +54,9 @@ export interface LockerOptions {
   redactKeys?: boolean;
 }
 
+/** Options of one acquisition (`lock`, `withLock`, a semaphore's or read-write lock's waits); unknown names are `InvalidArgumentError`. */
 export interface LockOptions {
+  /** The lease for this acquisition; default the locker's `ttlMs`. Bad values are `InvalidArgumentError` before any I/O. */
   ttlMs?: number;
   /** Give up after this long with `LockTimeoutError`. 0 means one attempt. */
   timeoutMs?: number;
@@ -80,8 +82,11 @@ export interface LockOptions {
   lockDelayMs?: number;
 }
 
+/** Options of one attempt (`tryLock` and the `try…` methods); unknown names are `InvalidArgumentError`. */
 export interface TryLockOptions {
+  /** As `LockOptions.ttlMs`. */
   ttlMs?: number;
+  /** Abort the attempt; it then rejects with `signal.reason`. */
   signal?: AbortSignal;
   /** As `LockOptions.lockDelayMs`. */
   lockDelayMs?: number;
@@ -187,6 +192,7 @@ export interface Inspection {
   readonly limit?: number;
 }
 
+/** The read-write lock of one key (`Locker.readWriteLock`): many readers or one writer at a time. Its methods fail as `Locker.lock()` does. */
 export interface ReadWriteLock {
   readonly key: string;
   /** Wait for a read lock. @throws as `Locker.lock()`, and SelfDeadlockError inside `withRead` or `withWrite` of this key (not reentrant). */
@@ -208,6 +214,7 @@ export interface ReadWriteLock {
   inspect(): Promise<Inspection>;
 }
 
+/** The locks, semaphores and read-write locks of one backend (`createLocker`). Every method fails with typed errors, as each one says; none reports a key held when it is not. */
 export interface Locker extends AsyncDisposable {
   /**
    * Wait until `key` is granted. Settles by `timeoutMs` however the store behaves; a grant that
@@ -272,9 +279,9 @@ export interface Locker extends AsyncDisposable {
    * (its `signal` aborts with `LockLostError`) and may still be running until then: only fencing
    * tokens protect what it writes. Resolves whether `owner` held a claim that is now gone; a
    * waiting claim is left alone. Settles within the operation timeout.
-   * @throws InvalidArgumentError (before any I/O) for a bad key or owner, or a backend that cannot
-   * free another client's claim (a lock held by a server session: MySQL's and PostgreSQL's session
-   * modes); LockerClosedError; BackendUnavailableError; BackendError.
+   * @throws InvalidArgumentError (before any I/O) for a bad key, owner or option (an unknown one
+   * too), or a backend that cannot free another client's claim (a lock held by a server session:
+   * MySQL's and PostgreSQL's session modes); LockerClosedError; BackendUnavailableError; BackendError.
    */
   forceRelease(key: string, owner: string, options?: { shared?: boolean }): Promise<boolean>;
   /**

@@ -1,5 +1,6 @@
 import type { Lease } from './backend.js';
 import { BackendUnavailableError, LockerClosedError } from './errors.js';
+import { ownProps } from './options.js';
 import { noop, settleWithin } from './time.js';
 
 /**
@@ -24,6 +25,7 @@ export class ReleaseNotifier {
     };
   }
 
+  /** Calls the listeners of `key` (with the owner the release addresses, if any). Never throws. */
   notify(key: string, owner?: string): void {
     const set = this.#listeners.get(key);
     if (set) for (const listener of [...set]) listener(owner);
@@ -138,8 +140,9 @@ export async function pollForLease<L extends Lease>(
   signal: AbortSignal,
   attempt: () => Promise<L | null | typeof POLL_SOON>,
   onAbandon: (lease: L) => Promise<void>,
-  options: PollOptions = {},
+  given?: PollOptions,
 ): Promise<L> {
+  const options = ownProps(given);
   const min = options.minDelayMs ?? 5;
   const max = options.maxDelayMs ?? 250;
   const grace = new UnavailableGrace(options.unavailableGraceMs);
@@ -164,6 +167,9 @@ export async function pollForLease<L extends Lease>(
         grace.succeeded();
       } catch (error) {
         if (signal.aborted) throw error;
+        // A server that refused the connection is down, not slow: that is the locker's grace to
+        // ride out (LockerOptions.unavailableGraceMs); this one inside it would add its own.
+        if (connectionRefused(error)) throw error;
         grace.failed(error, startedAt);
         lease = null;
       }
@@ -251,6 +257,7 @@ export class UnavailableGrace {
     this.#reachedAt = reachedAt;
   }
 
+  /** Ends a row of failures: an attempt reached the store. */
   succeeded(): void {
     this.#since = undefined;
   }
@@ -405,4 +412,19 @@ export class InFlight {
     if (this.#pending === 0) return;
     await settleWithin(new Promise<void>((resolve) => this.#onIdle.push(resolve)), this.#answerWithinMs);
   }
+}
+
+/** The socket error codes of a connection no server took: nothing listens there, or no route leads there. */
+const REFUSALS = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+/**
+ * Whether `error`, or an error it was caused by, is a connection no server took. A backend's own
+ * loops that ride out failures (`pollForLease`, session-mode waits) leave those to the locker's
+ * grace, which is the one bound on how long a wait rides out a store that is down.
+ */
+export function connectionRefused(error: unknown, depth = 0): boolean {
+  if (!(error instanceof Error) || depth > 4) return false;
+  if (REFUSALS.has(String((error as { code?: unknown }).code))) return true;
+  const inner = error instanceof AggregateError ? error.errors : [];
+  return [error.cause, ...inner].some((e) => connectionRefused(e, depth + 1));
 }

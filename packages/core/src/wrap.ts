@@ -15,6 +15,8 @@ const MEMBERS = {
   renew: 'call',
   release: 'call',
   raiseTokenFloor: 'call',
+  tokenFloor: 'call',
+  tokenCeiling: 'call',
   inspect: 'call',
   forceRelease: 'call',
   close: 'call',

@@ -88,7 +88,9 @@ describe('Locker.forceRelease', () => {
     ];
     const held = await a.lock('k');
     const waiting = b.lock('k');
-    const seen = await operator.inspect('k');
+    // Queued once its locker has read the store's token floor (a turn or two).
+    let seen = await operator.inspect('k');
+    while (seen.waiters!.length === 0) seen = await new Promise<void>((resolve) => setImmediate(resolve)).then(() => operator.inspect('k'));
     const waiter = seen.waiters![0]!.owner!;
     expect(await operator.forceRelease('k', waiter)).toBe(false);
     expect((await operator.inspect('k')).waiters!.map((w) => w.owner)).toEqual([waiter]);

@@ -60,7 +60,9 @@ describe('migratingBackend: bad input', () => {
       name: 'x',
       capabilities: to.capabilities,
     };
-    expect(() => migratingBackend({ from, to: withoutFloor as LockBackend, phase: 'to' })).toThrow(/cannot raise its token floor/);
+    expect(() => migratingBackend({ from, to: withoutFloor as LockBackend, phase: 'to' })).toThrow(
+      /to \(x\) has no raiseTokenFloor, tokenFloor, tokenCeiling, so tokens could go backwards/,
+    );
     expect(() => migratingBackend(undefined as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
   });
 
@@ -73,6 +75,8 @@ describe('migratingBackend: bad input', () => {
       release: fifo.release.bind(fifo),
       close: fifo.close.bind(fifo),
       raiseTokenFloor: fifo.raiseTokenFloor.bind(fifo),
+      tokenFloor: fifo.tokenFloor.bind(fifo),
+      tokenCeiling: fifo.tokenCeiling.bind(fifo),
       name: 'fake',
       capabilities: { ...fifo.capabilities, ...caps },
     });
@@ -172,6 +176,8 @@ function recording(store: MemoryLockStore, log: string[], name: string) {
     renew: (lease: MemoryLease, ttl: number) => (log.push(`${name}.renew`), inner.renew(lease, ttl)),
     release: (lease) => (log.push(`${name}.release`), inner.release(lease)),
     raiseTokenFloor: (lease, floor) => (log.push(`${name}.raise`), inner.raiseTokenFloor(lease, floor)),
+    tokenFloor: (raise) => inner.tokenFloor(raise),
+    tokenCeiling: () => inner.tokenCeiling(),
     close: () => inner.close(),
   };
   return { backend, state };
