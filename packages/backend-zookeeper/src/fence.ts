@@ -1,15 +1,28 @@
 // Fenced writes in ZooKeeper: each resource is one persistent node holding `<token> <value>`. A
 // write reads the node, refuses a lower token, and sets the data only at the version it read
-// (a conditional setData in a multi-op): a write that slipped in between changes the version, so
-// the set fails and the write looks again. A first write creates the node; a lost race to create
-// it looks again too.
-import { BackendError, StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
-import { checkFencedWrite, checkResource, count, MAX_TIMER_MS, ms, readOptions, required, url, type Rules } from '@deadbolt/core/backend';
+// (a conditional setData in a multi-op, the version exact even at the node's first, 0): a write
+// that slipped in between changes the version, so the set fails and the write looks again, after a
+// short random pause that spreads writers out, until the write's deadline. A first write creates
+// the node; a lost race to create it looks again too.
+import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
+import {
+  checkResource,
+  count,
+  MAX_TIMER_MS,
+  ms,
+  readOptions,
+  required,
+  runFencedWrite,
+  sleep,
+  url,
+  type Rules,
+} from '@deadbolt/core/backend';
 import { call, ensurePath } from './nodes.js';
 import type { Session, ZooKeeperSessions } from './sessions.js';
 import { Code, CreateMode, type Stat } from './zookeeper-client.js';
 import { openSessions, pathRule } from './zookeeper-backend.js';
 
+/** Options of `zookeeperFence`: where the fenced resources are kept. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface ZooKeeperFenceOptions {
   /** `zookeeper://[user:password@]host:port[,host:port...][/chroot]`. The fence opens and closes its own session. */
   url: string;
@@ -43,12 +56,19 @@ export class ZooKeeperFence implements Fence {
     this.#sessionTimeoutMs = options.sessionTimeoutMs ?? 4000;
   }
 
-  async write(resource: string, token: bigint, value: string): Promise<void> {
-    checkFencedWrite(resource, token, value);
+  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
+    await runFencedWrite('zookeeper', { resource, token, value, options }, (deadline) => this.#write(resource, token, value, deadline));
+  }
+
+  async #write(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
     const path = this.#pathFor(resource);
     const data = Buffer.from(`${token} ${value}`, 'utf8');
     await this.#on(async (session) => {
-      for (let attempt = 0; attempt < 100; attempt++) {
+      for (let conflicts = 0; ; conflicts++) {
+        // A lost race: the writer that won is on its way; wait up to a few ms (more after each
+        // loss), so that a crowd of writers does not look again in step and lose again together.
+        if (conflicts > 0) await sleep(Math.random() * Math.min(2 ** conflicts, 50), deadline);
+        deadline.throwIfAborted();
         const held = await this.#get(session, path, 'fenced write');
         if (!held) {
           await ensurePath(session, this.#root);
@@ -63,7 +83,6 @@ export class ZooKeeperFence implements Fence {
         const set = await call(session, 'fenced write', (cb) => multi.commit(cb), [Code.BAD_VERSION, Code.NO_NODE]);
         if (set) return;
       }
-      throw new BackendError('zookeeper', 'fenced write', { cause: new Error(`${path} kept changing under 100 attempts to write it`) });
     });
   }
 

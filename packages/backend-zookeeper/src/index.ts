@@ -1,3 +1,4 @@
+/** @module @deadbolt/zookeeper */
 export {
   ZooKeeperBackend,
   zookeeperBackend,

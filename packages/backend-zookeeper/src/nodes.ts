@@ -85,7 +85,7 @@ export async function joinShared(session: Session, parent: string, name: string,
     const multi = session.client.transaction();
     if (!listing) {
       await ensurePath(session, parent.slice(0, parent.lastIndexOf('/')));
-      multi.create(parent, data, CreateMode.PERSISTENT).setData(parent, data, -1);
+      multi.create(parent, data, CreateMode.PERSISTENT);
     } else {
       const [children, stat] = listing;
       const claims = children.filter((n) => n.startsWith(NODE_PREFIX)).sort(bySequence);
@@ -95,12 +95,7 @@ export async function joinShared(session: Session, parent: string, name: string,
         if (limit !== shared.limit) throw new LimitMismatchError(shared.key, limit, shared.limit);
         multi.check(`${parent}/${newest}`, -1);
       } else if (children.length === 0) {
-        // Version 0 would read as "any" (see Transaction): made anew, the node is at version 1.
-        multi.remove(parent, stat!.version).create(parent, data, CreateMode.PERSISTENT).setData(parent, data, -1);
-      } else if (stat!.version === 0) {
-        // Only token floors under it, and a version that a multi-op would read as "any": move it on, look again.
-        await call(session, 'acquire', (cb) => session.client.transaction().setData(parent, data, -1).commit(cb), [Code.NO_NODE]);
-        continue;
+        multi.remove(parent, stat!.version).create(parent, data, CreateMode.PERSISTENT);
       } else {
         multi.setData(parent, data, stat!.version);
       }

@@ -4,6 +4,7 @@
 import { setMaxListeners } from 'node:events';
 import type { Socket } from 'node:net';
 import { BackendError, BackendUnavailableError, LockerClosedError } from '@deadbolt/core';
+import { connectionRefused } from '@deadbolt/core/backend';
 import { createClient, type ZooKeeperClient } from './zookeeper-client.js';
 
 /** The backend's name, for errors. */
@@ -109,12 +110,23 @@ export class ZooKeeperSessions {
   }
 
   #connect(ttlMs: number): Session {
-    const client = createClient(this.#hosts, { sessionTimeout: ttlMs, spinDelay: 100, retries: 0 });
+    // Before the session: every server refusing the connection (a closed port, a host that is
+    // down: core's `connectionRefused`) fails the connect at once with the socket's error, rather
+    // than at the timeout without it. Other socket errors (a reset) wait for the timeout.
+    const servers = this.#hosts.split('/')[0]!.split(',').length;
+    let connected = false;
+    let closed = false;
+    let failConnect: ((error: Error) => void) | undefined;
+    let refused = 0;
+    let lastSocketError: Error | undefined;
+    const client = createClient(this.#hosts, { sessionTimeout: ttlMs, spinDelay: 100, retries: 0 }, (error) => {
+      lastSocketError = error;
+      if (!connected && connectionRefused(error) && ++refused >= servers)
+        failConnect?.(new BackendUnavailableError(NAME, 'connect', { cause: error }));
+    });
     if (this.#auth) client.addAuthInfo('digest', this.#auth);
     const controller = new AbortController();
     setMaxListeners(0, controller.signal); // every lock and waiter on the session listens to it
-    let connected = false;
-    let closed = false;
     const stopWatchdog = cutWhenSilent(client, (2 * ttlMs) / 3, () => connected);
     const close = () => {
       if (closed) return;
@@ -139,10 +151,11 @@ export class ZooKeeperSessions {
         close(); // the handshake never finished: no session to let expire
         reject(error);
       };
-      const timer = setTimeout(
-        () => fail(new BackendUnavailableError(NAME, 'connect', { cause: new Error(`no session within ${this.#connectTimeoutMs} ms`) })),
-        this.#connectTimeoutMs,
-      );
+      failConnect = fail;
+      const timer = setTimeout(() => {
+        const last = lastSocketError ? ` (last socket error: ${lastSocketError.message})` : '';
+        fail(new BackendUnavailableError(NAME, 'connect', { cause: new Error(`no session within ${this.#connectTimeoutMs} ms${last}`) }));
+      }, this.#connectTimeoutMs);
       client.once('connected', () => {
         const granted = client.getSessionTimeout();
         if (granted !== ttlMs) {

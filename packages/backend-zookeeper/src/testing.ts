@@ -1,3 +1,4 @@
+/** @module @deadbolt/zookeeper/testing */
 // @deadbolt/zookeeper/testing: what tests, the benchmark and fault drills read of a backend that is
 // not its API: its sessions (to expire one) and where a lock's nodes live.
 import type { ZooKeeperSession } from './sessions.js';

@@ -29,6 +29,7 @@ import {
   claimOf,
   createNode,
   EMPTY,
+  ensurePath,
   FLOOR_PREFIX,
   gone,
   joinShared,
@@ -44,6 +45,7 @@ import { Code, CreateMode, NODE_DELETED, zxidOf, type Stat } from './zookeeper-c
 export { bySequence, ownerOf, sequenceOf } from './nodes.js';
 export type { ZooKeeperSession } from './sessions.js';
 
+/** Options of `zookeeperBackend`: where the store is (a URL or a client of yours) and how to use it. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface ZooKeeperBackendOptions {
   /**
    * `zookeeper://[user:password@]host:port[,host:port...][/chroot]`. The backend opens and closes
@@ -400,6 +402,72 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
       const mine = (await children(session, parent, 'force release')).queue.filter((name) => ownerOf(name) === owner);
       for (const name of mine) await remove(session, `${parent}/${name}`);
       return mine.length > 0;
+    });
+  }
+
+  /**
+   * See `LockBackend.tokenFloor`: the data of `<root>/#floor` (no key's node is named with `#`),
+   * set at the version read, so two raises at once both count.
+   */
+  tokenFloor(raise = 0n): Promise<bigint> {
+    const path = `${this.#root}/#floor`;
+    return this.#borrowing(async (session) => {
+      for (;;) {
+        const got = await call<{ data: Buffer | undefined; stat: Stat }>(
+          session,
+          'token floor',
+          (cb) => session.client.getData(path, undefined, (error, data, stat) => cb(error, { data, stat })),
+          [Code.NO_NODE],
+        );
+        const floor = got ? BigInt((got.data ?? EMPTY).toString() || '0') : 0n;
+        if (raise <= floor) return floor;
+        const data = Buffer.from(raise.toString());
+        if (!got) {
+          await ensurePath(session, this.#root);
+          const made = await call(session, 'token floor', (cb) => session.client.create(path, data, CreateMode.PERSISTENT, cb), [
+            Code.NODE_EXISTS,
+          ]);
+          if (made) return raise;
+        } else {
+          const set = await call(
+            session,
+            'token floor',
+            (cb) => session.client.transaction().setData(path, data, got.stat.version).commit(cb),
+            [Code.BAD_VERSION, Code.NO_NODE],
+          );
+          if (set) return raise;
+        }
+      }
+    });
+  }
+
+  /**
+   * See `LockBackend.tokenCeiling`: a token is a node's creation zxid plus its key's offset, so the
+   * zxid of a node made now plus the largest offset of any key (each key node's `floor-` children),
+   * or the floor if that is higher. Reads every key node under the root.
+   */
+  tokenCeiling(): Promise<bigint> {
+    return this.#borrowing(async (session) => {
+      await ensurePath(session, this.#root);
+      const probe = await call<string>(session, 'token ceiling', (cb) =>
+        session.client.create(`${this.#root}/#zxid-`, EMPTY, CreateMode.EPHEMERAL_SEQUENTIAL, cb),
+      );
+      const stat = await call<Stat | null>(session, 'token ceiling', (cb) => session.client.exists(probe!, undefined, cb));
+      await remove(session, probe!);
+      const list = async (path: string) =>
+        (await call<string[]>(session, 'token ceiling', (cb) => session.client.getChildren(path, undefined, cb), [Code.NO_NODE])) ?? [];
+      const keyNodes = [
+        ...(await list(this.#root)).filter((name) => !name.startsWith('#')).map((name) => `${this.#root}/${name}`),
+        ...(await list(`${this.#root}/#shared`)).map((name) => `${this.#root}/#shared/${name}`),
+      ];
+      let offset = 0n;
+      for (let i = 0; i < keyNodes.length; i += 100) {
+        const read = await Promise.all(keyNodes.slice(i, i + 100).map((node) => children(session, node, 'token ceiling')));
+        for (const { offset: o } of read) if (o > offset) offset = o;
+      }
+      const ceiling = zxidOf(stat!) + offset;
+      const floor = await this.tokenFloor();
+      return ceiling > floor ? ceiling : floor;
     });
   }
 

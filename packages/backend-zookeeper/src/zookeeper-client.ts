@@ -30,13 +30,17 @@ export interface ZooKeeperClient {
   addAuthInfo(scheme: string, auth: Buffer): void;
   /**
    * Not part of the library's documented API (checked on 1.1.x): the object that owns the socket.
-   * `createClient` guards its reader and `cutWhenSilent` watches its socket; both do nothing if a
-   * later version has none.
+   * `createClient` guards its reader and hears its socket errors, and `cutWhenSilent` watches its
+   * socket; each does nothing if a later version has none.
    */
   readonly connectionManager?: ConnectionManager;
 }
 
-/** Versions: -1 is any version. node-zookeeper-client reads 0 as -1 too (`version || -1`). */
+/**
+ * A multi-op. Versions are exact, 0 included, and -1 is any version: `createClient` makes it so
+ * (node-zookeeper-client's own reads `version || -1`, so a node at its first version, 0, would
+ * match anything and a conditional write would be unconditional).
+ */
 export interface Transaction {
   check(path: string, version?: number): Transaction;
   create(path: string, data: Buffer, mode: number): Transaction;
@@ -85,8 +89,10 @@ const zookeeper = createRequire(import.meta.url)('node-zookeeper-client') as Zoo
  * cuts the connection instead, which the client treats as a connection loss (its requests fail
  * with CONNECTION_LOSS, and a closing client stops).
  */
-export function createClient(connectionString: string, options: ClientOptions): ZooKeeperClient {
+export function createClient(connectionString: string, options: ClientOptions, onSocketError?: (error: Error) => void): ZooKeeperClient {
   const client = zookeeper.createClient(connectionString, options);
+  const transaction = client.transaction.bind(client);
+  client.transaction = () => exactVersions(transaction());
   const manager = client.connectionManager;
   const read = manager?.onSocketData;
   if (manager && typeof read === 'function') {
@@ -99,12 +105,45 @@ export function createClient(connectionString: string, options: ClientOptions): 
       }
     };
   }
+  // The library drops a socket's error (it only tries the next server); `onSocketError` hears it,
+  // so that a refused connection can be told apart from a server that does not answer.
+  const dropped = manager?.onSocketError;
+  if (manager && onSocketError && typeof dropped === 'function') {
+    manager.onSocketError = function (this: ConnectionManager, error: Error) {
+      onSocketError(error);
+      dropped.call(this, error);
+    };
+  }
   return client;
+}
+
+/**
+ * `transaction` with exact versions: each versioned operation is added as the library adds it, then
+ * given back the version asked for (the library stores `version || -1` in the operation it queues,
+ * `ops`, which `commit` sends as it is). Checked on 1.1.x; a library without `ops` is refused at the
+ * first multi-op rather than sending writes that would match any version.
+ */
+function exactVersions(raw: Transaction): Transaction {
+  const ops = (raw as Transaction & { ops?: { version?: number }[] }).ops;
+  if (!Array.isArray(ops))
+    throw new Error('node-zookeeper-client: a transaction without its list of operations cannot carry exact versions');
+  const exact = (version: number | undefined) => {
+    if (version !== undefined) ops.at(-1)!.version = version;
+  };
+  const tx: Transaction = {
+    check: (path, version) => (raw.check(path, version), exact(version), tx),
+    create: (path, data, mode) => (raw.create(path, data, mode), tx),
+    setData: (path, data, version) => (raw.setData(path, data, version), exact(version), tx),
+    remove: (path, version) => (raw.remove(path, version), exact(version), tx),
+    commit: (cb) => raw.commit(cb),
+  };
+  return tx;
 }
 
 /** The parts of node-zookeeper-client's connection manager this package uses. */
 export interface ConnectionManager {
   onSocketData?: (buffer: Buffer) => void;
+  onSocketError?: (error: Error) => void;
   pendingBuffer: Buffer | null;
   socket?: Socket;
 }
