@@ -37,7 +37,9 @@ export function openRedis(
     // Fail a command after one reconnect attempt instead of queueing it while Redis is down:
     // the caller gets BackendUnavailableError, never an endless wait.
     maxRetriesPerRequest: 1,
-    lazyConnect: false,
+    // Nothing is opened until the first command: a backend made and never used, or made for a
+    // locker that refused its options, must not keep the process alive.
+    lazyConnect: true,
   };
   let client: Redis | Cluster;
   const nodes = (defaultPort: number) =>
@@ -58,6 +60,7 @@ export function openRedis(
   } else if (o.cluster) {
     client = new Cluster(nodes(6379), {
       slotsRefreshTimeout: o.connectTimeout,
+      lazyConnect: true,
       ...o.clusterOptions,
       redisOptions: { ...connection, ...auth },
     });

@@ -2,13 +2,14 @@
 // last value, and a write is one script that compares and sets, so nothing runs between the check
 // and the write. Tokens are compared as decimal text (length first), exactly at any size: a Lua
 // number would round above 2^53.
-import { StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
-import { checkFencedWrite, checkResource, flag, ms, readOptions, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
+import { checkResource, flag, ms, readOptions, runFencedWrite, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import type { Cluster, Redis } from 'ioredis';
 import { closeRedis, openRedis } from './connection.js';
 import { redisOptionRules } from './redis-backend.js';
 import { RedisStore, Script } from './store.js';
 
+/** Options of `redisFence`: where the fenced resources are kept. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface RedisFenceOptions {
   /** `redis://[user:password@]host:port[/db]`: the fence makes (and closes) a client of its own. */
   url?: string;
@@ -73,10 +74,11 @@ export class RedisFence implements Fence {
     });
   }
 
-  async write(resource: string, token: bigint, value: string): Promise<void> {
-    checkFencedWrite(resource, token, value);
-    const held = await this.#store.eval('fenced write', FENCED_WRITE, [this.#prefix + resource], [token.toString(), value]);
-    if (held !== null) throw new StaleTokenError(resource, token, BigInt(held as string));
+  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
+    await runFencedWrite('redis', { resource, token, value, options }, async () => {
+      const held = await this.#store.eval('fenced write', FENCED_WRITE, [this.#prefix + resource], [token.toString(), value]);
+      if (held !== null) throw new StaleTokenError(resource, token, BigInt(held as string));
+    });
   }
 
   async read(resource: string): Promise<FencedValue | null> {

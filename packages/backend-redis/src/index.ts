@@ -1,3 +1,4 @@
+/** @module @deadbolt/redis */
 export {
   RedisBackend,
   redisBackend,

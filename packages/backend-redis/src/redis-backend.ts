@@ -27,6 +27,7 @@ import { MAX_EXACT_TOKEN, RedisStore, type RedisKeys } from './store.js';
 
 export type { RedisKeys, RedisLease };
 
+/** Options of `redisBackend`: where the store is (a URL or a client of yours) and how to use it. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface RedisBackendOptions {
   /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
   url?: string;
@@ -245,6 +246,19 @@ export class RedisBackend implements LockBackend<RedisLease> {
     }
     if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
     return (lease.kind === 'shared' ? this.#shared : this.#mutex).raiseTokenFloor(lease, floor);
+  }
+
+  /** See `LockBackend.tokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */
+  tokenFloor(raise = 0n): Promise<bigint> {
+    return this.#store.tokenFloor(raise);
+  }
+
+  /**
+   * See `LockBackend.tokenCeiling`: SCANs every token counter under the prefix. A Redis that
+   * restarts empty forgets counters and floors alike; its tokens then go on from its clock.
+   */
+  tokenCeiling(): Promise<bigint> {
+    return this.#store.tokenCeiling();
   }
 
   async close(): Promise<void> {

@@ -24,6 +24,7 @@ import { Redis } from 'ioredis';
 import { RedisBackend, storeOf, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
 import type { RedisStore } from './store.js';
 
+/** Options of `redlockBackend`; unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface RedlockBackendOptions {
   /**
    * The independent Redis nodes (not replicas of each other, not one cluster): `redis://` urls,
@@ -50,6 +51,7 @@ export interface RedlockBackendOptions {
   allowEviction?: boolean;
 }
 
+/** A Redlock grant: a majority of the nodes' leases, its token the largest of theirs. */
 export interface RedlockLease extends Lease {
   /** Each node's lease, where that node granted (index = node). */
   readonly parts: readonly (RedisLease | undefined)[];
@@ -246,6 +248,31 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     if (outcomes.filter((o) => 'ok' in o).length >= this.#quorum) return true;
     this.#failIfDown(outcomes, 'raise token floor');
     return false;
+  }
+
+  /**
+   * `LockBackend.tokenFloor` on every node: raised where asked on each, and the largest a majority
+   * answered (a floor raised through this backend reached a majority, which any majority meets).
+   * @throws BackendUnavailableError when a majority does not answer.
+   */
+  async tokenFloor(raise?: bigint): Promise<bigint> {
+    return this.#largest(await this.#onNodes(this.#everyNode, (node) => node.tokenFloor(raise), false), 'token floor');
+  }
+
+  /**
+   * `LockBackend.tokenCeiling`: the largest of a majority's (each Redlock token was lifted on a
+   * majority, which any majority meets). @throws BackendUnavailableError when a majority does not answer.
+   */
+  async tokenCeiling(): Promise<bigint> {
+    return this.#largest(await this.#onNodes(this.#everyNode, (node) => node.tokenCeiling(), false), 'token ceiling');
+  }
+
+  /** The largest number of those a majority answered. */
+  #largest(outcomes: Outcome<bigint>[], operation: string): bigint {
+    this.#failIfDown(outcomes, operation);
+    let largest = 0n;
+    for (const o of outcomes) if ('ok' in o && o.ok > largest) largest = o.ok;
+    return largest;
   }
 
   /**

@@ -357,6 +357,20 @@ end
 return 1
 `;
 
+/**
+ * KEYS: 1 the store's token floor (`LockBackend.tokenFloor`). ARGV: 1 the floor to raise it to
+ * (decimal, '0' to read). Returns the floor as it stands. Kept without an expiry: it bounds the
+ * tokens of keys nobody has used yet, however long they wait.
+ */
+export const TOKEN_FLOOR = `
+local floor = redis.call('GET', KEYS[1]) or '0'
+if tonumber(ARGV[1]) > tonumber(floor) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return ARGV[1]
+end
+return floor
+`;
+
 /*
  * Shared claims (semaphores, read-write locks; the rule in core's `SharedRequest`). KEYS: 1 claims
  * (owner → token, which is also the arrival order), 2 token counter, 3 expiries (owner → ms), 4

@@ -18,8 +18,10 @@ import {
   SHARED_RAISE_FLOOR,
   SHARED_RELEASE,
   SHARED_RENEW,
+  TOKEN_FLOOR,
 } from './scripts.js';
 
+/** The Redis keys of one lock (a `RedisLease`'s `keys`): its holder, its fencing-token counter, its FIFO queue and the queue's deadlines. */
 export interface RedisKeys {
   readonly lock: string;
   readonly token: string;
@@ -56,6 +58,9 @@ const HANDED_KEPT = 1024;
 const NO_ARGS: string[] = [];
 const AS_TEXT = { replyEncoding: 'utf8' } as const;
 
+const maxOf = (a: bigint, b: bigint) => (a > b ? a : b);
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
 /** Sets `key` in `map`, first dropping the oldest entry when the map already holds `limit`. */
 function keepNewest<K, V>(map: Map<K, V>, key: K, value: V, limit: number): void {
   if (map.size >= limit) map.delete(map.keys().next().value!);
@@ -81,6 +86,7 @@ export const scripts = {
   sharedRaiseFloor: new Script(SHARED_RAISE_FLOOR),
   inspect: new Script(INSPECT),
   sharedInspect: new Script(SHARED_INSPECT),
+  tokenFloor: new Script(TOKEN_FLOOR),
 };
 
 export interface RedisStoreOptions {
@@ -202,6 +208,54 @@ export class RedisStore {
     return keys;
   }
 
+  /**
+   * `LockBackend.tokenFloor`: the store-wide floor, kept in `<prefix>token-floor` (no lock's key has
+   * that form: they all go on with `{`). @throws BackendError for a floor beyond 2^53 (Redis's Lua
+   * numbers are doubles); typed errors.
+   */
+  async tokenFloor(raise: bigint): Promise<bigint> {
+    if (raise > MAX_EXACT_TOKEN) {
+      throw new BackendError(this.name, 'token floor', {
+        cause: new Error(`a token floor of ${raise} is beyond 2^53, which Redis's Lua numbers cannot hold exactly`),
+      });
+    }
+    return BigInt((await this.eval('token floor', scripts.tokenFloor, [`${this.prefix}token-floor`], [raise.toString()])) as string);
+  }
+
+  /**
+   * `LockBackend.tokenCeiling`: the largest of every primary's clock (in µs: tokens are never
+   * below it), the store's floor, and every token counter under the prefix, mutex and shared (a
+   * SCAN of the primaries: a lifted counter can stand above the clock). @throws typed errors
+   */
+  async tokenCeiling(): Promise<bigint> {
+    const counter = new RegExp(`^${escapeRegExp(this.prefix)}\\{[A-Za-z0-9_-]{22}\\}s?token:`);
+    let ceiling = await this.tokenFloor(0n);
+    try {
+      if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
+      const primaries = this.client instanceof Cluster ? this.client.nodes('master') : [this.client];
+      for (const node of primaries) {
+        const [seconds, micros] = (await node.time()).map(String);
+        ceiling = maxOf(ceiling, BigInt(seconds!) * 1_000_000n + BigInt(micros!));
+        let cursor = '0';
+        do {
+          const [next, keys] = await node.scan(cursor, 'MATCH', `${this.prefix.replace(/[*?[\]\\]/g, '\\$&')}{*`, 'COUNT', 1000);
+          cursor = next;
+          const counters = keys.filter((k) => counter.test(k));
+          if (counters.length === 0) continue;
+          const pipeline = node.pipeline();
+          for (const k of counters) pipeline.get(k);
+          for (const [error, value] of (await pipeline.exec()) ?? []) {
+            if (error) throw error;
+            if (typeof value === 'string' && /^\d+$/.test(value)) ceiling = maxOf(ceiling, BigInt(value));
+          }
+        } while (cursor !== '0');
+      }
+    } catch (error) {
+      throw this.failure('token ceiling', error);
+    }
+    return ceiling;
+  }
+
   /** EVALSHA of `script` on a lock's four keys, then `moreKeys` (see `eval`). @throws typed errors */
   run(operation: string, script: Script, keys: RedisKeys, args: string[], moreKeys?: string[]): Promise<unknown> {
     const { lock, token, queue, deadlines } = keys;
@@ -288,13 +342,23 @@ export class RedisStore {
       const done = (error?: Error) => {
         clearTimeout(timer);
         cluster.off('ready', onReady);
+        cluster.off('error', onError);
         if (error) reject(error);
         else resolve();
       };
       const onReady = () => done();
+      // The client could reach no node to learn the slots from (ioredis tries again by itself, and
+      // keeps failing while none is there): fail now, with its reason, rather than at the timeout.
+      const onError = (error: Error & { lastNodeError?: Error }) => {
+        const node = error.lastNodeError ? ` (${error.lastNodeError.message})` : '';
+        done(new Error(`no Redis Cluster node could be reached: ${error.message}${node}`, { cause: error }));
+      };
       const timer = setTimeout(() => done(new Error(`no Redis Cluster node answered within ${connectTimeoutMs} ms`)), connectTimeoutMs);
       cluster.on('ready', onReady);
+      cluster.on('error', onError);
       if (cluster.status === 'ready') done();
+      // A lazy client (ours are) finds the cluster when asked to; a failure shows as no 'ready' in time.
+      else if (cluster.status === 'wait') cluster.connect().catch(() => undefined);
     });
   }
 

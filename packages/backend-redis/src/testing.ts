@@ -1,3 +1,4 @@
+/** @module @deadbolt/redis/testing */
 // @deadbolt/redis/testing: what tests, the benchmark and fault drills read of a backend that is not
 // its API: the Redis keys where a lock lives, to read or break them directly.
 import { storeOf, type RedisBackend } from './redis-backend.js';
