@@ -36,12 +36,13 @@ export type { CassandraLease } from './store.js';
  */
 export type CassandraAlgorithm = 'queue' | 'shadow' | 'lwt';
 
+/** Options of `cassandraBackend`: where the store is (a URL or a client of yours) and how to use it. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface CassandraBackendOptions {
   /** `cassandra://host[:port][,host[:port]…]/keyspace`. The backend makes and closes its client. */
   url?: string;
   /** Your own cassandra-driver client instead of `url`; `close()` leaves it open. Needs `keyspace`. */
   client?: Client;
-  /** Keyspace of the lock tables (with `client`; with `url` it is the URL's path). Default `deadbolt`. */
+  /** Keyspace of the lock tables: with `client`, or with a `url` without a path (a url whose path names another keyspace is refused). Default `deadbolt`. */
   keyspace?: string;
   /** Default `queue`. */
   algorithm?: CassandraAlgorithm;
@@ -191,7 +192,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       semaphore: true,
       readWrite: true,
     };
-    let keyspace = options.keyspace ?? 'deadbolt';
+    const keyspace = keyspaceOf(options, 'cassandraBackend');
     // The longest a request waits for its answer, with a client made from `url` (yours has its own).
     const commandTimeout = options.commandTimeoutMs ?? 8000;
     const given = urlOrClient(options, 'cassandraBackend', 'cassandra://host[:port][,host[:port]]/keyspace');
@@ -202,7 +203,6 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       this.#schemaScope = given.client;
     } else {
       const url = given.url;
-      if (url.path) keyspace = keyspaceRule.check(url.path, "the url's keyspace");
       this.client = openCassandra(url, {
         localDataCenter: options.localDataCenter,
         addressTranslator: options.addressTranslator,
@@ -297,6 +297,16 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     return this.#store.raiseFloor(lease, this.#mutex.holderTable, floor);
   }
 
+  /** See `LockBackend.tokenFloor`: a token row no key has, which every algorithm's grants are asked to exceed. */
+  tokenFloor(raise = 0n): Promise<bigint> {
+    return this.#ready.run().then(() => this.#store.tokenFloor(raise));
+  }
+
+  /** See `LockBackend.tokenCeiling`: a scan of the token rows and the shared keys' counters. */
+  tokenCeiling(): Promise<bigint> {
+    return this.#ready.run().then(() => this.#store.tokenCeiling());
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -313,6 +323,21 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       throw new InvalidArgumentError(`a ${lease.kind} lease was given to a Cassandra backend of the ${this.algorithm} algorithm`);
     return algorithm;
   }
+}
+
+/**
+ * The keyspace `options` name: the url's path, or `keyspace`, or `deadbolt`. @throws
+ * InvalidArgumentError when the url names one and `keyspace` another: neither may silently win
+ * (a check meant for its own keyspace wrote into the url's).
+ */
+export function keyspaceOf(
+  options: { readonly url?: StoreUrl | undefined; readonly keyspace?: string | undefined },
+  where: string,
+): string {
+  const path = options.url?.path ? keyspaceRule.check(options.url.path, "the url's keyspace") : undefined;
+  if (path !== undefined && options.keyspace !== undefined && options.keyspace !== path)
+    throw new InvalidArgumentError(`${where}: the url names keyspace ${path} and the keyspace option ${options.keyspace}; give one`);
+  return path ?? options.keyspace ?? 'deadbolt';
 }
 
 /** `url`'s hosts as the driver's contact points (`host` or `host:port`); joined, they name a cluster for the schema check. */

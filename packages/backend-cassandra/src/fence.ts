@@ -3,19 +3,20 @@
 // the new one; a first write inserts if the row does not exist, and a lost race for that goes
 // back to the update. Reads are at the serial consistency, so they see every write the
 // transactions decided.
-import { BackendError, StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
-import { checkFencedWrite, checkResource, ms, Once, readOptions, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
+import { checkResource, ms, Once, readOptions, runFencedWrite, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import cassandra, { type Client, type policies } from 'cassandra-driver';
-import { cassandraOptionRules, contactPointsOf, keyspaceRule, openCassandra } from './cassandra-backend.js';
+import { cassandraOptionRules, contactPointsOf, keyspaceOf, keyspaceRule, openCassandra } from './cassandra-backend.js';
 import { ensureSchema } from './schema.js';
 import { CassandraStore } from './store.js';
 
+/** Options of `cassandraFence`: where the fenced resources are kept. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface CassandraFenceOptions {
   /** `cassandra://host[:port][,host[:port]…]/keyspace`. The fence makes and closes its client. */
   url?: string;
   /** Your own cassandra-driver client instead of `url`; `close()` leaves it open. */
   client?: Client;
-  /** Keyspace of the `fences` table (with `client`; with `url` it is the URL's path). Default `deadbolt`. */
+  /** Keyspace of the `fences` table: with `client`, or with a `url` without a path (a url whose path names another keyspace is refused). Default `deadbolt`. */
   keyspace?: string;
   /** Replication of the keyspace if the fence creates it. Default SimpleStrategy, RF 1: give RF ≥ 3 in production. */
   replication?: string;
@@ -57,9 +58,8 @@ export class CassandraFence implements Fence {
   constructor(raw: CassandraFenceOptions) {
     const options = readOptions(raw, cassandraFenceOptionRules, 'cassandraFence');
     const given = urlOrClient(options, 'cassandraFence', 'cassandra://host[:port][,host[:port]]/keyspace');
-    let keyspace = options.keyspace ?? 'deadbolt';
+    const keyspace = keyspaceOf(options, 'cassandraFence');
     const commandTimeout = options.commandTimeoutMs ?? 8000;
-    if (given.url?.path) keyspace = keyspaceRule.check(given.url.path, "the url's keyspace");
     this.client =
       given.client ??
       openCassandra(given.url, {
@@ -91,11 +91,16 @@ export class CassandraFence implements Fence {
     });
   }
 
-  async write(resource: string, token: bigint, value: string): Promise<void> {
-    checkFencedWrite(resource, token, value);
+  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
+    await runFencedWrite('cassandra', { resource, token, value, options }, (deadline) => this.#write(resource, token, value, deadline));
+  }
+
+  /** A conditional update, and an insert where the row is missing; again (until the deadline) when another writer inserted it first. */
+  async #write(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
     await this.#ready.run();
     const id = Buffer.from(resource, 'utf8');
-    for (let attempt = 0; attempt < 100; attempt++) {
+    for (;;) {
+      deadline.throwIfAborted();
       const updated = (
         await this.#store.run(
           'fenced write',
@@ -122,7 +127,6 @@ export class CassandraFence implements Fence {
       ).first();
       if (inserted?.['[applied]'] === true) return;
     }
-    throw new BackendError('cassandra', 'fenced write', { cause: new Error(`${resource} kept changing under 100 attempts to write it`) });
   }
 
   async read(resource: string): Promise<FencedValue | null> {

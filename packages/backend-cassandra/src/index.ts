@@ -1,3 +1,4 @@
+/** @module @deadbolt/cassandra */
 export {
   CassandraBackend,
   cassandraBackend,

@@ -52,6 +52,13 @@ export function schemaStatements(keyspace: string, replication: string): string[
  * Per scope, per keyspace: the one check in flight or done. A user's client is held weakly (its
  * entry goes with it); contact points are strings, one per cluster the process talks to.
  */
+/**
+ * How long one schema change may take: a new table is agreed on by every node before the reply,
+ * which on a loaded host took far longer than a row's read (the client's command timeout). A
+ * caller's own deadline still bounds its call; the change goes on, and the next call joins it.
+ */
+const SCHEMA_TIMEOUT_MS = 60_000;
+
 const createdByClient = new WeakMap<object, Map<string, Promise<void>>>();
 const createdByCluster = new Map<string, Map<string, Promise<void>>>();
 
@@ -78,7 +85,7 @@ export function ensureSchema(client: Client, scope: object | string, keyspace: s
         const table = /TABLE IF NOT EXISTS \w+\.(\w+)/.exec(statement)?.[1];
         if (table && have.has(table)) continue;
         if (!table && existing.rowLength > 0) continue;
-        await client.execute(statement);
+        await client.execute(statement, [], { readTimeout: SCHEMA_TIMEOUT_MS });
       }
     })();
     cache.set(keyspace, done);

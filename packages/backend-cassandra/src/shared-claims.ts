@@ -15,7 +15,7 @@ import {
   type SharedRequest,
   type StoreView,
 } from '@deadbolt/core/backend';
-import { maxOf, secondsLeft, toBigInt, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
+import { maxOf, secondsLeft, toBigInt, tokenParam, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
 
 /** A claim lost the race to join: read the partition again at once. */
 const JOIN_AGAIN = Symbol('again');
@@ -84,7 +84,7 @@ export class SharedClaims {
           INSERT INTO ${store.keyspace}.shared_claims (lock_id, seq, owner, exclusive) VALUES (?, ?, ?, ?) USING TTL ?
           APPLY BATCH`,
           [
-            String(token),
+            tokenParam(token),
             req.limit,
             id,
             counter === undefined ? null : String(counter),
@@ -207,7 +207,7 @@ export class SharedClaims {
       const result = await store.run(
         'raise token floor',
         `UPDATE ${store.keyspace}.shared_claims SET claim_counter = ? WHERE lock_id = ? IF claim_counter = ?`,
-        [String(floor), lease.id, String(counter)],
+        [tokenParam(floor), lease.id, String(counter)],
         { lwt: true },
       );
       if (result.wasApplied()) return true;

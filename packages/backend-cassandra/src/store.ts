@@ -148,6 +148,18 @@ export const maxOf = (a: bigint, b: bigint) => (a > b ? a : b);
 export const secondsLeft = (ttl: unknown): number | null => (ttl === null || ttl === undefined ? null : Number(ttl) * 1000);
 export const toBigInt = (value: unknown): bigint => (typeof value === 'bigint' ? value : BigInt(String(value)));
 
+/**
+ * A token as a CQL `bigint` parameter. @throws BackendError beyond 2^63 − 1: the driver would send
+ * what a signed 64-bit number keeps of it, another token.
+ */
+export function tokenParam(value: bigint): string {
+  if (value > 2n ** 63n - 1n)
+    throw new BackendError('cassandra', 'fencing token', {
+      cause: new Error(`a token of ${value} is beyond 2^63 - 1, the largest a Cassandra bigint holds`),
+    });
+  return String(value);
+}
+
 /** Drops the oldest entry (Maps and Sets iterate in insertion order) once there are more than RECENT_KEYS. */
 export function keepNewest(recent: Map<string, unknown> | Set<string>): void {
   if (recent.size > RECENT_KEYS) recent.delete(recent.keys().next().value!);
@@ -171,6 +183,9 @@ export interface StoreSettings {
 }
 
 /** The shared part of the backend (see the file's opening comment). */
+/** The token row of the store's token floor (`tokenFloor`): no key's UTF-8 is the byte 0xFF. */
+const FLOOR_ID = Buffer.from([0xff]);
+
 export class CassandraStore {
   readonly name: string;
   readonly client: Client;
@@ -438,6 +453,39 @@ export class CassandraStore {
   }
 
   /**
+   * `LockBackend.tokenFloor`: the token row of id `0xFF`, which no key's UTF-8 has (a key is
+   * well-formed Unicode), lifted by compare-and-set, read at SERIAL.
+   */
+  async tokenFloor(raise: bigint): Promise<bigint> {
+    if (raise > 0n) await this.setToken(FLOOR_ID, (current) => (current === undefined || current < raise ? raise : undefined));
+    const row = (
+      await this.run('token floor', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [FLOOR_ID], {
+        serialRead: true,
+      })
+    ).first();
+    return row ? toBigInt(row['fencing_token']) : 0n;
+  }
+
+  /** `LockBackend.tokenCeiling`: the largest token row and shared-key counter (the floor's row among them); a scan of both tables. */
+  async tokenCeiling(): Promise<bigint> {
+    let ceiling = 0n;
+    const scan = async (query: string, column: string) => {
+      dropClosedConnections(this.client);
+      const seen = (_index: number, row: types.Row) => {
+        const value = row[column];
+        if (value !== null && value !== undefined && toBigInt(value) > ceiling) ceiling = toBigInt(value);
+      };
+      const options = { prepare: true, consistency: this.#consistency, fetchSize: 1000, autoPage: true };
+      await new Promise<void>((resolve, reject) =>
+        this.client.eachRow(query, [], options, seen, (error) => (error ? reject(this.error('token ceiling', error)) : resolve())),
+      );
+    };
+    await scan(`SELECT fencing_token FROM ${this.keyspace}.lock_token`, 'fencing_token');
+    await scan(`SELECT DISTINCT lock_id, claim_counter FROM ${this.keyspace}.shared_claims`, 'claim_counter');
+    return ceiling;
+  }
+
+  /**
    * Moves the key's token row to `next(current)` by compare-and-set, retrying on a lost race with
    * the value the race returned; `next` returning undefined leaves it as it is. Resolves the value
    * the row then holds. Starts from this process's last sighting (a guess: a wrong one costs one
@@ -460,13 +508,13 @@ export class CassandraStore {
           ? await this.run(
               'acquire',
               `INSERT INTO ${this.keyspace}.lock_token (lock_id, fencing_token) VALUES (?, ?) IF NOT EXISTS`,
-              [id, String(value)],
+              [id, tokenParam(value)],
               { lwt: true },
             )
           : await this.run(
               'acquire',
               `UPDATE ${this.keyspace}.lock_token SET fencing_token = ? WHERE lock_id = ? IF fencing_token = ?`,
-              [String(value), id, String(current)],
+              [tokenParam(value), id, String(current)],
               { lwt: true },
             );
       if (result.wasApplied()) {

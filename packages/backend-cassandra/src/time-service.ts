@@ -1,6 +1,7 @@
-import { Once, wallMicros } from '@deadbolt/core/backend';
+import { Once, own, wallMicros } from '@deadbolt/core/backend';
 import cassandra, { type Client } from 'cassandra-driver';
 
+/** Options of `CassandraTimeService`. */
 export interface TimeServiceOptions {
   /** How often the GlobalTime cell is read and, if our clock is ahead of it, advanced. Default 500 ms. */
   intervalMs?: number;
@@ -37,8 +38,9 @@ export class CassandraTimeService {
   constructor(client: Client, keyspace: string, options: TimeServiceOptions = {}) {
     this.#client = client;
     this.#keyspace = keyspace;
-    this.#intervalMs = options.intervalMs ?? 500;
-    this.#maxAheadMicros = (options.maxAheadMs ?? 1000) * 1000;
+    // Own properties only: a name on Object.prototype is not an option.
+    this.#intervalMs = (own(options, 'intervalMs') as number | undefined) ?? 500;
+    this.#maxAheadMicros = ((own(options, 'maxAheadMs') as number | undefined) ?? 1000) * 1000;
   }
 
   /**
@@ -53,6 +55,7 @@ export class CassandraTimeService {
     return this.#first.run();
   }
 
+  /** Stops the periodic read and advance of the GlobalTime cell. Never throws. */
   stop(): void {
     clearInterval(this.#timer);
     this.#timer = undefined;

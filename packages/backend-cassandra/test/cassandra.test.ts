@@ -1,4 +1,4 @@
-import { cassandraBackend, CassandraTimeService } from '@deadbolt/cassandra';
+import { cassandraBackend, cassandraFence, CassandraTimeService } from '@deadbolt/cassandra';
 import { idFor } from '@deadbolt/cassandra/testing';
 import { createLocker } from '@deadbolt/core';
 import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
@@ -216,6 +216,21 @@ describe('cassandra backend', () => {
     expect(await b.tryLock(k)).toBeNull();
     await lock.release();
     expect(await harness.inspect(k)).toEqual([]);
+  });
+
+  it('a keyspace in the url and another in the keyspace option: InvalidArgumentError (neither wins silently); the same one twice is fine', async () => {
+    const host = new URL(url).host;
+    for (const make of [cassandraBackend, cassandraFence]) {
+      expect(() => make({ url: `cassandra://${host}/one`, keyspace: 'other' })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/keyspace one .* keyspace option other/) }),
+      );
+    }
+    const [same, option] = [
+      cassandraBackend({ url: `cassandra://${host}/one`, keyspace: 'one' }),
+      cassandraBackend({ url: `cassandra://${host}`, keyspace: 'two' }),
+    ];
+    expect([same.keyspace, option.keyspace]).toEqual(['one', 'two']);
+    await Promise.all([same.close(), option.close()]);
   });
 
   it('rejects a ttl that is not whole seconds, before any I/O', async () => {

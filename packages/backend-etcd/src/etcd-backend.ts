@@ -23,6 +23,7 @@ import { EtcdStore, type EtcdLockLease } from './store.js';
 
 export { LOSS_WATCH_DELAY_MS, type EtcdLockLease } from './store.js';
 
+/** Options of `etcdBackend`: where the store is (a URL or a client of yours) and how to use it. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface EtcdBackendOptions {
   /**
    * `etcd://[user:password@]host:port[,host:port...]` (or `http://…`, `https://…`). The backend
@@ -179,6 +180,16 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    */
   raiseTokenFloor(lease: EtcdLockLease, floor: bigint): Promise<boolean> {
     return lease.kind === 'shared' ? raiseSharedFloor(this.#store, lease, floor) : raiseMutexFloor(this.#store, lease, floor);
+  }
+
+  /** See `LockBackend.tokenFloor`. @throws BackendError for a floor of 10^20 or more. */
+  tokenFloor(raise = 0n): Promise<bigint> {
+    return this.#store.tokenFloor(raise);
+  }
+
+  /** See `LockBackend.tokenCeiling`: the store's revision plus the largest offset (one read of the prefix). */
+  tokenCeiling(): Promise<bigint> {
+    return this.#store.tokenCeiling();
   }
 
   async close(): Promise<void> {

@@ -4,12 +4,13 @@
 // the space that follows every stored token), put; else read the key. etcd compares a missing
 // key's value as false, so a first write is a second transaction that puts only if the key was
 // never created; a lost race for that falls back to the compare.
-import { StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
-import { checkFencedWrite, checkResource, InFlight, ms, readOptions, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
+import { checkResource, InFlight, ms, readOptions, runFencedWrite, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import type { Etcd3 } from 'etcd3';
 import { etcdOptionRules, openEtcd } from './etcd-backend.js';
 import { EtcdStore } from './store.js';
 
+/** Options of `etcdFence`: where the fenced resources are kept. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface EtcdFenceOptions {
   /** `etcd://[user:password@]host:port[,host:port...]`: the fence makes (and closes) a client of its own. */
   url?: string;
@@ -52,11 +53,16 @@ export class EtcdFence implements Fence {
     this.#store = new EtcdStore(this.client, this.#prefix, new InFlight('etcd', commandTimeout));
   }
 
-  async write(resource: string, token: bigint, value: string): Promise<void> {
-    checkFencedWrite(resource, token, value);
+  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
+    await runFencedWrite('etcd', { resource, token, value, options }, (deadline) => this.#write(resource, token, value, deadline));
+  }
+
+  /** One compare-and-put, and a create where the key is missing; again (until the deadline) when another writer created it first. */
+  async #write(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
     const key = this.#keyFor(resource);
     const stored = `${padded(token)} ${value}`;
     for (;;) {
+      deadline.throwIfAborted();
       const compared = await this.#store.call('fenced write', () =>
         this.client
           .if(key, 'Value', '<', `${padded(token)}!`)

@@ -39,6 +39,8 @@ export const offsetOf = (value: Buffer | string | undefined) => (value === undef
 
 export const noop = () => undefined;
 
+const maxOf = (a: bigint, b: bigint) => (a > b ? a : b);
+
 /** etcd3 rejects keep-alives of a revoked or expired lease with a plain Error saying so. */
 export const isLeaseGone = (error: unknown) => /expired or revoked|lease not found/i.test(String((error as Error)?.message));
 
@@ -210,6 +212,44 @@ export class EtcdStore {
    */
   sharedOffsetKeyFor(key: string): string {
     return `${this.#prefix}#s/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
+  }
+
+  /**
+   * `LockBackend.tokenFloor`: kept in `<prefix>#floor` (beside every lock's `#m/` and `#s/`, under
+   * none), as 20 zero-padded digits so that etcd's byte-wise value compare is a numeric one.
+   * @throws BackendError for a floor of 10^20 or more; typed errors.
+   */
+  async tokenFloor(raise: bigint): Promise<bigint> {
+    const key = `${this.#prefix}#floor`;
+    if (raise >= 10n ** 20n)
+      throw new BackendError(this.name, 'token floor', { cause: new Error(`a token floor of ${raise} has more than 20 digits`) });
+    if (raise > 0n) {
+      const value = raise.toString().padStart(20, '0');
+      const made = await this.call('token floor', () =>
+        this.client.if(key, 'Create', '==', 0).then(this.client.put(key).value(value)).commit(),
+      );
+      if (!made.succeeded)
+        await this.call('token floor', () => this.client.if(key, 'Value', '<', value).then(this.client.put(key).value(value)).commit());
+    }
+    const floor = await this.call('token floor', () => this.client.get(key).string());
+    return floor === null ? 0n : BigInt(floor);
+  }
+
+  /**
+   * `LockBackend.tokenCeiling`: a token is a create revision plus its key's offset, so the store's
+   * revision now plus the largest offset (mutex and shared), or the floor if that is higher. One
+   * read of every key under the prefix.
+   */
+  async tokenCeiling(): Promise<bigint> {
+    const all = await this.call('token ceiling', () => this.client.getAll().prefix(this.#prefix).exec());
+    let offset = 0n;
+    let floor = 0n;
+    for (const kv of all.kvs) {
+      const name = kv.key.toString();
+      if (name.endsWith('#offset')) offset = maxOf(offset, offsetOf(kv.value));
+      else if (name === `${this.#prefix}#floor`) floor = offsetOf(kv.value);
+    }
+    return maxOf(BigInt(all.header.revision) + offset, floor);
   }
 
   /**
@@ -466,13 +506,22 @@ export class EtcdStore {
     );
   }
 
+  /** The last call's failure to reach etcd: what a call refused by the client's circuit breaker reports. */
+  #lastUnavailable: unknown;
+
   async call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();
     } catch (error) {
       if (isLeaseGone(error)) throw error;
       const kind = `${(error as Error)?.constructor?.name} ${(error as Error)?.message}`;
-      if (/Unavailable|DeadlineExceeded|ConnectFailed|ClientClosed|ECONNREFUSED|BrokenCircuit/.test(kind)) {
+      if (/BrokenCircuit/.test(kind)) {
+        // The client stopped sending to the host after failures ("the circuit breaker is open"):
+        // the reason is the failure that opened it, which an operator needs, not the breaker.
+        throw new BackendUnavailableError(this.name, operation, { cause: this.#lastUnavailable ?? error });
+      }
+      if (/Unavailable|DeadlineExceeded|ConnectFailed|ClientClosed|ECONNREFUSED/.test(kind)) {
+        this.#lastUnavailable = error;
         throw new BackendUnavailableError(this.name, operation, { cause: error });
       }
       throw new BackendError(this.name, operation, { cause: error });

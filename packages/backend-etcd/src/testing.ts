@@ -1,3 +1,4 @@
+/** @module @deadbolt/etcd/testing */
 // @deadbolt/etcd/testing: what tests, the benchmark and fault drills read of a backend that is not
 // its API: where a lock's keys live in etcd, to read or delete them directly.
 import { storeOf, type EtcdBackend } from './etcd-backend.js';

@@ -5,9 +5,9 @@
 // which the server hands back in the statement's answer (its insert id: 1 accepted, 0 refused):
 // affected-row counts cannot tell a refused write from an accepted one that changed nothing.
 // `guard` runs the same statement inside a transaction of yours.
-import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
+import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
 import {
-  checkFencedWrite,
+  runFencedWrite,
   checkFenceToken,
   fencedTransaction,
   checkResource,
@@ -33,6 +33,7 @@ import {
 import { mysqlOptionRules } from './mysql-backend.js';
 import { MysqlStore } from './store.js';
 
+/** Options of `mysqlFence`: where the fenced resources are kept. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface MysqlFenceOptions {
   /** `mysql://user[:password]@host:port/database`: the fence makes (and closes) a pool of its own. */
   url?: string;
@@ -106,15 +107,16 @@ export class MysqlFence implements Fence {
     });
   }
 
-  async write(resource: string, token: bigint, value: string): Promise<void> {
-    checkFencedWrite(resource, token, value);
-    await this.#table.run();
-    const result = await this.#store.run<ResultSetHeader>('fenced write', this.#sql.write, [
-      Buffer.from(resource, 'utf8'),
-      token.toString(),
-      value,
-    ]);
-    if (Number(result.insertId) !== 1) throw await this.#stale(resource, token);
+  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
+    await runFencedWrite('mysql', { resource, token, value, options }, async () => {
+      await this.#table.run();
+      const result = await this.#store.run<ResultSetHeader>('fenced write', this.#sql.write, [
+        Buffer.from(resource, 'utf8'),
+        token.toString(),
+        value,
+      ]);
+      if (Number(result.insertId) !== 1) throw await this.#stale(resource, token);
+    });
   }
 
   /**

@@ -24,6 +24,7 @@ import { MysqlLeases, type MysqlRowLease } from './lease.js';
 import { MysqlSessions, type MysqlSessionLease } from './session.js';
 import { MysqlStore } from './store.js';
 
+/** Options of `mysqlBackend`: where the store is (a URL or a client of yours) and how to use it. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface MysqlBackendOptions {
   /** `mysql://user[:password]@host:port/database`. The backend creates (and closes) its own pool. */
   url?: string;
@@ -78,6 +79,9 @@ export const mysqlOptionRules = {
 
 /** Each backend's store, for `@deadbolt/mysql/testing` (testing.ts): not part of the backend's API. */
 export const storeOf = new TestingHooks<MysqlBackend, MysqlStore>('a MysqlBackend');
+
+/** The key of the row that keeps the store's token floor: the empty key's hash (no key is empty). */
+const FLOOR_ROW = MysqlStore.hash('');
 
 /**
  * MySQL / MariaDB lease backend. One row per key holds the owner, the lease end by the server's
@@ -215,6 +219,29 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
 
   raiseTokenFloor(lease: MysqlLease, floor: bigint): Promise<boolean> {
     return lease.kind === 'session' ? this.#sessions.raiseTokenFloor(lease, floor) : this.#leases.raiseTokenFloor(lease, floor);
+  }
+
+  /**
+   * See `LockBackend.tokenFloor`: the counter of the empty key's row (no key is empty), which every
+   * mode's grants are asked to exceed. Session mode rides out connects not had in time, as its waits do.
+   */
+  tokenFloor(raise = 0n): Promise<bigint> {
+    const store = this.#store;
+    const read = async () => {
+      await store.tables.run();
+      if (raise > 0n) await store.run('token floor', store.sql.liftStoreFloor, [FLOOR_ROW, raise.toString()]);
+      const [row] = await store.run<RowDataPacket[]>('token floor', store.sql.storeFloor, [FLOOR_ROW]);
+      return BigInt(String(row?.['token'] ?? 0));
+    };
+    return this.mode === 'session' ? this.#sessions.ridingOut(read) : read();
+  }
+
+  /** See `LockBackend.tokenCeiling`: the largest counter of either table (a scan of each). */
+  async tokenCeiling(): Promise<bigint> {
+    const store = this.#store;
+    await store.tables.run();
+    const [row] = await store.run<RowDataPacket[]>('token ceiling', store.sql.tokenCeiling, []);
+    return BigInt(String(row?.['ceiling'] ?? 0));
   }
 
   /** Lets aborted acquisitions finish removing what they wrote (unless the server went silent), ends held sessions, closes the pool it made. */

@@ -50,6 +50,17 @@ export const release = `UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_
  */
 export const raiseFloor = `UPDATE ?? SET token = GREATEST(token, ?) WHERE key_hash = ? AND owner = ?`;
 
+// The store's token floor (`LockBackend.tokenFloor`): the counter of the one row no key can have,
+// the empty key's (every key is at least one byte). A grant never touches it.
+
+/** Params: hash of ''. The floor; no row: none. */
+export const storeFloor = `SELECT token FROM ?? WHERE key_hash = ? AND lock_key = ''`;
+/** Params: hash of '', floor. Floors only go up. */
+export const liftStoreFloor = `INSERT INTO ?? (key_hash, lock_key, owner, expires_at, token) VALUES (?, '', NULL, NULL, ?)
+  ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))`;
+/** The largest counter of any key, of locks and of shared keys (the floor's row among them); a scan of both tables. */
+export const tokenCeiling = `SELECT CAST(GREATEST(COALESCE((SELECT MAX(token) FROM ??), 0), COALESCE((SELECT MAX(token) FROM {keys}), 0)) AS CHAR) AS ceiling`;
+
 // Session mode: the lock is a named lock (`GET_LOCK`) held by one dedicated connection; the row
 // only supplies the fencing counter.
 

@@ -1,3 +1,4 @@
+/** @module @deadbolt/mysql/testing */
 // @deadbolt/mysql/testing: what tests, the benchmark and fault drills read of a backend that is not
 // its API: its server threads, and where a session-mode lock lives on the server.
 import type { RowDataPacket } from 'mysql2/promise';

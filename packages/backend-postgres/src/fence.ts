@@ -4,9 +4,9 @@
 // `guard` runs the same upsert inside a transaction of yours, so your own writes in it land only
 // with a token that is still the newest (the row stays locked until you commit or roll back).
 import { createHash } from 'node:crypto';
-import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue } from '@deadbolt/core';
+import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
 import {
-  checkFencedWrite,
+  runFencedWrite,
   checkFenceToken,
   fencedTransaction,
   checkResource,
@@ -24,6 +24,7 @@ import pg, { type ClientBase, type Pool, type PoolClient } from 'pg';
 import { postgresOptionRules } from './postgres-backend.js';
 import { PostgresStore } from './store.js';
 
+/** Options of `postgresFence`: where the fenced resources are kept. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface PostgresFenceOptions {
   /** `postgres://user[:password]@host:port/database`: the fence makes (and closes) a pool of its own. */
   url?: string;
@@ -94,11 +95,12 @@ export class PostgresFence implements Fence {
     });
   }
 
-  async write(resource: string, token: bigint, value: string): Promise<void> {
-    checkFencedWrite(resource, token, value);
-    await this.#table.run();
-    const result = await this.#store.run('fenced write', this.#sql.write, [Buffer.from(resource, 'utf8'), token.toString(), value]);
-    this.#judge(resource, token, result.rows[0]);
+  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
+    await runFencedWrite('postgres', { resource, token, value, options }, async () => {
+      await this.#table.run();
+      const result = await this.#store.run('fenced write', this.#sql.write, [Buffer.from(resource, 'utf8'), token.toString(), value]);
+      this.#judge(resource, token, result.rows[0]);
+    });
   }
 
   /**

@@ -25,6 +25,7 @@ import { PostgresLeases, type PostgresRowLease } from './lease.js';
 import { PostgresSessions, type PostgresSessionLease } from './session.js';
 import { PostgresStore } from './store.js';
 
+/** Options of `postgresBackend`: where the store is (a URL or a client of yours) and how to use it. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface PostgresBackendOptions {
   /** `postgres://user[:password]@host:port/database`. The backend creates (and closes) its own pool. */
   url?: string;
@@ -232,6 +233,29 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
 
   raiseTokenFloor(lease: PostgresLease, floor: bigint): Promise<boolean> {
     return lease.kind === 'session' ? this.#sessions.raiseTokenFloor(lease, floor) : this.#leases.raiseTokenFloor(lease, floor);
+  }
+
+  /**
+   * See `LockBackend.tokenFloor`: the counter of the empty key's row (no key is empty), which every
+   * mode's grants are asked to exceed. Session mode rides out connects not had in time, as its
+   * waits do.
+   */
+  tokenFloor(raise = 0n): Promise<bigint> {
+    const server = this.#server;
+    const read = async () => {
+      await server.tables.run();
+      if (raise > 0n) await server.run('token floor', server.sql.liftStoreFloor, [raise.toString()]);
+      const { rows } = await server.run('token floor', server.sql.storeFloor, []);
+      return BigInt(String(rows[0]?.['token'] ?? 0));
+    };
+    return this.mode === 'session' ? this.#sessions.ridingOut(read) : read();
+  }
+
+  /** See `LockBackend.tokenCeiling`: the largest counter of either table (a scan of each). */
+  async tokenCeiling(): Promise<bigint> {
+    await this.#server.tables.run();
+    const { rows } = await this.#server.run('token ceiling', this.#server.sql.tokenCeiling, []);
+    return BigInt(String(rows[0]?.['ceiling'] ?? 0));
   }
 
   /**

@@ -205,6 +205,17 @@ WHERE EXISTS (SELECT 1 FROM released) OR EXISTS (SELECT 1 FROM left_queue)`;
  */
 export const raiseFloor = `UPDATE {locks} SET token = GREATEST(token, $3::bigint) WHERE lock_key = $1 AND owner = $2`;
 
+// The store's token floor (`LockBackend.tokenFloor`): the counter of the one row no key can have,
+// the empty key's (every key is at least one byte). A grant never touches it.
+
+/** The floor; no row: none. */
+export const storeFloor = `SELECT token::text AS token FROM {locks} WHERE lock_key = '\\x'::bytea`;
+/** Params: floor. Floors only go up. */
+export const liftStoreFloor = `INSERT INTO {locks} (lock_key, token) VALUES ('\\x'::bytea, $1::bigint)
+  ON CONFLICT (lock_key) DO UPDATE SET token = GREATEST({locks}.token, EXCLUDED.token)`;
+/** The largest counter of any key, of locks and of shared keys (the floor's row among them); a scan of both tables. */
+export const tokenCeiling = `SELECT GREATEST(COALESCE((SELECT MAX(token) FROM {locks}), 0), COALESCE((SELECT MAX(token) FROM {sharedKeys}), 0))::text AS ceiling`;
+
 // Session mode: the lock is an advisory lock `(namespace, id)` held by one dedicated connection;
 // the row supplies the id (unique per key, so no two keys share a lock) and the fencing counter.
 

@@ -1,3 +1,4 @@
+/** @module @deadbolt/postgres/testing */
 // @deadbolt/postgres/testing: what tests, the benchmark and fault drills read of a backend that is
 // not its API: the server processes of its connections.
 import { storeOf, type PostgresBackend } from './postgres-backend.js';
