@@ -6,6 +6,7 @@
 import { createLocker, type Fence, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
 import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
 import { backendFromConfig, fenceFromConfig } from './migration-child.js';
+import type { ChildBackendConfig } from './children.js';
 import { Rpc, type Channel } from './rpc.js';
 
 let locker: Locker | undefined;
@@ -140,6 +141,25 @@ const rpc = new Rpc(process as unknown as Channel, {
       () => 'ok',
       (error: unknown) => String((error as { code?: unknown }).code ?? error),
     );
+  },
+
+  /**
+   * Without `init`: a backend (and the store's fence, given its config) made and never used, and
+   * one that `createLocker` refuses (ttlMs 0); then the IPC channel closed, after which the process
+   * must exit on its own. Resolves the refusal's error name.
+   */
+  async unusedAndDetach(backend: ChildBackendConfig, fenceConfig?: ChildBackendConfig) {
+    await backendFromConfig(backend);
+    if (fenceConfig) await fenceFromConfig(fenceConfig);
+    const refused = await backendFromConfig(backend);
+    let name = 'accepted';
+    try {
+      createLocker(refused, { ttlMs: 0 });
+    } catch (error) {
+      name = (error as Error).name;
+    }
+    setImmediate(() => process.disconnect());
+    return name;
   },
 
   /** Close the locker and the IPC channel; the process must then exit on its own. */

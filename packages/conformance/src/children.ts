@@ -41,6 +41,13 @@ export class ChildHolder {
     handlers: Handlers = {},
     env: Record<string, string> = {},
   ): Promise<ChildHolder> {
+    const holder = await ChildHolder.bare(handlers, env);
+    await holder.rpc.call('init', config.module, config.export, config.options, lockerOptions);
+    return holder;
+  }
+
+  /** Starts a child process with no locker in it yet (`spawn` makes one). */
+  static async bare(handlers: Handlers = {}, env: Record<string, string> = {}): Promise<ChildHolder> {
     const child = fork(childEntry, [], {
       serialization: 'advanced',
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -48,10 +55,10 @@ export class ChildHolder {
     });
     const holder = new ChildHolder(child, handlers);
     await holder.waitFor('ready', 15_000);
-    await holder.rpc.call('init', config.module, config.export, config.options, lockerOptions);
     return holder;
   }
 
+  /** `lock(key)` in the child: its handle id, token and owner. @throws the child's error. */
   lock(key: string, options?: LockOptions): Promise<{ id: number; token: bigint; owner: string }> {
     return this.rpc.call('lock', key, options);
   }
@@ -61,6 +68,7 @@ export class ChildHolder {
     return this.rpc.call('acquireShared', key, family, options);
   }
 
+  /** Releases the child's handle `id`. @throws the child's error. */
   release(id: number): Promise<void> {
     return this.rpc.call('release', id);
   }
@@ -83,6 +91,7 @@ export class ChildHolder {
     });
   }
 
+  /** Sends `signal` to the child, unless it has exited. */
   signal(signal: NodeJS.Signals): void {
     if (this.process.exitCode === null && this.process.signalCode === null) this.process.kill(signal);
   }

@@ -1,3 +1,4 @@
+/** @module @deadbolt/conformance/cluster */
 /**
  * The clusters test-matrix runs (`test-matrix/clusters.sh`: three members each, on loopback) and
  * the faults a run stages on them: a member killed with SIGKILL and started again (with its data or
@@ -73,6 +74,7 @@ export type MemberAction =
   | 'address'
   | 'health';
 
+/** One of test-matrix's cluster profiles, driven by its scripts (test-matrix/lib.sh): faults on a member, its address, the cluster's health. Each method throws when its script fails. */
 export class Cluster {
   /** The members a fault can hit: three, a Sentinel deployment's two data nodes, or PgBouncer. */
   readonly members: number[];

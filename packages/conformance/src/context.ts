@@ -47,6 +47,7 @@ export interface ConformanceHarness {
   loseSharedClaim?(key: string, owner: string): Promise<void>;
 }
 
+/** What `defineConformanceSuite` needs of a backend: how to make it (here and in a child process), a harness that reads the store, and the variants some behaviours use. A behaviour whose variant is missing is listed `n/a` with the reason. */
 export interface ConformanceOptions {
   /** Shown in the describe block, e.g. `redis`. */
   name: string;
@@ -82,8 +83,10 @@ export interface ConformanceOptions {
    * feeds every option each of its rule's hostile values. Required for every backend package.
    */
   factory?: {
+    /** The backend factory; throws `InvalidArgumentError` for bad options. */
     create: (options: unknown) => LockBackend;
     rules: Readonly<Record<string, Rule<unknown>>>;
+    /** Options that work, pointed at `address`. */
     valid: (address: Address) => Record<string, unknown>;
   };
   /** A backend on the same store in another namespace (table, prefix, keyspace, root, lock table): 31b. */
@@ -122,15 +125,20 @@ export interface SuiteContext {
   readonly T: number;
   readonly renewMs: number;
   readonly lockers: Locker[];
+  /** A key no other test uses (`label` shows in it). */
   freshKey(label?: string): string;
+  /** A locker on a new backend, closed after the test. */
   makeLocker(options?: LockerOptions): Promise<Locker>;
+  /** A child process holding a locker of its own (`ChildHolder`), killed after the test. @throws when no child config was given. */
   spawnChild(options?: LockerOptions, env?: Record<string, string>, config?: ChildBackendConfig): Promise<ChildHolder>;
+  /** A test listed `n/a` with `skipReason()`'s answer when it gives one. */
   itWhen(skipReason: () => string | undefined, name: string, fn: () => Promise<void>, timeout?: number): void;
   crossProcessIt: TestFn;
   /** A test for backends with semaphores (listed n/a otherwise). */
   semIt: TestFn;
   /** A test for backends with read-write locks (listed n/a otherwise). */
   rwIt: TestFn;
+  /** A test that needs `hook` of the harness (listed `n/a` without it). */
   hookIt(hook: keyof ConformanceHarness, name: string, fn: () => Promise<void>, timeout?: number): void;
   /** Whether the backend is a migration in its `dual` phase (one lock over two stores). */
   readonly dualMigration: boolean;

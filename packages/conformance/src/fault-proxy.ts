@@ -177,6 +177,7 @@ export class FaultProxy {
     for (const { client } of this.#parked.splice(0)) client.resetAndDestroy();
   }
 
+  /** Heals, closes every connection and stops listening. */
   async close(): Promise<void> {
     this.reset();
     await Promise.all(this.#servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));

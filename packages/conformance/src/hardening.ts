@@ -7,6 +7,7 @@
  * lines: one group, one behaviour after another.
  */
 import { inspect as show } from 'node:util';
+import { randomUUID } from 'node:crypto';
 import {
   createLocker,
   DeadboltError,
@@ -21,7 +22,7 @@ import {
 import { sleep, type Rule } from '@deadbolt/core/backend';
 import { optionRules } from '@deadbolt/core/testing';
 import { afterEach, describe, expect, it } from 'vitest';
-import { countingBackend } from './counting.js';
+import { countingBackend, withoutFloorRead } from './counting.js';
 import type { SuiteContext } from './context.js';
 import { FaultProxy, type Address } from './fault-proxy.js';
 import { retryFor } from './test-matrix.js';
@@ -38,7 +39,7 @@ interface LongHold {
 }
 
 export function defineHardeningBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, freshKey, makeLocker, itWhen } = ctx;
+  const { options, harness, capabilities, T, freshKey, makeLocker, makeFence, itWhen } = ctx;
   const proxies: FaultProxy[] = [];
   const startProxy = async (target: Address | readonly Address[] = options.network!.store) => {
     const proxy = await FaultProxy.start(target);
@@ -473,7 +474,7 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
         const lock = await locker.lock(key, Object.create({ [name]: rule.hostile[0] }));
         await lock.release();
       }
-      expect(calls, "store calls besides the test's own locks").toEqual(
+      expect(withoutFloorRead(calls), "store calls besides the test's own locks").toEqual(
         Array.from({ length: 1 + Object.keys(optionRules.lock).length }, () => ['acquire', 'release']).flat(),
       );
 
@@ -492,6 +493,113 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
         await made.close();
       }
     }, 120_000);
+
+    it('35b. a polluted Object.prototype: values inherited by every object (timeoutMs 0, client, …) are never read as options', async () => {
+      const key = freshKey('polluted');
+      const holder = await (await makeLocker()).lock(key);
+      const proto = Object.prototype as Record<string, unknown>;
+      /** Runs `fn` with `names` on Object.prototype (non-enumerable, as a careless library would add them). */
+      const polluted = async <R>(names: Record<string, unknown>, fn: () => R | Promise<R>): Promise<R> => {
+        expect(
+          Object.keys(names).filter((name) => name in proto),
+          'names already on Object.prototype',
+        ).toEqual([]);
+        try {
+          for (const [name, value] of Object.entries(names))
+            Object.defineProperty(proto, name, { value, configurable: true, writable: true, enumerable: false });
+          return await fn();
+        } finally {
+          for (const name of Object.keys(names)) delete proto[name];
+        }
+      };
+      let locker: Locker | undefined;
+      try {
+        // A backend made beside a polluted client and namespace options: it uses the url it was
+        // given, in its own namespace. (Only while it is made, and no `keyspace`: the store drivers
+        // read their own settings from plain objects too, which no library over them can change.)
+        const backend = await polluted({ client: { polluted: true }, prefix: 'polluted:', table: 'polluted', root: '/polluted' }, () =>
+          options.createBackend(),
+        );
+        // Each value would show if read: a wait that gives up at once, a lease too short for any
+        // store, no renewal, a grace of nothing, a lock-delay past every maximum.
+        const core = {
+          timeoutMs: 0,
+          ttlMs: 1,
+          autoRenew: false,
+          renewIntervalMs: 1,
+          operationTimeoutMs: 1,
+          unavailableGraceMs: 0,
+          lockDelayMs: 10 ** 12,
+          reentrant: true,
+          limit: 10 ** 9,
+        };
+        await polluted(core, async () => {
+          locker = createLocker(backend, { ttlMs: T });
+          // Held elsewhere: a wait with no timeout of its own must wait, not give up at once.
+          const waiting = locker.lock(key);
+          const early = await Promise.race([
+            waiting.then(
+              () => 'granted',
+              (e: unknown) => e,
+            ),
+            sleep(300).then(() => 'waiting'),
+          ]);
+          expect(early, 'lock() of a held key with no timeout of its own').toBe('waiting');
+          await holder.release();
+          const lock = await waiting;
+          // Renewed: the lease outlives its ttl, in the store the backend was pointed at.
+          await sleep(T + T / 2);
+          expect(lock.signal.aborted, 'the lease was not renewed').toBe(false);
+          expect(await harness.inspect(key)).toEqual([lock.owner]);
+          await lock.release();
+          const again = await locker.tryLock(key);
+          expect(again, 'tryLock of the free key').not.toBeNull();
+          await again!.release();
+        });
+      } finally {
+        await holder.release().catch(() => undefined);
+        await locker?.close().catch(() => undefined);
+      }
+    }, 60_000);
+
+    it('35c. unknown options: a misspelt option of the locker, a call, a semaphore, forceRelease, a fence write, a migration and the backend factory is InvalidArgumentError naming it and the option it probably meant, with no store call', async () => {
+      const { backend, calls } = countingBackend(await options.createBackend());
+      /** `run` refuses the option `name`, naming it, and `meant` as the one it probably meant. */
+      const refuses = async (what: string, run: () => unknown, name: string, meant: string) => {
+        let error: unknown;
+        try {
+          await run();
+        } catch (e) {
+          error = e;
+        }
+        expect(error, `${what} took the unknown option ${name}`).toMatchObject({ code: 'INVALID_ARGUMENT' });
+        expect((error as Error).message, what).toContain(`unknown option \`${name}\`; did you mean \`${meant}\`?`);
+      };
+      const key = freshKey('unknown');
+      await refuses('createLocker', () => createLocker(backend, { ttl: 5000 } as never), 'ttl', 'ttlMs');
+      const locker = track(createLocker(backend, { ttlMs: T, autoRenew: false }));
+      await refuses('lock', () => locker.lock(key, { timeout: 100 } as never), 'timeout', 'timeoutMs');
+      await refuses('tryLock', () => locker.tryLock(key, { sigal: new AbortController().signal } as never), 'sigal', 'signal');
+      await refuses('lockAll', () => locker.lockAll([key], { timeoutMS: 100 } as never), 'timeoutMS', 'timeoutMs');
+      if (capabilities.semaphore) await refuses('semaphore', () => locker.semaphore(key, { limt: 2 } as never), 'limt', 'limit');
+      if (capabilities.readWrite) await refuses('read', () => locker.readWriteLock(key).read({ ttl: T } as never), 'ttl', 'ttlMs');
+      await refuses('migratingBackend', () => migratingBackend({ from: backend, to: backend, phse: 'dual' } as never), 'phse', 'phase');
+      await refuses('forceRelease', () => locker.forceRelease(key, randomUUID(), { Shared: true } as never), 'Shared', 'shared');
+      if (options.fence) {
+        const fence = await makeFence();
+        await refuses('fence write', () => fence.write(key, 1n, 'v', { timeout: 100 } as never), 'timeout', 'timeoutMs');
+        expect(await fence.read(key), 'written all the same').toBeNull();
+      }
+      expect(withoutFloorRead(calls), 'store calls for calls with unknown options').toEqual([]);
+
+      if (!options.factory) return;
+      const { create, rules, valid } = options.factory;
+      // A factory pointed at a proxy that counts connections: a misspelt option opens none.
+      const proxy = await startProxy(firstStore());
+      for (const name of Object.keys(rules))
+        await refuses(`backend option ${name}s`, () => create({ ...valid(proxy.address), [`${name}s`]: 1 }), `${name}s`, name);
+      expect(proxy.accepted, 'connections opened by factories given an unknown option').toBe(0);
+    }, 60_000);
   });
 }
 

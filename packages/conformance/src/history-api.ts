@@ -1,3 +1,4 @@
+/** @module @deadbolt/conformance/history */
 // @deadbolt/conformance/history: the history recorder and checker, and the workload that feeds
 // them, without the test runner (a cluster run or a CLI imports this).
 export {

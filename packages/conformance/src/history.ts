@@ -31,6 +31,7 @@ export type HistoryOp = 'acquire' | 'release' | 'held' | 'lost' | 'write' | 'hea
 /** invoke: started; ok / fail: finished with that outcome; unknown: no answer (timed out); info: an observation. */
 export type HistoryType = 'invoke' | 'ok' | 'fail' | 'unknown' | 'info';
 
+/** One step of a history: an invocation, its completion (`ok`, `fail`, or `unknown` when the outcome cannot be known), or a note (`held`, `lost`, `heal`). */
 export interface HistoryEvent {
   /** The worker (several workers may share a process). */
   readonly process: string;
@@ -64,7 +65,10 @@ export class HistoryRecorder {
   readonly events: HistoryEvent[] = [];
   #nextId = 1;
 
-  constructor(readonly clock: () => number = monotonicMs) {}
+  constructor(
+    /** The time of each event, in ms (default the machine's monotonic clock). */
+    readonly clock: () => number = monotonicMs,
+  ) {}
 
   /** Adds one event; `id` 0 for an invocation takes a fresh one. Returns its id. */
   add(event: Omit<HistoryEvent, 'time' | 'id'> & { id?: number }): number {
@@ -84,6 +88,7 @@ export class HistoryRecorder {
     this.#nextId += top + 1;
   }
 
+  /** A worker whose events carry `process` as their worker's name. */
   worker(process: string): HistoryWorker {
     return new HistoryWorker(this, process);
   }
@@ -96,10 +101,12 @@ export class HistoryWorker {
     readonly process: string,
   ) {}
 
+  /** Records the start of `op` on `key`; returns the id its completion names. */
   invoke(op: 'acquire' | 'release' | 'write', key: string, more: { token?: bigint; resource?: string } = {}): number {
     return this.recorder.add({ process: this.process, op, type: 'invoke', key, ...more });
   }
 
+  /** Records how the invocation `id` ended. */
   complete(
     id: number,
     op: 'acquire' | 'release' | 'write',
@@ -134,6 +141,7 @@ export interface Hold {
   readonly believedUntil: number;
 }
 
+/** Options of `checkHistory`. */
 export interface CheckOptions {
   /** The model of each key (default: every key a mutex). */
   model?: (key: string) => KeyModel;
@@ -141,6 +149,7 @@ export interface CheckOptions {
   livenessGraceMs?: number;
 }
 
+/** What `checkHistory` found: each kind of anomaly, and whether there was none. */
 export interface HistoryCheck {
   /** No anomaly of any kind. */
   readonly valid: boolean;

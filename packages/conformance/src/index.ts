@@ -1,3 +1,4 @@
+/** @module @deadbolt/conformance */
 export { defineConformanceSuite } from './suite.js';
 export type { ConformanceHarness, ConformanceOptions, SuiteContext } from './context.js';
 export {

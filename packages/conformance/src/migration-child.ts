@@ -5,6 +5,7 @@
 import { migratingBackend, type Fence, type LockBackend, type MigratingBackend, type MigrationPhase } from '@deadbolt/core';
 import type { ChildBackendConfig } from './children.js';
 
+/** How a child process builds a migrating backend: each store's config and the phase. */
 export interface MigratingChildOptions {
   from: ChildBackendConfig;
   to: ChildBackendConfig;

@@ -2,7 +2,7 @@
  * Behaviours 12 and 13 (the conformance README, "fencing" and "fairness"): strictly increasing
  * tokens across holders, stores and floors; FIFO order and no starvation under contention.
  */
-import { BackendUnavailableError } from '@deadbolt/core';
+import { BackendUnavailableError, createLocker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { describe, expect, it } from 'vitest';
 import type { SuiteContext } from './context.js';
@@ -114,6 +114,70 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
           await backend.close();
         }
       },
+    );
+  });
+
+  describe('fencing across stores', () => {
+    itWhen(
+      () =>
+        !options.createBackendInOtherNamespace
+          ? 'the suite names no second namespace (a store-wide floor would lift every other test of the store)'
+          : undefined,
+      "12e. the store's token floor (migration support): every grant through a locker that starts after a raise, on keys new and used, locks and shared claims, is above it; the ceiling is above every token",
+      async () => {
+        // In the suite's second namespace, and by a little: the floor is the whole store's.
+        const probe = await options.createBackendInOtherNamespace!();
+        const locker = async () => {
+          const l = createLocker(await options.createBackendInOtherNamespace!(), { ttlMs: T });
+          ctx.lockers.push(l);
+          return l;
+        };
+        try {
+          if (typeof probe.tokenFloor !== 'function' || typeof probe.tokenCeiling !== 'function') {
+            expect(probe.tokenFloor, 'a backend with raiseTokenFloor keeps a store floor too').toBeTypeOf('function');
+            return;
+          }
+          const [used, fresh] = [freshKey('used'), freshKey('fresh')];
+          const before = await locker();
+          const early = await before.lock(used);
+          await early.release();
+          const ceiling = await probe.tokenCeiling();
+          expect(ceiling, 'the ceiling is below a token granted').toBeGreaterThanOrEqual(early.token);
+          const floor = ceiling + 1000n;
+          expect(await probe.tokenFloor(floor)).toBeGreaterThanOrEqual(floor);
+          expect(await probe.tokenFloor(1n), 'a floor went down').toBeGreaterThanOrEqual(floor);
+          expect(await probe.tokenFloor()).toBeGreaterThanOrEqual(floor);
+          expect(await probe.tokenCeiling(), 'the ceiling is below the floor').toBeGreaterThanOrEqual(floor);
+          const after = await locker();
+          const tokens: [string, bigint][] = [];
+          for (const key of [used, fresh]) {
+            const lock = await after.lock(key);
+            tokens.push([`lock ${key}`, lock.token]);
+            await lock.release();
+            const tried = await after.tryLock(key);
+            tokens.push([`tryLock ${key}`, tried!.token]);
+            await tried!.release();
+          }
+          if (capabilities.semaphore) {
+            const permit = await after.semaphore(freshKey('permits'), { limit: 2 }).acquire();
+            tokens.push(['permit', permit.token]);
+            await permit.release();
+          }
+          if (capabilities.readWrite) {
+            const rw = after.readWriteLock(freshKey('rw'));
+            const [read, other] = [await rw.read(), await rw.tryRead()];
+            tokens.push(['read', read.token], ['second read', other!.token]);
+            await Promise.all([read.release(), other!.release()]);
+          }
+          for (const [what, token] of tokens) expect(token, `${what}: a token at or below the floor ${floor}`).toBeGreaterThan(floor);
+          expect(await probe.tokenCeiling(), 'the ceiling is below a token granted').toBeGreaterThanOrEqual(
+            tokens.reduce((a, [, t]) => (t > a ? t : a), 0n),
+          );
+        } finally {
+          await probe.close();
+        }
+      },
+      60_000,
     );
   });
 

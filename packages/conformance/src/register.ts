@@ -11,6 +11,7 @@ export interface FencedWrite<T> {
   readonly checkedAt?: bigint;
 }
 
+/** A resource that refuses writes whose token is lower than the highest it has taken, as a fenced store does; it keeps every write, taken or refused. */
 export class FencedRegister<T = unknown> {
   #highest = -1n;
   #value: T | undefined;
@@ -35,6 +36,7 @@ export class FencedRegister<T = unknown> {
     return true;
   }
 
+  /** The last value written, if any. */
   read(): T | undefined {
     return this.#value;
   }

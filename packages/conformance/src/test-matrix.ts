@@ -1,3 +1,4 @@
+/** @module @deadbolt/conformance/test-matrix */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';

@@ -11,6 +11,7 @@ import type { HistoryWorker } from './history.js';
 /** Where a worker writes while it holds: a store's `Fence`, or anything with the same `write`. */
 export type Resource = Pick<Fence, 'write'>;
 
+/** Options of `runWorker`: the key, the resource it writes under the lock, and the pace of its holds. */
 export interface WorkerOptions {
   readonly key: string;
   /** The resource written under the lock (with `resource` as its name), twice per hold. */
