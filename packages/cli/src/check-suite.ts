@@ -6,7 +6,7 @@
 // store through the backend's own `inspect`, so it needs nothing store-specific.
 import type { LockBackend } from '@deadbolt/core';
 import { defineConformanceSuite } from '@deadbolt/conformance';
-import { afterAll } from 'vitest';
+import { afterAll } from '@deadbolt/conformance/runner';
 import { backendFor } from './stores.js';
 
 const url = process.env['DEADBOLT_CHECK_URL'];

@@ -9,7 +9,7 @@ import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocker } from '@deadbolt/core';
 import { describeError } from './exit.js';
-import { backendFor, storeOf, withOptions } from './stores.js';
+import { backendFor, storeOf } from './stores.js';
 
 export interface CheckRequest {
   readonly url: string;
@@ -44,7 +44,7 @@ export interface CheckReport {
 export async function check(req: CheckRequest): Promise<CheckReport> {
   const store = storeOf(req.url);
   const id = randomBytes(4).toString('hex');
-  const url = withOptions(req.url, store.scratch.options(id));
+  const url = store.scratch.url(req.url, id);
   let rows: CheckRow[] = [];
   let cleanup: string;
   let reached = false;
@@ -102,7 +102,8 @@ async function runSuite(
   only: readonly string[] | undefined,
   run: { interrupted?: NodeJS.Signals; cancel?: () => void; onSignal?: (signal: NodeJS.Signals) => void },
 ): Promise<CheckRow[]> {
-  const { startVitest } = await import('vitest/node');
+  // The suite's own copy of vitest (see @deadbolt/conformance/runner), whatever the install layout.
+  const { startVitest } = await import('@deadbolt/conformance/runner');
   // Vitest leaves files under node_modules to Node (and excludes them as tests): the entry it is
   // given lives in a directory of its own and imports the suite, wherever the package is installed.
   const dir = mkdtempSync(join(tmpdir(), 'deadbolt-check-'));

@@ -1,7 +1,9 @@
 // The `deadbolt` command: parses the command line (node:util's parseArgs), runs the command, and
 // turns every failure into one line on stderr and an exit code (exit.ts), never a stack trace.
+import { createRequire } from 'node:module';
 import { constants } from 'node:os';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { unknownOption } from '@deadbolt/core/backend';
 import { CliError, describeError, EXIT, exitCodeOf } from './exit.js';
 import { asJson, asText, inspect } from './inspect.js';
 import { asTable, check } from './check.js';
@@ -12,6 +14,9 @@ import { STORES } from './stores.js';
 
 const SCHEMES = Object.keys(STORES).join(', ');
 
+/** This package's version (its package.json, one directory above the built files). */
+const VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
+
 const HELP = {
   main: `Usage: deadbolt <command> [options]
 
@@ -21,6 +26,7 @@ Commands:
   release KEY --force [options]            free a lock someone else holds (a stuck holder)
   check [URL]                              run the conformance suite against your store
   bench [URL...]                           time locking on one or more stores, side by side
+  -V, --version                            print the version
 
 The store is a URL (--url, or DEADBOLT_URL): ${SCHEMES}; a query sets the
 backend's options, e.g. postgres://user@host/db?mode=session, cassandra://host/ks?algorithm=lwt.
@@ -32,11 +38,13 @@ Exit codes: the command's own (run); 1 a behaviour failed (check); 64 bad usage;
   run: `Usage: deadbolt run KEY [options] -- COMMAND [ARGS...]
        deadbolt run KEY [options] -c 'SHELL COMMAND'
 
-Takes the lock KEY, runs COMMAND while holding it, releases it when COMMAND ends, and exits with
-COMMAND's code (128 + the signal's number if a signal ended it). COMMAND's environment has
-DEADBOLT_KEY, DEADBOLT_TOKEN (the fencing token: pass it to whatever checks it) and DEADBOLT_OWNER.
-Signals sent to deadbolt are passed on to COMMAND. If the lock is lost, COMMAND gets SIGTERM,
-then SIGKILL after --grace, and deadbolt exits 76.
+Takes the lock KEY, runs COMMAND while holding it, releases it when COMMAND and every process it
+started have ended (they share a process group of their own), and exits with COMMAND's code (128 +
+the signal's number if a signal ended it). COMMAND's environment has DEADBOLT_KEY, DEADBOLT_TOKEN
+(the fencing token: pass it to whatever checks it) and DEADBOLT_OWNER. Signals sent to deadbolt are
+passed on to the whole group. If the lock is lost, the group gets SIGTERM, then SIGKILL after
+--grace, and deadbolt exits 76 once it is gone. A process that leaves the group (setsid) is not
+stopped.
 
 Options:
   -u, --url URL                 the store (default: $DEADBOLT_URL)
@@ -50,6 +58,7 @@ Options:
                                 deadbolt's lock frees itself after it
   -g, --grace SECS              time between SIGTERM and SIGKILL after a loss (default 10)
   -c, --command STRING          run STRING with /bin/sh -c
+      --verbose                 say on stderr how long taking the lock took, and its token
   -h, --help                    this help
 
 Plain "run KEY" takes the lock KEY (locker.lock); -s, -x and -l take from the read-write lock or
@@ -144,6 +153,7 @@ const RUN_OPTIONS = {
   ttl: { type: 'string', short: 't' },
   grace: { type: 'string', short: 'g' },
   command: { type: 'string', short: 'c' },
+  verbose: { type: 'boolean' },
 } as const satisfies ParseArgsConfig['options'];
 const CHECK_OPTIONS = {
   ...URL_OPTION,
@@ -183,6 +193,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (command === undefined || command === '-h' || command === '--help' || command === 'help') {
       process.stdout.write(HELP.main);
       return command === undefined ? EXIT.usage : 0;
+    }
+    if (command === '-V' || command === '--version' || command === 'version') {
+      process.stdout.write(`deadbolt ${VERSION}\n`);
+      return 0;
     }
     if (command === 'run') return await runCommand(rest);
     if (command === 'inspect') return await inspectCommand(rest);
@@ -224,6 +238,7 @@ async function runCommand(argv: readonly string[]): Promise<number> {
     ttlMs: values.ttl === undefined ? undefined : Math.round(seconds(values.ttl, '--ttl') * 1000),
     graceMs: seconds(values.grace ?? '10', '--grace') * 1000,
     conflictCode: values['conflict-exit-code'] === undefined ? EXIT.busy : whole(values['conflict-exit-code'], '-E', 0, 255),
+    verbose: values.verbose ?? false,
   };
   return run(request);
 }
@@ -266,6 +281,10 @@ async function checkCommand(argv: readonly string[]): Promise<number> {
   if (only?.some((n) => !/^\d+[a-z]?$/.test(n))) throw usage(`--only takes behaviour numbers such as 1,2,12a, got "${values.only}"`);
   const report = await check({ url: storeUrl(positionals[0] ?? values.url), ...(only ? { only } : {}) });
   process.stdout.write(`${values.json ? JSON.stringify(report, null, 2) : asTable(report)}\n`);
+  if (report.rows.length === 0 && !report.interrupted) {
+    const why = only ? `--only ${values.only} names no behaviour of the suite` : 'the test runner found none of the suite';
+    process.stderr.write(`deadbolt: no behaviour ran: ${why}\n`);
+  }
   if (report.interrupted) return 128 + (constants.signals[report.interrupted] ?? 0);
   return report.passed ? 0 : EXIT.failed;
 }
@@ -292,6 +311,16 @@ function parse<O extends NonNullable<ParseArgsConfig['options']>>(args: readonly
   try {
     return parseArgs({ args: [...args], options, allowPositionals: true, strict: true });
   } catch (error) {
+    // A misspelt long flag: named, with the flag it probably meant, as options are everywhere.
+    const unknown = /^Unknown option '--([^'=]+)'/.exec((error as Error).message)?.[1];
+    if (unknown !== undefined)
+      throw usage(
+        `${unknownOption(
+          `--${unknown}`,
+          Object.keys(options).map((name) => `--${name}`),
+          `deadbolt ${command}`,
+        )} (deadbolt ${command} --help)`,
+      );
     throw usage(`${(error as Error).message.replace(/\s*To specify .*$/s, '')} (deadbolt ${command} --help)`);
   }
 }

@@ -1,8 +1,10 @@
 // `deadbolt run`: take the lock, run the command while holding it, give it back when the command
-// ends. The command learns the key and its fencing token from its environment; signals sent to
-// deadbolt are passed on; when the lock is lost, the command is stopped (SIGTERM, then SIGKILL
-// after a grace period), as `consul lock` does and `etcdctl lock` does not.
+// and every process it started have ended. The command learns the key and its fencing token from
+// its environment; signals sent to deadbolt are passed on to its whole process group; when the
+// lock is lost, the group is stopped (SIGTERM, then SIGKILL after a grace period), as `consul lock`
+// does for its child and `etcdctl lock` does not.
 import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { createLocker, type Lock, type Locker } from '@deadbolt/core';
 import { CliError, describeError, EXIT } from './exit.js';
@@ -23,19 +25,30 @@ export interface RunRequest {
   readonly graceMs: number;
   /** Exit code when the key is busy (`nonblock`) or the wait ran out. */
   readonly conflictCode: number;
+  /** Say on stderr how long taking the lock took, and its token (flock's `--verbose`). */
+  readonly verbose?: boolean;
 }
 
-/** Signals passed on to the command (SIGINT and SIGQUIT only when not from a terminal: a terminal sends them to both). */
+/**
+ * Signals passed on to the command's process group. SIGINT and SIGQUIT too: the command runs in a
+ * session of its own, so a terminal's Ctrl-C reaches only deadbolt, which passes it on.
+ */
 const FORWARDED = ['SIGTERM', 'SIGHUP', 'SIGUSR1', 'SIGUSR2', 'SIGWINCH', 'SIGINT', 'SIGQUIT'] as const;
-const FROM_TERMINAL = new Set(['SIGINT', 'SIGQUIT']);
 /** Signals that stop a wait for the lock (deadbolt then exits as if killed by them). */
 const INTERRUPTS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+/** How often deadbolt looks whether any process of the command is left, once its first one ended. */
+const GROUP_POLL_MS = 50;
 
 /** Runs `req`; resolves the exit code. @throws CliError, or deadbolt's errors (the caller maps them to exit codes). */
 export async function run(req: RunRequest): Promise<number> {
   const locker = createLocker(await backendFor(req.url), req.ttlMs === undefined ? {} : { ttlMs: req.ttlMs });
   try {
+    const started = performance.now();
     const lock = await take(locker, req);
+    if (req.verbose) {
+      const seconds = ((performance.now() - started) / 1000).toFixed(3);
+      process.stderr.write(`deadbolt: took ${req.key} in ${seconds} s, fencing token ${lock.token}\n`);
+    }
     return await holding(lock, req);
   } finally {
     await locker.close().catch((error: unknown) => warn(`closing the store's connections: ${describeError(error)}`));
@@ -74,23 +87,40 @@ async function take(locker: Locker, req: RunRequest): Promise<Lock> {
   }
 }
 
-/** Runs the command under `lock`, then releases it. Resolves the command's exit code, or EXIT.lost. */
+/**
+ * Runs the command under `lock`, then releases it. Resolves the command's exit code, or EXIT.lost.
+ *
+ * The command starts as the leader of a process group (and session) of its own, and everything
+ * it starts stays in that group unless it leaves on purpose (`setsid`, `setpgid`: a daemon that
+ * detaches itself). Signals go to the whole group, and the lock is held, and renewed, until every
+ * process of the group is gone, not only the command itself: a shell's child (`-c 'a; b &'`, a
+ * pipeline) keeps the lock while it runs, and is stopped with the rest when the lock is lost.
+ */
 async function holding(lock: Lock, req: RunRequest): Promise<number> {
   const [program, ...args] = req.command;
   const child = spawn(program!, args, {
     stdio: 'inherit',
+    detached: true,
     env: { ...process.env, DEADBOLT_KEY: req.key, DEADBOLT_TOKEN: lock.token.toString(), DEADBOLT_OWNER: lock.owner },
   });
-  const forward = (signal: NodeJS.Signals) => void child.kill(signal);
-  const forwarded = FORWARDED.filter((s) => !(FROM_TERMINAL.has(s) && process.stdin.isTTY));
-  for (const signal of forwarded) process.on(signal, forward);
+  const group = child.pid;
+  const signalGroup = (signal: NodeJS.Signals) => {
+    if (group === undefined) return;
+    try {
+      process.kill(-group, signal);
+    } catch {
+      // ESRCH: nobody left in the group.
+    }
+  };
+  const forward = (signal: NodeJS.Signals) => signalGroup(signal);
+  for (const signal of FORWARDED) process.on(signal, forward);
   let killTimer: NodeJS.Timeout | undefined;
   const onLost = () => {
     warn(
-      `lost the lock on ${req.key} (${describeError(lock.signal.reason)}); stopping the command: SIGTERM, SIGKILL in ${req.graceMs / 1000} s`,
+      `lost the lock on ${req.key} (${describeError(lock.signal.reason)}); stopping the command and every process it started: SIGTERM, SIGKILL in ${req.graceMs / 1000} s`,
     );
-    child.kill('SIGTERM');
-    killTimer = setTimeout(() => child.kill('SIGKILL'), req.graceMs);
+    signalGroup('SIGTERM');
+    killTimer = setTimeout(() => signalGroup('SIGKILL'), req.graceMs);
   };
   lock.signal.addEventListener('abort', onLost, { once: true });
   try {
@@ -102,14 +132,48 @@ async function holding(lock: Lock, req: RunRequest): Promise<number> {
       const missing = (ended as NodeJS.ErrnoException).code === 'ENOENT' || (ended as NodeJS.ErrnoException).code === 'EACCES';
       throw new CliError(`cannot run ${program}: ${ended.message}`, missing ? EXIT.notFound : EXIT.failure);
     }
+    // The command's own process is gone; what it started may not be. The lock stays held (and a
+    // loss still stops them) until the last of them has ended.
+    if (group !== undefined) while (groupAlive(group)) await new Promise((resolve) => setTimeout(resolve, GROUP_POLL_MS));
     if (lock.signal.aborted) return EXIT.lost;
     return ended.code ?? 128 + constants.signals[ended.signal!];
   } finally {
     lock.signal.removeEventListener('abort', onLost);
     clearTimeout(killTimer);
-    for (const signal of forwarded) process.off(signal, forward);
+    for (const signal of FORWARDED) process.off(signal, forward);
     await lock.release().catch((error: unknown) => warn(`releasing ${req.key}: ${describeError(error)}`));
   }
+}
+
+/**
+ * Whether any process of the group `pgid` is still running. On Linux, read from /proc, so that a
+ * process that has ended but not been reaped yet (a zombie, whose parent has not waited for it)
+ * does not count; elsewhere, whether the group can be signalled at all.
+ */
+function groupAlive(pgid: number): boolean {
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name));
+  } catch {
+    try {
+      process.kill(-pgid, 0);
+      return true;
+    } catch (error) {
+      return (error as NodeJS.ErrnoException).code === 'EPERM';
+    }
+  }
+  for (const pid of pids) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      continue; // ended meanwhile
+    }
+    // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses, so count from the last `)`.
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(pgrp) === pgid && state !== 'Z' && state !== 'X') return true;
+  }
+  return false;
 }
 
 function warn(message: string): void {

@@ -2,7 +2,7 @@
 // pairs are that backend's options (checked by the package's own option rules), the rest of the
 // URL is its `url`. Each package is loaded only when its scheme is used.
 import { InvalidArgumentError, type LockBackend } from '@deadbolt/core';
-import type { Rule } from '@deadbolt/core/backend';
+import { sleep, type Rule } from '@deadbolt/core/backend';
 import type { Redis, Cluster } from 'ioredis';
 
 interface Store {
@@ -11,13 +11,13 @@ interface Store {
   /** The factory's options for the URL without its query (`base`, in the package's own scheme). */
   options(base: string): Record<string, unknown>;
   /**
-   * `deadbolt check`'s namespace, apart from every lock of the user's: `options(id)` are the URL
-   * options that put everything the backend writes there (a key prefix, tables, a root node, a
-   * keyspace named after `id`); `purge` removes it through `backend` (made from that URL) and says
-   * what it removed.
+   * `deadbolt check`'s namespace, apart from every lock of the user's: `url(url, id)` is the user's
+   * URL pointed there (a key prefix, tables, a root node, a keyspace named after `id`: whatever the
+   * URL named instead is replaced, never kept beside it); `purge` removes it through `backend`
+   * (made from that URL) and says what it removed.
    */
   scratch: {
-    options(id: string): Record<string, string>;
+    url(url: string, id: string): string;
     purge(backend: LockBackend, id: string, url: string): Promise<string>;
   };
 }
@@ -40,25 +40,26 @@ async function unlinkUnder(client: Redis | Cluster, prefix: string): Promise<num
 
 const redisPrefix = (id: string) => `deadbolt-check:${id}:`;
 /**
- * The SQL stores' scratch: the lock table `deadbolt_check_<id>`, and on purge every table whose name
- * starts so (the backend names its other tables after the lock table), listed and dropped by `tables`.
+ * The SQL stores' scratch: the lock table `deadbolt_check_<id>`, and on purge every table (and, on
+ * PostgreSQL, function) whose name starts so (the backend names the others after the lock table),
+ * listed and dropped by `tables`.
  */
 function sqlScratch(
   tables: (backend: LockBackend, prefix: string) => Promise<{ tables: string[]; drop: (table: string) => Promise<unknown> }>,
 ): Store['scratch'] {
   const table = (id: string) => `deadbolt_check_${id}`;
   return {
-    options: (id) => ({ table: table(id) }),
+    url: (url, id) => withOptions(url, { table: table(id) }),
     async purge(backend, id) {
       const found = await tables(backend, table(id));
       for (const name of found.tables) await found.drop(name);
-      return `tables ${found.tables.join(', ') || '(none)'}`;
+      return `${found.tables.join(', ') || 'no tables'}`;
     },
   };
 }
 
 const redisScratch: Store['scratch'] = {
-  options: (id) => ({ prefix: redisPrefix(id) }),
+  url: (url, id) => withOptions(url, { prefix: redisPrefix(id) }),
   async purge(backend, id) {
     const { RedisBackend } = await import('@deadbolt/redis');
     if (!(backend instanceof RedisBackend)) throw new Error('not a Redis backend');
@@ -89,7 +90,10 @@ const mysql: Store = {
       'SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() AND LEFT(table_name, ?) = ?',
       [prefix.length, prefix],
     );
-    return { tables: (rows as { t: string }[]).map((r) => r.t), drop: (table) => backend.client.query('DROP TABLE IF EXISTS ??', [table]) };
+    return {
+      tables: (rows as { t: string }[]).map((r) => `table ${r.t}`),
+      drop: (name) => backend.client.query('DROP TABLE IF EXISTS ??', [name.replace(/^table /, '')]),
+    };
   }),
 };
 const postgres: Store = {
@@ -101,11 +105,20 @@ const postgres: Store = {
   scratch: sqlScratch(async (backend, prefix) => {
     const { PostgresBackend } = await import('@deadbolt/postgres');
     if (!(backend instanceof PostgresBackend)) throw new Error('not a PostgreSQL backend');
-    const { rows } = await backend.client.query<{ t: string }>(
+    const tables = await backend.client.query<{ t: string }>(
       'SELECT tablename AS t FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)',
       [prefix],
     );
-    return { tables: rows.map((r) => r.t), drop: (table) => backend.client.query(`DROP TABLE IF EXISTS "${table}"`) };
+    // Its functions too (the queue's wake-up, the shared claims' attempt), named after the table.
+    const functions = await backend.client.query<{ f: string }>(
+      'SELECT p.proname AS f FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema() AND starts_with(p.proname, $1)',
+      [prefix],
+    );
+    return {
+      tables: [...tables.rows.map((r) => `table ${r.t}`), ...functions.rows.map((r) => `function ${r.f}`)],
+      drop: (name) =>
+        backend.client.query(`DROP ${name.startsWith('table ') ? 'TABLE' : 'FUNCTION'} IF EXISTS "${name.replace(/^\w+ /, '')}"`),
+    };
   }),
 };
 
@@ -123,7 +136,7 @@ export const STORES: Readonly<Record<string, Store>> = {
     scratch: {
       // A namespace new to every node looks like a node that lost its data: it grants nothing for
       // maxTtlMs (default 60 s). The check's leases are short, so its guard is too.
-      options: (id) => ({ ...redisScratch.options(id), maxTtlMs: '10000' }),
+      url: (url, id) => withOptions(redisScratch.url(url, id), { maxTtlMs: '10000' }),
       async purge(_backend, id, url) {
         // The nodes are the backend's own; each is purged through a connection of its own.
         const removed: string[] = [];
@@ -150,7 +163,7 @@ export const STORES: Readonly<Record<string, Store>> = {
     },
     options: withUrl(),
     scratch: {
-      options: (id) => ({ root: `/deadbolt-check-${id}` }),
+      url: (url, id) => withOptions(url, { root: `/deadbolt-check-${id}` }),
       async purge(backend, id) {
         const { ZooKeeperBackend } = await import('@deadbolt/zookeeper');
         const { session } = await import('@deadbolt/zookeeper/testing');
@@ -162,12 +175,20 @@ export const STORES: Readonly<Record<string, Store>> = {
             // -101: no such node (never written, or gone already).
             start((error, value) => (error && error.getCode() !== -101 ? reject(error) : resolve(error ? undefined : value))),
           );
-        const remove = async (path: string): Promise<number> => {
+        // A node can gain a child between its listing and its removal (-111, not empty): a request
+        // of a session still open, a waiter's node, arriving late. Listed and removed again then.
+        const remove = async (path: string, again = 20): Promise<number> => {
           const children = await call<string[]>((cb) => client.getChildren(path, undefined, cb));
           if (children === undefined) return 0;
           let removed = 0;
           for (const child of children) removed += await remove(`${path}/${child}`);
-          await call<void>((cb) => client.remove(path, -1, (error) => cb(error, undefined)));
+          try {
+            await call<void>((cb) => client.remove(path, -1, (error) => cb(error, undefined)));
+          } catch (error) {
+            if ((error as { getCode(): number }).getCode() !== -111 || again === 0) throw error;
+            await sleep(50);
+            return removed + (await remove(path, again - 1));
+          }
           return removed + 1;
         };
         return `${await remove(root)} nodes under ${root}`;
@@ -181,7 +202,7 @@ export const STORES: Readonly<Record<string, Store>> = {
     },
     options: withUrl(),
     scratch: {
-      options: (id) => ({ prefix: `deadbolt-check/${id}/` }),
+      url: (url, id) => withOptions(url, { prefix: `deadbolt-check/${id}/` }),
       async purge(backend, id) {
         const { EtcdBackend } = await import('@deadbolt/etcd');
         if (!(backend instanceof EtcdBackend)) throw new Error('not an etcd backend');
@@ -197,7 +218,9 @@ export const STORES: Readonly<Record<string, Store>> = {
     },
     options: withUrl(),
     scratch: {
-      options: (id) => ({ keyspace: `deadbolt_check_${id}` }),
+      // The keyspace is the URL's path: the check's takes its place (an option beside a path that
+      // names another keyspace is refused by the backend, so it cannot silently lose to the path).
+      url: (url, id) => withOptions(withPath(url, `deadbolt_check_${id}`), { keyspace: undefined }),
       async purge(backend, id) {
         const { CassandraBackend } = await import('@deadbolt/cassandra');
         if (!(backend instanceof CassandraBackend)) throw new Error('not a Cassandra backend');
@@ -225,14 +248,24 @@ export function storeOf(url: string): Store {
 
 const schemeOf = (url: string) => /^([a-z][a-z0-9+.-]*):\/\//i.exec(url)?.[1]?.toLowerCase();
 
+/** `url` with `path` (no leading `/`) in place of the path it has, its query kept. */
+function withPath(url: string, path: string): string {
+  const m = /^([a-z][a-z0-9+.-]*:\/\/[^/?#]*)(\/[^?#]*)?(.*)$/i.exec(url)!;
+  return `${m[1]}/${path}${m[3]}`;
+}
+
 /**
- * `url` with the query options `set` in place of any it has of the same names.
+ * `url` with the query options `set` in place of any it has of the same names (`undefined`: none).
  */
-export function withOptions(url: string, set: Readonly<Record<string, string>>): string {
+export function withOptions(url: string, set: Readonly<Record<string, string | undefined>>): string {
   const query = url.indexOf('?');
   const params = new URLSearchParams(query < 0 ? '' : url.slice(query + 1));
-  for (const [name, value] of Object.entries(set)) params.set(name, value);
-  return `${query < 0 ? url : url.slice(0, query)}?${params}`;
+  for (const [name, value] of Object.entries(set)) {
+    if (value === undefined) params.delete(name);
+    else params.set(name, value);
+  }
+  const base = query < 0 ? url : url.slice(0, query);
+  return params.size > 0 ? `${base}?${params}` : base;
 }
 
 /**
@@ -250,7 +283,7 @@ export async function backendFor(url: string): Promise<LockBackend> {
   const options: Record<string, unknown> = store.options(base);
   for (const [name, text] of new URLSearchParams(query < 0 ? '' : url.slice(query + 1))) {
     const rule = Object.hasOwn(rules, name) ? rules[name] : undefined;
-    if (!rule || name in options || name === 'client')
+    if (!rule || Object.hasOwn(options, name) || name === 'client')
       throw new InvalidArgumentError(`the ${scheme} store has no option "${name}" that a URL can set`);
     options[name] = fromText(rule, name, text);
   }

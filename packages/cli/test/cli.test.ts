@@ -129,6 +129,10 @@ describe('deadbolt run', () => {
     const noStore = await cli(['run', 'k', '--', 'true'], { DEADBOLT_URL: '' });
     expect(noStore.code).toBe(64);
     expect(noStore.stderr).toMatch(/DEADBOLT_URL/);
+    // A misspelt flag is named with the flag it probably meant, as a misspelt option is everywhere.
+    const typo = await cli(['run', 'k', '--timout', '5', '--', 'true']);
+    expect(typo.code).toBe(64);
+    expect(typo.stderr).toMatch(/unknown option `--timout`; did you mean `--timeout`\?/);
   });
 
   it("exits with the command's code; the command sees the key, token and owner; 127 when it cannot start; 69 when the store is down", async () => {
@@ -233,6 +237,81 @@ describe('deadbolt run', () => {
     } finally {
       admin.disconnect();
     }
+  });
+
+  it("the command's whole process group: a grandchild that keeps writing is stopped on a loss and on SIGTERM, and the lock is held until it is gone", async () => {
+    const admin = new Redis(REDIS);
+    const alive = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return !readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.startsWith('Z');
+      } catch {
+        return false;
+      }
+    };
+    /** A shell whose background child appends to `log` every 50 ms (ignoring SIGTERM when `stubborn`), its pid in `log.pid`. */
+    const writer = (log: string, stubborn: boolean) =>
+      `(${stubborn ? "trap '' TERM; " : "trap 'sleep 3; echo gone >> " + log + "; exit 0' TERM; "}while true; do echo tick >> ${log}; sleep 0.05; done) & echo $! > ${log}.pid; wait`;
+    const grows = async (log: string) => {
+      const before = readFileSync(log, 'utf8').length;
+      await new Promise((r) => setTimeout(r, 300));
+      return readFileSync(log, 'utf8').length > before;
+    };
+    try {
+      // Lost: the group gets SIGTERM, the grandchild ignores it, SIGKILL after the grace ends it.
+      const key = freshKey();
+      const log = join(dir, `${keySeq}.group`);
+      const lost = deadbolt(['run', '-t', '3', '-g', '1', key, '--', 'sh', '-c', writer(log, true)]);
+      const pid = Number((await fileSoon(`${log}.pid`)).trim());
+      expect(await grows(log)).toBe(true);
+      const names = await admin.keys(`deadbolt:{*}lock:${key}`);
+      await admin.del(names[0]!);
+      const ran = await lost.done;
+      expect(ran.code, ran.stderr).toBe(76);
+      expect(alive(pid), 'the grandchild outlived the lost lock').toBe(false);
+      expect(await grows(log), 'something still writes after deadbolt exited').toBe(false);
+
+      // SIGTERM to deadbolt: passed to the group; the grandchild takes 3 s to go, and the lock
+      // stays held until it has. Read in the store rather than by a second deadbolt: a process
+      // that starts Node took longer than the grandchild's grace on a loaded machine.
+      const key2 = freshKey();
+      const log2 = join(dir, `${keySeq}.group2`);
+      const term = deadbolt(['run', '-t', '3', key2, '--', 'sh', '-c', writer(log2, false)]);
+      const pid2 = Number((await fileSoon(`${log2}.pid`)).trim());
+      term.child.kill('SIGTERM');
+      await new Promise((r) => setTimeout(r, 400));
+      expect(alive(pid2)).toBe(true);
+      expect(await admin.keys(`deadbolt:{*}lock:${key2}`), 'released while the grandchild still ran').toHaveLength(1);
+      expect(alive(pid2), 'the grandchild was gone before the store was read').toBe(true);
+      const ended = await term.done;
+      expect(alive(pid2)).toBe(false);
+      expect(readFileSync(log2, 'utf8')).toMatch(/gone\n$/);
+      expect(ended.code, ended.stderr).toBe(143);
+      expect((await cli(['run', '-n', key2, '--', 'true'])).code).toBe(0);
+
+      // A command that leaves a child behind and exits: deadbolt holds the lock until the child ends.
+      const key3 = freshKey();
+      const log3 = join(dir, `${keySeq}.group3`);
+      const t0 = performance.now();
+      const left = await cli(['run', key3, '--', 'sh', '-c', `(sleep 1; echo late >> ${log3}) & exit 3`]);
+      expect(left.code).toBe(3);
+      expect(performance.now() - t0).toBeGreaterThan(900);
+      expect(readFileSync(log3, 'utf8')).toBe('late\n');
+    } finally {
+      admin.disconnect();
+    }
+  });
+
+  it('--version and -V print the package version; --verbose says how long the lock took and its token', async () => {
+    const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-V']) expect(await cli([flag]), flag).toMatchObject({ code: 0, stdout: `deadbolt ${version}\n` });
+    const key = freshKey();
+    const out = join(dir, `${keySeq}.token`);
+    const ran = await cli(['run', '--verbose', key, '--', 'sh', '-c', `echo "$DEADBOLT_TOKEN" > ${out}`]);
+    expect(ran.code).toBe(0);
+    expect(ran.stderr).toBe(
+      `deadbolt: took ${key} in ${/in (\d+\.\d{3}) s/.exec(ran.stderr)?.[1]} s, fencing token ${readFileSync(out, 'utf8').trim()}\n`,
+    );
   });
 
   it('a wait interrupted by SIGTERM ends at once (143) and leaves no place in the queue', async () => {
