@@ -1,3 +1,4 @@
+/** @module @deadbolt/otel */
 // OpenTelemetry for deadbolt: subscribes to the events every locker publishes on
 // node:diagnostics_channel (core's diagnostics.ts) and records them with the OpenTelemetry API,
 // so it works with whatever SDK the application set up (or none: the API's no-op providers).
@@ -5,6 +6,7 @@
 // kind goes in `db.system.name` where OpenTelemetry names it.
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { AcquireEvent, LeaseEvent, LeaseLostEvent, RenewalFailedEvent } from '@deadbolt/core';
+import { flag, readOptions, settings, type Rules } from '@deadbolt/core/backend';
 import {
   context,
   metrics,
@@ -17,6 +19,7 @@ import {
   type TracerProvider,
 } from '@opentelemetry/api';
 
+/** Options of `instrumentDeadbolt`; unknown names are `InvalidArgumentError`. */
 export interface DeadboltInstrumentationOptions {
   /** Default: the global one (`trace.getTracerProvider()`). */
   tracerProvider?: TracerProvider;
@@ -46,6 +49,13 @@ const DB_SYSTEM: Record<string, string> = {
 
 const NAME = '@deadbolt/otel';
 
+/** How each option is checked: as every deadbolt options object, own properties only and no unknown names. */
+const OPTION_RULES = {
+  tracerProvider: settings,
+  meterProvider: settings,
+  keysOnSpans: flag,
+} satisfies Rules<DeadboltInstrumentationOptions>;
+
 /**
  * Records deadbolt's events with OpenTelemetry until `disable()`:
  * - a span per acquisition (`deadbolt.acquire`), release and extend, a child of the context active
@@ -59,8 +69,11 @@ const NAME = '@deadbolt/otel';
  * spans also with `server.address` and `server.port` where the backend knows its store's address.
  * Calling it twice records twice. Never throws from a subscriber: a recording that fails is dropped
  * (a throwing subscriber would be an uncaught exception in the application).
+ * @throws InvalidArgumentError for options that are not an object, an option it does not know (a
+ * misspelt one: the message names the option it probably meant), or one of the wrong type.
  */
-export function instrumentDeadbolt(options: DeadboltInstrumentationOptions = {}): DeadboltInstrumentation {
+export function instrumentDeadbolt(given?: DeadboltInstrumentationOptions): DeadboltInstrumentation {
+  const options = readOptions(given, OPTION_RULES, 'instrumentDeadbolt') as DeadboltInstrumentationOptions;
   const tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer(NAME);
   const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(NAME);
   const keysOnSpans = options.keysOnSpans ?? true;

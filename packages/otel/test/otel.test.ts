@@ -43,6 +43,11 @@ function setUp(options: { keysOnSpans?: boolean } = {}) {
 }
 
 describe('@deadbolt/otel', () => {
+  it('refuses options it does not know, naming the one probably meant, and options of the wrong type', () => {
+    expect(() => instrumentDeadbolt({ keysOnSpan: false } as never)).toThrow(/unknown option `keysOnSpan`; did you mean `keysOnSpans`\?/);
+    expect(() => instrumentDeadbolt({ keysOnSpans: 'no' } as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
+
   it('a span per acquisition, release and extend, each ended once, with the lock attributes', async () => {
     const { exporter, points } = setUp();
     const locker = createLocker(memoryBackend({ store: new MemoryLockStore() }), { ttlMs: 5000 });
