@@ -79,6 +79,7 @@ describe('source layout', () => {
     expect(user).toEqual([
       'BackendError',
       'BackendUnavailableError',
+      'DEFAULT_FENCE_TIMEOUT_MS',
       'DEFAULT_MAX_TTL_MS',
       'DeadboltError',
       'FENCE_TOKEN_LIMIT',

@@ -138,7 +138,7 @@ export { etcdBackend } from '@deadbolt/etcd';
 export { cassandraBackend } from '@deadbolt/cassandra';
 export { main } from 'deadbolt';
 `;
-const tsconfig = (module: string, moduleResolution: string) =>
+const tsconfig = (module: string, moduleResolution: string, skipLibCheck = false) =>
   JSON.stringify({
     compilerOptions: {
       target: 'ES2022',
@@ -148,10 +148,17 @@ const tsconfig = (module: string, moduleResolution: string) =>
       types: ['node'],
       strict: true,
       noEmit: true,
-      skipLibCheck: false,
+      skipLibCheck,
     },
-    files: ['consumer.ts', 'imports.ts'],
+    files: ['consumer.ts', 'imports.ts', 'shims.d.ts'],
   });
+
+/**
+ * What the README's Install tells a project that type-checks its dependencies: ioredis 6.1's own
+ * declarations import `redis-errors`, which ships no types (TS7016 in ioredis's files, not ours).
+ */
+const SHIMS_TS = `declare module 'redis-errors';
+`;
 
 let work: string;
 const tarballs: string[] = [];
@@ -171,6 +178,7 @@ async function project(name: string, peers: Record<string, string>): Promise<str
   await writeFile(join(dir, 'smoke.cjs'), SMOKE_CJS);
   await writeFile(join(dir, 'consumer.ts'), CONSUMER_TS);
   await writeFile(join(dir, 'imports.ts'), IMPORTS_TS);
+  await writeFile(join(dir, 'shims.d.ts'), SHIMS_TS);
   return dir;
 }
 
@@ -178,11 +186,12 @@ const projects = new Map<string, { dir: string; peers: Record<string, string> }>
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'deadbolt-packaging-'));
-  await mkdir(join(work, 'tarballs'));
-  for (const { dir } of published) {
-    const { stdout } = await run('pnpm', ['pack', '--pack-destination', join(work, 'tarballs')], { cwd: dir });
-    tarballs.push(stdout.trim().split('\n').at(-1)!);
-  }
+  // The README's command, which lists the tarballs it made.
+  const { stdout } = await run('pnpm', ['-s', 'tarballs'], {
+    cwd: root,
+    env: { ...process.env, DEADBOLT_TARBALLS: join(work, 'tarballs') },
+  });
+  tarballs.push(...stdout.trim().split('\n'));
   const low = Object.fromEntries([...peerRanges].map(([name, range]) => [name, lowest(range)]));
   const high = Object.fromEntries([...peerRanges].map(([name, range]) => [name, highest(range)]));
   // One after the other: two npm installs at once share (and lock) one cache.
@@ -193,6 +202,70 @@ beforeAll(async () => {
 afterAll(async () => {
   if (work) await rm(work, { recursive: true, force: true });
   await Promise.all(published.map(({ dir }) => rm(join(dir, 'LICENSE'), { force: true })));
+});
+
+/**
+ * The lowest TypeScript each kind of project takes, as the README states them: 5.2 for an ES module
+ * project (`await using`), 5.8 for one compiled to CommonJS (`module: nodenext`, whose `require`
+ * of an ES module 5.8 first allows; before it, TS1479), and 5.7 refused there, so the statement
+ * stays true. With the lowest peers installed.
+ */
+describe('packaging: the TypeScript versions the README states', () => {
+  /** Each version's compiler, installed in one npm call (as aliases). */
+  const compilers = async <V extends string>(versions: readonly V[]): Promise<Record<V, string>> => {
+    const dir = join(work, 'typescript');
+    await mkdir(dir, { recursive: true });
+    await npm(dir, 'install', '--no-save', ...versions.map((v) => `typescript-${v}@npm:typescript@${v}`));
+    return Object.fromEntries(versions.map((v) => [v, join(dir, 'node_modules', `typescript-${v}`, 'bin/tsc')])) as Record<V, string>;
+  };
+  const check = (compiler: string, dir: string) =>
+    run(process.execPath, [compiler, '-p', dir], { cwd: dir }).then(
+      () => 'ok',
+      (error: { stdout?: string }) => error.stdout ?? String(error),
+    );
+
+  it(
+    'an ES module project from 5.2 (5.7 with skipLibCheck false), a CommonJS one from 5.8 (5.7: TS1479)',
+    async () => {
+      const { dir } = projects.get('lowest peers')!;
+      const project = async (name: string, type: string, module: string, skipLibCheck: boolean) => {
+        const at = join(dir, name);
+        await mkdir(at, { recursive: true });
+        await writeFile(join(at, 'package.json'), JSON.stringify({ name: `scratch-${name}`, private: true, type }));
+        await writeFile(join(at, 'consumer.ts'), CONSUMER_TS);
+        await writeFile(join(at, 'imports.ts'), IMPORTS_TS);
+        await writeFile(join(at, 'shims.d.ts'), SHIMS_TS);
+        await writeFile(join(at, 'tsconfig.json'), tsconfig(module, module, skipLibCheck));
+        return at;
+      };
+      const esm = await project('esm-skiplibcheck', 'module', 'node16', true);
+      const esmStrict = await project('esm-libcheck', 'module', 'node16', false);
+      const cjs = await project('cjs', 'commonjs', 'nodenext', false);
+      const { '5.2': ts52, '5.6': ts56, '5.7': ts57, '5.8': ts58 } = await compilers(['5.2', '5.6', '5.7', '5.8'] as const);
+      expect(await check(ts52, esm), 'TypeScript 5.2, ES modules').toBe('ok');
+      expect(await check(ts57, esmStrict), 'TypeScript 5.7, ES modules, skipLibCheck false').toBe('ok');
+      expect(await check(ts56, esmStrict), 'TypeScript 5.6, ES modules, skipLibCheck false').toContain('TS2315');
+      expect(await check(ts58, cjs), 'TypeScript 5.8, CommonJS').toBe('ok');
+      expect(await check(ts57, cjs), 'TypeScript 5.7, CommonJS').toContain('TS1479');
+    },
+    4 * MINUTE,
+  );
+});
+
+describe("packaging: the command line installed globally from every tarball (the README's way before publishing)", () => {
+  it(
+    'runs `deadbolt check`: the suite registers with the runner check starts, though each package has a copy of vitest',
+    async () => {
+      const prefix = join(work, 'global');
+      await npm(work, 'install', '--global', '--prefix', prefix, ...tarballs);
+      const ran = await run(join(prefix, 'bin/deadbolt'), ['check', stores.redis, '--only', '1'], { cwd: work }).catch(
+        (error: { code?: number; stdout?: string; stderr?: string }) => error,
+      );
+      expect(ran.stdout, ran.stderr).toContain('1 passed, 0 failed');
+      expect((ran as { code?: number }).code ?? 0).toBe(0);
+    },
+    4 * MINUTE,
+  );
 });
 
 describe('packaging: the packed packages', () => {
@@ -266,6 +339,7 @@ describe.each(['lowest peers', 'highest peers'])('packaging: installed with npm,
 
   it.each([
     ['node16', 'node16'],
+    ['nodenext', 'nodenext'],
     ['esnext', 'bundler'],
   ])(
     'type-checks a TypeScript consumer (module %s, resolution %s, no skipLibCheck)',
