@@ -1,5 +1,5 @@
-// The shared conformance suite as `deadbolt check` runs it: a vitest test file, which check.ts
-// starts vitest on. The store is the user's, from DEADBOLT_CHECK_URL, already pointed at the
+// The shared conformance suite as `deadbolt check` runs it: a suite file, which check.ts runs on
+// the suite's own runner (@deadbolt/conformance/runner). The store is the user's, from DEADBOLT_CHECK_URL, already pointed at the
 // check's own namespace (check.ts). Only what is safe on a live deployment is given to the suite:
 // no server restarts, no connections killed server-side, no claims deleted behind a holder, no
 // schema of the user's; the behaviours that need them are listed as n/a. The harness reads the

@@ -1,12 +1,11 @@
 // `deadbolt check`: the shared conformance suite against the user's own store, in a namespace of
 // the check's own (a key prefix, tables, a root node or a keyspace named deadbolt-check-<id>),
-// which is removed afterwards whatever happened. Vitest runs the suite (check-suite.ts), as in
-// this repository's own tests; this file starts it, prints each behaviour as it ends, then the
-// table, and cleans up.
+// which is removed afterwards whatever happened. The suite's own small runner runs it
+// (check-suite.ts; no test runner's toolchain to install), the same suite vitest runs in this
+// repository's own tests; this file starts it, prints each behaviour as it ends, then the table,
+// and cleans up.
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { constants, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { constants } from 'node:os';
 import { createLocker } from '@deadbolt/core';
 import { describeError } from './exit.js';
 import { backendFor, storeOf } from './stores.js';
@@ -49,21 +48,22 @@ export async function check(req: CheckRequest): Promise<CheckReport> {
   let cleanup: string;
   let reached = false;
   // Ctrl-C (or a TERM) stops the suite and still removes the namespace; a second one leaves at once.
-  const run: { interrupted?: NodeJS.Signals; cancel?: () => void; onSignal?: (signal: NodeJS.Signals) => void } = {};
+  const run: { interrupted?: NodeJS.Signals; cancel?: () => void } = {};
   const onSignal = (signal: NodeJS.Signals) => {
     if (run.interrupted) {
       process.stderr.write(`deadbolt: interrupted again: leaving the check's namespace (id ${id}) behind\n`);
       process.exit(128 + (constants.signals[signal] ?? 0));
     }
     run.interrupted = signal;
-    process.stderr.write(`deadbolt: ${signal}: stopping the suite (after the behaviour under way), then removing the check's namespace\n`);
+    process.stderr.write(
+      `deadbolt: ${signal}: stopping the suite (the behaviour under way is abandoned, its locks closed), then removing the check's namespace\n`,
+    );
     run.cancel?.();
   };
-  run.onSignal = onSignal;
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
-    // Reachable, and the options work, before vitest starts: a dead store is one line, not 100 failures.
+    // Reachable, and the options work, before the suite starts: a dead store is one line, not 100 failures.
     const locker = createLocker(await backendFor(url), { ttlMs: 5000 });
     try {
       const probe = await locker.lock(`deadbolt-check/${id}/probe`, { timeoutMs: 30_000 });
@@ -96,76 +96,50 @@ export async function check(req: CheckRequest): Promise<CheckReport> {
   };
 }
 
-/** Vitest on check-suite.js with `url`; each behaviour's outcome, in the suite's order. */
+/** The suite's own runner on check-suite.js with `url`; each behaviour's outcome, in the suite's order. */
 async function runSuite(
   url: string,
   only: readonly string[] | undefined,
-  run: { interrupted?: NodeJS.Signals; cancel?: () => void; onSignal?: (signal: NodeJS.Signals) => void },
+  run: { interrupted?: NodeJS.Signals; cancel?: () => void },
 ): Promise<CheckRow[]> {
-  // The suite's own copy of vitest (see @deadbolt/conformance/runner), whatever the install layout.
-  const { startVitest } = await import('@deadbolt/conformance/runner');
-  // Vitest leaves files under node_modules to Node (and excludes them as tests): the entry it is
-  // given lives in a directory of its own and imports the suite, wherever the package is installed.
-  const dir = mkdtempSync(join(tmpdir(), 'deadbolt-check-'));
-  writeFileSync(join(dir, 'check.test.mjs'), `import ${JSON.stringify(import.meta.resolve('./check-suite.js'))};\n`);
+  // The suite's own runner (@deadbolt/conformance/runner): no test runner's toolchain to install.
+  const { runSuiteFile } = await import('@deadbolt/conformance/runner');
   const rows: CheckRow[] = [];
-  const saved = { url: process.env['DEADBOLT_CHECK_URL'], exitCode: process.exitCode };
+  const saved = process.env['DEADBOLT_CHECK_URL'];
   process.env['DEADBOLT_CHECK_URL'] = url;
   try {
-    const vitest = await startVitest(
-      'test',
-      [],
-      {
-        root: dir,
-        config: false,
-        watch: false,
-        include: ['check.test.mjs'],
-        exclude: [],
-        testTimeout: 60_000,
-        hookTimeout: 120_000,
-        ...(only ? { testNamePattern: `(^| )(${only.map((n) => n.replace(/\W/g, '')).join('|')})\\. ` } : {}),
-        reporters: [
-          {
-            onInit(vitest) {
-              // Vitest's logger exits the process on SIGINT and SIGTERM (a test runner owns its
-              // process); here the check does, so that the namespace is removed first.
-              for (const signal of ['SIGINT', 'SIGTERM'] as const)
-                for (const listener of process.listeners(signal)) if (listener !== run.onSignal) process.off(signal, listener);
-              run.cancel = () => void vitest.cancelCurrentRun('keyboard-input');
-              if (run.interrupted) run.cancel();
-            },
-            onTestCaseResult(test) {
-              const row = rowOf(test.name, test.result(), test.diagnostic()?.duration ?? 0);
-              // Left out by --only (a behaviour listed n/a is reported skipped whatever the filter).
-              if (!row || (only && !only.includes(/^(\d+[a-z]?)\. /.exec(row.behaviour)?.[1] ?? ''))) return;
-              rows.push(row);
-              const mark = row.result === 'pass' ? 'ok  ' : row.result === 'fail' ? 'FAIL' : 'n/a ';
-              process.stderr.write(`${mark} ${row.behaviour}${row.result === 'fail' ? `: ${row.detail}` : ''}\n`);
-            },
-          },
-        ],
+    const suite = runSuiteFile(import.meta.resolve('./check-suite.js'), {
+      testTimeoutMs: 60_000,
+      hookTimeoutMs: 120_000,
+      ...(only ? { namePattern: new RegExp(`(^| )(${only.map((n) => n.replace(/\W/g, '')).join('|')})\\. `) } : {}),
+      onResult(test) {
+        const row = rowOf(test.name, test.state, test.error, test.ms);
+        // Left out by --only (a behaviour listed n/a is reported skipped whatever the filter).
+        if (!row || (only && !only.includes(/^(\d+[a-z]?)\. /.exec(row.behaviour)?.[1] ?? ''))) return;
+        rows.push(row);
+        const mark = row.result === 'pass' ? 'ok  ' : row.result === 'fail' ? 'FAIL' : 'n/a ';
+        process.stderr.write(`${mark} ${row.behaviour}${row.result === 'fail' ? `: ${row.detail}` : ''}\n`);
       },
-      { logLevel: 'error' },
-    );
-    await vitest.close();
+    });
+    run.cancel = () => suite.cancel();
+    if (run.interrupted) suite.cancel();
+    await suite.done;
   } finally {
-    process.exitCode = saved.exitCode;
-    if (saved.url === undefined) delete process.env['DEADBOLT_CHECK_URL'];
-    else process.env['DEADBOLT_CHECK_URL'] = saved.url;
-    rmSync(dir, { recursive: true, force: true });
+    if (saved === undefined) delete process.env['DEADBOLT_CHECK_URL'];
+    else process.env['DEADBOLT_CHECK_URL'] = saved;
   }
   return rows;
 }
 
-/** A test's row; undefined for one skipped for no reason of its own (left out by --only). */
-function rowOf(name: string, result: { state: string; errors?: readonly { message?: string }[] }, ms: number): CheckRow | undefined {
+/** A test's row; undefined for one skipped for no reason of its own. */
+function rowOf(name: string, state: string, error: unknown, ms: number): CheckRow | undefined {
   const na = /^(.*) \[n\/a: (.*)\]$/.exec(name);
   if (na) return { behaviour: na[1]!, result: 'n/a', detail: na[2]!, ms: 0 };
-  if (result.state === 'failed') {
-    const message = result.errors?.[0]?.message ?? 'failed';
+  if (state === 'failed') {
+    const message = error instanceof Error ? error.message : String(error ?? 'failed');
     return { behaviour: name, result: 'fail', detail: message.split('\n')[0]!, ms };
   }
-  return result.state === 'passed' ? { behaviour: name, result: 'pass', ms } : undefined;
+  return state === 'passed' ? { behaviour: name, result: 'pass', ms } : undefined;
 }
 
 /** The report as a Markdown table and the cleanup line. */

@@ -15,7 +15,7 @@ import {
   type LockOptions,
 } from '@deadbolt/core';
 import { sleep, wrapBackend, type Lease } from '@deadbolt/core/backend';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from './harness.js';
 import { FaultProxy } from './fault-proxy.js';
 import type { SuiteContext } from './context.js';
 import { abortedWithin, stallsFromNow, timerLateness } from './helpers.js';

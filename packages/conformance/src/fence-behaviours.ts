@@ -4,7 +4,7 @@
  * renewing or was paused (SIGSTOP) past its lease with a write on its way; a resource at its first
  * version, a crowd of writers and every kind of string keep that promise too.
  */
-import { describe, expect } from 'vitest';
+import { describe, expect } from './harness.js';
 import type { SuiteContext } from './context.js';
 
 export function defineFenceBehaviours(ctx: SuiteContext): void {

@@ -21,7 +21,7 @@ import {
 } from '@deadbolt/core';
 import { sleep, type Rule } from '@deadbolt/core/backend';
 import { optionRules } from '@deadbolt/core/testing';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from './harness.js';
 import { countingBackend, withoutFloorRead } from './counting.js';
 import type { SuiteContext } from './context.js';
 import { FaultProxy, type Address } from './fault-proxy.js';

@@ -3,7 +3,7 @@ import { createLocker, type Lock, type LockBackend, type Locker, type LockerOpti
 import { sleep } from '@deadbolt/core/backend';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { isDeepStrictEqual } from 'node:util';
-import { afterEach, expect } from 'vitest';
+import { afterEach, expect } from './harness.js';
 import { FaultProxy } from './fault-proxy.js';
 import { storeAddress, viaUrl } from './test-matrix.js';
 

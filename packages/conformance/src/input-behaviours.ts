@@ -4,7 +4,7 @@
  */
 import { createLocker, type LockBackend, type LockerOptions } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { ChildHolder } from './children.js';
 import { countingBackend, withoutFloorRead } from './counting.js';

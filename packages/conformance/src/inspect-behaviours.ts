@@ -6,7 +6,7 @@
 import type { ClaimInfo, Inspection, Lock, Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { abortedWithin } from './helpers.js';
 

@@ -4,7 +4,7 @@
  */
 import { sleep } from '@deadbolt/core/backend';
 import { backendOf } from '@deadbolt/core/testing';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { abortedWithin, expectSoon } from './helpers.js';
 

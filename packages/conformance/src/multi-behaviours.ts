@@ -6,7 +6,7 @@
  */
 import { createLocker, DEFAULT_MAX_TTL_MS, MAX_LOCK_ALL_KEYS, SelfDeadlockError, type Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it } from './harness.js';
 import { countingBackend } from './counting.js';
 import type { SuiteContext } from './context.js';
 import { abortedWithin } from './helpers.js';

@@ -4,7 +4,7 @@
  */
 import { BackendUnavailableError, createLocker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { retryFor } from './test-matrix.js';
 

@@ -1,12 +1,7 @@
 /** @module @deadbolt/conformance/runner */
-// The test runner the suite registers its behaviours with, as this package resolves it. A program
-// that runs the suite itself (`deadbolt check`) starts its run and adds its hooks through here: a
-// copy of vitest of its own would be another runner, with which no behaviour registers, and the run
-// would find nothing to run (as it did from a global install of every package's tarball, where each
-// package has its own copy).
-import type { startVitest as StartVitest } from 'vitest/node';
-
-export { afterAll } from 'vitest';
-
-/** Vitest's `startVitest`, from the copy the suite uses. @throws what vitest's throws. */
-export const startVitest: typeof StartVitest = async (...args) => (await import('vitest/node')).startVitest(...args);
+// For a program that runs the suite itself, as `deadbolt check` does: the suite's own runner, and
+// what a suite file registers with and asserts through, under that runner or under vitest alike
+// (see own-runner.ts and harness.ts).
+export { runSuiteFile, type RunOptions, type SuiteRun, type TestResult } from './own-runner.js';
+export { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from './harness.js';
+export { ExpectationError, type AsymmetricMatcher, type Assertion, type Expect, type Matchers } from './expect.js';

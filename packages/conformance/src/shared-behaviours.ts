@@ -6,7 +6,7 @@
  */
 import { createLocker, LimitMismatchError, LockUpgradeError, MAX_SEMAPHORE_LIMIT, type Lock, type Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { describe, expect } from 'vitest';
+import { describe, expect } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { countingBackend } from './counting.js';
 import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';

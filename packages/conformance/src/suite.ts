@@ -1,5 +1,5 @@
 import { createLocker, MigratingBackend, type Fence, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from './harness.js';
 import { ChildHolder } from './children.js';
 import type { ConformanceHarness, ConformanceOptions } from './context.js';
 import { defineCoreBehaviours } from './core-behaviours.js';
