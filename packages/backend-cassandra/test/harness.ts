@@ -1,7 +1,7 @@
 import { cassandraBackend, cassandraOptionRules, type CassandraAlgorithm, type CassandraBackend } from '@deadbolt/cassandra';
 import { CLAIM_TABLES as TABLES, idFor } from '@deadbolt/cassandra/testing';
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { types } from 'cassandra-driver';
 
 const SERIAL = types.consistencies.serial;
@@ -64,7 +64,7 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
         for (const connection of pool.connections) connection.netClient?.destroy();
       }
     },
-    restartServer: () => restartMatrixServer('cassandra', ready),
+    ...matrixRestartHook('cassandra', ready),
     async scanCost(key) {
       // Cassandra's own account of a read, from its query trace: "Read N live rows and M tombstone cells".
       const client = await ready();

@@ -1,5 +1,5 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { etcdBackend, etcdOptionRules } from '@deadbolt/etcd';
 import { prefixFor, sharedPrefixFor } from '@deadbolt/etcd/testing';
 
@@ -32,7 +32,7 @@ export function etcdHarness(url: string): ConformanceHarness {
       const kvs = await admin.client.getAll().prefix(prefixFor(admin, key)).exec();
       for (const kv of kvs.kvs) if (kv.lease !== '0') await admin.client.leaseClient.leaseRevoke({ ID: kv.lease }).catch(() => undefined);
     },
-    restartServer: () => restartMatrixServer('etcd'),
+    ...matrixRestartHook('etcd'),
   };
 }
 

@@ -1,5 +1,5 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
 import { MysqlBackend, mysqlBackend, mysqlOptionRules } from '@deadbolt/mysql';
 import { holderThread, threadIds } from '@deadbolt/mysql/testing';
@@ -56,7 +56,7 @@ function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' 
     async dropConnection(backend: LockBackend) {
       for (const id of threadIds(backend as MysqlBackend)) await admin.query('KILL ?', [id]).catch(() => undefined);
     },
-    restartServer: () => restartMatrixServer('mysql'),
+    ...matrixRestartHook('mysql'),
   };
 }
 

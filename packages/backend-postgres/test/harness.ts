@@ -1,5 +1,5 @@
 import type { Address, ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
 import { PostgresBackend, postgresBackend, postgresOptionRules } from '@deadbolt/postgres';
 import { pids } from '@deadbolt/postgres/testing';
@@ -32,7 +32,7 @@ export function postgresHarness(url: string, mode: Mode = 'lease', table = 'dead
       for (const pid of pids(backend as PostgresBackend))
         await admin.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
     },
-    restartServer: () => restartMatrixServer('postgres'),
+    ...matrixRestartHook('postgres'),
   };
   if (mode === 'session') {
     /** The server processes holding (granted) or waiting for the key's advisory lock. */

@@ -1,5 +1,5 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { RedisBackend, redisBackend, redisOptionRules, redlockBackend, redlockOptionRules } from '@deadbolt/redis';
 import { keysFor, sharedKeysFor } from '@deadbolt/redis/testing';
 import type { LockBackend } from '@deadbolt/core';
@@ -120,7 +120,7 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
       const id = await client.client('ID');
       await (admin.client as Redis).client('KILL', 'ID', String(id));
     },
-    restartServer: () => restartMatrixServer(server, () => admin.client.set('deadbolt:probe', '1', 'PX', 1000)),
+    ...matrixRestartHook(server, () => admin.client.set('deadbolt:probe', '1', 'PX', 1000)),
   };
 }
 
@@ -181,7 +181,7 @@ export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
         await Promise.all(admins.map((admin) => admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')));
       },
       // Restarts the first node empty: its restart guard keeps it out, the other two are a majority.
-      restartServer: () => restartMatrixServer('redis-redlock', () => admins[0]!.ping()),
+      ...matrixRestartHook('redis-redlock', () => admins[0]!.ping()),
     },
   };
 }

@@ -1,5 +1,5 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
-import { matrixUrl, restartMatrixServer, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
+import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { zookeeperBackend, zookeeperOptionRules, type ZooKeeperBackend, type ZooKeeperSession } from '@deadbolt/zookeeper';
 import { pathFor, session, sessions, sharedPathFor } from '@deadbolt/zookeeper/testing';
 import { createRequire } from 'node:module';
@@ -78,7 +78,7 @@ export function zookeeperHarness(url: string): ConformanceHarness {
     async dropConnection(backend) {
       for (const open of sessions(backend as ZooKeeperBackend)) await expireSession(url, open);
     },
-    restartServer: () => restartMatrixServer('zookeeper'),
+    ...matrixRestartHook('zookeeper'),
     // Sessions still open once idle: one per distinct ttl ever used was the leak.
     retained: (backend) => sessions(backend as ZooKeeperBackend).length,
   };

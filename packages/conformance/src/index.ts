@@ -13,6 +13,16 @@ export {
 export { FencedRegister, type FencedWrite } from './register.js';
 export { FaultProxy, type Address } from './fault-proxy.js';
 export { ChildHolder, type ChildBackendConfig } from './children.js';
-export { matrixUrl, restartMatrixServer, retryFor, storeAddress, viaUrl, withCredentials, type MatrixServer } from './test-matrix.js';
+export {
+  matrixRestartHook,
+  matrixUrl,
+  restartMatrixServer,
+  restartRefusal,
+  retryFor,
+  storeAddress,
+  viaUrl,
+  withCredentials,
+  type MatrixServer,
+} from './test-matrix.js';
 export { migrationSuiteOptions } from './migration.js';
 export { backendFromConfig, migratingFromConfigs, type MigratingChildOptions } from './migration-child.js';

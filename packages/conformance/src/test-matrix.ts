@@ -1,5 +1,6 @@
 /** @module @deadbolt/conformance/test-matrix */
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { Address } from './fault-proxy.js';
@@ -56,8 +57,30 @@ export function withCredentials(url: string, user: string, password: string, add
  * @throws if the restart fails, or `usable` still fails 60 s after it.
  */
 export async function restartMatrixServer(server: MatrixServer, usable?: () => Promise<unknown>): Promise<void> {
+  const refusal = restartRefusal(server);
+  if (refusal) throw new Error(`not restarting ${refusal}`);
   await promisify(execFile)('bash', [`${matrixDir}restart`, server], { timeout: 300_000 });
   if (usable) await retryFor(60_000, usable);
+}
+
+/**
+ * Why this run may not restart `server`, or undefined when it may. A server test-matrix did not
+ * start (one that was answering before `test-matrix/up`, such as a machine's own Redis) is someone
+ * else's: a test never restarts it unless `DEADBOLT_RESTARTS=1` says so, or `CI=true` (a CI
+ * machine's servers are the run's). test-matrix marks what it started: `.state/<name>/owned`.
+ */
+export function restartRefusal(server: MatrixServer): string | undefined {
+  if (process.env['DEADBOLT_RESTARTS'] === '1' || process.env['CI'] === 'true') return undefined;
+  if (existsSync(`${matrixDir}.state/${server}/owned`)) return undefined;
+  return `${server}: test-matrix did not start it (DEADBOLT_RESTARTS=1 restarts it anyway)`;
+}
+
+/**
+ * A harness's `restartServer` for a test-matrix server (see `restartMatrixServer`), or nothing when
+ * the run may not restart it (`restartRefusal`): the behaviours that restart it are then listed n/a.
+ */
+export function matrixRestartHook(server: MatrixServer, usable?: () => Promise<unknown>): { restartServer?: () => Promise<void> } {
+  return restartRefusal(server) ? {} : { restartServer: () => restartMatrixServer(server, usable) };
 }
 
 /** Call `attempt` until it resolves or `ms` have passed since the first call (then its last error). */
