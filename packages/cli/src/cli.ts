@@ -51,8 +51,9 @@ Options:
   -n, --nonblock                one attempt: exit 75 (or -E) at once if KEY is held
   -w, --wait, --timeout SECS    give up after SECS (fractions allowed): exit 75 (or -E)
   -E, --conflict-exit-code N    exit code for -n and -w (default 75)
-  -s, --shared                  a read lock of the read-write lock KEY
-  -x, --exclusive               the write lock of the read-write lock KEY (beside -s readers)
+  -x, --exclusive               the lock KEY, exclusive: the default, as in flock
+      --read                    a read lock of the read-write lock KEY (readers share it)
+      --write                   the write lock of the read-write lock KEY (beside --read readers)
   -l, --limit N                 a permit of the semaphore KEY with N permits
   -t, --ttl SECS                the lease (default 15): renewed while COMMAND runs; a crashed
                                 deadbolt's lock frees itself after it
@@ -61,8 +62,9 @@ Options:
       --verbose                 say on stderr how long taking the lock took, and its token
   -h, --help                    this help
 
-Plain "run KEY" takes the lock KEY (locker.lock); -s, -x and -l take from the read-write lock or
-semaphore KEY, a namespace apart from it.
+Plain "run KEY" and -x take the lock KEY (locker.lock); --read, --write and -l take from the
+read-write lock or semaphore KEY, a namespace apart from it. There is no -s: the lock KEY has no
+shared form, and a flock-style -s reader would not exclude a plain "run KEY" writer.
 `,
   inspect: `Usage: deadbolt inspect KEY [options]
 
@@ -147,8 +149,11 @@ const RUN_OPTIONS = {
   wait: { type: 'string', short: 'w' },
   timeout: { type: 'string' },
   'conflict-exit-code': { type: 'string', short: 'E' },
+  // Parsed only to be refused with the reason (a flock user's -s would not exclude "run KEY").
   shared: { type: 'boolean', short: 's' },
   exclusive: { type: 'boolean', short: 'x' },
+  read: { type: 'boolean' },
+  write: { type: 'boolean' },
   limit: { type: 'string', short: 'l' },
   ttl: { type: 'string', short: 't' },
   grace: { type: 'string', short: 'g' },
@@ -222,7 +227,13 @@ async function runCommand(argv: readonly string[]): Promise<number> {
   if (values.command !== undefined && given.length > 0) throw usage('give the command with -c or after "--", not both');
   const command = values.command !== undefined ? ['/bin/sh', '-c', values.command] : given;
   if (command.length === 0) throw usage('run needs a command: deadbolt run KEY -- COMMAND [ARGS...]');
-  const modes = [values.shared && '-s', values.exclusive && '-x', values.limit !== undefined && '-l'].filter(Boolean);
+  if (values.shared)
+    throw usage(
+      'run has no -s: the lock KEY has no shared form, so a -s reader would not exclude a plain "run KEY" writer; use --read and --write (the read-write lock KEY), or -l N (N holders at once)',
+    );
+  const modes = [values.exclusive && '-x', values.read && '--read', values.write && '--write', values.limit !== undefined && '-l'].filter(
+    Boolean,
+  );
   if (modes.length > 1) throw usage(`${modes.join(' and ')} exclude each other`);
   const wait = values.wait ?? values.timeout;
   const request: RunRequest = {
@@ -234,7 +245,7 @@ async function runCommand(argv: readonly string[]): Promise<number> {
     kind:
       values.limit !== undefined
         ? { type: 'permit', limit: whole(values.limit, '-l', 1) }
-        : { type: values.shared ? 'read' : values.exclusive ? 'write' : 'mutex' },
+        : { type: values.read ? 'read' : values.write ? 'write' : 'mutex' },
     ttlMs: values.ttl === undefined ? undefined : Math.round(seconds(values.ttl, '--ttl') * 1000),
     graceMs: seconds(values.grace ?? '10', '--grace') * 1000,
     conflictCode: values['conflict-exit-code'] === undefined ? EXIT.busy : whole(values['conflict-exit-code'], '-E', 0, 255),

@@ -110,7 +110,9 @@ describe('deadbolt run', () => {
       ['run', 'k', 'true'],
       ['run', 'k', '--bogus', '--', 'true'],
       ['run', 'k', '-w', 'soon', '--', 'true'],
-      ['run', 'k', '-s', '-l', '2', '--', 'true'],
+      ['run', 'k', '--read', '-l', '2', '--', 'true'],
+      ['run', 'k', '-x', '--write', '--', 'true'],
+      ['run', 'k', '-s', '--', 'true'],
       ['run', 'k', '-E', '300', '--', 'true'],
       ['run', 'k', '-c', 'true', '--', 'true'],
       ['run', '-u', 'gopher://127.0.0.1:1', 'k', '--', 'true'],
@@ -329,12 +331,21 @@ describe('deadbolt run', () => {
     await holder.done;
   });
 
-  it('-s readers share, -x waits for them; -l N lets N in at once', async () => {
+  it('-x is the plain lock, as in flock; --read readers share, --write waits for them; -l N lets N in at once', async () => {
+    const plain = freshKey();
+    const x = deadbolt(['run', '-x', plain, '--', 'sleep', '30']);
+    await inspectUntil(REDIS, plain, (s) => s.holders.length === 1);
+    expect((await cli(['run', '-n', plain, '--', 'true'])).code).toBe(75);
+    x.child.kill('SIGTERM');
+    await x.done;
+    const refused = await cli(['run', '-s', plain, '--', 'true']);
+    expect(refused.code).toBe(64);
+    expect(refused.stderr).toContain('use --read and --write');
     const key = freshKey();
-    const a = deadbolt(['run', '-s', key, '--', 'sleep', '30']);
+    const a = deadbolt(['run', '--read', key, '--', 'sleep', '30']);
     await inspectUntil(REDIS, key, (s) => s.holders.length === 1, true);
-    expect((await cli(['run', '-s', '-n', key, '--', 'true'])).code).toBe(0);
-    expect((await cli(['run', '-x', '-n', key, '--', 'true'])).code).toBe(75);
+    expect((await cli(['run', '--read', '-n', key, '--', 'true'])).code).toBe(0);
+    expect((await cli(['run', '--write', '-n', key, '--', 'true'])).code).toBe(75);
     // The plain lock KEY is another namespace: free.
     expect((await cli(['run', '-n', key, '--', 'true'])).code).toBe(0);
     a.child.kill('SIGTERM');
