@@ -1,4 +1,4 @@
-// The README's "Writing a backend" example, run through the whole shared suite against the
+// The "Writing a backend" example (docs/writing-a-backend.md), run through the whole shared suite against the
 // test-matrix Redis: what a new backend does to show it holds the contract. It adds one Redis
 // suite's time to the Redis lane (see TESTING.md's "Time and budget").
 import { defineConformanceSuite, matrixUrl, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';

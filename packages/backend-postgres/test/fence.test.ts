@@ -1,6 +1,6 @@
 // The PostgreSQL fence in the caller's own transactions (what behaviour 36 cannot show on every
 // store): the guard orders concurrent transactions by token, a stale one writes nothing, and the
-// root README's fenced-write example runs as written.
+// fenced-write example of docs/fencing.md runs as written.
 import { createLocker, StaleTokenError } from '@deadbolt/core';
 import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { postgresBackend, postgresFence } from '@deadbolt/postgres';
@@ -92,7 +92,7 @@ describe('postgres fence', () => {
     await away.close();
   });
 
-  // The root README's fenced-write example, verbatim apart from the table it updates.
+  // The fenced-write example of docs/fencing.md, verbatim apart from the table it updates.
   it('the README fenced-write example runs as written', async () => {
     const locker = track(createLocker(postgresBackend({ url }), { ttlMs: 15_000 }));
     const fence = postgresFence({ url });

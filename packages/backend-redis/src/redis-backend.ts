@@ -47,7 +47,7 @@ export interface RedisBackendOptions {
    * credentials the primary's; a Sentinel without a port is on 26379). The client asks them for
    * the primary, and again after a failover. Replication is asynchronous: a grant the old primary
    * had not passed on is lost in a failover, and two clients can hold the key until the first
-   * one's next renewal (see `syncReplicas`, and the README's "What survives what"). Not with
+   * one's next renewal (see `syncReplicas`, and docs/choosing-a-store.md, "What survives what"). Not with
    * `cluster`.
    */
   sentinel?: string;

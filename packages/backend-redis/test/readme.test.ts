@@ -6,12 +6,12 @@ import { readFile, rm, writeFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { expect, it } from 'vitest';
 
-// The root README's plain JavaScript example, taken from the README itself and run with node as a
+// The plain JavaScript example of docs/faq.md, taken from the guide itself and run with node as a
 // user would (from this package's folder, so its imports resolve; Redis at the matrix's address).
-it('the README plain JavaScript example runs as written on Node 20', async () => {
-  const readme = await readFile(new URL('../../../README.md', import.meta.url), 'utf8');
+it('the FAQ plain JavaScript example runs as written on Node 20', async () => {
+  const readme = await readFile(new URL('../../../docs/faq.md', import.meta.url), 'utf8');
   const example = /```js\n(\/\/ example\.mjs\n[\s\S]*?)```/.exec(readme)?.[1];
-  expect(example, 'the README has a ```js block starting "// example.mjs"').toBeDefined();
+  expect(example, 'docs/faq.md has a ```js block starting "// example.mjs"').toBeDefined();
   expect(example).not.toContain('await using');
   const file = new URL(`../readme-example-${process.pid}.mjs`, import.meta.url);
   await writeFile(file, example!.replaceAll('redis://127.0.0.1:6379', matrixUrl('redis')));
@@ -50,8 +50,8 @@ it('the README example runs as written', async () => {
   expect(writes[1]! > writes[0]!).toBe(true);
 });
 
-// The README's semaphore and read-write lock example, verbatim apart from the stand-ins.
-it('the README semaphore and read-write lock example runs as written', async () => {
+// The semaphore and read-write lock example of docs/semantics.md, verbatim apart from the stand-ins.
+it('the semantics guide semaphore and read-write lock example runs as written', async () => {
   const puts: bigint[] = [];
   const storage = { put: async (_file: object, opts: { fencingToken: bigint }) => void puts.push(opts.fencingToken) };
   const file = { name: 'a' };

@@ -66,7 +66,7 @@ const dualLeases = new WeakSet<Lease>();
 
 /**
  * A backend that moves a live deployment from one store to another with no window of two holders
- * and fencing tokens that never go backwards (see the README's runbook).
+ * and fencing tokens that never go backwards (see the runbook in docs/migration.md).
  *
  * Exclusion: processes in adjacent phases share a store: `from` and `dual` processes both lock in
  * `from`; `dual` and `to` processes both lock in `to`.

@@ -245,7 +245,7 @@ describe('diagnostics_channel events', () => {
     await locker.close();
   });
 
-  it("the README's example runs as written (apart from the stand-ins for metrics and log)", async () => {
+  it("the observability guide's example runs as written (apart from the stand-ins for metrics and log)", async () => {
     const recorded: Array<[string, number, Record<string, unknown>]> = [];
     const warned: string[] = [];
     const metrics = {
