@@ -45,6 +45,8 @@ const LANES = {
     'test/example-backend.test.ts',
     // The packages packed and installed with npm as a user would (about 110 s), in the lane that ends first.
     'test/packaging.test.ts',
+    // The guides' examples compiled and their links checked (about 25 s), here for the same reason.
+    'test/docs.test.ts',
   ],
   sql: [
     'packages/backend-postgres/test/conformance.test.ts',

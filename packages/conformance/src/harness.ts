@@ -2,17 +2,29 @@
 // suite (this project's tests, a user's test file), the suite's own runner and `expect` while that
 // runner runs it (`deadbolt check`, runner.ts). Each call picks at the moment it is made, so one
 // suite file serves both, and an install without vitest (the CLI's) never loads it.
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import { expect as ownExpect, type AsymmetricMatcher, type Expect, type Matchers } from './expect.js';
 import { ownDescribe, ownHook, ownIt, ownRunnerActive, type HookKind } from './own-runner.js';
 
 type Vitest = typeof import('vitest');
-/** Vitest, where it is installed beside this package; undefined where it is not (the CLI's install). */
-const vitest: Vitest | undefined = await import('vitest').catch((error: { code?: string }) => {
-  if (error.code === 'ERR_MODULE_NOT_FOUND') return undefined;
-  throw error;
-});
+/** Vitest, once looked for: undefined where it is not installed beside this package (the CLI's install). */
+let vitest: Vitest | undefined | null = null;
 
+/**
+ * Vitest, loaded at the first call that needs it, with `require` (Node loads an ES module from
+ * `require` since 20.19): an `await import()` at the top of this module would make every module
+ * that imports it, the package's entry among them, impossible to `require()`.
+ */
 function vi(): Vitest {
+  if (vitest === null) {
+    try {
+      vitest = createRequire(import.meta.url)(fileURLToPath(import.meta.resolve('vitest'))) as Vitest;
+    } catch (error) {
+      if ((error as { code?: string }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
+      vitest = undefined;
+    }
+  }
   if (!vitest) throw new Error('the conformance suite runs under vitest (install it) or through `deadbolt check`');
   return vitest;
 }
