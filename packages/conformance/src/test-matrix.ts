@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import type { ConformanceHarness } from './context.js';
 import type { Address } from './fault-proxy.js';
 
 /** The servers test-matrix runs. */
@@ -79,7 +80,7 @@ export function restartRefusal(server: MatrixServer): string | undefined {
  * A harness's `restartServer` for a test-matrix server (see `restartMatrixServer`), or nothing when
  * the run may not restart it (`restartRefusal`): the behaviours that restart it are then listed n/a.
  */
-export function matrixRestartHook(server: MatrixServer, usable?: () => Promise<unknown>): { restartServer?: () => Promise<void> } {
+export function matrixRestartHook(server: MatrixServer, usable?: () => Promise<unknown>): Pick<ConformanceHarness, 'restartServer'> {
   return restartRefusal(server) ? {} : { restartServer: () => restartMatrixServer(server, usable) };
 }
 
