@@ -77,6 +77,9 @@ export class ExpectationError extends Error {
   override readonly name = 'ExpectationError';
 }
 
+/** What a failure's message starts with: the message given to `expect`, if any. */
+const lead = (message: string | undefined) => (message ? `${message}: ` : '');
+
 const show = (value: unknown) => inspect(value, { depth: 6, breakLength: Infinity, maxArrayLength: 20, maxStringLength: 200 });
 
 const isAsymmetric = (value: unknown): value is AsymmetricMatcher =>
@@ -167,53 +170,54 @@ const CHECKS: Record<keyof Matchers<void>, Check> = {
   },
 };
 
+/** Every matcher, each made by `make` from its name: the async forms (`rejects`, `poll`) wrap the plain one. */
+function everyMatcher<R>(make: (name: keyof Matchers<void>) => (...args: never[]) => R): Matchers<R> {
+  return Object.fromEntries((Object.keys(CHECKS) as (keyof Matchers<void>)[]).map((name) => [name, make(name)])) as unknown as Matchers<R>;
+}
+
+/** Runs matcher `name` of `matchers(...)` with `args`. */
+const apply = (m: Matchers<void>, name: keyof Matchers<void>, args: never[]) => (m[name] as (...a: never[]) => void)(...args);
+
 /** The matchers over a value; `negate` for `not`; `thrown` when the value is a rejection's reason (for `toThrow`). */
 function matchers(actual: unknown, negate: boolean, message: string | undefined, thrown: boolean): Matchers<void> {
   const fail = (says: string) => {
-    throw new ExpectationError(`${message ? `${message}: ` : ''}expected ${show(actual)} ${negate ? 'not ' : ''}${says}`);
+    throw new ExpectationError(`${lead(message)}expected ${show(actual)} ${negate ? 'not ' : ''}${says}`);
   };
-  const out = {} as Record<keyof Matchers<void>, (...args: never[]) => void>;
-  for (const name of Object.keys(CHECKS) as (keyof Matchers<void>)[]) {
-    out[name] = (...args: never[]) => {
-      if (name === 'toThrow') {
-        const expected = args[0] as Parameters<Matchers<void>['toThrow']>[0];
-        let error: unknown;
-        let threw = thrown;
-        if (thrown) error = actual;
-        else {
-          if (typeof actual !== 'function')
-            throw new ExpectationError(`${message ? `${message}: ` : ''}toThrow needs a function, got ${show(actual)}`);
-          try {
-            (actual as () => unknown)();
-          } catch (e) {
-            threw = true;
-            error = e;
-          }
+  return everyMatcher((name) => (...args: never[]) => {
+    if (name === 'toThrow') {
+      const expected = args[0] as Parameters<Matchers<void>['toThrow']>[0];
+      let error: unknown;
+      let threw = thrown;
+      if (thrown) error = actual;
+      else {
+        if (typeof actual !== 'function') throw new ExpectationError(`${lead(message)}toThrow needs a function, got ${show(actual)}`);
+        try {
+          (actual as () => unknown)();
+        } catch (e) {
+          threw = true;
+          error = e;
         }
-        const pass = threw && thrownMatches(error, expected);
-        if (pass === negate) {
-          const wanted = expected === undefined ? '' : ` matching ${typeof expected === 'function' ? expected.name : show(expected)}`;
-          const got = threw ? `it threw ${show(error)}` : 'it did not throw';
-          throw new ExpectationError(`${message ? `${message}: ` : ''}expected ${negate ? 'no ' : 'a '}throw${wanted}; ${got}`);
-        }
-        return;
       }
-      const [pass, says] = CHECKS[name](actual, ...args);
-      if (pass === negate) fail(says);
-    };
-  }
-  return out as Matchers<void>;
+      const pass = threw && thrownMatches(error, expected);
+      if (pass === negate) {
+        const wanted = expected === undefined ? '' : ` matching ${typeof expected === 'function' ? expected.name : show(expected)}`;
+        const got = threw ? `it threw ${show(error)}` : 'it did not throw';
+        throw new ExpectationError(`${lead(message)}expected ${negate ? 'no ' : 'a '}throw${wanted}; ${got}`);
+      }
+      return;
+    }
+    const [pass, says] = CHECKS[name](actual, ...args);
+    if (pass === negate) fail(says);
+  });
 }
 
 /** The matchers, each run on what `settle` gives (a promise's outcome). */
 function settled(settle: () => Promise<unknown>, negate: boolean, message: string | undefined, thrown: boolean): Matchers<Promise<void>> {
-  const out = {} as Record<keyof Matchers<void>, (...args: never[]) => Promise<void>>;
-  for (const name of Object.keys(CHECKS) as (keyof Matchers<void>)[])
-    out[name] = async (...args: never[]) => {
-      const value = await settle();
-      (matchers(value, negate, message, thrown)[name] as (...a: never[]) => void)(...args);
-    };
-  return out as Matchers<Promise<void>>;
+  return everyMatcher(
+    (name) =>
+      async (...args: never[]) =>
+        apply(matchers(await settle(), negate, message, thrown), name, args),
+  );
 }
 
 function outcome(actual: unknown, want: 'rejects' | 'resolves', message: string | undefined): () => Promise<unknown> {
@@ -223,10 +227,10 @@ function outcome(actual: unknown, want: 'rejects' | 'resolves', message: string 
       value = await actual;
     } catch (error) {
       if (want === 'rejects') return error;
-      throw new ExpectationError(`${message ? `${message}: ` : ''}the promise rejected with ${show(error)}, expected it to resolve`);
+      throw new ExpectationError(`${lead(message)}the promise rejected with ${show(error)}, expected it to resolve`);
     }
     if (want === 'resolves') return value;
-    throw new ExpectationError(`${message ? `${message}: ` : ''}the promise resolved to ${show(value)}, expected it to reject`);
+    throw new ExpectationError(`${lead(message)}the promise resolved to ${show(value)}, expected it to reject`);
   };
 }
 
@@ -260,21 +264,17 @@ export const expect: Expect = Object.assign(
       ),
     poll(read: () => unknown, options: { timeout?: number; interval?: number } = {}): Matchers<Promise<void>> {
       const { timeout = 1000, interval = 50 } = options;
-      const out = {} as Record<keyof Matchers<void>, (...args: never[]) => Promise<void>>;
-      for (const name of Object.keys(CHECKS) as (keyof Matchers<void>)[])
-        out[name] = async (...args: never[]) => {
-          const deadline = performance.now() + timeout;
-          for (;;) {
-            try {
-              (matchers(await read(), false, undefined, false)[name] as (...a: never[]) => void)(...args);
-              return;
-            } catch (error) {
-              if (!(error instanceof ExpectationError) || performance.now() + interval > deadline) throw error;
-            }
-            await new Promise((resolve) => setTimeout(resolve, interval));
+      return everyMatcher((name) => async (...args: never[]) => {
+        const deadline = performance.now() + timeout;
+        for (;;) {
+          try {
+            return apply(matchers(await read(), false, undefined, false), name, args);
+          } catch (error) {
+            if (!(error instanceof ExpectationError) || performance.now() + interval > deadline) throw error;
           }
-        };
-      return out as Matchers<Promise<void>>;
+          await new Promise((resolve) => setTimeout(resolve, interval));
+        }
+      });
     },
   },
 );
