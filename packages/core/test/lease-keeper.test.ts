@@ -55,11 +55,18 @@ describe('LeaseKeeper: one lease kept alive for a wait', () => {
     const r = renewal(() => failure);
     const start = performance.now();
     const keeper = new LeaseKeeper(r.renew, 300, start, new AbortController().signal);
+    let lostAt = Infinity;
+    keeper.signal.addEventListener('abort', () => (lostAt = performance.now()));
     await sleep(400);
     expect(keeper.signal.aborted).toBe(true);
     expect(keeper.signal.reason).toBe(failure);
     expect(r.sent.length, 'retries within the ttl').toBeGreaterThanOrEqual(3);
-    expect(r.sent.every((t) => t < start + safeLifetime(300))).toBe(true);
+    // Every send was decided before the estimate's end: it came before the loss, and the loss came
+    // at that end (late only by a loaded machine's timer lateness). A send decided a moment before
+    // the end can be recorded a moment after it, when the process is descheduled in between (seen
+    // once in CI), so the sends are held to the loss, not to the end itself.
+    expect(r.sent.every((t) => t < lostAt)).toBe(true);
+    expect(lostAt - (start + safeLifetime(300))).toBeLessThan(250);
     const sends = r.sent.length;
     await sleep(200);
     expect(r.sent, 'nothing after the loss').toHaveLength(sends);
