@@ -25,6 +25,7 @@ import { afterEach, describe, expect, it } from './harness.js';
 import { countingBackend, withoutFloorRead } from './counting.js';
 import type { SuiteContext } from './context.js';
 import { FaultProxy, type Address } from './fault-proxy.js';
+import { stallsFromNow } from './helpers.js';
 import { retryFor } from './test-matrix.js';
 
 /** What a family's probe gives: a lock another client took, or null. */
@@ -144,13 +145,15 @@ export function defineHardeningBehaviours(ctx: SuiteContext): void {
           const locker = track(createLocker(backend, { ttlMs: T, operationTimeoutMs: 1000 }));
           const key = freshKey('slow-handshake');
           const started = performance.now();
+          const stalls = stallsFromNow();
           const first = await locker.tryLock(key).then(
             (lock) => ({ lock, error: undefined }),
             (error: unknown) => ({ lock: undefined, error: error as DeadboltError }),
           );
           expect(first.lock, 'a lock granted through a handshake that had not finished').toBeUndefined();
           expect(first.error?.code, String(first.error)).toBe('BACKEND_UNAVAILABLE');
-          expect(performance.now() - started).toBeLessThanOrEqual(1000 + 250);
+          // One operation timeout, and what a loaded machine kept this process from running.
+          expect(performance.now() - started).toBeLessThanOrEqual(1000 + 250 + stalls());
           // The late answers arrive meanwhile (to clients that gave up on them), then the delay ends.
           await sleep(2000);
           proxy.heal();
