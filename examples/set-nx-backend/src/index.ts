@@ -49,13 +49,11 @@ export interface SetNxOptions {
 export class SetNxBackend implements LockBackend {
   readonly name = 'set-nx';
   readonly capabilities: Capabilities = {
-    fencing: 'strict',
     fairness: 'none', // waiters poll: whoever asks first after a release wins
     lease: 'ttl', // the store expires the key: a dead holder frees it after its ttl
     wake: 'poll',
     minTtlMs: 10,
     ttlGranularityMs: 1,
-    crossProcess: true,
   };
   /** Where the store is, for events (optional): from `url`, none for a client of yours. */
   readonly address: string | undefined;

@@ -181,13 +181,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     const algorithm = options.algorithm ?? 'queue';
     this.algorithm = algorithm;
     this.capabilities = {
-      fencing: 'strict',
       fairness: algorithm === 'queue' ? 'fifo' : 'none',
       lease: 'ttl',
       wake: 'poll', // Cassandra has no notifications
       minTtlMs: 2000,
       ttlGranularityMs: 1000, // TTLs are whole seconds
-      crossProcess: true,
       minToken: true,
       semaphore: true,
       readWrite: true,

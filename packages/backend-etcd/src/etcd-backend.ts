@@ -104,14 +104,12 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
   readonly address: string | undefined;
   readonly capabilities: Capabilities = {
-    fencing: 'strict',
     fairness: 'fifo',
     lease: 'ttl',
     wake: 'push',
     // etcd raises any lease TTL below its minimum (1.5 × election timeout, 2 s by default) to it.
     minTtlMs: 2000,
     ttlGranularityMs: 1000,
-    crossProcess: true,
     semaphore: true,
     readWrite: true,
   };

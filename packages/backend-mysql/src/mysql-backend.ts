@@ -112,13 +112,11 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     this.capabilities =
       mode === 'lease'
         ? {
-            fencing: 'strict',
             fairness: 'none',
             lease: 'ttl',
             wake: 'poll',
             minTtlMs: 1,
             ttlGranularityMs: 1,
-            crossProcess: true,
             minToken: true,
             semaphore: true,
             readWrite: true,
@@ -127,13 +125,11 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
           // frees. The server queues a name's waiters in arrival order and hands a freed lock to the
           // first (its metadata-lock queue appends each waiter at the back): FIFO, checked by 13a/13b.
           {
-            fencing: 'strict',
             fairness: 'fifo',
             lease: 'session',
             wake: 'push',
             minTtlMs: 1000,
             ttlGranularityMs: 1000,
-            crossProcess: true,
             minToken: true,
           };
     const commandTimeoutMs = options.commandTimeoutMs ?? 5000;

@@ -124,27 +124,23 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     this.capabilities =
       mode === 'lease'
         ? {
-            fencing: 'strict',
             fairness: 'fifo',
             lease: 'ttl',
             wake: 'push',
             minTtlMs: 1,
             ttlGranularityMs: 1,
-            crossProcess: true,
             minToken: true,
             semaphore: true,
             readWrite: true,
           }
         : // idle_session_timeout is an int of ms; the server's lock manager queues waiters in order.
           {
-            fencing: 'strict',
             fairness: 'fifo',
             lease: 'session',
             wake: 'push',
             minTtlMs: 1000,
             ttlGranularityMs: 1,
             maxTtlMs: 2 ** 31 - 1,
-            crossProcess: true,
             minToken: true,
           };
     const commandTimeoutMs = options.commandTimeoutMs ?? 5000;

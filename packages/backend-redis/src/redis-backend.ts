@@ -193,13 +193,11 @@ export class RedisBackend implements LockBackend<RedisLease> {
     this.#mutex = new RedisMutex(this.#store, this.#acquiring, { fifo, maxPollDelayMs: maxPoll, restartGuardMs });
     this.#shared = new RedisSharedClaims(this.#store, this.#acquiring, maxPoll);
     this.capabilities = {
-      fencing: 'strict',
       fairness: fifo ? 'fifo' : 'none',
       lease: 'ttl',
       wake: 'push',
       minTtlMs: 1,
       ttlGranularityMs: 1,
-      crossProcess: true,
       minToken: true,
       semaphore: true,
       readWrite: true,

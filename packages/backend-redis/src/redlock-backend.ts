@@ -180,14 +180,12 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     this.#leadUs = Math.floor(Math.min(100, maxTtl / 10) * 1000);
     this.#acquiring = new InFlight(this.name, options.commandTimeoutMs ?? 5000);
     this.capabilities = {
-      fencing: 'strict',
       fairness: 'none',
       lease: 'ttl',
       wake: 'poll',
       minTtlMs: 1,
       ttlGranularityMs: 1,
       maxTtlMs: maxTtl,
-      crossProcess: true,
       minToken: true,
     };
   }

@@ -145,7 +145,6 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   /** The store's servers as given in `url`: `LockBackend.address`. */
   readonly address: string | undefined;
   readonly capabilities: Capabilities = {
-    fencing: 'strict',
     fairness: 'fifo',
     lease: 'session',
     wake: 'push',
@@ -153,7 +152,6 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     // by default); a ttl outside its bounds is refused when the session connects.
     minTtlMs: 1000,
     ttlGranularityMs: 1,
-    crossProcess: true,
     semaphore: true,
     readWrite: true,
   };

@@ -120,7 +120,8 @@ export type TestFn = (name: string, fn: () => Promise<void>, timeout?: number) =
 export interface SuiteContext {
   readonly options: ConformanceOptions;
   readonly harness: ConformanceHarness;
-  readonly capabilities: Capabilities;
+  /** The backend's, every optional field filled in from its default. */
+  readonly capabilities: Required<Capabilities>;
   /** The suite's lease length, and its default renewal period (T / 3). */
   readonly T: number;
   readonly renewMs: number;

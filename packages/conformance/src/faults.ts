@@ -5,15 +5,7 @@
  * and its real store. About 700 lines: one group of behaviours, each a scenario with its fault
  * staged inline, so a failing one reads on its own.
  */
-import {
-  DEFAULT_MAX_TTL_MS,
-  createLocker,
-  type Lock,
-  type LockBackend,
-  type Locker,
-  type LockerOptions,
-  type LockOptions,
-} from '@deadbolt/core';
+import { createLocker, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
 import { sleep, wrapBackend, type Lease } from '@deadbolt/core/backend';
 import { afterEach, describe, expect, it } from './harness.js';
 import { FaultProxy } from './fault-proxy.js';
@@ -111,7 +103,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
   const granularity = capabilities.ttlGranularityMs;
   const roundTtl = (ms: number) => Math.ceil(ms / granularity) * granularity;
   /** A ttl of at least `atLeastMs` (and T), within what the backend accepts. */
-  const longTtl = (atLeastMs: number) => roundTtl(Math.min(Math.max(T, atLeastMs), capabilities.maxTtlMs ?? DEFAULT_MAX_TTL_MS));
+  const longTtl = (atLeastMs: number) => roundTtl(Math.min(Math.max(T, atLeastMs), capabilities.maxTtlMs));
   const proxies: FaultProxy[] = [];
 
   const netIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
@@ -588,7 +580,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
 
     it('22b. limits of time: the longest ttl works without a renewal storm; a longer one is bad input before any I/O', async () => {
       const key = freshKey();
-      const max = capabilities.maxTtlMs ?? DEFAULT_MAX_TTL_MS;
+      const max = capabilities.maxTtlMs;
       const hundredDays = 100 * 24 * 60 * 60 * 1000;
       const probe = instrument(await options.createBackend());
       const locker = track(createLocker(probe.backend, { ttlMs: T }));

@@ -1,4 +1,13 @@
-import { createLocker, MigratingBackend, type Fence, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
+import {
+  createLocker,
+  MigratingBackend,
+  type Capabilities,
+  type Fence,
+  type LockBackend,
+  type Locker,
+  type LockerOptions,
+} from '@deadbolt/core';
+import { fullCapabilities } from '@deadbolt/core/backend';
 import { afterEach, beforeEach, describe, expect, it } from './harness.js';
 import { ChildHolder } from './children.js';
 import type { ConformanceHarness, ConformanceOptions } from './context.js';
@@ -22,7 +31,7 @@ import { FencedRegister } from './register.js';
  */
 export function defineConformanceSuite(options: ConformanceOptions): void {
   const { harness } = options;
-  let capabilities: LockBackend['capabilities'];
+  let capabilities: Required<Capabilities>;
   let probeHasFloor = false;
   let dualMigration = false;
   let probeAddress: string | undefined;
@@ -93,7 +102,7 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
 
   describe(`conformance: ${options.name}`, async () => {
     const probe = await options.createBackend();
-    capabilities = probe.capabilities;
+    capabilities = fullCapabilities(probe.capabilities);
     probeHasFloor = typeof probe.raiseTokenFloor === 'function';
     dualMigration = probe instanceof MigratingBackend && probe.phase === 'dual';
     probeAddress = probe.address;

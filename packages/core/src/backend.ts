@@ -127,10 +127,16 @@ export interface LockBackend<L extends Lease = Lease> {
   close(): Promise<void>;
 }
 
-/** What a backend promises; the conformance suite tests every claim. */
+/**
+ * What a backend promises; the conformance suite tests every claim. A backend states what differs
+ * from the defaults (`fullCapabilities` fills in the rest): the optional fields say their default.
+ */
 export interface Capabilities {
-  /** Tokens are strictly increasing per key across all holders, takeovers and restarts. */
-  readonly fencing: 'strict';
+  /**
+   * Tokens are strictly increasing per key across all holders, takeovers and restarts: the one
+   * value every backend must have, so optional (default `'strict'`).
+   */
+  readonly fencing?: 'strict';
   /** `fifo`: waiters are granted in arrival order. `none`: any waiter may win. */
   readonly fairness: 'fifo' | 'none';
   /** `ttl`: the store expires the lease on its clock. `session`: it lives as long as the client's session. */
@@ -143,8 +149,8 @@ export interface Capabilities {
   readonly ttlGranularityMs: number;
   /** Largest accepted `ttlMs`. Optional: default `DEFAULT_MAX_TTL_MS`. */
   readonly maxTtlMs?: number;
-  /** Holders in other processes are excluded (false only for the in-process memory backend). */
-  readonly crossProcess: boolean;
+  /** Holders in other processes are excluded. Optional: default true (false only for the in-process memory backend). */
+  readonly crossProcess?: boolean;
   /**
    * Grants honour `AcquireRequest.minToken` (counter and clock stores can, in the same step;
    * revision stores cannot). Optional: default false.
@@ -158,7 +164,14 @@ export interface Capabilities {
 
 /** The default of every optional capability, in one place. */
 export const DEFAULT_MAX_TTL_MS = 365 * 24 * 60 * 60 * 1000;
-const OPTIONAL_CAPABILITIES = { maxTtlMs: DEFAULT_MAX_TTL_MS, minToken: false, semaphore: false, readWrite: false } as const;
+const OPTIONAL_CAPABILITIES = {
+  fencing: 'strict',
+  crossProcess: true,
+  maxTtlMs: DEFAULT_MAX_TTL_MS,
+  minToken: false,
+  semaphore: false,
+  readWrite: false,
+} as const;
 
 /** `capabilities` with every optional field filled in from its default. */
 export function fullCapabilities(capabilities: Capabilities): Required<Capabilities> {

@@ -420,7 +420,6 @@ const MEMORY_RULES = {
 export class MemoryBackend implements LockBackend<MemoryLease> {
   readonly name = 'memory';
   readonly capabilities: Capabilities = {
-    fencing: 'strict',
     fairness: 'fifo',
     lease: 'ttl',
     wake: 'push',

@@ -4,7 +4,6 @@
 // make sense read together.
 import { randomUUID } from 'node:crypto';
 import {
-  DEFAULT_MAX_TTL_MS,
   fullCapabilities,
   type AcquireRequest,
   type Capabilities,
@@ -448,15 +447,14 @@ function take(backend: LockBackend, req: AcquireRequest | SharedRequest): Promis
 
 /** What two stores both offer; the one place a migrating backend's capabilities come from. */
 function combine(from: LockBackend, to: LockBackend): Capabilities {
-  const [a, b] = [from.capabilities, to.capabilities];
+  const [a, b] = [fullCapabilities(from.capabilities), fullCapabilities(to.capabilities)];
   const shared = typeof from.acquireShared === 'function' && typeof to.acquireShared === 'function';
   const granularity = lcm(a.ttlGranularityMs, b.ttlGranularityMs);
   const minTtlMs = Math.ceil(Math.max(a.minTtlMs, b.minTtlMs) / granularity) * granularity;
-  const maxTtlMs = Math.min(a.maxTtlMs ?? DEFAULT_MAX_TTL_MS, b.maxTtlMs ?? DEFAULT_MAX_TTL_MS);
+  const maxTtlMs = Math.min(a.maxTtlMs, b.maxTtlMs);
   if (minTtlMs > maxTtlMs)
     throw new InvalidArgumentError(`the two stores accept no common ttl (at least ${minTtlMs} ms, at most ${maxTtlMs} ms)`);
   return {
-    fencing: 'strict',
     fairness: a.fairness === 'fifo' && b.fairness === 'fifo' ? 'fifo' : 'none',
     lease: a.lease === 'ttl' && b.lease === 'ttl' ? 'ttl' : 'session',
     wake: a.wake === 'push' && b.wake === 'push' ? 'push' : 'poll',
@@ -464,8 +462,8 @@ function combine(from: LockBackend, to: LockBackend): Capabilities {
     ttlGranularityMs: granularity,
     maxTtlMs,
     crossProcess: a.crossProcess && b.crossProcess,
-    semaphore: fullCapabilities(a).semaphore && fullCapabilities(b).semaphore && shared,
-    readWrite: fullCapabilities(a).readWrite && fullCapabilities(b).readWrite && shared,
+    semaphore: a.semaphore && b.semaphore && shared,
+    readWrite: a.readWrite && b.readWrite && shared,
   };
 }
 

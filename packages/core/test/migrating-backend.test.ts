@@ -96,7 +96,6 @@ describe('migratingBackend: bad input', () => {
       }).capabilities;
       // Stores that claim shared claims but have no acquireShared (the fakes) offer none.
       expect(caps).toEqual({
-        fencing: 'strict',
         fairness: 'none',
         lease: 'session',
         wake: 'poll',
