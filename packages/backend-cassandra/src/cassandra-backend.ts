@@ -173,7 +173,6 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       throw this.#store.error('connect', error);
     }
   });
-  #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: CassandraBackendOptions) {
@@ -305,14 +304,9 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     return this.#ready.run().then(() => this.#store.tokenCeiling());
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
+  close(): Promise<void> {
     this.timeService.stop();
-    // Core aborts every acquisition first; each then deletes its queue and claim cells, which
-    // shutting the client down at once would cut short (the cells would block the key for a ttl).
-    await this.#store.inFlight.settled();
-    if (this.#ownsClient) await this.client.shutdown();
+    return this.#store.inFlight.close(() => this.#ownsClient && this.client.shutdown());
   }
 
   /** The module a lease came from: this backend's algorithm. @throws InvalidArgumentError for a lease of another algorithm (another backend's). */

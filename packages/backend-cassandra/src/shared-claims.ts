@@ -119,33 +119,38 @@ export class SharedClaims {
       mine.acquiredAt = sentAt;
       return ok ? this.#lease(req, id, mine) : place.look(index);
     };
-    try {
-      for (;;) {
-        if (!req.wait) {
-          const lease = await attempt();
-          if (lease !== JOIN_AGAIN && lease !== POLL_SOON) return lease; // (a one-shot attempt never waits: POLL_SOON cannot come)
-          continue;
-        }
-        // Releases in this process are announced under `shared:<key>` (see `release`).
-        return await store.pollLease(
-          { ...req, key: `shared:${req.key}` },
-          async () => {
-            const lease = await attempt();
-            return lease === JOIN_AGAIN ? POLL_SOON : lease;
-          },
-          (lease) => this.release(lease),
-        );
-      }
-    } catch (error) {
-      // A cancelled, timed-out or failed waiter removes its row before reporting, again later if
-      // the store is out of reach (owner-checked: safe whenever it lands).
-      if (claim) {
-        const { token } = claim;
-        await store.inFlight.leave(() => this.#delete(id, token, req.owner), ttlSeconds(req.ttlMs) * 1000);
+    // A cancelled, timed-out or failed waiter removes its row before reporting, again later if
+    // the store is out of reach (owner-checked: safe whenever it lands).
+    const leave = async () => {
+      if (!claim) return;
+      try {
+        await this.#delete(id, claim.token, req.owner);
+      } finally {
         store.notifier.notify(`shared:${req.key}`); // a claim ahead of others may have left
       }
-      throw error;
-    }
+    };
+    return store.inFlight.waitInLine(
+      async () => {
+        for (;;) {
+          if (!req.wait) {
+            const lease = await attempt();
+            if (lease !== JOIN_AGAIN && lease !== POLL_SOON) return lease; // (a one-shot attempt never waits: POLL_SOON cannot come)
+            continue;
+          }
+          // Releases in this process are announced under `shared:<key>` (see `release`).
+          return await store.pollLease(
+            { ...req, key: `shared:${req.key}` },
+            async () => {
+              const lease = await attempt();
+              return lease === JOIN_AGAIN ? POLL_SOON : lease;
+            },
+            (lease) => this.release(lease),
+          );
+        }
+      },
+      leave,
+      ttlSeconds(req.ttlMs) * 1000,
+    );
   }
 
   /** The key's live claims in token order (tokens are taken at arrival), read at SERIAL as the claims judge them. */

@@ -118,7 +118,6 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly #store: EtcdStore;
   /** Acquisitions under way: `close()` lets aborted ones delete their keys and leases first. */
   readonly #acquiring: InFlight;
-  #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: EtcdBackendOptions) {
@@ -190,13 +189,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     return this.#store.tokenCeiling();
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    // Core aborts every acquisition first; each then deletes its key and revokes its lease, which
-    // closing the client at once would cut short (the keys would block the lock until their ttl).
-    await this.#acquiring.settled();
-    if (this.#ownsClient) this.client.close();
+  close(): Promise<void> {
+    return this.#acquiring.close(() => this.#ownsClient && this.client.close());
   }
 }
 

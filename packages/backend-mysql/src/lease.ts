@@ -71,34 +71,32 @@ export class MysqlLeases {
     const place = new QueuePlace();
     let token: bigint | undefined;
     let placedAt = 0;
-    try {
-      return await pollForLease(
-        `shared:${req.key}`,
-        req.signal,
-        async () => {
-          // Between attempts (each a transaction under the key's row lock, so a key's attempts run
-          // one at a time) a waiter only reads what is ahead of it, without the lock: waiters no
-          // longer queue behind each other's attempts, and the attempt comes once the read says the
-          // rule grants ours (or our place is due a refresh: the cadence rule's pollMs).
-          if (token !== undefined && performance.now() - placedAt < pollMs) {
-            const ahead = await this.#ahead(req, hash, token);
-            if (!ahead.grantable) return place.look(ahead.count);
-          }
-          placedAt = performance.now();
-          const result = await this.#sharedAttempt(req, hash);
-          if (result === null || 'acquiredAt' in result) return result;
-          token = result.token;
-          return place.look(result.ahead);
-        },
-        (lease) => this.release(lease),
-        { notifier: this.#notifier, maxDelayMs: pollMs },
-      );
-    } catch (error) {
-      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
-      // (again later if the store is out of reach: `InFlight.leave`).
-      await this.#acquiring.leave(() => this.#store.run('release', this.#store.sql.sharedRelease, [hash, req.owner]), req.ttlMs);
-      throw error;
-    }
+    return this.#acquiring.waitInLine(
+      () =>
+        pollForLease(
+          `shared:${req.key}`,
+          req.signal,
+          async () => {
+            // Between attempts (each a transaction under the key's row lock, so a key's attempts run
+            // one at a time) a waiter only reads what is ahead of it, without the lock: waiters no
+            // longer queue behind each other's attempts, and the attempt comes once the read says the
+            // rule grants ours (or our place is due a refresh: the cadence rule's pollMs).
+            if (token !== undefined && performance.now() - placedAt < pollMs) {
+              const ahead = await this.#ahead(req, hash, token);
+              if (!ahead.grantable) return place.look(ahead.count);
+            }
+            placedAt = performance.now();
+            const result = await this.#sharedAttempt(req, hash);
+            if (result === null || 'acquiredAt' in result) return result;
+            token = result.token;
+            return place.look(result.ahead);
+          },
+          (lease) => this.release(lease),
+          { notifier: this.#notifier, maxDelayMs: pollMs },
+        ),
+      () => this.#store.run('release', this.#store.sql.sharedRelease, [hash, req.owner]),
+      req.ttlMs,
+    );
   }
 
   /** The claims ahead of a waiting claim with `token`, and whether the rule grants it past them. */

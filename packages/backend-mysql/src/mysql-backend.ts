@@ -102,7 +102,6 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly #sessions: SessionLocks<PoolConnection, string>;
   readonly #ownsClient: boolean;
   readonly #acquiring: InFlight;
-  #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: MysqlBackendOptions) {
@@ -241,12 +240,11 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   }
 
   /** Lets aborted acquisitions finish removing what they wrote (unless the server went silent), ends held sessions, closes the pool it made. */
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    await this.#acquiring.settled();
-    this.#sessions.close();
-    if (this.#ownsClient) await this.client.end().catch(() => undefined);
+  close(): Promise<void> {
+    return this.#acquiring.close(async () => {
+      this.#sessions.close();
+      if (this.#ownsClient) await this.client.end().catch(() => undefined);
+    });
   }
 }
 

@@ -53,20 +53,19 @@ export class PostgresLeases {
     if (first || !req.wait) return first;
     const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
     const leave = () => this.#store.run('release', this.#store.sql.leave, [keyBytes, req.owner, this.#store.channel]);
-    try {
-      // Mostly asleep: the release that frees the key names the queue's head, which tries at once.
-      return await pollForLease(
-        PostgresLeases.digest(keyBytes),
-        req.signal,
-        () => this.#queued(() => this.#attempt(req, keyBytes, true)),
-        (lease) => leave().then(() => undefined),
-        { notifier: this.#notifier, owner: req.owner, minDelayMs: recheck, maxDelayMs: recheck },
-      );
-    } catch (error) {
-      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      await this.#acquiring.leave(leave, req.ttlMs);
-      throw error;
-    }
+    // Mostly asleep: the release that frees the key names the queue's head, which tries at once.
+    return this.#acquiring.waitInLine(
+      () =>
+        pollForLease(
+          PostgresLeases.digest(keyBytes),
+          req.signal,
+          () => this.#queued(() => this.#attempt(req, keyBytes, true)),
+          (lease) => leave().then(() => undefined),
+          { notifier: this.#notifier, owner: req.owner, minDelayMs: recheck, maxDelayMs: recheck },
+        ),
+      leave,
+      req.ttlMs,
+    );
   }
 
   /** One attempt; `queued`: as a waiter, which joins (or keeps its place in) the queue when the key is busy. */
@@ -104,19 +103,18 @@ export class PostgresLeases {
     };
     if (!req.wait) return attempt(false);
     const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
-    try {
-      return await pollForLease(
-        `s:${PostgresLeases.digest(keyBytes)}`,
-        req.signal,
-        () => this.#queued(() => attempt(true)),
-        (lease) => this.release(lease),
-        { notifier: this.#notifier, minDelayMs: Math.min(5, recheck), maxDelayMs: recheck },
-      );
-    } catch (error) {
-      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind.
-      await this.#acquiring.leave(leave, req.ttlMs);
-      throw error;
-    }
+    return this.#acquiring.waitInLine(
+      () =>
+        pollForLease(
+          `s:${PostgresLeases.digest(keyBytes)}`,
+          req.signal,
+          () => this.#queued(() => attempt(true)),
+          (lease) => this.release(lease),
+          { notifier: this.#notifier, minDelayMs: Math.min(5, recheck), maxDelayMs: recheck },
+        ),
+      leave,
+      req.ttlMs,
+    );
   }
 
   async renew(lease: PostgresRowLease, ttlMs: number): Promise<boolean> {

@@ -113,7 +113,6 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly #server: PostgresStore;
   readonly #leases: PostgresLeases;
   readonly #sessions: SessionLocks<PoolClient, number>;
-  #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: PostgresBackendOptions) {
@@ -258,13 +257,12 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
    * Lets aborted acquisitions finish removing what they wrote (unless the server has gone silent),
    * ends the sessions of locks still held (the server frees them), then closes the connections.
    */
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    await this.#acquiring.settled();
-    this.#sessions.close();
-    await this.#leases.close();
-    if (this.#ownsClient) await this.client.end().catch(() => undefined);
+  close(): Promise<void> {
+    return this.#acquiring.close(async () => {
+      this.#sessions.close();
+      await this.#leases.close();
+      if (this.#ownsClient) await this.client.end().catch(() => undefined);
+    });
   }
 }
 

@@ -77,37 +77,38 @@ export class RedisMutex {
     let queued = true;
     let already = this.#store.listening;
     try {
-      await this.#store.subscribed.run();
-      // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
-      // net for a lost message and for a holder that died; a waiter behind it can be handed nothing,
-      // so it only keeps its place alive (a third of its place's ttl).
-      const { placeMs, pollMs: poll } = waiterCadence(req.ttlMs, this.#options.maxPollDelayMs);
-      const behind = Math.max(poll, Math.floor(placeMs / 3));
-      return await pollForLease(
-        keys.lock,
-        req.signal,
+      return await this.#acquiring.waitInLine(
         async () => {
-          const handed = this.#store.takeHanded(keys.lock, req.owner, placed, req.ttlMs);
-          if (handed) return { kind: 'mutex', key: req.key, owner: req.owner, keys, ...handed } satisfies RedisLease;
-          if (already) return ((already = false), null);
-          const lease = await this.#attempt(req, keys, queued, onPlace);
-          queued ||= lease === null;
-          return lease;
+          await this.#store.subscribed.run();
+          // Only a release message wakes a waiter early. The head re-checks every `poll` as the safety
+          // net for a lost message and for a holder that died; a waiter behind it can be handed nothing,
+          // so it only keeps its place alive (a third of its place's ttl).
+          const { placeMs, pollMs: poll } = waiterCadence(req.ttlMs, this.#options.maxPollDelayMs);
+          const behind = Math.max(poll, Math.floor(placeMs / 3));
+          return pollForLease(
+            keys.lock,
+            req.signal,
+            async () => {
+              const handed = this.#store.takeHanded(keys.lock, req.owner, placed, req.ttlMs);
+              if (handed) return { kind: 'mutex', key: req.key, owner: req.owner, keys, ...handed } satisfies RedisLease;
+              if (already) return ((already = false), null);
+              const lease = await this.#attempt(req, keys, queued, onPlace);
+              queued ||= lease === null;
+              return lease;
+            },
+            (lease) => this.release(lease).then(() => undefined),
+            {
+              notifier: this.#store.notifier,
+              owner: req.owner,
+              minDelayMs: poll,
+              maxDelayMs: poll,
+              nextDelayMs: () => (place > 0 ? behind : poll),
+            },
+          );
         },
-        (lease) => this.release(lease).then(() => undefined),
-        {
-          notifier: this.#store.notifier,
-          owner: req.owner,
-          minDelayMs: poll,
-          maxDelayMs: poll,
-          nextDelayMs: () => (place > 0 ? behind : poll),
-        },
+        () => this.releaseOwner(keys, req.owner),
+        req.ttlMs,
       );
-    } catch (error) {
-      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
-      // (again later if the store is out of reach: `InFlight.leave`).
-      if (queued) await this.#acquiring.leave(() => this.releaseOwner(keys, req.owner), req.ttlMs);
-      throw error;
     } finally {
       this.#store.dropHanded(keys.lock, req.owner);
     }

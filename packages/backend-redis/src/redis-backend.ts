@@ -146,7 +146,6 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly #shared: RedisSharedClaims;
   /** Acquisitions under way: `close()` lets aborted ones leave the queue first. */
   readonly #acquiring: InFlight;
-  #closed = false;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: RedisBackendOptions) {
@@ -259,14 +258,11 @@ export class RedisBackend implements LockBackend<RedisLease> {
     return this.#store.tokenCeiling();
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    // Core aborts every acquisition first; each then leaves the queue (one script), which
-    // disconnecting at once would cut short (its entry would hold the queue for a waiter's ttl).
-    await this.#acquiring.settled();
-    this.#store.close();
-    if (this.#ownsClient) closeRedis(this.client);
+  close(): Promise<void> {
+    return this.#acquiring.close(() => {
+      this.#store.close();
+      if (this.#ownsClient) closeRedis(this.client);
+    });
   }
 }
 

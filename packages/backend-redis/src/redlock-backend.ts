@@ -296,9 +296,8 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   }
 
   /** Lets acquisitions under way finish giving back what they won, then closes every node; later acquisitions reject with `LockerClosedError`. */
-  async close(): Promise<void> {
-    await this.#acquiring.settled();
-    await Promise.all(this.#nodes.map((node) => node.close()));
+  close(): Promise<void> {
+    return this.#acquiring.close(() => Promise.all(this.#nodes.map((node) => node.close())));
   }
 
   /** One Redlock round: every node at once; a majority within the validity, or everything given back. */

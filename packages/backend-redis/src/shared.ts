@@ -57,35 +57,36 @@ export class RedisSharedClaims {
     let placed: Placed | undefined;
     const due = () => releases >= needed;
     try {
-      return await pollForLease(
-        keys.lock,
-        req.signal,
+      return await this.#acquiring.waitInLine(
         async () => {
-          const handed = store.takeHanded(keys.lock, req.owner, placed, req.ttlMs);
-          if (handed) return { kind: 'shared', key: req.key, owner: req.owner, keys, ...handed } satisfies RedisLease;
-          const before = releases;
-          needed = Number.POSITIVE_INFINITY;
-          return this.#attempt(req, keys, (count, at) => {
-            needed = count;
-            placed = at;
-            releases -= before;
-          });
+          return pollForLease(
+            keys.lock,
+            req.signal,
+            async () => {
+              const handed = store.takeHanded(keys.lock, req.owner, placed, req.ttlMs);
+              if (handed) return { kind: 'shared', key: req.key, owner: req.owner, keys, ...handed } satisfies RedisLease;
+              const before = releases;
+              needed = Number.POSITIVE_INFINITY;
+              return this.#attempt(req, keys, (count, at) => {
+                needed = count;
+                placed = at;
+                releases -= before;
+              });
+            },
+            (lease) => this.release(lease).then(() => undefined),
+            {
+              notifier: store.notifier,
+              owner: req.owner,
+              minDelayMs: poll,
+              maxDelayMs: poll,
+              wakes: (target) => (releases++, !target && due()),
+              nextDelayMs: () => (due() ? 0 : undefined),
+            },
+          );
         },
-        (lease) => this.release(lease).then(() => undefined),
-        {
-          notifier: store.notifier,
-          owner: req.owner,
-          minDelayMs: poll,
-          maxDelayMs: poll,
-          wakes: (target) => (releases++, !target && due()),
-          nextDelayMs: () => (due() ? 0 : undefined),
-        },
+        () => this.#leave(keys, req.owner),
+        req.ttlMs,
       );
-    } catch (error) {
-      // Leave the queue before reporting the abort or failure: nothing of this waiter stays behind
-      // (again later if the store is out of reach: `InFlight.leave`).
-      await this.#acquiring.leave(() => this.#leave(keys, req.owner), req.ttlMs);
-      throw error;
     } finally {
       store.dropHanded(keys.lock, req.owner);
     }

@@ -316,6 +316,8 @@ export class InFlight {
   };
   /** Aborted by `settled()`: the backend is closing, and cleanups still being retried make one last try at once. */
   readonly #closing = new AbortController();
+  /** The first `close()`'s promise, which every later one returns. */
+  #closed: Promise<void> | undefined;
   readonly #answerWithinMs: number;
   readonly #backend: string;
 
@@ -389,6 +391,23 @@ export class InFlight {
     return this.cleanUp(send, performance.now() + Math.max(ttlMs, MIN_WAITER_PLACE_MS)).catch(noop);
   }
 
+  /**
+   * A wait in the store's line that leaves the line when it ends without a grant: runs `wait`, and
+   * should it reject (aborted, timed out, failed), `leave`s before passing its error on, so that
+   * nothing of this waiter stays behind (sent again later if the store is out of reach). The
+   * pattern every queued wait of a backend shares: write it once here. `ttlMs`: the wait's lease,
+   * see `leave`.
+   * @throws what `wait` threw, once `leave` has been sent (whose own failure is not reported).
+   */
+  async waitInLine<T>(wait: () => Promise<T>, leave: () => Promise<unknown>, ttlMs: number): Promise<T> {
+    try {
+      return await wait();
+    } catch (error) {
+      await this.leave(leave, ttlMs);
+      throw error;
+    }
+  }
+
   async #sendLater(send: () => Promise<unknown>, untilMs: number): Promise<void> {
     for (let pauseMs = 100; performance.now() < untilMs; pauseMs = Math.min(1000, pauseMs * 2)) {
       await sleep(pauseMs, this.#closing.signal).catch(() => undefined);
@@ -399,6 +418,22 @@ export class InFlight {
         if (this.#closing.signal.aborted) return; // that was its last try
       }
     }
+  }
+
+  /**
+   * A backend's `close()`, written once. The first call waits for the calls in flight (`settled`):
+   * core aborts every acquisition before it closes the backend, and each then removes what it
+   * wrote (its place in line, its claim, its lease), which closing the connections at once would
+   * cut short, leaving it to block the key for a ttl. Then it runs `closeConnections` (what the
+   * backend opened itself). Every later call returns the first call's promise, so a second
+   * `close()` also resolves only once the connections are closed.
+   * @throws what `closeConnections` threw, to every caller.
+   */
+  close(closeConnections: () => unknown): Promise<void> {
+    this.#closed ??= this.settled().then(async () => {
+      await closeConnections();
+    });
+    return this.#closed;
   }
 
   /**

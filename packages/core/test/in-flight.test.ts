@@ -76,3 +76,51 @@ describe('InFlight.cleanUp: a cleanup outlasts a store out of reach', () => {
     expect(cleanup.sent, 'no retries once closing').toHaveLength(before + 2);
   });
 });
+
+describe('InFlight.waitInLine: a wait that ends without a grant leaves the line first', () => {
+  it("sends the leave before passing the wait's error on, and sends none after a grant", async () => {
+    const inFlight = new InFlight('store', 5000);
+    const order: string[] = [];
+    const leave = async () => void order.push('left');
+    const failed = inFlight.waitInLine(
+      async () => {
+        throw new BackendError('store', 'acquire', { cause: new Error('boom') });
+      },
+      leave,
+      1000,
+    );
+    await expect(failed.finally(() => order.push('reported'))).rejects.toBeInstanceOf(BackendError);
+    expect(order).toEqual(['left', 'reported']);
+    expect(await inFlight.waitInLine(async () => 'granted', leave, 1000)).toBe('granted');
+    expect(order, 'a grant leaves nothing').toEqual(['left', 'reported']);
+  });
+
+  it("reports the wait's error, not the leave's, and sends the leave again while the store is out of reach", async () => {
+    const inFlight = new InFlight('store', 5000);
+    const cleanup = flaky(1);
+    const aborted = new DOMException('aborted', 'AbortError');
+    await expect(inFlight.waitInLine(() => Promise.reject(aborted), cleanup.send, 10_000)).rejects.toBe(aborted);
+    await sleep(400);
+    expect(cleanup.sent).toHaveLength(2);
+  });
+});
+
+describe("InFlight.close: a backend's close, once", () => {
+  it('lets the calls in flight end first, closes the connections once, and every call waits for that', async () => {
+    const inFlight = new InFlight('store', 5000);
+    const order: string[] = [];
+    void inFlight.track(() => sleep(200).then(() => order.push('cleanup landed')));
+    const closeConnections = async () => {
+      await sleep(50);
+      order.push('connections closed');
+    };
+    const first = inFlight.close(closeConnections);
+    const second = inFlight.close(closeConnections);
+    await second;
+    expect(order, 'the second close resolves only once the first has closed everything').toEqual(['cleanup landed', 'connections closed']);
+    await first;
+    await inFlight.close(closeConnections);
+    expect(order).toEqual(['cleanup landed', 'connections closed']);
+    await expect(inFlight.track(async () => 'late')).rejects.toMatchObject({ code: 'LOCKER_CLOSED' });
+  });
+});
