@@ -15,7 +15,8 @@ command -v chromium >/dev/null || bash test-matrix/lib.sh apt chromium
 echo "[test] building and type-checking" >&2
 pnpm -s build
 pnpm -s typecheck
-# About 30 s: the promise rules need the type checker. A finding fails the run before any test.
+# About 45 s: the promise rules need the type checker, on the sources and the tests alike. A finding
+# fails the run before any test.
 echo "[test] linting and checking the format" >&2
 pnpm -s lint
 pnpm -s format:check

@@ -479,7 +479,9 @@ export async function runProgram(target: Target, program: Program, prefix: strin
     for (const client of clients) client.pending?.abort.abort(new Error('the program ended'));
     if (shared) {
       // The processes live on: give back what the program holds, and let aborted waits end.
-      await Promise.allSettled(clients.map((client) => client.pending?.promise.then((lock) => lock.release())));
+      await Promise.allSettled(
+        clients.flatMap((client) => (client.pending ? [client.pending.promise.then((lock) => lock.release())] : [])),
+      );
       const held = [...models.values()].flatMap((m) => [...(m.holder ? [m.holder.lock] : []), ...m.permits.map((p) => p.lock)]);
       await Promise.allSettled(
         [...held, ...clients.flatMap((client) => [...client.handles.values()])].map((lock) => within(n, 'release()', lock.release())),

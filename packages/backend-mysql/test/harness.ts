@@ -3,7 +3,7 @@ import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } f
 import type { LockBackend } from '@deadbolt/core';
 import { MysqlBackend, mysqlBackend, mysqlOptionRules } from '@deadbolt/mysql';
 import { holderThread, threadIds } from '@deadbolt/mysql/testing';
-import { createPool, type Pool } from 'mysql2/promise';
+import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
 
 /** Reads and breaks the lock table directly. */
 export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', table = 'deadbolt_locks'): ConformanceHarness {
@@ -13,7 +13,7 @@ export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', t
   return {
     ...common(admin, table),
     async inspect(key) {
-      const [rows] = await admin.query<any[]>(
+      const [rows] = await admin.query<RowDataPacket[]>(
         'SELECT owner FROM ?? WHERE key_hash = ? AND owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)',
         [table, MysqlBackend.hash(key)],
       );
@@ -23,10 +23,10 @@ export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', t
       await admin.query('UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
     },
     async inspectShared(key) {
-      const [rows] = await admin.query<any[]>('SELECT owner FROM ?? WHERE key_hash = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY token', [
-        `${table}_shared`,
-        MysqlBackend.hash(key),
-      ]);
+      const [rows] = await admin.query<RowDataPacket[]>(
+        'SELECT owner FROM ?? WHERE key_hash = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY token',
+        [`${table}_shared`, MysqlBackend.hash(key)],
+      );
       return rows.map((r) => String(r.owner));
     },
     async loseSharedClaim(key, owner) {
@@ -41,7 +41,7 @@ function sessionHarness(admin: Pool, names: MysqlBackend, table: string): Pick<C
   return {
     async inspect(key) {
       if ((await holder(key)) === null) return [];
-      const [rows] = await admin.query<any[]>('SELECT owner FROM ?? WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
+      const [rows] = await admin.query<RowDataPacket[]>('SELECT owner FROM ?? WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
       return rows.map((r) => String(r.owner));
     },
     async loseClaim(key) {

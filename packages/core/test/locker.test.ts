@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
 import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type LockBackend } from '../src/index.js';
-import type { Lease } from '../src/backend-api.js';
 import type { MemoryLease } from '../src/memory-backend.js';
 import { BlockedWatch, cancelOnAbort } from '../src/session-locks.js';
 import { pollForLease, ReleaseNotifier, sleep, UnavailableGrace } from '../src/wait.js';

@@ -8,7 +8,7 @@ import {
   type Locker,
   type MigrationPhase,
 } from '../src/index.js';
-import { sleep, type Lease } from '../src/backend-api.js';
+import { sleep } from '../src/backend-api.js';
 import type { MemoryLease } from '../src/memory-backend.js';
 
 /** Two memory stores standing in for the old and the new store, and a locker per phase over them. */
