@@ -2,7 +2,7 @@
 // classified, client timestamps, slots (the rows an acquisition writes in), the fencing-token row,
 // waiting, and the lease types. The algorithms (queue.ts, shadow.ts, lwt.ts, shared-claims.ts) are
 // written on top of it, each in its own file; cassandra-backend.ts picks one and dispatches to it.
-// About 420 lines: what is here is what those four would otherwise each write again.
+// One long file: what is here is what those four would otherwise each write again.
 import { BackendError, BackendUnavailableError, type ClaimInfo } from '@deadbolt/core';
 import {
   backendFailure,

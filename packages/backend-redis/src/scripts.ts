@@ -1,6 +1,6 @@
 /**
  * The Lua scripts. Every script touches only keys that share one hash tag, so they run on Redis
- * Cluster too. About 440 lines, over half of them comments: each script's keys, arguments and
+ * Cluster too. Long, over half of it comments: each script's keys, arguments and
  * replies are spelled out beside it, since nothing else checks them.
  *
  * Mutex keys: 1 lock, 2 token counter, 3 queue (member → arrival µs), 4 queue deadlines (member →

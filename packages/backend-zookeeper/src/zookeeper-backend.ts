@@ -1,6 +1,6 @@
 // The ZooKeeper backend: options, and the one queue that mutex waiters and shared claims both join
 // (`QueueShape`), its lease, renewal, token floors and release. Sessions are sessions.ts, the
-// znodes' requests nodes.ts. About 410 lines, most of them the queue and the two floor raises.
+// znodes' requests nodes.ts. Long, most of it the queue and the two floor raises.
 import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,

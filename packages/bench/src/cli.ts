@@ -6,7 +6,7 @@
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
  * 7 a contended semaphore, 8 a read-heavy read-write lock, 9 a fenced write beside a plain one, 10 scenarios
  * 1 and 4 again beside a CPU-burning neighbour (a busy host; with --full, or when --scenarios names it). Writes
- * bench-results/<time>/{results.json, summary.md, report.html}. About 660 lines: the order of
+ * bench-results/<time>/{results.json, summary.md, report.html}. One long file: the order of
  * the run (which subjects, interleaved how) and each scenario's table, in the order the report has.
  */
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';

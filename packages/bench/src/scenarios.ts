@@ -1,5 +1,5 @@
 // The scenarios' workloads and what each measures (the bench README describes them): one function
-// or open/result pair per scenario. About 540 lines, one scenario after another.
+// or open/result pair per scenario. Long: one scenario after another.
 import { createLocker, type Lock } from '@deadbolt/core';
 import { observeBackend, sleep } from '@deadbolt/core/backend';
 import { breakClaim } from './loss.js';

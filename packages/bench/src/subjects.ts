@@ -1,5 +1,5 @@
 // What the bench runs: every deadbolt backend and every peer library, each as a `Subject` with the
-// same client shape, and each store's floor (the raw round trips). About 600 lines: one entry per
+// same client shape, and each store's floor (the raw round trips). Long: one entry per
 // subject, side by side so that they stay comparable.
 import { matrixUrl } from '@deadbolt/conformance/test-matrix';
 import { createLocker, memoryBackend, MemoryLockStore, migratingBackend, type Lock, type LockBackend, type Locker } from '@deadbolt/core';

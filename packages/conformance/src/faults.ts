@@ -2,7 +2,7 @@
  * Behaviours 18–24 (the conformance README, "faults production has"): a store that goes silent, answers
  * late, resets connections or lives on another clock, timeouts and ttls at the limits of time,
  * the helpers' promises, and leaks. Network faults go through a `FaultProxy` between the backend
- * and its real store. About 700 lines: one group of behaviours, each a scenario with its fault
+ * and its real store. Long: one group of behaviours, each a scenario with its fault
  * staged inline, so a failing one reads on its own.
  */
 import { createLocker, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';

@@ -1,7 +1,7 @@
 /**
  * Behaviours 25 (semaphores) and 26 (read-write locks), as the conformance README lists them. Each group switches on by
  * the backend's `capabilities.semaphore` / `readWrite`; both run over `acquireShared`, so what one
- * proves about expiry, waiting and cleanup the other relies on. About 510 lines: the two groups
+ * proves about expiry, waiting and cleanup the other relies on. One long file: the two groups
  * share their workload (`contend`) and their checks.
  */
 import { createLocker, LimitMismatchError, LockUpgradeError, MAX_SEMAPHORE_LIMIT, type Lock, type Locker } from '@deadbolt/core';

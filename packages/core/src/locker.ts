@@ -1,7 +1,7 @@
 // The locker: createLocker's options, and every way a key is taken (lock, tryLock, the with-
 // helpers, lockAll, the families' claims) down to one path to the backend (#acquire, #wait), with
 // the deadline, the caller's signal and close() raced against the store; nested calls in a held
-// scope; and close(). About 500 lines: the acquisition path is one piece, read top to bottom. The
+// scope; and close(). Long: the acquisition path is one piece, read top to bottom. The
 // handle a grant becomes is lock-handle.ts; the semaphore and read-write classes are families.ts;
 // the public types are types.ts.
 import { randomUUID } from 'node:crypto';

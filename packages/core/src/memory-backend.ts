@@ -1,6 +1,6 @@
 // The in-memory backend and its store: mutex and shared claims with the same semantics as a real
 // store (server-side expiry by timers, FIFO waiters, tokens that never repeat), answering on the
-// spot (`acquireNow`). About 420 lines because the store and the backend over it are one piece: the
+// spot (`acquireNow`). Long because the store and the backend over it are one piece: the
 // backend only forwards to the store's grants, queues and timers, which read top to bottom.
 import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest, StoreView } from './backend.js';
 import { LimitMismatchError, LockerClosedError } from './errors.js';

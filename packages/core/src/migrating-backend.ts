@@ -1,5 +1,5 @@
 // migratingBackend: one backend over two stores during a move from one to the other (phases `from`,
-// `dual`, `to`), with no window of two holders. About 470 lines: each contract method is written
+// `dual`, `to`), with no window of two holders. Long: each contract method is written
 // once for all three phases, and the dual phase's acquire, token floors and partial give-backs only
 // make sense read together.
 import { randomUUID } from 'node:crypto';

@@ -3,7 +3,7 @@
 // whole life of such a lock, written once: a connection of its own, a try, a wait blocked inside
 // the server (cancelled on abort, watched for a connection gone silent, begun again on a new
 // connection when cut), the lock-delay marker, the fencing token, renewal, release. A backend
-// supplies only its statements, as a `SessionDialect`. About 450 lines with the three helpers only
+// supplies only its statements, as a `SessionDialect`. Long, with the three helpers only
 // it uses (the connection gate, the cancel that repeats, the watch of the blocked waits).
 import type { AcquireRequest, Lease } from './backend.js';
 import { BackendError, BackendUnavailableError } from './errors.js';
