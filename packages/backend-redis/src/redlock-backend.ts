@@ -1,3 +1,5 @@
+// Redlock: one lock over several independent Redis nodes, granted by a majority. Long because the
+// majority rule (attempt, tokens, give-backs on the minority, drift) is one piece read top to bottom.
 import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type ClaimInfo, type LockBackend } from '@deadbolt/core';
 import {
   count,

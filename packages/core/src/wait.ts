@@ -1,3 +1,6 @@
+// How a backend waits, in one file: wake-ups by key, the cadence rule, the poll loop, the wait on
+// pooled connections, the unavailable grace and the calls in flight with their cleanups. Long
+// because each is small and the backends import them together.
 import type { Lease } from './backend.js';
 import { BackendUnavailableError, LockerClosedError } from './errors.js';
 import { ownProps } from './options.js';
