@@ -255,7 +255,8 @@ describe('deadbolt run', () => {
     const writer = (log: string, stubborn: boolean) =>
       `(${stubborn ? "trap '' TERM; " : "trap 'sleep 3; echo gone >> " + log + "; exit 0' TERM; "}while true; do echo tick >> ${log}; sleep 0.05; done) & echo $! > ${log}.pid; wait`;
     const grows = async (log: string) => {
-      const before = readFileSync(log, 'utf8').length;
+      // The pid file is written as the writer starts, maybe before its first line: wait for that.
+      const before = (await fileSoon(log)).length;
       await new Promise((r) => setTimeout(r, 300));
       return readFileSync(log, 'utf8').length > before;
     };
