@@ -74,7 +74,6 @@ export class RedisMutex {
     // FIFO handoff reached us before our first attempt's answer did (the store keeps it: the loop's
     // first call takes it). An unordered wake-up that came that early is lost; the head's next
     // re-check, within `poll`, makes up for it.
-    let queued = true;
     let already = this.#store.listening;
     try {
       return await this.#acquiring.waitInLine(
@@ -92,9 +91,7 @@ export class RedisMutex {
               const handed = this.#store.takeHanded(keys.lock, req.owner, placed, req.ttlMs);
               if (handed) return { kind: 'mutex', key: req.key, owner: req.owner, keys, ...handed } satisfies RedisLease;
               if (already) return ((already = false), null);
-              const lease = await this.#attempt(req, keys, queued, onPlace);
-              queued ||= lease === null;
-              return lease;
+              return this.#attempt(req, keys, true, onPlace);
             },
             (lease) => this.release(lease).then(() => undefined),
             {
