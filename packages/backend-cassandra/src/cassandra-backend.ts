@@ -14,7 +14,8 @@ import {
   type AcquireRequest,
   type Rule,
   type Rules,
-  type SharedRequest,
+  keySpace,
+  type KeySpace,
   type StoreUrl,
   type StoreView,
 } from '@deadbolt/core/backend';
@@ -242,21 +243,26 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   }
 
   acquire(req: AcquireRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#mutex.acquire(req, idFor(req.key))));
+    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#claims(keySpace(req)).acquire(req, idFor(req.key))));
   }
 
-  acquireShared(req: SharedRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#shared.acquire(req, idFor(req.key))));
-  }
-
-  inspect(key: string, shared: boolean): Promise<StoreView> {
-    return this.#ready.run().then(() => (shared ? this.#shared.inspect(idFor(key)) : this.#mutex.inspect(idFor(key))));
+  inspect(key: string, space: KeySpace): Promise<StoreView> {
+    return this.#ready.run().then(() => this.#claims(space).inspect(idFor(key)));
   }
 
   /** See `LockBackend.forceRelease` (each algorithm's `free` says how). */
-  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+  async forceRelease(key: string, owner: string, space: KeySpace): Promise<boolean> {
     await this.#ready.run();
-    return shared ? this.#shared.free(idFor(key), key, owner) : this.#mutex.free(idFor(key), key, owner);
+    return this.#claims(space).free(idFor(key), key, owner);
+  }
+
+  /** The module that keeps the claims of `space`: the mutex algorithm's, or the shared claims'. */
+  #claims(space: KeySpace): {
+    acquire(req: AcquireRequest, id: Buffer): Promise<CassandraLease | null>;
+    inspect(id: Buffer): Promise<StoreView>;
+    free(id: Buffer, key: string, owner: string): Promise<boolean>;
+  } {
+    return space === 'mutex' ? this.#mutex : this.#shared;
   }
 
   async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {

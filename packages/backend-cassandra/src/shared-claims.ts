@@ -1,5 +1,5 @@
 // Semaphores and read-write locks. One partition per key in `shared_claims`: a row per claim,
-// clustered by its token, which is also its place in the queue (core's `SharedRequest` rule). A
+// clustered by its token, which is also its place in the queue (core's `Claim` rule). A
 // claim joins by one conditional batch that moves the static counter from the value just read (so
 // no claim can have joined since that read) and inserts its row; it is judged by the rows of that
 // same read. Every later write to a claim is a lightweight transaction on its owner, so writes to
@@ -12,7 +12,7 @@ import {
   sharedView,
   stillStands,
   waiterCadence,
-  type SharedRequest,
+  type AcquireRequest,
   type StoreView,
 } from '@deadbolt/core/backend';
 import { maxOf, secondsLeft, toBigInt, tokenParam, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
@@ -27,7 +27,7 @@ export class SharedClaims {
     this.#store = store;
   }
 
-  async acquire(req: SharedRequest, id: Buffer): Promise<SharedLease | null> {
+  async acquire(req: AcquireRequest, id: Buffer): Promise<SharedLease | null> {
     const store = this.#store;
     // A waiter's row lasts about a ttl past each refresh (core's waiterCadence); ttls here are whole seconds.
     const waiterTtl = ttlSeconds(waiterCadence(req.ttlMs, store.poll.maxDelayMs).placeMs);
@@ -219,7 +219,7 @@ export class SharedClaims {
     }
   }
 
-  #lease(req: SharedRequest, id: Buffer, claim: { token: bigint; acquiredAt: number }): SharedLease {
+  #lease(req: AcquireRequest, id: Buffer, claim: { token: bigint; acquiredAt: number }): SharedLease {
     return { kind: 'shared', key: req.key, owner: req.owner, id, token: claim.token, acquiredAt: claim.acquiredAt, mode: req.mode };
   }
 

@@ -17,7 +17,6 @@ import {
   type AcquireRequest,
   type Lease,
   type PollOptions,
-  type SharedRequest,
   type StoreView,
   POLL_SOON,
 } from '@deadbolt/core/backend';
@@ -76,7 +75,7 @@ export interface LwtLease extends LeaseOnKey {
  */
 export interface SharedLease extends LeaseOnKey {
   readonly kind: 'shared';
-  readonly mode: SharedRequest['mode'];
+  readonly mode: AcquireRequest['mode'];
 }
 export type MutexLease = QueueLease | ShadowLease | LwtLease;
 export type CassandraLease = MutexLease | SharedLease;

@@ -5,6 +5,7 @@ import { closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cassandraHarness } from './harness.js';
+import { MUTEX } from '@deadbolt/core/backend';
 
 const url = matrixUrl('cassandra');
 const harness = cassandraHarness(url);
@@ -62,7 +63,7 @@ describe('cassandra backend', () => {
       try {
         const k = key();
         const ask = () =>
-          backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait: false, signal: new AbortController().signal });
+          backend.acquire({ ...MUTEX, key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait: false, signal: new AbortController().signal });
         const first = (await ask())!;
         await backend.release(first);
         const second = (await ask())!; // this backend's first free slot again: the same row
@@ -82,7 +83,7 @@ describe('cassandra backend', () => {
     try {
       const k = key();
       const ask = (backend: typeof a, wait: boolean, signal = new AbortController().signal) =>
-        backend.acquire({ key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait, signal });
+        backend.acquire({ ...MUTEX, key: k, owner: crypto.randomUUID(), ttlMs: 3000, wait, signal });
       await ask(a, false).then((lease) => a.release(lease!)); // connects, prepares, sees the token
       // Each request a's client starts, with how many of them were in flight then.
       const sent: string[] = [];
@@ -129,7 +130,7 @@ describe('cassandra backend', () => {
         mode: 'shared' as const,
         limit: 1,
       });
-      const held = (await a.acquireShared!(claim(false)))!;
+      const held = (await a.acquire(claim(false)))!;
       // The statements b's client sends, by their first words.
       const sent: string[] = [];
       const client = b.client as unknown as Record<'batch' | 'execute', (...args: unknown[]) => Promise<unknown>>;
@@ -137,7 +138,7 @@ describe('cassandra backend', () => {
         const original = client[name]!.bind(b.client);
         client[name] = (...args) => (sent.push(name === 'batch' ? 'batch' : String(args[0]).trim().split(/\s+/)[0]!), original(...args));
       }
-      const waiting = b.acquireShared!(claim(true));
+      const waiting = b.acquire(claim(true));
       while (!sent.includes('BEGIN')) await new Promise((r) => setTimeout(r, 5)); // b has joined (one conditional batch)
       await new Promise((r) => setTimeout(r, 200));
       const before = sent.length;
@@ -165,6 +166,7 @@ describe('cassandra backend', () => {
     try {
       const k = key();
       const lease = (await backend.acquire({
+        ...MUTEX,
         key: k,
         owner: crypto.randomUUID(),
         ttlMs: 2000,

@@ -3,6 +3,7 @@ import { CLAIM_TABLES as TABLES, idFor } from '@deadbolt/cassandra/testing';
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { types } from 'cassandra-driver';
+import { MUTEX } from '@deadbolt/core/backend';
 
 const SERIAL = types.consistencies.serial;
 
@@ -12,7 +13,7 @@ export function cassandraHarness(url: string): ConformanceHarness & { admin: Cas
   const ready = async () => {
     // The first acquisition creates the schema; a tryLock on a private key does that for the harness.
     await admin
-      .acquire({ key: 'harness', owner: 'harness', ttlMs: 2000, wait: false, signal: new AbortController().signal })
+      .acquire({ ...MUTEX, key: 'harness', owner: 'harness', ttlMs: 2000, wait: false, signal: new AbortController().signal })
       .then((l) => l && admin.release(l));
     return admin.client;
   };

@@ -10,7 +10,8 @@ import {
   urlOrClient,
   type AcquireRequest,
   type Rules,
-  type SharedRequest,
+  keySpace,
+  type KeySpace,
   type StoreUrl,
   type StoreView,
   TestingHooks,
@@ -134,11 +135,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   }
 
   acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {
-    return this.#acquiring.track(() => acquireMutex(this.#store, req));
-  }
-
-  acquireShared(req: SharedRequest): Promise<EtcdLockLease | null> {
-    return this.#acquiring.track(() => acquireSharedClaim(this.#store, req));
+    return this.#acquiring.track(() => (keySpace(req) === 'mutex' ? acquireMutex(this.#store, req) : acquireSharedClaim(this.#store, req)));
   }
 
   async renew(lease: EtcdLockLease, ttlMs: number): Promise<boolean> {
@@ -150,16 +147,16 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     return alive && owned;
   }
 
-  inspect(key: string, shared: boolean): Promise<StoreView> {
-    return this.#store.inspect(key, shared);
+  inspect(key: string, space: KeySpace): Promise<StoreView> {
+    return this.#store.inspect(key, space === 'shared');
   }
 
   /**
    * See `LockBackend.forceRelease`: deletes `owner`'s key (every claim's key is named by its owner).
    * Its holder's next renewal finds it gone; the waiter behind it sees the deletion and goes.
    */
-  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
-    const path = (shared ? this.#store.sharedPrefixFor(key) : this.#store.prefixFor(key)) + owner;
+  async forceRelease(key: string, owner: string, space: KeySpace): Promise<boolean> {
+    const path = (space === 'shared' ? this.#store.sharedPrefixFor(key) : this.#store.prefixFor(key)) + owner;
     const { deleted } = await this.#store.call('force release', () => this.client.delete().key(path).exec());
     return Number(deleted) > 0;
   }

@@ -5,13 +5,13 @@
 // whole wait) and re-reads after each.
 // Limits travel in every claim's value, so a newcomer with another limit sees it and withdraws.
 import { BackendError, LimitMismatchError } from '@deadbolt/core';
-import { grantable, type LeaseKeeper, type SharedRequest } from '@deadbolt/core/backend';
+import { grantable, type AcquireRequest, type LeaseKeeper } from '@deadbolt/core/backend';
 import { offsetOf, type EtcdLockLease, type EtcdStore } from './store.js';
 
 /** One claim in a shared key's queue, as read from its etcd key. */
 interface QueuedClaim {
   readonly revision: bigint;
-  readonly mode: SharedRequest['mode'];
+  readonly mode: AcquireRequest['mode'];
   readonly limit: number;
 }
 
@@ -23,7 +23,7 @@ interface QueuedClaim {
  * fails the others once the claim it was measured against has gone. @throws LimitMismatchError
  * when the limit in force is not `req`'s (nothing of ours may stay: the caller withdraws).
  */
-function inForce(req: SharedRequest, misconfigured: Set<bigint>, queue: readonly QueuedClaim[]): QueuedClaim[] {
+function inForce(req: AcquireRequest, misconfigured: Set<bigint>, queue: readonly QueuedClaim[]): QueuedClaim[] {
   const live = queue.filter((c) => !misconfigured.has(c.revision));
   const limit = live[0]?.limit ?? req.limit;
   if (limit !== req.limit) throw new LimitMismatchError(req.key, limit, req.limit);
@@ -32,7 +32,7 @@ function inForce(req: SharedRequest, misconfigured: Set<bigint>, queue: readonly
 }
 
 /** A shared claim (see `LockBackend.acquireShared`). */
-export async function acquireSharedClaim(store: EtcdStore, req: SharedRequest): Promise<EtcdLockLease | null> {
+export async function acquireSharedClaim(store: EtcdStore, req: AcquireRequest): Promise<EtcdLockLease | null> {
   const prefix = store.sharedPrefixFor(req.key);
   const offsetKey = store.sharedOffsetKeyFor(req.key);
   const path = prefix + req.owner;

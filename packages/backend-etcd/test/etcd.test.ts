@@ -5,6 +5,7 @@ import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/confo
 import { etcdBackend, type EtcdBackend } from '@deadbolt/etcd';
 import { prefixFor } from '@deadbolt/etcd/testing';
 import { afterAll, describe, expect, it } from 'vitest';
+import { MUTEX } from '@deadbolt/core/backend';
 
 const url = matrixUrl('etcd');
 const admin = etcdBackend({ url });
@@ -47,6 +48,7 @@ describe('etcd backend', () => {
     const backend = etcdBackend({ url, commandTimeoutMs: 300 });
     try {
       const lease = (await backend.acquire({
+        ...MUTEX,
         key: key(),
         owner: crypto.randomUUID(),
         ttlMs: 10_000,
@@ -88,6 +90,7 @@ describe('etcd backend', () => {
     const backend = backendOf(track(createLocker(etcdBackend({ url })))) as EtcdBackend;
     const k = key();
     const holder = (await backend.acquire({
+      ...MUTEX,
       key: k,
       owner: randomUUID(),
       ttlMs: 10_000,

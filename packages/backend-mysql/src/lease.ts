@@ -9,10 +9,11 @@ import {
   QueuePlace,
   ReleaseNotifier,
   waiterCadence,
+  keySpace,
   type AcquireRequest,
+  type KeySpace,
   type InFlight,
   type Lease,
-  type SharedRequest,
 } from '@deadbolt/core/backend';
 import type { ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import { MysqlStore, rolledBack } from './store.js';
@@ -41,7 +42,12 @@ export class MysqlLeases {
     this.#maxPollDelayMs = maxPollDelayMs;
   }
 
-  async acquire(req: AcquireRequest): Promise<MysqlRowLease | null> {
+  /** `LockBackend.acquire`: a mutex's row, or a claim in a shared key's queue. */
+  acquire(req: AcquireRequest): Promise<MysqlRowLease | null> {
+    return keySpace(req) === 'mutex' ? this.#acquireRow(req) : this.#acquireShared(req);
+  }
+
+  async #acquireRow(req: AcquireRequest): Promise<MysqlRowLease | null> {
     const hash = MysqlStore.hash(req.key);
     if (!req.wait) return this.#attempt(req, hash);
     return pollForLease(
@@ -64,7 +70,7 @@ export class MysqlLeases {
     return { kind: 'row', key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash };
   }
 
-  async acquireShared(req: SharedRequest): Promise<MysqlRowLease | null> {
+  async #acquireShared(req: AcquireRequest): Promise<MysqlRowLease | null> {
     const hash = MysqlStore.hash(req.key);
     if (!req.wait) return this.#granted(await this.#sharedAttempt(req, hash));
     const { pollMs } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
@@ -100,7 +106,7 @@ export class MysqlLeases {
   }
 
   /** The claims ahead of a waiting claim with `token`, and whether the rule grants it past them. */
-  async #ahead(req: SharedRequest, hash: Buffer, token: bigint): Promise<{ count: number; grantable: boolean }> {
+  async #ahead(req: AcquireRequest, hash: Buffer, token: bigint): Promise<{ count: number; grantable: boolean }> {
     const [row] = await this.#store.run<RowDataPacket[]>('acquire', this.#store.sql.sharedAhead, [hash, token.toString()]);
     const count = Number(row?.['ahead'] ?? 0);
     return { count, grantable: grantableBehind(req.mode, count, Number(row?.['exclusive_ahead'] ?? 0), req.limit) };
@@ -116,7 +122,7 @@ export class MysqlLeases {
    * leaving nothing. A deadlock or lock wait timeout (the transaction rolled back whole) counts as
    * "not yet" for a waiter and is tried again at once, a few times, for a one-shot attempt.
    */
-  async #sharedAttempt(req: SharedRequest, hash: Buffer, tries = 1): Promise<MysqlRowLease | Waiting | null> {
+  async #sharedAttempt(req: AcquireRequest, hash: Buffer, tries = 1): Promise<MysqlRowLease | Waiting | null> {
     await this.#store.tables.run(); // in each attempt, so a wait rides out a failed first try like any other
     const store = this.#store;
     const q = store.sql;
@@ -175,15 +181,16 @@ export class MysqlLeases {
   }
 
   async release(lease: MysqlRowLease): Promise<void> {
-    await this.releaseOwner(lease.key, lease.hash, lease.owner, lease.kind === 'shared');
+    await this.releaseOwner(lease.key, lease.hash, lease.owner, lease.kind === 'shared' ? 'shared' : 'mutex');
   }
 
   /** The release statement for `owner`; whether `owner` had the claim (this process's waiters are woken). Also `LockBackend.forceRelease`. */
-  async releaseOwner(key: string, hash: Buffer, owner: string, shared: boolean, operation = 'release'): Promise<boolean> {
-    const result = shared
-      ? await this.#store.runRetried(operation, this.#store.sql.sharedRelease, [hash, owner])
-      : await this.#store.run(operation, this.#store.sql.release, [hash, owner]);
-    if (result.affectedRows === 1) this.#notifier.notify(shared ? `shared:${key}` : key);
+  async releaseOwner(key: string, hash: Buffer, owner: string, space: KeySpace, operation = 'release'): Promise<boolean> {
+    const result =
+      space === 'shared'
+        ? await this.#store.runRetried(operation, this.#store.sql.sharedRelease, [hash, owner])
+        : await this.#store.run(operation, this.#store.sql.release, [hash, owner]);
+    if (result.affectedRows === 1) this.#notifier.notify(space === 'shared' ? `shared:${key}` : key);
     return result.affectedRows === 1;
   }
 

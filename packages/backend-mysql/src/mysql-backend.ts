@@ -1,4 +1,4 @@
-import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
+import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
   InFlight,
@@ -14,8 +14,9 @@ import {
   url,
   urlOrClient,
   type AcquireRequest,
+  type KeySpace,
+  type LeaseEngine,
   type Rules,
-  type SharedRequest,
   type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
@@ -98,8 +99,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly mode: 'lease' | 'session';
   readonly client: Pool;
   readonly #store: MysqlStore;
-  readonly #leases: MysqlLeases;
-  readonly #sessions: SessionLocks<PoolConnection, string>;
+  /** The claims of this backend's mode, chosen once: rows (lease mode) or named locks (session mode). */
+  readonly #engine: LeaseEngine<MysqlLease>;
+  /** Session mode's engine (undefined in lease mode): its waits ride out connects, and close() ends its sessions. */
+  readonly #sessions: SessionLocks<PoolConnection, string> | undefined;
   readonly #ownsClient: boolean;
   readonly #acquiring: InFlight;
 
@@ -147,17 +150,18 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     this.#store = new MysqlStore(this.client, options.table ?? 'deadbolt_locks', commandTimeoutMs);
     storeOf.set(this, this.#store);
     this.#acquiring = new InFlight(this.name, commandTimeoutMs);
-    this.#leases = new MysqlLeases(this.#store, this.#acquiring, options.maxPollDelayMs ?? 250);
-    // A pool of your own: its size is not ours to know; mysql2's default is 10.
-    const poolSize = store.client ? (store.client.pool.config.connectionLimit ?? 10) : connectionLimit;
-    this.#sessions = new SessionLocks(new MysqlSessions(this.#store, poolSize), 2 * connectTimeoutMs, commandTimeoutMs);
-    this.forceRelease =
-      mode === 'lease'
-        ? async (key, owner, shared) => {
-            await this.#store.tables.run();
-            return this.#leases.releaseOwner(key, MysqlStore.hash(key), owner, shared, 'force release');
-          }
-        : undefined;
+    if (mode === 'lease') {
+      const leases = new MysqlLeases(this.#store, this.#acquiring, options.maxPollDelayMs ?? 250);
+      this.#engine = leases;
+      this.forceRelease = async (key, owner, space) => {
+        await this.#store.tables.run();
+        return leases.releaseOwner(key, MysqlStore.hash(key), owner, space, 'force release');
+      };
+    } else {
+      // A pool of your own: its size is not ours to know; mysql2's default is 10.
+      const poolSize = store.client ? (store.client.pool.config.connectionLimit ?? 10) : connectionLimit;
+      this.#engine = this.#sessions = new SessionLocks(new MysqlSessions(this.#store, poolSize), 2 * connectTimeoutMs, commandTimeoutMs);
+    }
   }
 
   /** SHA-256 of the key: the primary key, so any key of up to 1024 bytes fits and compares exactly. */
@@ -165,17 +169,9 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     return MysqlStore.hash(key);
   }
 
+  /** Shared claims in lease mode only (the capabilities say so); see the shared statements in queries.ts. */
   acquire(req: AcquireRequest): Promise<MysqlLease | null> {
-    return this.#acquiring.track((): Promise<MysqlLease | null> =>
-      this.mode === 'session' ? this.#sessions.acquire(req) : this.#leases.acquire(req),
-    );
-  }
-
-  /** Lease mode only (the capabilities say so); see the shared statements in queries.ts. */
-  acquireShared(req: SharedRequest): Promise<MysqlLease | null> {
-    if (this.mode === 'session')
-      return Promise.reject(new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') }));
-    return this.#acquiring.track(() => this.#leases.acquireShared(req));
+    return this.#acquiring.track(() => this.#engine.acquire(req));
   }
 
   /**
@@ -185,15 +181,14 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
    * (for the moment between a grant and that write, the previous holder's); its waiters wait inside
    * `GET_LOCK`, whose order the server does not show: `null`.
    */
-  async inspect(key: string, shared: boolean): Promise<StoreView> {
+  async inspect(key: string, space: KeySpace): Promise<StoreView> {
     const store = this.#store;
     await store.tables.run();
     const [hash, keyBytes] = [MysqlStore.hash(key), Buffer.from(key, 'utf8')];
-    if (shared) return sharedViewOfRows(await store.run<RowDataPacket[]>('inspect', store.sql.inspectShared, [hash]));
-    const [row] =
-      this.mode === 'session'
-        ? await store.run<RowDataPacket[]>('inspect', store.sql.inspectSession, [store.lockName(key), hash, keyBytes])
-        : await store.run<RowDataPacket[]>('inspect', store.sql.inspect, [hash, keyBytes]);
+    if (space === 'shared') return sharedViewOfRows(await store.run<RowDataPacket[]>('inspect', store.sql.inspectShared, [hash]));
+    const [row] = this.#sessions
+      ? await store.run<RowDataPacket[]>('inspect', store.sql.inspectSession, [store.lockName(key), hash, keyBytes])
+      : await store.run<RowDataPacket[]>('inspect', store.sql.inspect, [hash, keyBytes]);
     const holders = row?.['owner'] ? [claimOfRow(row)] : [];
     return { holders, waiters: null };
   }
@@ -205,15 +200,15 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly forceRelease: LockBackend['forceRelease'];
 
   renew(lease: MysqlLease, ttlMs: number): Promise<boolean> {
-    return lease.kind === 'session' ? this.#sessions.renew(lease, ttlMs) : this.#leases.renew(lease, ttlMs);
+    return this.#engine.renew(lease, ttlMs);
   }
 
   release(lease: MysqlLease): Promise<void> {
-    return lease.kind === 'session' ? this.#sessions.release(lease) : this.#leases.release(lease);
+    return this.#engine.release(lease);
   }
 
   raiseTokenFloor(lease: MysqlLease, floor: bigint): Promise<boolean> {
-    return lease.kind === 'session' ? this.#sessions.raiseTokenFloor(lease, floor) : this.#leases.raiseTokenFloor(lease, floor);
+    return this.#engine.raiseTokenFloor(lease, floor);
   }
 
   /**
@@ -228,7 +223,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       const [row] = await store.run<RowDataPacket[]>('token floor', store.sql.storeFloor, [FLOOR_ROW]);
       return BigInt(String(row?.['token'] ?? 0));
     };
-    return this.mode === 'session' ? this.#sessions.ridingOut(read) : read();
+    return this.#sessions ? this.#sessions.ridingOut(read) : read();
   }
 
   /** See `LockBackend.tokenCeiling`: the largest counter of either table (a scan of each). */
@@ -242,7 +237,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   /** Lets aborted acquisitions finish removing what they wrote (unless the server went silent), ends held sessions, closes the pool it made. */
   close(): Promise<void> {
     return this.#acquiring.close(async () => {
-      this.#sessions.close();
+      this.#sessions?.close();
       if (this.#ownsClient) await this.client.end().catch(() => undefined);
     });
   }

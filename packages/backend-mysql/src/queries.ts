@@ -107,7 +107,7 @@ export const sessionDelayLeft = `SELECT GREATEST(0, TIMESTAMPDIFF(MICROSECOND, U
 /** Params: lease µs, hash, owner. Renews (µs > 0) or clears (NULL via 0) a holder's lock-delay marker. */
 export const sessionDelayMark = `UPDATE ?? SET expires_at = IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL) WHERE key_hash = ? AND owner = ?`;
 
-// Shared claims (semaphores, read-write locks; the rule is core's `SharedRequest`), lease mode.
+// Shared claims (semaphores, read-write locks; the rule is core's `Claim`), lease mode.
 // `{keys}` has one row per shared key, never deleted: its token counter, and the limit its live
 // claims use. `{claims}` has one row per claim, granted or waiting, ordered by its token (taken at
 // arrival). An attempt is one READ COMMITTED transaction that first locks the key's row, so a key's

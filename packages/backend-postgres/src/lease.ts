@@ -10,12 +10,13 @@ import {
   noAnswer,
   pollForLease,
   ReleaseNotifier,
+  keySpace,
   waiterCadence,
   withTimeout,
   type AcquireRequest,
   type InFlight,
+  type KeySpace,
   type Lease,
-  type SharedRequest,
 } from '@deadbolt/core/backend';
 import pg from 'pg';
 import type { PostgresStore } from './store.js';
@@ -46,7 +47,12 @@ export class PostgresLeases {
     return createHash('sha256').update(keyBytes).digest('base64');
   }
 
-  async acquire(req: AcquireRequest): Promise<PostgresRowLease | null> {
+  /** `LockBackend.acquire`: a mutex's row, or a claim in a shared key's queue. */
+  acquire(req: AcquireRequest): Promise<PostgresRowLease | null> {
+    return keySpace(req) === 'mutex' ? this.#acquireRow(req) : this.#acquireShared(req);
+  }
+
+  async #acquireRow(req: AcquireRequest): Promise<PostgresRowLease | null> {
     const keyBytes = Buffer.from(req.key, 'utf8');
     await this.#store.tables.run();
     const first = await this.#attempt(req, keyBytes, false);
@@ -84,7 +90,7 @@ export class PostgresLeases {
   }
 
   /** One function call per attempt, see queries.ts. */
-  async acquireShared(req: SharedRequest): Promise<PostgresRowLease | null> {
+  async #acquireShared(req: AcquireRequest): Promise<PostgresRowLease | null> {
     await this.#store.tables.run();
     const { sql, channel } = this.#store;
     const keyBytes = Buffer.from(req.key, 'utf8');
@@ -126,13 +132,17 @@ export class PostgresLeases {
   }
 
   async release(lease: PostgresRowLease): Promise<void> {
-    await this.releaseOwner(lease.keyBytes, lease.owner, lease.kind === 'shared');
+    await this.releaseOwner(lease.keyBytes, lease.owner, lease.kind === 'shared' ? 'shared' : 'mutex');
   }
 
   /** The release statement for `owner` (it wakes the waiters); whether `owner` had the claim. Also `LockBackend.forceRelease`. */
-  async releaseOwner(keyBytes: Buffer, owner: string, shared: boolean, operation = 'release'): Promise<boolean> {
+  async releaseOwner(keyBytes: Buffer, owner: string, space: KeySpace, operation = 'release'): Promise<boolean> {
     const { sql } = this.#store;
-    const result = await this.#store.run(operation, shared ? sql.sharedRelease : sql.release, [keyBytes, owner, this.#store.channel]);
+    const result = await this.#store.run(operation, space === 'shared' ? sql.sharedRelease : sql.release, [
+      keyBytes,
+      owner,
+      this.#store.channel,
+    ]);
     return result.rowCount === 1;
   }
 

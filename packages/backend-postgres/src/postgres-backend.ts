@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
+import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
   InFlight,
@@ -15,8 +15,9 @@ import {
   url,
   urlOrClient,
   type AcquireRequest,
+  type KeySpace,
+  type LeaseEngine,
   type Rules,
-  type SharedRequest,
   type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
@@ -111,8 +112,12 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly #ownsClient: boolean;
   readonly #acquiring: InFlight;
   readonly #server: PostgresStore;
-  readonly #leases: PostgresLeases;
-  readonly #sessions: SessionLocks<PoolClient, number>;
+  /** The claims of this backend's mode, chosen once: rows (lease mode) or advisory locks (session mode). */
+  readonly #engine: LeaseEngine<PostgresLease>;
+  /** Lease mode's engine (undefined in session mode): close() ends its listening connection. */
+  readonly #leases: PostgresLeases | undefined;
+  /** Session mode's engine (undefined in lease mode): its waits ride out connects, and close() ends its sessions. */
+  readonly #sessions: SessionLocks<PoolClient, number> | undefined;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: PostgresBackendOptions) {
@@ -166,28 +171,21 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     storeOf.set(this, server);
     this.#server = server;
     this.#acquiring = new InFlight(this.name, commandTimeoutMs);
-    this.#leases = new PostgresLeases(server, this.#acquiring, options.maxPollDelayMs ?? 250);
-    this.#sessions = new SessionLocks(new PostgresSessions(server), 2 * connectTimeoutMs, commandTimeoutMs);
-    this.forceRelease =
-      mode === 'lease'
-        ? async (key, owner, shared) => {
-            await server.tables.run();
-            return this.#leases.releaseOwner(Buffer.from(key, 'utf8'), owner, shared, 'force release');
-          }
-        : undefined;
+    if (mode === 'lease') {
+      const leases = (this.#leases = new PostgresLeases(server, this.#acquiring, options.maxPollDelayMs ?? 250));
+      this.#engine = leases;
+      this.forceRelease = async (key, owner, space) => {
+        await server.tables.run();
+        return leases.releaseOwner(Buffer.from(key, 'utf8'), owner, space, 'force release');
+      };
+    } else {
+      this.#engine = this.#sessions = new SessionLocks(new PostgresSessions(server), 2 * connectTimeoutMs, commandTimeoutMs);
+    }
   }
 
+  /** Shared claims in lease mode only (the capabilities say so): one function call per attempt, see queries.ts. */
   acquire(req: AcquireRequest): Promise<PostgresLease | null> {
-    return this.#acquiring.track((): Promise<PostgresLease | null> =>
-      this.mode === 'session' ? this.#sessions.acquire(req) : this.#leases.acquire(req),
-    );
-  }
-
-  /** Lease mode only (the capabilities say so): one function call per attempt, see queries.ts. */
-  acquireShared(req: SharedRequest): Promise<PostgresLease | null> {
-    if (this.mode === 'session')
-      return Promise.reject(new BackendError(this.name, 'acquire', { cause: new Error('session mode has no shared claims') }));
-    return this.#acquiring.track(() => this.#leases.acquireShared(req));
+    return this.#acquiring.track(() => this.#engine.acquire(req));
   }
 
   /**
@@ -197,22 +195,22 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
    * between a grant and that write, the previous holder's); its waiters queue in the server's lock
    * manager, which does not show their order: `null`.
    */
-  async inspect(key: string, shared: boolean): Promise<StoreView> {
+  async inspect(key: string, space: KeySpace): Promise<StoreView> {
     const keyBytes = Buffer.from(key, 'utf8');
     const { sql } = this.#server;
     await this.#server.tables.run();
     const read = async (statement: string, params: unknown[]) => (await this.#server.run('inspect', statement, params)).rows;
-    if (this.mode === 'session') {
+    if (this.#sessions) {
       const [row] = await read(sql.inspectSession, [keyBytes, this.#server.namespace]);
       return { holders: row?.['owner'] ? [claimOfRow(row)] : [], waiters: null };
     }
-    if (shared) return sharedViewOfRows(await read(sql.inspectShared, [keyBytes]));
+    if (space === 'shared') return sharedViewOfRows(await read(sql.inspectShared, [keyBytes]));
     const rows = await read(sql.inspect, [keyBytes]);
     return { holders: rows.filter((r) => !r['waiting']).map(claimOfRow), waiters: rows.filter((r) => r['waiting']).map(claimOfRow) };
   }
 
   renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {
-    return lease.kind === 'session' ? this.#sessions.renew(lease, ttlMs) : this.#leases.renew(lease, ttlMs);
+    return this.#engine.renew(lease, ttlMs);
   }
 
   /**
@@ -223,11 +221,11 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly forceRelease: LockBackend['forceRelease'];
 
   release(lease: PostgresLease): Promise<void> {
-    return lease.kind === 'session' ? this.#sessions.release(lease) : this.#leases.release(lease);
+    return this.#engine.release(lease);
   }
 
   raiseTokenFloor(lease: PostgresLease, floor: bigint): Promise<boolean> {
-    return lease.kind === 'session' ? this.#sessions.raiseTokenFloor(lease, floor) : this.#leases.raiseTokenFloor(lease, floor);
+    return this.#engine.raiseTokenFloor(lease, floor);
   }
 
   /**
@@ -243,7 +241,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
       const { rows } = await server.run('token floor', server.sql.storeFloor, []);
       return BigInt(String(rows[0]?.['token'] ?? 0));
     };
-    return this.mode === 'session' ? this.#sessions.ridingOut(read) : read();
+    return this.#sessions ? this.#sessions.ridingOut(read) : read();
   }
 
   /** See `LockBackend.tokenCeiling`: the largest counter of either table (a scan of each). */
@@ -259,8 +257,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
    */
   close(): Promise<void> {
     return this.#acquiring.close(async () => {
-      this.#sessions.close();
-      await this.#leases.close();
+      this.#sessions?.close();
+      await this.#leases?.close();
       if (this.#ownsClient) await this.client.end().catch(() => undefined);
     });
   }

@@ -51,7 +51,7 @@ BEGIN
   PERFORM pg_notify(channel, encode(sha256(k), 'base64') || ' ' || head);
   RETURN true;
 END $$;
--- Shared claims (semaphores, read-write locks; the rule is core's SharedRequest). {sharedKeys} has
+-- Shared claims (semaphores, read-write locks; the rule is core's Claim). {sharedKeys} has
 -- one row per shared key, never deleted: its token counter and the limit its live claims use.
 -- {shared} has one row per claim, granted or waiting; its token (taken at arrival) orders the queue.
 CREATE TABLE IF NOT EXISTS {sharedKeys} (

@@ -15,7 +15,8 @@ import {
   type AcquireRequest,
   type Rule,
   type Rules,
-  type SharedRequest,
+  keySpace,
+  type KeySpace,
   type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
@@ -204,11 +205,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   acquire(req: AcquireRequest): Promise<RedisLease | null> {
-    return this.#acquiring.track(() => this.#mutex.acquire(req));
-  }
-
-  acquireShared(req: SharedRequest): Promise<RedisLease | null> {
-    return this.#acquiring.track(() => this.#shared.acquire(req));
+    return this.#acquiring.track(() => (keySpace(req) === 'mutex' ? this.#mutex.acquire(req) : this.#shared.acquire(req)));
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
@@ -219,14 +216,14 @@ export class RedisBackend implements LockBackend<RedisLease> {
     return renewed;
   }
 
-  inspect(key: string, shared: boolean): Promise<StoreView> {
-    return shared ? this.#shared.inspect(key) : this.#mutex.inspect(key);
+  inspect(key: string, space: KeySpace): Promise<StoreView> {
+    return space === 'shared' ? this.#shared.inspect(key) : this.#mutex.inspect(key);
   }
 
   /** See `LockBackend.forceRelease`: the release script run for `owner`, which hands the key on. */
-  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+  async forceRelease(key: string, owner: string, space: KeySpace): Promise<boolean> {
     if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
-    return shared ? this.#shared.free(key, owner) : (await this.#mutex.releaseOwner(this.#store.keysFor(key), owner)) === 1;
+    return space === 'shared' ? this.#shared.free(key, owner) : (await this.#mutex.releaseOwner(this.#store.keysFor(key), owner)) === 1;
   }
 
   async release(lease: RedisLease): Promise<void> {

@@ -237,7 +237,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
    * @throws BackendUnavailableError when a majority does not answer.
    */
   async forceRelease(key: string, owner: string): Promise<boolean> {
-    const outcomes = await this.#onNodes(this.#everyNode, (node) => node.forceRelease(key, owner, false), false);
+    const outcomes = await this.#onNodes(this.#everyNode, (node) => node.forceRelease(key, owner, 'mutex'), false);
     if (outcomes.filter((o) => 'down' in o).length >= this.#quorum) this.#failIfDown(outcomes, 'force release');
     return outcomes.some((o) => 'ok' in o && o.ok === true);
   }
@@ -281,7 +281,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
    * keep no place: `null`. @throws BackendUnavailableError when a majority does not answer.
    */
   async inspect(key: string): Promise<StoreView> {
-    const outcomes = await this.#onNodes(this.#everyNode, (node) => node.inspect(key, false), false);
+    const outcomes = await this.#onNodes(this.#everyNode, (node) => node.inspect(key, 'mutex'), false);
     this.#failIfDown(outcomes, 'inspect');
     const seen = new Map<string, ClaimInfo[]>();
     for (const o of outcomes) if ('ok' in o) for (const h of o.ok.holders) seen.set(h.owner!, [...(seen.get(h.owner!) ?? []), h]);

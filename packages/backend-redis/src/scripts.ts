@@ -372,7 +372,7 @@ return floor
 `;
 
 /*
- * Shared claims (semaphores, read-write locks; the rule in core's `SharedRequest`). KEYS: 1 claims
+ * Shared claims (semaphores, read-write locks; the rule in core's `Claim`). KEYS: 1 claims
  * (owner → token, which is also the arrival order), 2 token counter, 3 expiries (owner → ms), 4
  * meta (owner → mode: 'X', 'S', or 'S|<backend id>' for a semaphore's claim, whose handed permit's
  * message goes to that backend's channel; and '#limit'). A claim's token is taken when it arrives:

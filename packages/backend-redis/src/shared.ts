@@ -2,7 +2,7 @@
 // by core's rule against the key's claims (see `shared` in scripts.ts); a release publishes on the
 // shared channel, which wakes this process's waiters of that key.
 import { LimitMismatchError } from '@deadbolt/core';
-import { pollForLease, sharedView, waiterCadence, type InFlight, type SharedRequest, type StoreView } from '@deadbolt/core/backend';
+import { pollForLease, sharedView, waiterCadence, type AcquireRequest, type InFlight, type StoreView } from '@deadbolt/core/backend';
 import type { RedisLease } from './mutex.js';
 import { COUNTER_TTL_MS } from './scripts.js';
 import { MAX_EXACT_TOKEN, scripts, type Placed, type RedisKeys, type RedisStore } from './store.js';
@@ -21,7 +21,7 @@ export class RedisSharedClaims {
     this.#maxPollDelayMs = maxPollDelayMs;
   }
 
-  async acquire(req: SharedRequest): Promise<RedisLease | null> {
+  async acquire(req: AcquireRequest): Promise<RedisLease | null> {
     const store = this.#store;
     if (!store.evictionChecked.done) await store.evictionChecked.run();
     const keys = store.sharedKeysFor(req.key);
@@ -96,7 +96,7 @@ export class RedisSharedClaims {
    * One attempt; a waiter that stays queued tells `onPlace` how many claims ahead of it must go
    * before it may be granted, the attempt's send time and its claim's new deadline.
    */
-  async #attempt(req: SharedRequest, keys: RedisKeys, onPlace?: (needed: number, at: Placed) => void): Promise<RedisLease | null> {
+  async #attempt(req: AcquireRequest, keys: RedisKeys, onPlace?: (needed: number, at: Placed) => void): Promise<RedisLease | null> {
     const acquiredAt = performance.now();
     const waiterTtl = waiterCadence(req.ttlMs, this.#maxPollDelayMs).placeMs;
     const reply = (await this.#store.run('acquire', scripts.sharedAcquire, keys, [

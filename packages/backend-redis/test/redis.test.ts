@@ -16,6 +16,7 @@ import { redisBackend, type RedisBackend } from '@deadbolt/redis';
 import { keysFor, sharedKeysFor } from '@deadbolt/redis/testing';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { MUTEX } from '@deadbolt/core/backend';
 
 const url = matrixUrl('redis');
 const admin = new Redis(url);
@@ -194,7 +195,7 @@ describe('redis backend', () => {
       const keys = keysFor(backend, k);
       const held = await holder.lock(k);
       const ttlMs = 20_000;
-      const waiting = backend.acquire({ key: k, owner: randomUUID(), ttlMs, wait: true, signal: new AbortController().signal });
+      const waiting = backend.acquire({ ...MUTEX, key: k, owner: randomUUID(), ttlMs, wait: true, signal: new AbortController().signal });
       while ((await admin.zcard(keys.queue)) < 1) await new Promise((r) => setTimeout(r, 5));
       await new Promise((r) => setTimeout(r, 300));
       // What the waiter's connection sends from here on (its re-check is 5 s away).
@@ -246,11 +247,11 @@ describe('redis backend', () => {
         mode: 'shared' as const,
         limit: 2,
       });
-      const held = await Promise.all([holder.acquireShared!(claim(randomUUID())), holder.acquireShared!(claim(randomUUID()))]);
+      const held = await Promise.all([holder.acquire(claim(randomUUID())), holder.acquire(claim(randomUUID()))]);
       const [first, second] = [randomUUID(), randomUUID()];
-      const waiting = backend.acquireShared!(claim(first));
+      const waiting = backend.acquire(claim(first));
       while ((await admin.zcard(keys.lock)) < 3) await new Promise((r) => setTimeout(r, 5));
-      const behind = backend.acquireShared!(claim(second));
+      const behind = backend.acquire(claim(second));
       while ((await admin.zcard(keys.lock)) < 4) await new Promise((r) => setTimeout(r, 5));
       await new Promise((r) => setTimeout(r, 300));
       // What the waiters' connection sends from here on (their re-checks are 5 s away).

@@ -1,14 +1,14 @@
 // The znodes of a key's queue, and the requests that make, read, watch and remove them: each bounded
 // (a request unanswered within a ttl ends its session), each failure typed.
 import { BackendError, BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
-import { backendFailure, noAnswer, withTimeout, type SharedRequest } from '@deadbolt/core/backend';
+import { backendFailure, noAnswer, withTimeout, type Claim } from '@deadbolt/core/backend';
 import { NAME, type Session } from './sessions.js';
 import { Code, CreateMode, codeOf, isUnavailable, zk, type Stat } from './zookeeper-client.js';
 
 export const NODE_PREFIX = 'lock-';
 
 /** A shared claim's mode and limit, from its node's name `lock-<S|X><limit>-<owner>-<sequence>`. */
-export function claimOf(name: string): { mode: SharedRequest['mode']; limit: number } {
+export function claimOf(name: string): { mode: Claim['mode']; limit: number } {
   return { mode: name[NODE_PREFIX.length] === 'X' ? 'exclusive' : 'shared', limit: parseInt(name.slice(NODE_PREFIX.length + 1), 10) };
 }
 /** The owner id in a claim node's name (`lock-<owner>-<sequence>`, or a shared claim's `lock-<S|X><limit>-<owner>-<sequence>`). */

@@ -24,10 +24,10 @@ export function session(backend: ZooKeeperBackend, ttlMs: number): Promise<ZooKe
 
 /** The node under which `key`'s mutex queues its claimants. @throws InvalidArgumentError when `backend` is not a ZooKeeper backend. */
 export function pathFor(backend: ZooKeeperBackend, key: string): string {
-  return internals(backend).pathFor(key);
+  return internals(backend).parentOf(key, 'mutex');
 }
 
 /** The node under which a shared key's (semaphore, read-write lock) claims queue. @throws InvalidArgumentError when `backend` is not a ZooKeeper backend. */
 export function sharedPathFor(backend: ZooKeeperBackend, key: string): string {
-  return internals(backend).sharedPathFor(key);
+  return internals(backend).parentOf(key, 'shared');
 }

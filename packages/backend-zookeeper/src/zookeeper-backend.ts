@@ -6,6 +6,7 @@ import {
   addressOf,
   count,
   grantable,
+  keySpace,
   sharedView,
   MAX_TIMER_MS,
   ms,
@@ -17,7 +18,7 @@ import {
   type Rules,
   type AcquireRequest,
   type Lease,
-  type SharedRequest,
+  type KeySpace,
   type StoreUrl,
   TestingHooks,
   type StoreView,
@@ -120,7 +121,7 @@ interface QueueShape {
 /** What `@deadbolt/zookeeper/testing` (testing.ts) reads of each backend: not part of its API. */
 export const internalsOf = new TestingHooks<
   ZooKeeperBackend,
-  { readonly sessions: ZooKeeperSessions; pathFor(key: string): string; sharedPathFor(key: string): string }
+  { readonly sessions: ZooKeeperSessions; parentOf(key: string, space: KeySpace): string }
 >('a ZooKeeperBackend');
 
 /**
@@ -170,39 +171,33 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     this.capabilities = { ...this.capabilities, maxTtlMs: options.maxSessionTimeoutMs ?? 40_000 };
     internalsOf.set(this, {
       sessions: this.#sessions,
-      pathFor: (key) => this.#pathFor(key),
-      sharedPathFor: (key) => this.#sharedPathFor(key),
+      parentOf: (key, space) => this.#parentOf(key, space),
     });
   }
 
-  /** The node of `key`: base64url of its UTF-8 bytes, so every key is a legal name and no two collide. */
-  #pathFor(key: string): string {
-    return `${this.#root}/${Buffer.from(key, 'utf8').toString('base64url')}`;
+  /**
+   * The node of `key` in `space`: base64url of its UTF-8 bytes, so every key is a legal name and no
+   * two collide. A shared key's (semaphore, read-write lock) is under `#shared`, which no base64url
+   * mutex node name can be; its children are `lock-<S|X><limit>-<owner>-<sequence>`, one per claim.
+   */
+  #parentOf(key: string, space: KeySpace): string {
+    return `${this.#root}/${space === 'shared' ? '#shared/' : ''}${Buffer.from(key, 'utf8').toString('base64url')}`;
   }
 
   /**
-   * The node of a shared key (semaphore, read-write lock): under `#shared`, which no base64url
-   * mutex node name can be. Its children are `lock-<S|X><limit>-<owner>-<sequence>`, one per claim.
+   * One queue recipe for every claim; the claim picks its shape. A mutex is granted at the head of
+   * the queue. A shared claim follows the shared-key rule (`Claim`): every claim's name carries its
+   * mode and limit, so a newcomer with another limit sees it and withdraws, and a blocked claim may
+   * be let in by the departure of any claim ahead of it, so it watches the key's children (one
+   * watch, set by the same read it judged by) rather than one predecessor.
    */
-  #sharedPathFor(key: string): string {
-    return `${this.#root}/#shared/${Buffer.from(key, 'utf8').toString('base64url')}`;
-  }
-
   acquire(req: AcquireRequest): Promise<ZooKeeperLease | null> {
-    return this.#acquire(req, { parent: this.#pathFor(req.key), prefix: NODE_PREFIX, granted: (queue, index) => index === 0 });
-  }
-
-  /**
-   * A shared claim: the mutex recipe with `SharedRequest`'s rule. Every claim's name carries its
-   * mode and limit, so a newcomer with another limit sees it and withdraws. A blocked claim may be
-   * let in by the departure of any claim ahead of it, so it watches the key's children (one watch,
-   * set by the same read it judged by) rather than one predecessor.
-   */
-  acquireShared(req: SharedRequest): Promise<ZooKeeperLease | null> {
-    const kind = `${NODE_PREFIX}${req.mode === 'exclusive' ? 'X' : 'S'}${req.limit}-`;
+    const space = keySpace(req);
+    const parent = this.#parentOf(req.key, space);
+    if (space === 'mutex') return this.#acquire(req, { parent, prefix: NODE_PREFIX, granted: (queue, index) => index === 0 });
     return this.#acquire(req, {
-      parent: this.#sharedPathFor(req.key),
-      prefix: kind,
+      parent,
+      prefix: `${NODE_PREFIX}${req.mode === 'exclusive' ? 'X' : 'S'}${req.limit}-`,
       // Every live claim has our limit (see `joinShared` in nodes.ts).
       granted: (queue, index) => grantable(queue.map(claimOf), index, req.limit),
       shared: { key: req.key, limit: req.limit },
@@ -368,9 +363,9 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
    * holder's token, plus the key's offset). Leases are sessions, so no time left; a waiter's token
    * is fixed at its grant (the offset may rise meanwhile): `null`.
    */
-  inspect(key: string, shared: boolean): Promise<StoreView> {
+  inspect(key: string, space: KeySpace): Promise<StoreView> {
     return this.#borrowing(async (session) => {
-      const parent = shared ? this.#sharedPathFor(key) : this.#pathFor(key);
+      const parent = this.#parentOf(key, space);
       const { queue, offset } = await children(session, parent, 'inspect');
       const stats = await Promise.all(
         queue.map((name) => call<Stat | null>(session, 'inspect', (cb) => session.client.exists(`${parent}/${name}`, undefined, cb))),
@@ -380,7 +375,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
         const stat = stats[i];
         return stat ? [{ name, owner: ownerOf(name), token: zxidOf(stat) + offset, ttlLeftMs: null }] : [];
       });
-      if (shared) {
+      if (space === 'shared') {
         const claims = nodes.map(({ name, ...claim }) => ({ ...claim, mode: claimOf(name).mode }));
         return sharedView(claims, nodes[0] && claimOf(nodes[0].name).limit, false);
       }
@@ -394,9 +389,9 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
    * another session, which ZooKeeper allows; its holder's watch sees it go, and so does the waiter
    * behind it. True when the node was listed (deleted now, or by its own release meanwhile).
    */
-  forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+  forceRelease(key: string, owner: string, space: KeySpace): Promise<boolean> {
     return this.#borrowing(async (session) => {
-      const parent = shared ? this.#sharedPathFor(key) : this.#pathFor(key);
+      const parent = this.#parentOf(key, space);
       const mine = (await children(session, parent, 'force release')).queue.filter((name) => ownerOf(name) === owner);
       for (const name of mine) await remove(session, `${parent}/${name}`);
       return mine.length > 0;

@@ -5,6 +5,7 @@
 // schema of the user's; the behaviours that need them are listed as n/a. The harness reads the
 // store through the backend's own `inspect`, so it needs nothing store-specific.
 import type { LockBackend } from '@deadbolt/core';
+import type { KeySpace } from '@deadbolt/core/backend';
 import { defineConformanceSuite } from '@deadbolt/conformance';
 import { afterAll } from '@deadbolt/conformance/runner';
 import { backendFor } from './stores.js';
@@ -14,9 +15,9 @@ if (!url) throw new Error('DEADBOLT_CHECK_URL is not set (deadbolt check sets it
 
 let reader: Promise<LockBackend> | undefined;
 /** The owners with a claim on `key` (holders, then the waiters where the store lists them). */
-async function owners(key: string, shared: boolean): Promise<string[]> {
+async function owners(key: string, space: KeySpace): Promise<string[]> {
   reader ??= backendFor(url!);
-  const seen = await (await reader).inspect!(key, shared);
+  const seen = await (await reader).inspect!(key, space);
   return [...seen.holders, ...(seen.waiters ?? [])].map((claim) => claim.owner ?? '?');
 }
 afterAll(async () => {
@@ -30,5 +31,5 @@ defineConformanceSuite({
   // The same store options on a port nothing listens on: the client's side of behaviour 15.
   createUnreachableBackend: () => backendFor(url.replace(/^([a-z][a-z0-9+.-]*:\/\/)(?:[^@/?]*@)?[^/?]*/i, '$1127.0.0.1:1')),
   child: { module: import.meta.resolve('./stores.js'), export: 'backendFor', options: url },
-  harness: { inspect: (key) => owners(key, false), inspectShared: (key) => owners(key, true) },
+  harness: { inspect: (key) => owners(key, 'mutex'), inspectShared: (key) => owners(key, 'shared') },
 });

@@ -6,7 +6,7 @@
  * staged inline, so a failing one reads on its own.
  */
 import { createLocker, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
-import { sleep, wrapBackend, type Lease } from '@deadbolt/core/backend';
+import { MUTEX, sleep, wrapBackend, type Lease } from '@deadbolt/core/backend';
 import { afterEach, describe, expect, it } from './harness.js';
 import { FaultProxy } from './fault-proxy.js';
 import type { SuiteContext } from './context.js';
@@ -166,6 +166,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
         // only core's wait for them, or every abandoned call would pin a connection for good.
         const raw = await options.network!.createBackend(toWaiters.address, toWaiters.addresses);
         const rawLease = (await raw.acquire({
+          ...MUTEX,
           key: freshKey('raw'),
           owner: crypto.randomUUID(),
           ttlMs: T,

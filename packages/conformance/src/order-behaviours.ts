@@ -3,7 +3,7 @@
  * tokens across holders, stores and floors; FIFO order and no starvation under contention.
  */
 import { BackendUnavailableError, createLocker } from '@deadbolt/core';
-import { sleep } from '@deadbolt/core/backend';
+import { MUTEX, sleep } from '@deadbolt/core/backend';
 import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { retryFor } from './test-matrix.js';
@@ -85,6 +85,7 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
         const key = freshKey();
         const backend = await options.createBackend();
         const request = (minToken?: bigint) => ({
+          ...MUTEX,
           key,
           owner: crypto.randomUUID(),
           ttlMs: T,

@@ -1,6 +1,6 @@
 /**
  * Behaviours 25 (semaphores) and 26 (read-write locks), as the conformance README lists them. Each group switches on by
- * the backend's `capabilities.semaphore` / `readWrite`; both run over `acquireShared`, so what one
+ * the backend's `capabilities.semaphore` / `readWrite`; both are claims on shared keys, so what one
  * proves about expiry, waiting and cleanup the other relies on. One long file: the two groups
  * share their workload (`contend`) and their checks.
  */
@@ -302,23 +302,23 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
           ...(minToken === undefined ? {} : { minToken }),
         });
         try {
-          const a = (await backend.acquireShared!(request()))!;
-          const b = (await backend.acquireShared!(request()))!;
+          const a = (await backend.acquire(request()))!;
+          const b = (await backend.acquire(request()))!;
           const high = b.token + 2_000_000n;
           expect(await backend.raiseTokenFloor!(b, high)).toBe(true);
           // The other holder raises to less afterwards: the floor stays where it was.
           expect(await backend.raiseTokenFloor!(a, a.token + 1_000_000n)).toBe(true);
-          const c = (await backend.acquireShared!(request()))!;
+          const c = (await backend.acquire(request()))!;
           expect(c.token).toBeGreaterThan(high);
           await Promise.all([a, b, c].map((l) => backend.release(l)));
           expect(await backend.raiseTokenFloor!(a, high + 1_000_000n), 'a released permit raised the floor').toBe(false);
-          const d = (await backend.acquireShared!(request()))!;
+          const d = (await backend.acquire(request()))!;
           expect(d.token).toBeGreaterThan(c.token);
           expect(d.token).toBeLessThan(high + 1_000_000n);
           await backend.release(d);
           if (capabilities.minToken) {
             const wanted = d.token + 5_000_000n;
-            const e = (await backend.acquireShared!(request(wanted)))!;
+            const e = (await backend.acquire(request(wanted)))!;
             expect(e.token).toBeGreaterThanOrEqual(wanted);
             await backend.release(e);
           }

@@ -1,12 +1,4 @@
-import {
-  createLocker,
-  MigratingBackend,
-  type Capabilities,
-  type Fence,
-  type LockBackend,
-  type Locker,
-  type LockerOptions,
-} from '@deadbolt/core';
+import { createLocker, MigratingBackend, type Capabilities, type Fence, type Locker, type LockerOptions } from '@deadbolt/core';
 import { fullCapabilities } from '@deadbolt/core/backend';
 import { afterEach, beforeEach, describe, expect, it } from './harness.js';
 import { ChildHolder } from './children.js';
@@ -35,7 +27,6 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   let probeHasFloor = false;
   let dualMigration = false;
   let probeAddress: string | undefined;
-  let probeShared: LockBackend['acquireShared'];
   const lockers: Locker[] = [];
   const children: ChildHolder[] = [];
   let keySeq = 0;
@@ -106,7 +97,6 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
     probeHasFloor = typeof probe.raiseTokenFloor === 'function';
     dualMigration = probe instanceof MigratingBackend && probe.phase === 'dual';
     probeAddress = probe.address;
-    probeShared = probe.acquireShared;
     await probe.close();
     const T = ttl();
     const renewMs = T / 3;
@@ -144,7 +134,6 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       if (capabilities.crossProcess) expect(options.child, 'crossProcess backends must give a child config').toBeDefined();
       // Shared claims must be real and inspectable for groups 25 and 26 to prove anything.
       if (capabilities.semaphore || capabilities.readWrite) {
-        expect(typeof probeShared, 'semaphore/readWrite need acquireShared').toBe('function');
         expect(harness.inspectShared, 'shared claims need harness.inspectShared').toBeDefined();
         // Only a run on a live store leaves out the hooks that break claims.
         expect(!harness.loseClaim || harness.loseSharedClaim, 'a harness that can lose claims loses shared ones too').toBeTruthy();

@@ -3,7 +3,17 @@
 // `@deadbolt/core` (which a backend also imports: `LockBackend`, the errors). The contract itself
 // is backend.ts; the rest is written once here so that no backend writes it again: option rules,
 // error helpers, key checks, waiting, polling, timers.
-export { fullCapabilities, type AcquireRequest, type Lease, type SharedRequest, type StoreView } from './backend.js';
+export {
+  fullCapabilities,
+  keySpace,
+  MUTEX,
+  type AcquireRequest,
+  type Claim,
+  type KeySpace,
+  type Lease,
+  type LeaseEngine,
+  type StoreView,
+} from './backend.js';
 export { backendFailure, keepSecret, noAnswer } from './errors.js';
 export { checkFenceToken, checkResource, fencedTransaction, runFencedWrite, type SqlConnections } from './fence.js';
 export { claimOfRow, grantable, grantableBehind, sharedView, sharedViewOfRows } from './shared.js';

@@ -25,22 +25,18 @@ export interface LockBackend<L extends Lease = Lease> {
   readonly capabilities: Capabilities;
 
   /**
-   * Try to take `req.key` for `req.owner` with a lease of `req.ttlMs`.
-   * - `wait: false`: exactly one attempt; resolves `null` when the key is held by someone else.
+   * Try to take `req.key` for `req.owner` with a lease of `req.ttlMs`, for the claim `req` makes
+   * (`Claim`: a mutex, or one claim on a shared key by the grant rule there).
+   * - `wait: false`: exactly one attempt; resolves `null` when the claim cannot be granted now.
    * - `wait: true`: resolves only when granted. When `req.signal` aborts, rejects with
    *   `req.signal.reason` after removing every trace of this waiter from the store.
    * The returned lease's `token` is strictly greater than every token issued before for the key.
+   * A backend without shared claims (`capabilities.semaphore` and `readWrite` false) is only ever
+   * asked for `MUTEX`.
+   * @throws LimitMismatchError (before waiting) when live claims on a shared key were made with
+   * another limit.
    */
   acquire(req: AcquireRequest): Promise<L | null>;
-
-  /**
-   * Optional (semaphores and read-write locks; declare `capabilities.semaphore` / `readWrite`).
-   * Like `acquire`, for one claim on a shared key; see `SharedRequest` for the grant rule every
-   * store follows. Shared keys are a namespace of their own: `key` here never meets a mutex `key`.
-   * @throws LimitMismatchError (before waiting) when live claims on the key were made with another
-   * limit.
-   */
-  acquireShared?(req: SharedRequest): Promise<L | null>;
 
   /**
    * Extend a held lease to `ttlMs` from now (store clock). Resolves `false` when the lease is
@@ -53,7 +49,7 @@ export interface LockBackend<L extends Lease = Lease> {
 
   /**
    * Optional, for a store in this process (it answers without I/O, so it can answer at once):
-   * `acquire`'s answer on the spot, when it has one. A lease, or `null` for a one-shot attempt
+   * `acquire`'s answer on the spot, when it has one; core asks it for `MUTEX` claims only. A lease, or `null` for a one-shot attempt
    * (`wait: false`) on a busy key; `undefined` when a waiting request has to wait, and core then
    * calls `acquire` with the same owner. `req.signal` is not listened to (nothing waits here).
    * The lease's `acquiredAt` is read in this call (core counts its renewal timer from it). Core
@@ -82,7 +78,7 @@ export interface LockBackend<L extends Lease = Lease> {
 
   /**
    * Optional; `migratingBackend` needs it (with `tokenCeiling` and `raiseTokenFloor`). The token
-   * floor of the whole store, every key of both namespaces: with `raise`, first lifted to at least
+   * floor of the whole store, every key of both key spaces: with `raise`, first lifted to at least
    * `raise` (floors only go up, and survive whatever the store's tokens survive). Resolves the
    * floor as it stands, `0n` when it was never raised. Core reads it once per locker, before that
    * locker's first acquisition, and reports every grant above it: it asks for `floor + 1` as the
@@ -93,23 +89,23 @@ export interface LockBackend<L extends Lease = Lease> {
 
   /**
    * Optional, with `tokenFloor`. A number at least as large as every token the store has granted for
-   * any key of either namespace, and as every floor it was raised to. Reads only; may scan the
+   * any key of either key space, and as every floor it was raised to. Reads only; may scan the
    * whole store (a migration calls it once per process). Fails as every method does.
    */
   tokenCeiling?(): Promise<bigint>;
 
   /**
    * Optional (`Locker.inspect`; every backend in this repository has it): what the store holds for
-   * `key` now, the mutex's or, with `shared`, the shared key's claims (semaphores, read-write
-   * locks). Reads only: never takes, extends or frees anything. Reports live claims only (one past
-   * its ttl on the store's clock is nobody's), times left on the store's clock, and `null` for what
-   * the store cannot know. Fails as every method does.
+   * `key` in `space` now: the mutex's claims, or the shared key's (semaphores, read-write locks).
+   * Reads only: never takes, extends or frees anything. Reports live claims only (one past its ttl
+   * on the store's clock is nobody's), times left on the store's clock, and `null` for what the
+   * store cannot know. Fails as every method does.
    */
-  inspect?(key: string, shared: boolean): Promise<StoreView>;
+  inspect?(key: string, space: KeySpace): Promise<StoreView>;
 
   /**
-   * Optional (`Locker.forceRelease`; needs `inspect`): frees `owner`'s claim on `key` (with
-   * `shared`, on the shared key), whoever made it: an operator's way out of a lock whose holder is
+   * Optional (`Locker.forceRelease`; needs `inspect`): frees `owner`'s claim on `key` in `space`,
+   * whoever made it: an operator's way out of a lock whose holder is
    * stuck. Core calls it only for an owner `inspect` just showed holding (an owner id is never used
    * again once its claim ends, so it cannot be waiting by now). Checked against `owner` in the
    * store's own step, so a claim someone else took since is never freed; hands the key on to
@@ -117,7 +113,7 @@ export interface LockBackend<L extends Lease = Lease> {
    * backend whose claims belong to server sessions (no other client can free them) rejects with
    * InvalidArgumentError saying so.
    */
-  forceRelease?(key: string, owner: string, shared: boolean): Promise<boolean>;
+  forceRelease?(key: string, owner: string, space: KeySpace): Promise<boolean>;
 
   /**
    * Close connections the backend opened itself (not clients the user passed in). Idempotent.
@@ -126,6 +122,14 @@ export interface LockBackend<L extends Lease = Lease> {
    */
   close(): Promise<void>;
 }
+
+/**
+ * The contract's calls on one claim's lease, as one engine answers them: a backend whose claims
+ * live in one of several forms (rows or server sessions, chosen by an option) picks its engine
+ * once and forwards to it, rather than asking each lease which form it has.
+ */
+export type LeaseEngine<L extends Lease> = Pick<LockBackend<L>, 'acquire' | 'renew' | 'release'> &
+  Required<Pick<LockBackend<L>, 'raiseTokenFloor'>>;
 
 /**
  * What a backend promises; the conformance suite tests every claim. A backend states what differs
@@ -156,9 +160,9 @@ export interface Capabilities {
    * revision stores cannot). Optional: default false.
    */
   readonly minToken?: boolean;
-  /** `acquireShared` serves semaphores (shared claims with a limit). Optional: default false. */
+  /** `acquire` serves semaphores (shared claims with a limit). Optional: default false. */
   readonly semaphore?: boolean;
-  /** `acquireShared` serves read-write locks (shared and exclusive claims, no limit). Optional: default false. */
+  /** `acquire` serves read-write locks (shared and exclusive claims, no limit). Optional: default false. */
   readonly readWrite?: boolean;
 }
 
@@ -185,8 +189,8 @@ function stripUndefined<T extends object>(value: T): T {
 /** Most permits a semaphore may have (a documented bound, so a typo cannot ask for 2^53). */
 export const MAX_SEMAPHORE_LIMIT = 100_000;
 
-/** One acquisition attempt, already validated by core. */
-export interface AcquireRequest {
+/** One acquisition attempt, already validated by core: the claim it makes, and its terms. */
+export interface AcquireRequest extends Claim {
   readonly key: string;
   /** A fresh `crypto.randomUUID()` for every acquisition. */
   readonly owner: string;
@@ -215,8 +219,13 @@ export interface AcquireRequest {
 }
 
 /**
- * One claim on a shared key (`acquireShared`). The claims of a key form one queue in arrival
- * order, and every store grants by the same rule, so both families are FIFO and no writer starves:
+ * What an acquisition claims. A mutex is `MUTEX`: an exclusive claim with limit 1, which no other
+ * family makes (a write lock's limit is 0, a permit is `shared`). Mutex keys are a key space of
+ * their own (`keySpace`): a mutex `key` never meets the shared key of the same name.
+ *
+ * Every other claim is on a shared key. The claims of a shared key form one queue in arrival
+ * order, and every store grants by the same rule (`grantable`), so both families are FIFO and no
+ * writer starves:
  * - an `exclusive` claim (a write lock) is granted when no live claim is ahead of it;
  * - a `shared` claim (a permit, a read lock) is granted when no exclusive claim is ahead of it and,
  *   if `limit` > 0, fewer than `limit` claims are.
@@ -224,14 +233,26 @@ export interface AcquireRequest {
  * blocks nobody for longer than its ttl. Grants happen in arrival order, so a token taken from a
  * per-key counter at arrival (or a revision) is strictly increasing in grant order.
  */
-export interface SharedRequest extends AcquireRequest {
+export interface Claim {
   readonly mode: 'shared' | 'exclusive';
   /**
    * Semaphores: the number of permits (1..MAX_SEMAPHORE_LIMIT). Read-write locks: 0 (readers
-   * unlimited). Stored with the key while it has live claims; a request with another limit then
-   * rejects with `LimitMismatchError`, so two clients configured differently never over-admit.
+   * unlimited). The mutex: 1. Stored with a shared key while it has live claims; a request with
+   * another limit then rejects with `LimitMismatchError`, so two clients configured differently
+   * never over-admit.
    */
   readonly limit: number;
+}
+
+/** The mutex's claim. */
+export const MUTEX: Claim = Object.freeze({ mode: 'exclusive', limit: 1 });
+
+/** The two key spaces of a store: the mutex's keys, and the shared keys (semaphores, read-write locks). */
+export type KeySpace = 'mutex' | 'shared';
+
+/** The key space `claim` is made in. Throws nothing. */
+export function keySpace(claim: Claim): KeySpace {
+  return claim.mode === 'exclusive' && claim.limit === 1 ? 'mutex' : 'shared';
 }
 
 /** What `inspect` answers: `Inspection` (types.ts) without the key, which core adds. */

@@ -1,7 +1,7 @@
 // The lock family over shared claims: a semaphore's permits and a read-write lock's reads and
 // writes are each one claim on the key (`Claim`), taken through the locker like a mutex. The
 // locker does the taking; this module does not import it.
-import type { SharedRequest } from './backend.js';
+import type { Claim, KeySpace } from './backend.js';
 import type { HeldKind } from './held-scope.js';
 import type { Inspection, Lock, LockOptions, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 
@@ -23,11 +23,8 @@ export interface FamilyHost {
     where: string,
     claim?: Claim,
   ): Promise<T>;
-  inspectKey(key: string, shared: boolean): Promise<Inspection>;
+  inspectKey(key: string, space: KeySpace): Promise<Inspection>;
 }
-
-/** What a semaphore or read-write lock asks the backend for. */
-export type Claim = Pick<SharedRequest, 'mode' | 'limit'>;
 
 export class LockerSemaphore implements Semaphore {
   readonly #claim: Claim;
@@ -52,7 +49,7 @@ export class LockerSemaphore implements Semaphore {
   }
 
   inspect(): Promise<Inspection> {
-    return this.locker.inspectKey(this.key, true);
+    return this.locker.inspectKey(this.key, 'shared');
   }
 }
 
@@ -90,6 +87,6 @@ export class LockerReadWriteLock implements ReadWriteLock {
   }
 
   inspect(): Promise<Inspection> {
-    return this.locker.inspectKey(this.key, true);
+    return this.locker.inspectKey(this.key, 'shared');
   }
 }

@@ -6,7 +6,17 @@
 // the public types are types.ts.
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { fullCapabilities, MAX_SEMAPHORE_LIMIT, type AcquireRequest, type Capabilities, type Lease, type LockBackend } from './backend.js';
+import {
+  fullCapabilities,
+  MAX_SEMAPHORE_LIMIT,
+  MUTEX,
+  type AcquireRequest,
+  type Capabilities,
+  type Claim,
+  type KeySpace,
+  type Lease,
+  type LockBackend,
+} from './backend.js';
 import {
   asDeadboltError,
   BackendError,
@@ -20,7 +30,7 @@ import {
 } from './errors.js';
 import { diagnostics, eventKey, eventSource, type AcquireEvent } from './diagnostics.js';
 import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
-import { type Claim, LockerReadWriteLock, LockerSemaphore } from './families.js';
+import { LockerReadWriteLock, LockerSemaphore } from './families.js';
 import { renewalDueMs, safeLifetime } from './lease-keeper.js';
 import { type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
@@ -343,22 +353,22 @@ class DefaultLocker implements Locker {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inspectKey(key, false);
+    return this.inspectKey(key, 'mutex');
   }
 
-  /** `inspect()` for a validated key: the mutex's claims, or (`shared`) a semaphore's or read-write lock's. */
-  async inspectKey(key: string, shared: boolean): Promise<Inspection> {
+  /** `inspect()` for a validated key in `space`: the mutex's claims, or a semaphore's or read-write lock's. */
+  async inspectKey(key: string, space: KeySpace): Promise<Inspection> {
     const { backend } = this;
-    const view = await this.#operatorCall('inspect', backend.inspect && (() => backend.inspect!(key, shared)), 'cannot inspect keys');
+    const view = await this.#operatorCall('inspect', backend.inspect && (() => backend.inspect!(key, space)), 'cannot inspect keys');
     return { key, ...view };
   }
 
   forceRelease(key: string, owner: string, options?: { shared?: boolean }): Promise<boolean> {
-    let shared = false;
+    let space: KeySpace = 'mutex';
     try {
       validateKey(key);
       validateKey(owner, 'owner');
-      shared = readOptions(options, FORCE_RULES, 'forceRelease').shared ?? false;
+      if (readOptions(options, FORCE_RULES, 'forceRelease').shared) space = 'shared';
     } catch (error) {
       return Promise.reject(error);
     }
@@ -366,8 +376,8 @@ class DefaultLocker implements Locker {
     const free = async () => {
       // Holders only: an owner waiting in line is left there (and a backend's release-by-owner,
       // which most stores' forceRelease is, would take it out of line).
-      const seen = await backend.inspect!(key, shared);
-      return seen.holders.some((h) => h.owner === owner) && backend.forceRelease!(key, owner, shared);
+      const seen = await backend.inspect!(key, space);
+      return seen.holders.some((h) => h.owner === owner) && backend.forceRelease!(key, owner, space);
     };
     return this.#operatorCall('force release', backend.forceRelease && backend.inspect && free, "cannot free another client's lock");
   }
@@ -443,7 +453,7 @@ class DefaultLocker implements Locker {
   }
 
   #need(capability: 'semaphore' | 'readWrite'): void {
-    if (!this.#capabilities[capability] || typeof this.backend.acquireShared !== 'function') {
+    if (!this.#capabilities[capability]) {
       const family = capability === 'semaphore' ? 'semaphores' : 'read-write locks';
       throw new InvalidArgumentError(`the ${this.backend.name} backend has no ${family} (capabilities.${capability} is false)`);
     }
@@ -576,10 +586,13 @@ class DefaultLocker implements Locker {
    * What `acquire` sends the store: the store keeps the lease for ttl + lock-delay; this process
    * counts on ttl (LockOptions.lockDelayMs); a store with a token floor is asked for a token above it.
    */
-  #request(key: string, owner: string, terms: LeaseTerms, wait: boolean, signal: AbortSignal): AcquireRequest {
+  #request(key: string, owner: string, terms: LeaseTerms, wait: boolean, signal: AbortSignal, claim = MUTEX): AcquireRequest {
     const { ttlMs, delayMs } = terms;
+    const { mode, limit } = claim;
     const request: AcquireRequest =
-      delayMs > 0 ? { key, owner, ttlMs: ttlMs + delayMs, wait, signal, lockDelayMs: delayMs } : { key, owner, ttlMs, wait, signal };
+      delayMs > 0
+        ? { key, mode, limit, owner, ttlMs: ttlMs + delayMs, wait, signal, lockDelayMs: delayMs }
+        : { key, mode, limit, owner, ttlMs, wait, signal };
     const minToken = this.#floor.minToken;
     return minToken === undefined ? request : { ...request, minToken };
   }
@@ -663,8 +676,7 @@ class DefaultLocker implements Locker {
           if (!this.#floor.known)
             await (controller ? raceSignal(this.#floor.ready(), signal) : race(this.#floor.ready(), this.#failOnClose));
           if (tally) tally.attempts++;
-          const request = this.#request(key, who, terms, wait, signal);
-          attempt = claim ? this.backend.acquireShared!({ ...request, ...claim }) : this.backend.acquire(request);
+          attempt = this.backend.acquire(this.#request(key, who, terms, wait, signal, claim));
           const grant = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
           if (grant && grant.acquiredAt + safeLifetime(terms.ttlMs) - performance.now() < renewalDueMs(terms.ttlMs)) {
             // The grant came so late (a store that held its answer) that this process could count

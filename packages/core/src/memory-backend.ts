@@ -2,7 +2,15 @@
 // store (server-side expiry by timers, FIFO waiters, tokens that never repeat), answering on the
 // spot (`acquireNow`). Long because the store and the backend over it are one piece: the
 // backend only forwards to the store's grants, queues and timers, which read top to bottom.
-import type { AcquireRequest, Capabilities, Lease, LockBackend, SharedRequest, StoreView } from './backend.js';
+import {
+  keySpace,
+  type AcquireRequest,
+  type Capabilities,
+  type KeySpace,
+  type Lease,
+  type LockBackend,
+  type StoreView,
+} from './backend.js';
 import { LimitMismatchError, LockerClosedError } from './errors.js';
 import { instance, readOptions, type Rules } from './options.js';
 import { grantable, sharedView } from './shared.js';
@@ -14,8 +22,8 @@ export interface MemoryLease extends Lease {
 }
 
 interface Claim {
-  readonly req: SharedRequest;
-  readonly mode: SharedRequest['mode'];
+  readonly req: AcquireRequest;
+  readonly mode: AcquireRequest['mode'];
   /** performance.now() at which a granted claim's lease ends; Infinity while it waits (its process is alive). */
   expiresAt: number;
   /** Set while the claim waits: grants it. */
@@ -72,8 +80,8 @@ export class MemoryLockStore {
   /** `LockBackend.tokenFloor`: kept for the asking; the counter is lifted with it, so every later grant is above it anyway. */
   #floor = 0n;
 
-  /** `LockBackend.acquireShared`: one queue of claims per key, granted by `grantable`. */
-  acquireShared(req: SharedRequest): Promise<MemoryLease | null> {
+  /** `LockBackend.acquire` for a shared key: one queue of claims per key, granted by `grantable`. */
+  acquireShared(req: AcquireRequest): Promise<MemoryLease | null> {
     req.signal.throwIfAborted();
     this.#expireShared(req.key);
     let state = this.#shared.get(req.key);
@@ -115,7 +123,7 @@ export class MemoryLockStore {
     return this.#grant(req.key, this.#state(req.key), req);
   }
 
-  /** `LockBackend.acquire`: a grant at once, or, for a wait, when the key frees; null for a busy one-shot attempt. Rejects with `req.signal.reason` on abort. */
+  /** `LockBackend.acquire` for a mutex: a grant at once, or, for a wait, when the key frees; null for a busy one-shot attempt. Rejects with `req.signal.reason` on abort. */
   acquire(req: AcquireRequest): Promise<MemoryLease | null> {
     req.signal.throwIfAborted();
     const now = this.acquireNow(req);
@@ -201,8 +209,8 @@ export class MemoryLockStore {
   }
 
   /** `LockBackend.forceRelease`: frees the claim `owner` holds (not one it waits with), as its release would; whether there was one. */
-  free(key: string, owner: string, shared: boolean): boolean {
-    if (shared) {
+  free(key: string, owner: string, space: KeySpace): boolean {
+    if (space === 'shared') {
       this.#expireShared(key);
       const state = this.#shared.get(key);
       const claim = state?.claims.find((c) => c.req.owner === owner && !c.grant);
@@ -237,10 +245,10 @@ export class MemoryLockStore {
   }
 
   /** `LockBackend.inspect`: the key's live holders and waiters (a waiter lives as long as its process: no ttl). */
-  view(key: string, shared: boolean): StoreView {
+  view(key: string, space: KeySpace): StoreView {
     const now = performance.now();
     const left = (expiresAt: number) => (expiresAt === Infinity ? null : Math.max(0, expiresAt - now));
-    if (shared) {
+    if (space === 'shared') {
       this.#expireShared(key);
       const state = this.#shared.get(key);
       // Granted by the same rule, at once: the rule's holders are the granted claims.
@@ -443,27 +451,22 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
   acquire(req: AcquireRequest): Promise<MemoryLease | null> {
     try {
       if (this.#closed) throw new LockerClosedError('the memory backend is closed');
-      return this.store.acquire(req);
+      return keySpace(req) === 'mutex' ? this.store.acquire(req) : this.store.acquireShared(req);
     } catch (error) {
       return Promise.reject(error);
     }
-  }
-
-  async acquireShared(req: SharedRequest): Promise<MemoryLease | null> {
-    if (this.#closed) throw new LockerClosedError('the memory backend is closed');
-    return this.store.acquireShared(req);
   }
 
   async renew(lease: MemoryLease, ttlMs: number): Promise<boolean> {
     return this.store.renew(lease, ttlMs);
   }
 
-  async inspect(key: string, shared: boolean): Promise<StoreView> {
-    return this.store.view(key, shared);
+  async inspect(key: string, space: KeySpace): Promise<StoreView> {
+    return this.store.view(key, space);
   }
 
-  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
-    return this.store.free(key, owner, shared);
+  async forceRelease(key: string, owner: string, space: KeySpace): Promise<boolean> {
+    return this.store.free(key, owner, space);
   }
 
   acquireNow(req: AcquireRequest): MemoryLease | null | undefined {

@@ -7,9 +7,9 @@ import {
   fullCapabilities,
   type AcquireRequest,
   type Capabilities,
+  type KeySpace,
   type Lease,
   type LockBackend,
-  type SharedRequest,
   type StoreView,
 } from './backend.js';
 import type { ClaimInfo } from './types.js';
@@ -132,22 +132,16 @@ export class MigratingBackend implements LockBackend {
     return { phase: this.phase, from: this.from.name, to: this.to.name };
   }
 
-  acquire(req: AcquireRequest): Promise<Lease | null> {
-    if (this.phase === 'from') return this.from.acquire(req);
-    if (this.phase === 'to') return this.to.acquire(req);
-    return this.#acquireBoth(req);
-  }
-
   /**
-   * Semaphores and read-write locks, when both stores have them (the capabilities say so): in
+   * Semaphores and read-write locks too, when both stores have them (the capabilities say so): in
    * `dual`, a claim is held in both stores, taken and fenced exactly as a lock is. The token
-   * argument above carries over with one difference: other claims of the key may be granted
+   * argument above carries over with one difference: other claims of a shared key may be granted
    * beside ours, so a grant between ours and our raise can carry a smaller token than ours; it is
    * a holder at the same time as us, never one after us, which is what fencing has to order.
    */
-  acquireShared(req: SharedRequest): Promise<Lease | null> {
-    if (this.phase === 'from') return this.from.acquireShared!(req);
-    if (this.phase === 'to') return this.to.acquireShared!(req);
+  acquire(req: AcquireRequest): Promise<Lease | null> {
+    if (this.phase === 'from') return this.from.acquire(req);
+    if (this.phase === 'to') return this.to.acquire(req);
     return this.#acquireBoth(req);
   }
 
@@ -213,12 +207,12 @@ export class MigratingBackend implements LockBackend {
    * `LockBackend.forceRelease` in the store(s) this phase takes locks in: in `dual`, both (a `dual`
    * holder is in both); true when either held it. @throws InvalidArgumentError when a store cannot.
    */
-  async forceRelease(key: string, owner: string, shared: boolean): Promise<boolean> {
+  async forceRelease(key: string, owner: string, space: KeySpace): Promise<boolean> {
     const stores = this.phase === 'dual' ? [this.from, this.to] : [this.#single];
     // Both refused or neither: nothing is freed in one store when the other cannot.
     for (const backend of stores)
       if (!backend.forceRelease) throw new InvalidArgumentError(`the ${backend.name} backend cannot free another client's lock`);
-    const freed = await Promise.all(stores.map((backend) => backend.forceRelease!(key, owner, shared)));
+    const freed = await Promise.all(stores.map((backend) => backend.forceRelease!(key, owner, space)));
     return freed.includes(true);
   }
 
@@ -238,10 +232,10 @@ export class MigratingBackend implements LockBackend {
    * only when both stores list theirs. @throws as `LockBackend.inspect`, or InvalidArgumentError
    * when a store cannot inspect.
    */
-  async inspect(key: string, shared: boolean): Promise<StoreView> {
+  async inspect(key: string, space: KeySpace): Promise<StoreView> {
     const read = (backend: LockBackend) => {
       if (!backend.inspect) throw new InvalidArgumentError(`the ${backend.name} backend cannot inspect keys`);
-      return backend.inspect(key, shared);
+      return backend.inspect(key, space);
     };
     if (this.phase !== 'dual') return read(this.#single);
     const [a, b] = await Promise.all([read(this.from), read(this.to)]);
@@ -256,7 +250,7 @@ export class MigratingBackend implements LockBackend {
         const i = holders.findIndex((h) => h.owner === claim.owner);
         const left = there.ttlLeftMs === null || claim.ttlLeftMs === null ? null : Math.min(there.ttlLeftMs, claim.ttlLeftMs);
         holders[i] = { ...holders[i]!, ttlLeftMs: left };
-      } else if (waitingInTo.has(claim.owner) || (!shared && b.holders.length > 0)) {
+      } else if (waitingInTo.has(claim.owner) || (space === 'mutex' && b.holders.length > 0)) {
         firstInLine.push({ ...claim, token: null });
       } else {
         holders.push({ ...claim, token: null });
@@ -293,11 +287,11 @@ export class MigratingBackend implements LockBackend {
    * settles. If the first lease is lost while `to` keeps us waiting, the wait starts over (at the
    * back of `from`'s queue).
    */
-  async #acquireBoth(req: AcquireRequest | SharedRequest): Promise<Lease | null> {
+  async #acquireBoth(req: AcquireRequest): Promise<Lease | null> {
     for (let attempt = 0; ; attempt++) {
       // Every acquisition has an owner id of its own, also a second try after a loss.
       if (attempt > 0) req = { ...req, owner: randomUUID() };
-      const first = await take(this.from, req);
+      const first = await this.from.acquire(req);
       if (!first) return null;
       const taken = await this.#takeSecond(req, first);
       if (taken === 'lost') continue;
@@ -319,10 +313,10 @@ export class MigratingBackend implements LockBackend {
    * Rejects (first given back) on abort, timeout or error. Every `to` call is raced against the
    * signal, so a `to` that stops answering cannot pin the first lease: a late grant goes back.
    */
-  async #takeSecond(req: AcquireRequest | SharedRequest, first: Lease): Promise<{ second: Lease; firstSince: number } | null | 'lost'> {
+  async #takeSecond(req: AcquireRequest, first: Lease): Promise<{ second: Lease; firstSince: number } | null | 'lost'> {
     const ask = (wait: boolean, signal: AbortSignal) =>
       raceSignal(
-        take(this.to, { ...req, wait, signal, ...(this.to.capabilities.minToken ? { minToken: first.token } : {}) }),
+        this.to.acquire({ ...req, wait, signal, ...(this.to.capabilities.minToken ? { minToken: first.token } : {}) }),
         signal,
         (late) => {
           if (late) this.to.release(late).catch(() => undefined);
@@ -440,15 +434,9 @@ export function migratingBackend(options: MigratingBackendOptions): MigratingBac
   return new MigratingBackend(options);
 }
 
-/** One claim in one store: a lock, or a shared claim (the request then carries its mode and limit). */
-function take(backend: LockBackend, req: AcquireRequest | SharedRequest): Promise<Lease | null> {
-  return 'mode' in req ? backend.acquireShared!(req) : backend.acquire(req);
-}
-
 /** What two stores both offer; the one place a migrating backend's capabilities come from. */
 function combine(from: LockBackend, to: LockBackend): Capabilities {
   const [a, b] = [fullCapabilities(from.capabilities), fullCapabilities(to.capabilities)];
-  const shared = typeof from.acquireShared === 'function' && typeof to.acquireShared === 'function';
   const granularity = lcm(a.ttlGranularityMs, b.ttlGranularityMs);
   const minTtlMs = Math.ceil(Math.max(a.minTtlMs, b.minTtlMs) / granularity) * granularity;
   const maxTtlMs = Math.min(a.maxTtlMs, b.maxTtlMs);
@@ -462,8 +450,8 @@ function combine(from: LockBackend, to: LockBackend): Capabilities {
     ttlGranularityMs: granularity,
     maxTtlMs,
     crossProcess: a.crossProcess && b.crossProcess,
-    semaphore: a.semaphore && b.semaphore && shared,
-    readWrite: a.readWrite && b.readWrite && shared,
+    semaphore: a.semaphore && b.semaphore,
+    readWrite: a.readWrite && b.readWrite,
   };
 }
 

@@ -1,19 +1,19 @@
-import type { SharedRequest, StoreView } from './backend.js';
+import type { Claim, StoreView } from './backend.js';
 import type { ClaimInfo } from './types.js';
 
 /**
- * The grant rule of `SharedRequest`, for stores that evaluate it in JavaScript: may the claim at
+ * The grant rule of a shared key (`Claim`), for stores that evaluate it in JavaScript: may the claim at
  * `index` of a key's live claims (in arrival order) be granted? Stores that evaluate it inside the
  * store (a Lua script, a SQL statement) follow the same three lines.
  */
-export function grantable(claims: ReadonlyArray<{ readonly mode: SharedRequest['mode'] }>, index: number, limit: number): boolean {
+export function grantable(claims: ReadonlyArray<{ readonly mode: Claim['mode'] }>, index: number, limit: number): boolean {
   let exclusiveAhead = 0;
   for (let i = 0; i < index; i++) if (claims[i]!.mode === 'exclusive') exclusiveAhead++;
   return grantableBehind(claims[index]!.mode, index, exclusiveAhead, limit);
 }
 
 /** The same rule from counts alone, for a store that counted the live claims ahead of ours (and how many of them are exclusive) rather than reading them. */
-export function grantableBehind(mode: SharedRequest['mode'], ahead: number, exclusiveAhead: number, limit: number): boolean {
+export function grantableBehind(mode: Claim['mode'], ahead: number, exclusiveAhead: number, limit: number): boolean {
   if (mode === 'exclusive') return ahead === 0;
   return exclusiveAhead === 0 && (limit === 0 || ahead < limit);
 }
@@ -26,7 +26,7 @@ export function grantableBehind(mode: SharedRequest['mode'], ahead: number, excl
  * grant adds to it (a raised floor), waiters show none.
  */
 export function sharedView(
-  claims: ReadonlyArray<ClaimInfo & { readonly mode: SharedRequest['mode'] }>,
+  claims: ReadonlyArray<ClaimInfo & { readonly mode: Claim['mode'] }>,
   limit: number | undefined,
   waiterTokens: boolean,
 ): StoreView {

@@ -9,7 +9,6 @@ const MEMBERS = {
   address: 'value',
   capabilities: 'value',
   acquire: 'call',
-  acquireShared: 'call',
   acquireNow: 'call',
   releaseNow: 'call',
   renew: 'call',
@@ -35,7 +34,7 @@ const ON_THE_SPOT: Partial<Record<keyof LockBackend, keyof LockBackend>> = { acq
  * `acquire` or `release` leaves out `inner`'s `acquireNow` or `releaseNow` unless those are
  * overridden too: core would otherwise answer on the spot and never reach the override. For
  * wrappers that watch, delay or count what reaches a store: hand-written forwarding is how
- * `acquireShared`, `acquireNow` or `raiseTokenFloor` used to go missing. Throws nothing.
+ * `acquireNow` or `raiseTokenFloor` used to go missing. Throws nothing.
  */
 export function wrapBackend<L extends Lease>(inner: LockBackend<L>, overrides: Partial<LockBackend<L>> = {}): LockBackend<L> {
   const wrapped: Partial<LockBackend<L>> = {};

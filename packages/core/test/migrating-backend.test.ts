@@ -94,7 +94,7 @@ describe('migratingBackend: bad input', () => {
         }),
         phase,
       }).capabilities;
-      // Stores that claim shared claims but have no acquireShared (the fakes) offer none.
+      // Shared claims when both stores serve them (the fakes are memory stores: they do).
       expect(caps).toEqual({
         fairness: 'none',
         lease: 'session',
@@ -103,8 +103,8 @@ describe('migratingBackend: bad input', () => {
         ttlGranularityMs: 1000,
         maxTtlMs: 40_000,
         crossProcess: true,
-        semaphore: false,
-        readWrite: false,
+        semaphore: true,
+        readWrite: true,
       });
     }
     const both = migratingBackend({ from: memoryBackend({ store: new MemoryLockStore() }), to: fifo, phase: 'dual' }).capabilities;
