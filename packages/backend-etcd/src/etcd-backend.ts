@@ -10,7 +10,6 @@ import {
   urlOrClient,
   type AcquireRequest,
   type Rules,
-  keySpace,
   type KeySpace,
   type StoreUrl,
   type StoreView,
@@ -18,8 +17,7 @@ import {
 } from '@deadbolt/core/backend';
 import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
 import { Etcd3, isRecoverableError } from 'etcd3';
-import { acquireMutex, raiseMutexFloor } from './mutex.js';
-import { acquireSharedClaim, raiseSharedFloor } from './shared.js';
+import { acquireClaim } from './claims.js';
 import { EtcdStore, type EtcdLockLease } from './store.js';
 
 export { LOSS_WATCH_DELAY_MS, type EtcdLockLease } from './store.js';
@@ -97,8 +95,9 @@ export function openEtcd(url: StoreUrl, o: { connectTimeout: number; commandTime
  * earlier key and re-checks when it goes: FIFO by create revision, no thundering herd. The fencing
  * token is the holder key's create revision plus the lock's offset (0 unless a migration raised its
  * token floor; see `raiseTokenFloor`). Renewal is a lease keep-alive plus a check that the key
- * still exists. The mutex is mutex.ts, the shared claims shared.ts; both reach etcd through
- * store.ts (key names, calls, etcd leases, watches).
+ * still exists. Semaphores and read-write locks are claims on shared keys by the same recipe
+ * with core's grant rule (claims.ts: one engine, a rule per key space); every claim reaches etcd
+ * through store.ts (key names, calls, etcd leases, watches).
  */
 export class EtcdBackend implements LockBackend<EtcdLockLease> {
   readonly name = 'etcd';
@@ -135,7 +134,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   }
 
   acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {
-    return this.#acquiring.track(() => (keySpace(req) === 'mutex' ? acquireMutex(this.#store, req) : acquireSharedClaim(this.#store, req)));
+    return this.#acquiring.track(() => acquireClaim(this.#store, req));
   }
 
   async renew(lease: EtcdLockLease, ttlMs: number): Promise<boolean> {
@@ -148,7 +147,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   }
 
   inspect(key: string, space: KeySpace): Promise<StoreView> {
-    return this.#store.inspect(key, space === 'shared');
+    return this.#store.inspect(key, space);
   }
 
   /**
@@ -156,7 +155,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
    * Its holder's next renewal finds it gone; the waiter behind it sees the deletion and goes.
    */
   async forceRelease(key: string, owner: string, space: KeySpace): Promise<boolean> {
-    const path = (space === 'shared' ? this.#store.sharedPrefixFor(key) : this.#store.prefixFor(key)) + owner;
+    const path = this.#store.prefixFor(key, space) + owner;
     const { deleted } = await this.#store.call('force release', () => this.client.delete().key(path).exec());
     return Number(deleted) > 0;
   }
@@ -170,10 +169,10 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
 
   /**
    * See `LockBackend.raiseTokenFloor`: later holders' keys are newer than ours, so an offset of
-   * `floor - our revision` puts every later token above `floor` (mutex.ts, shared.ts).
+   * `floor - our revision` puts every later token above `floor` (each key space's rule, claims.ts).
    */
   raiseTokenFloor(lease: EtcdLockLease, floor: bigint): Promise<boolean> {
-    return lease.kind === 'shared' ? raiseSharedFloor(this.#store, lease, floor) : raiseMutexFloor(this.#store, lease, floor);
+    return lease.rule.raiseFloor(this.#store, lease, floor);
   }
 
   /** See `LockBackend.tokenFloor`. @throws BackendError for a floor of 10^20 or more. */

@@ -1,15 +1,32 @@
-// The server as the mutex and the shared claims both see it: key names, one call with its error
-// mapping, claims' etcd leases (revoked when given up, moved to a new ttl), and the watches (made
+// The server as every claim sees it (claims.ts): key names, one call with its error mapping, claims' etcd leases (revoked when given up, moved to a new ttl), and the watches (made
 // one at a time after any cancel under way, cancelled in the background).
 import { BackendError, BackendUnavailableError } from '@deadbolt/core';
-import { after, LeaseKeeper, raceSignal, sharedView, type InFlight, type Lease, type StoreView, type Timer } from '@deadbolt/core/backend';
+import {
+  after,
+  LeaseKeeper,
+  raceSignal,
+  sharedView,
+  type InFlight,
+  type KeySpace,
+  type Lease,
+  type StoreView,
+  type Timer,
+} from '@deadbolt/core/backend';
 import type { Etcd3, Lease as EtcdLease, Watcher } from 'etcd3';
 
+/** What a lease's key space does for its holder (the rest of its rule is claims.ts'). */
+export interface LeaseRule {
+  /** `LockBackend.raiseTokenFloor` for a lease of this key space. */
+  raiseFloor(store: EtcdStore, lease: EtcdLockLease, floor: bigint): Promise<boolean>;
+}
+
 export interface EtcdLockLease extends Lease {
-  /** A mutex's, or a shared claim's (a semaphore permit or read-write lock: its key lives under `sharedPrefixFor`). */
-  readonly kind: 'mutex' | 'shared';
+  /** The rule of the claim's key space: a holder's floor raise follows it. */
+  readonly rule: LeaseRule;
   /** `<prefix><base64url key>/<owner>`, the waiter's own key. */
   readonly path: string;
+  /** What our key holds (its owner, or a shared claim's mode and limit): a rewrite of the key keeps it. */
+  readonly value: string;
   /** Our key's create revision; the token is this plus the key's offset at the grant. */
   readonly revision: bigint;
   acquiredAt: number;
@@ -102,14 +119,24 @@ export class EtcdStore {
    * read with the grant; its loss watch starts after `revision`, the grant's.
    */
   granted(
-    kind: EtcdLockLease['kind'],
+    rule: LeaseRule,
     req: { readonly key: string; readonly owner: string },
-    claim: { mine: bigint; offset: bigint; revision: bigint; acquiredAt: number; path: string; etcdLease: EtcdLease; ttlSeconds: number },
+    claim: {
+      mine: bigint;
+      offset: bigint;
+      revision: bigint;
+      acquiredAt: number;
+      path: string;
+      value: string;
+      etcdLease: EtcdLease;
+      ttlSeconds: number;
+    },
   ): EtcdLockLease {
     const lost = new AbortController();
-    const { mine, offset, revision, acquiredAt, path, etcdLease, ttlSeconds } = claim;
+    const { mine, offset, revision, acquiredAt, path, value, etcdLease, ttlSeconds } = claim;
     return {
-      kind,
+      rule,
+      value,
       key: req.key,
       owner: req.owner,
       token: mine + offset,
@@ -179,39 +206,24 @@ export class EtcdStore {
   }
 
   /**
-   * The prefix under which every waiter of `key` writes its own key: `<prefix>#m/<base64url key>/`.
-   * Base64url has no `/` or `#`, so one lock's prefix never contains another's; the prefix has no
-   * `#`, so every key of one prefix starts `<prefix>#`, which no key of another prefix (one that
-   * extends it, or that it extends) does.
+   * The prefix under which every claimant of `key` in `space` writes its own key (named by its
+   * owner): `<prefix>#m/<base64url key>/` for a mutex, `#s/` for a shared key (semaphore,
+   * read-write lock), which keeps the two spaces apart. Base64url has no `/` or `#`, so one key's
+   * prefix never contains another's; the prefix has no `#`, so every key of one prefix starts
+   * `<prefix>#`, which no key of another prefix (one that extends it, or that it extends) does.
    */
-  prefixFor(key: string): string {
-    return `${this.#prefix}#m/${Buffer.from(key, 'utf8').toString('base64url')}/`;
+  prefixFor(key: string, space: KeySpace): string {
+    return `${this.#prefix}${space === 'mutex' ? '#m/' : '#s/'}${Buffer.from(key, 'utf8').toString('base64url')}/`;
   }
 
   /**
-   * Where a lock's token offset lives: beside its prefix, never under any lock's prefix (base64url
-   * has no `#`). Written only by a holder, so a holder reads the final value at any time.
+   * Where a key's token offset lives: beside its prefix, never under any key's prefix (base64url
+   * has no `#`). A mutex's is written only by its holder, so a holder reads the final value at any
+   * time; a shared key's holders raise theirs side by side (see `raiseTokenFloor`), so it is kept as
+   * 20 zero-padded digits, and etcd's byte-wise value compare is a numeric one.
    */
-  offsetKeyFor(key: string): string {
-    return `${this.#prefix}#m/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
-  }
-
-  /**
-   * Where the claims on a shared key (semaphore, read-write lock) live: one key per claim, named by
-   * its owner, valued `<S|X>:<limit>`, bound to the claim's own etcd lease. `#s/` keeps them apart
-   * from every mutex (`#m/`).
-   */
-  sharedPrefixFor(key: string): string {
-    return `${this.#prefix}#s/${Buffer.from(key, 'utf8').toString('base64url')}/`;
-  }
-
-  /**
-   * A shared key's token offset (see `raiseTokenFloor`): beside its claims, never under them. Kept
-   * as 20 zero-padded digits, so etcd's byte-wise value compare is a numeric one: concurrent
-   * holders raise it, and a raise never lowers it.
-   */
-  sharedOffsetKeyFor(key: string): string {
-    return `${this.#prefix}#s/${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
+  offsetKeyFor(key: string, space: KeySpace): string {
+    return `${this.#prefix}${space === 'mutex' ? '#m/' : '#s/'}${Buffer.from(key, 'utf8').toString('base64url')}#offset`;
   }
 
   /**
@@ -322,7 +334,7 @@ export class EtcdStore {
     next.on('lost', () => undefined);
     const id = await this.call('renew', () => next.grant());
     const result = await this.call('renew', () =>
-      this.client.if(l.path, 'Create', '==', l.revision.toString()).then(this.client.put(l.path).value(l.owner).lease(id)).commit(),
+      this.client.if(l.path, 'Create', '==', l.revision.toString()).then(this.client.put(l.path).value(l.value).lease(id)).commit(),
     );
     if (!result.succeeded) {
       await next.revoke().catch(() => undefined);
@@ -374,7 +386,7 @@ export class EtcdStore {
    * `key` to `own` (our own key) sees both in revision order (other waiters' keys in between are
    * ignored). `deleted(signal)` resolves once `key` or our own key is deleted (or the watch failed: look again)
    * with whether that deletion was all that happened to the two keys since the watch began (see
-   * `waitForPredecessors` in mutex.ts); rejects with the abort reason.
+   * `waitForPredecessors` in claims.ts); rejects with the abort reason.
    */
   async watchDeletion(
     key: Buffer,
@@ -463,12 +475,12 @@ export class EtcdStore {
    * live, so every one read is live. A waiter's token is its key's revision plus the offset read at
    * its grant, which a holder may raise meanwhile: `null` here.
    */
-  async inspect(key: string, shared: boolean): Promise<StoreView> {
-    const prefix = shared ? this.sharedPrefixFor(key) : this.prefixFor(key);
+  async inspect(key: string, space: KeySpace): Promise<StoreView> {
+    const prefix = this.prefixFor(key, space);
     const [claims, offsetKv] = await this.call('inspect', () =>
       Promise.all([
         this.client.getAll().prefix(prefix).sort('Create', 'Ascend').exec(),
-        this.client.get(shared ? this.sharedOffsetKeyFor(key) : this.offsetKeyFor(key)).exec(),
+        this.client.get(this.offsetKeyFor(key, space)).exec(),
       ]),
     );
     const offset = offsetOf(offsetKv.kvs[0]?.value);
@@ -485,12 +497,12 @@ export class EtcdStore {
     );
     // A lease that ran out between the two reads: its key is gone too.
     const live = found.filter((c) => c.ttlLeftMs > 0);
-    if (!shared) {
+    if (space === 'mutex') {
       const [holder, ...waiting] = live;
       const claim = ({ owner, ttlLeftMs }: (typeof live)[number], token: bigint | null) => ({ owner, token, ttlLeftMs });
       return { holders: holder ? [claim(holder, holder.token)] : [], waiters: waiting.map((w) => claim(w, null)) };
     }
-    // Claims made with another limit than the oldest's withdraw on their next look (shared.ts).
+    // Claims made with another limit than the oldest's withdraw on their next look (claims.ts).
     const limit = live[0] ? Number(live[0].value.slice(2)) : undefined;
     return sharedView(
       live

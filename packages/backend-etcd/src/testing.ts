@@ -10,7 +10,7 @@ const store = (backend: EtcdBackend) => storeOf.of(backend);
  * @throws InvalidArgumentError when `backend` is not an etcd backend.
  */
 export function prefixFor(backend: EtcdBackend, key: string): string {
-  return store(backend).prefixFor(key);
+  return store(backend).prefixFor(key, 'mutex');
 }
 
 /**
@@ -18,5 +18,5 @@ export function prefixFor(backend: EtcdBackend, key: string): string {
  * @throws InvalidArgumentError when `backend` is not an etcd backend.
  */
 export function sharedPrefixFor(backend: EtcdBackend, key: string): string {
-  return store(backend).sharedPrefixFor(key);
+  return store(backend).prefixFor(key, 'shared');
 }

@@ -517,5 +517,40 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       },
       60_000,
     );
+
+    rwIt('26g. extended to another ttl, a claim keeps what it claims: a write still excludes, a permit still counts', async () => {
+      const key = freshKey();
+      const [a, b] = [await makeLocker(), await makeLocker()];
+      const step = capabilities.ttlGranularityMs;
+      const longer = Math.min(Math.ceil((2 * T) / step) * step, Math.floor(capabilities.maxTtlMs / step) * step);
+      const extend = async (lock: Lock) => {
+        // A lease that is a session of fixed length may refuse a new length (as in 20a); it stays held.
+        const error = await lock.extend(longer).then(
+          () => undefined,
+          (e: { code?: string }) => e,
+        );
+        if (error) expect(error.code).toBe('INVALID_ARGUMENT');
+        expect(lock.held).toBe(true);
+      };
+      const w = (await a.readWriteLock(key).tryWrite())!;
+      await extend(w);
+      expect(await b.readWriteLock(key).tryRead()).toBeNull();
+      expect(await b.readWriteLock(key).tryWrite()).toBeNull();
+      await w.release();
+      const r = (await b.readWriteLock(key).tryRead())!;
+      expect(r.token).toBeGreaterThan(w.token);
+      await r.release();
+      if (capabilities.semaphore) {
+        const permits = freshKey();
+        const first = (await a.semaphore(permits, { limit: 2 }).tryAcquire())!;
+        await extend(first);
+        const second = await b.semaphore(permits, { limit: 2 }).tryAcquire();
+        expect(second?.held).toBe(true);
+        expect(await b.semaphore(permits, { limit: 2 }).tryAcquire()).toBeNull();
+        await Promise.all([first.release(), second!.release()]);
+        expect(await inspect(permits)).toEqual([]);
+      }
+      expect(await inspect(key)).toEqual([]);
+    });
   });
 }
