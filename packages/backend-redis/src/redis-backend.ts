@@ -15,15 +15,13 @@ import {
   type AcquireRequest,
   type Rule,
   type Rules,
-  keySpace,
   type KeySpace,
   type StoreView,
   TestingHooks,
 } from '@deadbolt/core/backend';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { closeRedis, openRedis, type RedisClient } from './connection.js';
-import { RedisMutex, type RedisLease } from './mutex.js';
-import { RedisSharedClaims } from './shared.js';
+import { RedisClaims, type RedisLease } from './claims.js';
 import { MAX_EXACT_TOKEN, RedisStore, type RedisKeys } from './store.js';
 
 export type { RedisKeys, RedisLease };
@@ -131,8 +129,9 @@ export const storeOf = new TestingHooks<RedisBackend, RedisStore>('a RedisBacken
 /**
  * Redis backend. Acquire is one EVALSHA (`SET NX PX` plus the fencing token, or the FIFO queue
  * step); renew and release are owner-checked scripts; a release publishes on one channel, which
- * a single subscriber connection per backend turns into wake-ups for this process's waiters. The
- * mutex (mutex.ts) and the shared claims (shared.ts) share the server through store.ts.
+ * a single subscriber connection per backend turns into wake-ups for this process's waiters. Every
+ * claim, a mutex's and a shared key's, goes through one engine (claims.ts: a rule per key space),
+ * which reaches the server through store.ts.
  */
 export class RedisBackend implements LockBackend<RedisLease> {
   readonly name = 'redis';
@@ -143,8 +142,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly client: Redis | Cluster;
   readonly #ownsClient: boolean;
   readonly #store: RedisStore;
-  readonly #mutex: RedisMutex;
-  readonly #shared: RedisSharedClaims;
+  readonly #claims: RedisClaims;
   /** Acquisitions under way: `close()` lets aborted ones leave the queue first. */
   readonly #acquiring: InFlight;
 
@@ -190,8 +188,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       syncTimeoutMs: options.syncTimeoutMs ?? 1000,
     });
     storeOf.set(this, this.#store);
-    this.#mutex = new RedisMutex(this.#store, this.#acquiring, { fifo, maxPollDelayMs: maxPoll, restartGuardMs });
-    this.#shared = new RedisSharedClaims(this.#store, this.#acquiring, maxPoll);
+    this.#claims = new RedisClaims(this.#store, this.#acquiring, { fifo, maxPollDelayMs: maxPoll, restartGuardMs });
     this.capabilities = {
       fairness: fifo ? 'fifo' : 'none',
       lease: 'ttl',
@@ -205,30 +202,30 @@ export class RedisBackend implements LockBackend<RedisLease> {
   }
 
   acquire(req: AcquireRequest): Promise<RedisLease | null> {
-    return this.#acquiring.track(() => (keySpace(req) === 'mutex' ? this.#mutex.acquire(req) : this.#shared.acquire(req)));
+    return this.#acquiring.track(() => this.#claims.acquire(req));
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
     // A call on a lease waits for an eviction check under way (see `RedisStore.evictionChecked`).
     if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
-    const renewed = await (lease.kind === 'shared' ? this.#shared : this.#mutex).renew(lease, ttlMs);
+    const renewed = await this.#claims.renew(lease, ttlMs);
     if (renewed && this.#store.syncReplicas > 0) await this.#store.synced('renew');
     return renewed;
   }
 
   inspect(key: string, space: KeySpace): Promise<StoreView> {
-    return space === 'shared' ? this.#shared.inspect(key) : this.#mutex.inspect(key);
+    return this.#claims.inspect(key, space);
   }
 
   /** See `LockBackend.forceRelease`: the release script run for `owner`, which hands the key on. */
   async forceRelease(key: string, owner: string, space: KeySpace): Promise<boolean> {
     if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
-    return space === 'shared' ? this.#shared.free(key, owner) : (await this.#mutex.releaseOwner(this.#store.keysFor(key), owner)) === 1;
+    return this.#claims.free(key, owner, space);
   }
 
   async release(lease: RedisLease): Promise<void> {
     if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
-    await (lease.kind === 'shared' ? this.#shared : this.#mutex).release(lease);
+    await this.#claims.release(lease);
   }
 
   /** See `LockBackend.raiseTokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */
@@ -239,7 +236,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       });
     }
     if (!this.#store.evictionChecked.done) await this.#store.evictionChecked.settled();
-    return (lease.kind === 'shared' ? this.#shared : this.#mutex).raiseTokenFloor(lease, floor);
+    return this.#claims.raiseTokenFloor(lease, floor);
   }
 
   /** See `LockBackend.tokenFloor`. @throws BackendError for a floor above 2^53 (Redis's Lua numbers are doubles). */

@@ -329,7 +329,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
         parts[i] = undefined;
       } else {
         parts[i] = unanswered ??= {
-          kind: 'mutex',
+          space: 'mutex',
           key: req.key,
           owner: req.owner,
           token: 0n,
