@@ -7,7 +7,7 @@ import { createLocker, type Fence, type Lock, type Locker, type LockerOptions, t
 import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
 import { backendFromConfig, fenceFromConfig } from './migration-child.js';
 import type { ChildBackendConfig } from './children.js';
-import { Rpc, type Channel } from './rpc.js';
+import { ipcChannel, Rpc } from './rpc.js';
 
 let locker: Locker | undefined;
 const handles = new Map<number, Lock>();
@@ -26,7 +26,7 @@ function handle(id: number): Lock {
   return lock;
 }
 
-const rpc = new Rpc(process as unknown as Channel, {
+const rpc = new Rpc(ipcChannel(process), {
   async init(module: string, exportName: string, options: unknown, lockerOptions: LockerOptions) {
     locker = createLocker(await backendFromConfig({ module, export: exportName, options }), lockerOptions);
   },

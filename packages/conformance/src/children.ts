@@ -1,7 +1,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { LockerOptions, LockOptions } from '@deadbolt/core';
-import { Rpc, type Channel, type Handlers } from './rpc.js';
+import { ipcChannel, Rpc, type Handlers } from './rpc.js';
 import type { SharedFamily } from './shared-family.js';
 
 /** How a child process builds the backend under test: `(await import(module))[export](options)`. */
@@ -24,7 +24,7 @@ export class ChildHolder {
 
   private constructor(process: ChildProcess, handlers: Handlers) {
     this.process = process;
-    this.rpc = new Rpc(process as unknown as Channel, handlers);
+    this.rpc = new Rpc(ipcChannel(process), handlers);
     this.rpc.onEvent((name, data) => this.events.push({ name, data }));
     this.exited = new Promise((resolve) => {
       process.once('exit', (code, signal) => {

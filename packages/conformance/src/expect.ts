@@ -100,8 +100,8 @@ export function equals(actual: unknown, expected: unknown): boolean {
   if (actual instanceof RegExp || expected instanceof RegExp) return String(actual) === String(expected);
   if (actual instanceof Map || actual instanceof Set || expected instanceof Map || expected instanceof Set) {
     if (actual.constructor !== expected.constructor) return false;
-    const a = [...(actual as unknown as Iterable<unknown>)];
-    const e = [...(expected as unknown as Iterable<unknown>)];
+    const items = (v: unknown): unknown[] => (v instanceof Map || v instanceof Set ? [...v] : []);
+    const [a, e] = [items(actual), items(expected)];
     return a.length === e.length && e.every((item) => a.some((other) => equals(other, item)));
   }
   if (actual instanceof Error && expected instanceof Error && actual.message !== expected.message) return false;
@@ -172,7 +172,9 @@ const CHECKS: Record<keyof Matchers<void>, Check> = {
 
 /** Every matcher, each made by `make` from its name: the async forms (`rejects`, `poll`) wrap the plain one. */
 function everyMatcher<R>(make: (name: keyof Matchers<void>) => (...args: never[]) => R): Matchers<R> {
-  return Object.fromEntries((Object.keys(CHECKS) as (keyof Matchers<void>)[]).map((name) => [name, make(name)])) as unknown as Matchers<R>;
+  const matchers = {} as Record<keyof Matchers<void>, (...args: never[]) => R>;
+  for (const name of Object.keys(CHECKS) as (keyof Matchers<void>)[]) matchers[name] = make(name);
+  return matchers as Matchers<R>;
 }
 
 /** Runs matcher `name` of `matchers(...)` with `args`. */

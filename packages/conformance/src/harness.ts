@@ -65,7 +65,7 @@ export const beforeEach = hook('beforeEach');
 /** Runs after each test of the describe it is in, innermost first, even after a failure; an error fails the test. */
 export const afterEach = hook('afterEach');
 
-const current = (): Expect => (ownRunnerActive() ? ownExpect : (vi().expect as unknown as Expect));
+const current = (): Expect => (ownRunnerActive() ? ownExpect : (vi().expect as Expect));
 
 /** `expect`, vitest's or the suite's own (see the top of this file). */
 export const expect: Expect = Object.assign((actual: unknown, message?: string) => current()(actual, message), {

@@ -8,6 +8,14 @@ import { FaultProxy } from './fault-proxy.js';
 import { storeAddress, viaUrl } from './test-matrix.js';
 
 /**
+ * `value` where the types forbid it: what JavaScript, or a cast, can hand the API. The API must
+ * refuse it at run time, so a behaviour feeds it on purpose. Throws nothing.
+ */
+export function untyped<T>(value: unknown): T {
+  return value as T;
+}
+
+/**
  * For a backend's own tests: returns `track(locker)`, and closes every tracked locker after each
  * test of the calling file.
  */

@@ -8,6 +8,7 @@ import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { ChildHolder } from './children.js';
 import { countingBackend, withoutFloorRead } from './counting.js';
+import { untyped } from './helpers.js';
 
 export function defineInputBehaviours(ctx: SuiteContext): void {
   const { options, harness, capabilities, T, lockers, freshKey, makeLocker, spawnChild, itWhen } = ctx;
@@ -46,8 +47,8 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
         });
         await expect(locker.tryLock(badKey as string)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       }
-      await expect(locker.lock(key, { signal: 'no' as unknown as AbortSignal })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-      await expect(locker.withLock(key, 'no' as unknown as () => void)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(locker.lock(key, { signal: untyped<AbortSignal>('no') })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(locker.withLock(key, untyped<() => void>('no'))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       expect(calls).toEqual([]);
       const lock = await locker.lock(key);
       await expect(lock.extend(0)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });

@@ -9,7 +9,7 @@ import { sleep } from '@deadbolt/core/backend';
 import { describe, expect, it } from './harness.js';
 import { countingBackend } from './counting.js';
 import type { SuiteContext } from './context.js';
-import { abortedWithin } from './helpers.js';
+import { abortedWithin, untyped } from './helpers.js';
 
 type Hold = [number, number];
 
@@ -175,8 +175,8 @@ export function defineMultiBehaviours(ctx: SuiteContext): void {
         await expect(locker.tryLockAll(keys as string[])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
       }
       await expect(locker.lockAll([good], { ttlMs: -1 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-      await expect(locker.withLockAll([good], 'no' as unknown as () => void)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-      expect(() => createLocker(counting, { reentrant: 'yes' as unknown as boolean })).toThrow(
+      await expect(locker.withLockAll([good], untyped<() => void>('no'))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      expect(() => createLocker(counting, { reentrant: untyped<boolean>('yes') })).toThrow(
         expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
       );
       expect(calls).toEqual([]);

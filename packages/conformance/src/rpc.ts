@@ -1,7 +1,21 @@
 /** A tiny request/response + event protocol over a Node IPC channel (structured clone, so bigints pass). */
+import type { ChildProcess, Serializable } from 'node:child_process';
+import type { EventEmitter } from 'node:events';
+
 export interface Channel {
   send(message: unknown): boolean;
   on(event: 'message', listener: (message: unknown) => void): unknown;
+}
+
+/**
+ * The IPC channel of `target`: a child's own `process`, or a child forked with one. Messages are
+ * structured clones, so anything the protocol sends passes. @throws Error when it has none.
+ */
+export function ipcChannel(target: NodeJS.Process | ChildProcess): Channel {
+  const send = target.send?.bind(target);
+  if (!send) throw new Error('the process has no IPC channel (fork it, or spawn it with an ipc stdio)');
+  const emitter: EventEmitter = target;
+  return { send: (message) => send(message as Serializable), on: (event, listener) => emitter.on(event, listener) };
 }
 
 type Message =

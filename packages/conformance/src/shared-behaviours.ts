@@ -10,7 +10,7 @@ import { describe, expect } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { countingBackend } from './counting.js';
 import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
-import { abortedWithin } from './helpers.js';
+import { abortedWithin, untyped } from './helpers.js';
 
 /** A hold: [start, end] in monotonic ns, comparable across processes on one machine. */
 type Hold = [number, number];
@@ -264,7 +264,7 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
           expect(() => locker.readWriteLock(badKey as string)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
         }
         await expect(locker.semaphore(key, { limit: 2 }).acquire({ ttlMs: -1 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
-        await expect(locker.semaphore(key, { limit: 2 }).withPermit('no' as unknown as () => void)).rejects.toMatchObject({
+        await expect(locker.semaphore(key, { limit: 2 }).withPermit(untyped<() => void>('no'))).rejects.toMatchObject({
           code: 'INVALID_ARGUMENT',
         });
         expect(calls).toEqual([]);
