@@ -111,4 +111,69 @@ describe('source layout', () => {
       'a name in both entries',
     ).toEqual([]);
   });
+
+  it('@deadbolt/core/backend is the list below, and a backend outside core imports each of its names', async () => {
+    const toolkit = Object.keys(await import('../packages/core/src/backend-api.js')).sort();
+    expect(toolkit).toEqual(TOOLKIT);
+    // Every `import { … } from '@deadbolt/core/backend'` outside core, its names (types aside).
+    const imported = new Set<string>();
+    const examples = readdirSync(join(root, 'examples')).map((name) => join(root, 'examples', name, 'src'));
+    const outside = [...packages.filter((name) => name !== 'core').map((name) => join(root, 'packages', name, 'src')), ...examples];
+    for (const file of outside.flatMap(sources))
+      for (const match of readFileSync(file, 'utf8').matchAll(/import\s*\{([^}]*)\}\s*from\s*'@deadbolt\/core\/backend'/g))
+        for (const name of match[1]!.split(',').map((n) => n.trim()))
+          if (name && !name.startsWith('type ')) imported.add(name.split(/\s+as\s+/)[0]!);
+    expect(
+      toolkit.filter((name) => !imported.has(name)),
+      'names no backend imports',
+    ).toEqual([]);
+  });
 });
+
+/** `@deadbolt/core/backend`'s names (its types aside), sorted: a name joins on purpose. */
+const TOOLKIT = [
+  'AGAIN',
+  'InFlight',
+  'LeaseKeeper',
+  'MAX_TIMER_MS',
+  'MUTEX',
+  'Once',
+  'POLL_SOON',
+  'QueuePlace',
+  'ReleaseNotifier',
+  'SessionLocks',
+  'StrandedConnections',
+  'UnavailableGrace',
+  'addressOf',
+  'after',
+  'answerDeadline',
+  'backendFailure',
+  'checkFenceToken',
+  'checkResource',
+  'claimOfRow',
+  'connectionRefused',
+  'describe',
+  'fencedTransaction',
+  'fullCapabilities',
+  'grantable',
+  'grantableBehind',
+  'keySpace',
+  'noAnswer',
+  'own',
+  'pollForLease',
+  'raceSignal',
+  'readOptions',
+  'required',
+  'rules',
+  'runFencedWrite',
+  'safeLifetime',
+  'sharedView',
+  'sharedViewOfRows',
+  'sleep',
+  'stillStands',
+  'unknownOption',
+  'urlOrClient',
+  'waiterCadence',
+  'wallMicros',
+  'withTimeout',
+];

@@ -6,11 +6,9 @@ import {
   addressOf,
   backendFailure,
   InFlight,
-  instance,
-  ms,
   pollForLease,
   readOptions,
-  url,
+  rules,
   urlOrClient,
   type AcquireRequest,
   type Lease,
@@ -28,10 +26,10 @@ const INSPECT = `return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KE
 
 /** How the options are checked, before any I/O (a bad one is `InvalidArgumentError`); the suite feeds each rule's hostile values. */
 export const setNxOptionRules = {
-  url: url(['redis']),
-  client: instance((v): v is Redis => v instanceof Redis, 'an ioredis client'),
-  pollMs: ms(),
-  connectTimeoutMs: ms(),
+  url: rules.url(['redis']),
+  client: rules.instance((v): v is Redis => v instanceof Redis, 'an ioredis client'),
+  pollMs: rules.ms(),
+  connectTimeoutMs: rules.ms(),
 };
 
 export interface SetNxOptions {

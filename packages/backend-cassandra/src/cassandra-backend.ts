@@ -2,20 +2,15 @@ import { InvalidArgumentError, type Capabilities, type LockBackend } from '@dead
 import {
   addressOf,
   describe,
-  instance,
-  ms,
-  nested,
+  keySpace,
   Once,
-  oneOf,
   readOptions,
-  text,
-  url,
+  rules,
   urlOrClient,
   type AcquireRequest,
+  type KeySpace,
   type Rule,
   type Rules,
-  keySpace,
-  type KeySpace,
   type StoreUrl,
   type StoreView,
 } from '@deadbolt/core/backend';
@@ -25,7 +20,7 @@ import { QueueLock } from './queue.js';
 import { ensureSchema, idFor } from './schema.js';
 import { ShadowLock } from './shadow.js';
 import { SharedClaims } from './shared-claims.js';
-import { CassandraStore, type CassandraLease, type MutexAlgorithm, type MutexLease } from './store.js';
+import { CassandraStore, type CassandraLease, type ClaimModule, type MutexAlgorithm, type MutexLease } from './store.js';
 import { CassandraTimeService, type TimeServiceOptions } from './time-service.js';
 
 export type { CassandraLease } from './store.js';
@@ -88,7 +83,7 @@ export interface CassandraBackendOptions {
 const { consistencies } = cassandra.types;
 
 /** A keyspace: a CQL identifier that needs no quotes (it starts with a letter). */
-export const keyspaceRule = text(/^[A-Za-z]\w{0,47}$/, 'a plain CQL identifier (a letter, then letters, digits or _; at most 48)', [
+export const keyspaceRule = rules.text(/^[A-Za-z]\w{0,47}$/, 'a plain CQL identifier (a letter, then letters, digits or _; at most 48)', [
   '',
   '1abc',
   'a-b',
@@ -112,29 +107,29 @@ function consistencyRule(allowed: readonly types.consistencies[]): Rule<types.co
 
 /** How each option of `cassandraBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const cassandraOptionRules = {
-  url: url(['cassandra']),
-  client: instance((v): v is Client => v instanceof cassandra.Client, 'a cassandra-driver Client'),
+  url: rules.url(['cassandra']),
+  client: rules.instance((v): v is Client => v instanceof cassandra.Client, 'a cassandra-driver Client'),
   keyspace: keyspaceRule,
-  algorithm: oneOf(['queue', 'shadow', 'lwt']),
-  localDataCenter: text(/^[\w.-]{1,100}$/, 'a data center name'),
-  addressTranslator: instance(
+  algorithm: rules.oneOf(['queue', 'shadow', 'lwt']),
+  localDataCenter: rules.text(/^[\w.-]{1,100}$/, 'a data center name'),
+  addressTranslator: rules.instance(
     (v): v is policies.addressResolution.AddressTranslator =>
       typeof v === 'object' && v !== null && 'translate' in v && typeof v.translate === 'function',
     "an address translator (cassandra-driver's policies.addressResolution: an object with translate(address, port, callback))",
   ),
   // Pasted into CREATE KEYSPACE: a CQL map of plain names and numbers, nothing else.
-  replication: text(
+  replication: rules.text(
     /^\{\s*'[\w.-]+'\s*:\s*(?:'[\w.-]+'|\d+)\s*(?:,\s*'[\w.-]+'\s*:\s*(?:'[\w.-]+'|\d+)\s*)*\}$/,
     "a CQL replication map such as {'class': 'NetworkTopologyStrategy', 'dc1': 3}",
     ["{'class': 'SimpleStrategy', 'replication_factor': 1} AND durable_writes = false", "{'class': 'x'}; DROP KEYSPACE x", '{}'],
   ),
   consistency: consistencyRule(Object.values(consistencies) as types.consistencies[]),
   serialConsistency: consistencyRule([consistencies.serial, consistencies.localSerial]),
-  connectTimeoutMs: ms(),
-  commandTimeoutMs: ms(),
-  timeService: nested({ intervalMs: ms(10), maxAheadMs: ms(0) } satisfies Rules<TimeServiceOptions>),
-  poll: nested({ minDelayMs: ms(), maxDelayMs: ms() }),
-  shadowBackoff: nested({ ownerWaitMs: ms(), concurrentStepMs: ms() }),
+  connectTimeoutMs: rules.ms(),
+  commandTimeoutMs: rules.ms(),
+  timeService: rules.nested({ intervalMs: rules.ms(10), maxAheadMs: rules.ms(0) } satisfies Rules<TimeServiceOptions>),
+  poll: rules.nested({ minDelayMs: rules.ms(), maxDelayMs: rules.ms() }),
+  shadowBackoff: rules.nested({ ownerWaitMs: rules.ms(), concurrentStepMs: rules.ms() }),
 } satisfies Rules<CassandraBackendOptions>;
 
 /**
@@ -158,11 +153,8 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   /** Whose schema check this backend shares: the contact points of a client it made, or your client. */
   readonly #schemaScope: object | string;
   readonly #store: CassandraStore;
-  /** The mutex: the algorithm's module. */
+  /** The mutex: the algorithm's module, chosen once. */
   readonly #mutex: MutexAlgorithm<MutexLease>;
-  readonly #queue: QueueLock | undefined;
-  readonly #shadow: ShadowLock | undefined;
-  readonly #lwt: LwtLock | undefined;
   readonly #shared: SharedClaims;
   /** Connect, create what is missing of the schema, first read of the time service: once, again after a failure. */
   readonly #ready = new Once(async () => {
@@ -227,16 +219,16 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     // One module per algorithm (each in its own file), all on the same store; shared claims have their own.
     switch (algorithm) {
       case 'queue':
-        this.#mutex = this.#queue = new QueueLock(this.#store, this.timeService);
+        this.#mutex = new QueueLock(this.#store, this.timeService);
         break;
       case 'shadow':
-        this.#mutex = this.#shadow = new ShadowLock(this.#store, {
+        this.#mutex = new ShadowLock(this.#store, {
           ownerWaitMs: options.shadowBackoff?.ownerWaitMs ?? 1000,
           concurrentStepMs: options.shadowBackoff?.concurrentStepMs ?? 50,
         });
         break;
       case 'lwt':
-        this.#mutex = this.#lwt = new LwtLock(this.#store);
+        this.#mutex = new LwtLock(this.#store);
         break;
     }
     this.#shared = new SharedClaims(this.#store);
@@ -256,39 +248,24 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     return this.#claims(space).free(idFor(key), key, owner);
   }
 
-  /** The module that keeps the claims of `space`: the mutex algorithm's, or the shared claims'. */
-  #claims(space: KeySpace): {
-    acquire(req: AcquireRequest, id: Buffer): Promise<CassandraLease | null>;
-    inspect(id: Buffer): Promise<StoreView>;
-    free(id: Buffer, key: string, owner: string): Promise<boolean>;
-  } {
+  /** The module that keeps the claims of `space`: the mutex algorithm, or the shared claims. */
+  #claims(space: KeySpace): ClaimModule<CassandraLease> {
     return space === 'mutex' ? this.#mutex : this.#shared;
   }
 
+  /** The module that keeps `lease`'s claim. @throws InvalidArgumentError for a lease of another algorithm (another backend's). */
+  #keeperOf(lease: CassandraLease): ClaimModule<CassandraLease> {
+    if (lease.kind !== 'shared' && lease.kind !== this.algorithm)
+      throw new InvalidArgumentError(`a ${lease.kind} lease was given to a Cassandra backend of the ${this.algorithm} algorithm`);
+    return this.#claims(lease.kind === 'shared' ? 'shared' : 'mutex');
+  }
+
   async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {
-    switch (lease.kind) {
-      case 'shared':
-        return this.#shared.renew(lease, ttlMs);
-      case 'queue':
-        return this.#own(this.#queue, lease).renew(lease, ttlMs);
-      case 'shadow':
-        return this.#own(this.#shadow, lease).renew(lease, ttlMs);
-      case 'lwt':
-        return this.#own(this.#lwt, lease).renew(lease, ttlMs);
-    }
+    return this.#keeperOf(lease).renew(lease, ttlMs);
   }
 
   async release(lease: CassandraLease): Promise<void> {
-    switch (lease.kind) {
-      case 'shared':
-        return this.#shared.release(lease);
-      case 'queue':
-        return this.#own(this.#queue, lease).release(lease);
-      case 'shadow':
-        return this.#own(this.#shadow, lease).release(lease);
-      case 'lwt':
-        return this.#own(this.#lwt, lease).release(lease);
-    }
+    return this.#keeperOf(lease).release(lease);
   }
 
   /**
@@ -313,13 +290,6 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   close(): Promise<void> {
     this.timeService.stop();
     return this.#store.inFlight.close(() => this.#ownsClient && this.client.shutdown());
-  }
-
-  /** The module a lease came from: this backend's algorithm. @throws InvalidArgumentError for a lease of another algorithm (another backend's). */
-  #own<A>(algorithm: A | undefined, lease: MutexLease): A {
-    if (algorithm === undefined)
-      throw new InvalidArgumentError(`a ${lease.kind} lease was given to a Cassandra backend of the ${this.algorithm} algorithm`);
-    return algorithm;
   }
 }
 

@@ -4,7 +4,7 @@
 // back to the update. Reads are at the serial consistency, so they see every write the
 // transactions decided.
 import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, ms, Once, readOptions, runFencedWrite, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { checkResource, Once, readOptions, rules, runFencedWrite, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import cassandra, { type Client, type policies } from 'cassandra-driver';
 import { cassandraOptionRules, contactPointsOf, keyspaceOf, keyspaceRule, openCassandra } from './cassandra-backend.js';
 import { ensureSchema } from './schema.js';
@@ -32,14 +32,14 @@ export interface CassandraFenceOptions {
 
 /** How each option of `cassandraFence` is checked. */
 export const cassandraFenceOptionRules = {
-  url: url(['cassandra']),
+  url: rules.url(['cassandra']),
   client: cassandraOptionRules.client,
   keyspace: keyspaceRule,
   replication: cassandraOptionRules.replication,
   localDataCenter: cassandraOptionRules.localDataCenter,
   addressTranslator: cassandraOptionRules.addressTranslator,
-  connectTimeoutMs: ms(),
-  commandTimeoutMs: ms(),
+  connectTimeoutMs: rules.ms(),
+  commandTimeoutMs: rules.ms(),
 } satisfies Rules<CassandraFenceOptions>;
 
 const { consistencies } = cassandra.types;

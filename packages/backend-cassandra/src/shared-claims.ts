@@ -15,12 +15,12 @@ import {
   type AcquireRequest,
   type StoreView,
 } from '@deadbolt/core/backend';
-import { maxOf, secondsLeft, toBigInt, tokenParam, ttlSeconds, type CassandraStore, type SharedLease } from './store.js';
+import { maxOf, secondsLeft, toBigInt, tokenParam, ttlSeconds, type CassandraStore, type ClaimModule, type SharedLease } from './store.js';
 
 /** A claim lost the race to join: read the partition again at once. */
 const JOIN_AGAIN = Symbol('again');
 
-export class SharedClaims {
+export class SharedClaims implements ClaimModule<SharedLease> {
   readonly #store: CassandraStore;
 
   constructor(store: CassandraStore) {

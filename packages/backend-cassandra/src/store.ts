@@ -80,16 +80,20 @@ export interface SharedLease extends LeaseOnKey {
 export type MutexLease = QueueLease | ShadowLease | LwtLease;
 export type CassandraLease = MutexLease | SharedLease;
 
-/** A mutex algorithm: how it takes, keeps and gives back a key, and where it records the holder. */
-export interface MutexAlgorithm<L extends MutexLease> {
-  readonly holderTable: HolderTable;
-  /** `LockBackend.inspect` of a mutex key. */
+/** What keeps one key space's claims (the mutex algorithm, or the shared claims): the contract's calls on them. */
+export interface ClaimModule<L extends CassandraLease> {
+  /** `LockBackend.inspect` of a key of this space. */
   inspect(id: Buffer): Promise<StoreView>;
   acquire(req: AcquireRequest, id: Buffer): Promise<L | null>;
   renew(lease: L, ttlMs: number): Promise<boolean>;
   release(lease: L): Promise<void>;
-  /** `LockBackend.forceRelease` of a mutex key: frees `owner`'s hold; whether it held. */
+  /** `LockBackend.forceRelease`: frees `owner`'s hold; whether it held. */
   free(id: Buffer, key: string, owner: string): Promise<boolean>;
+}
+
+/** A mutex algorithm: how it takes, keeps and gives back a key, and where it records the holder. */
+export interface MutexAlgorithm<L extends MutexLease> extends ClaimModule<L> {
+  readonly holderTable: HolderTable;
 }
 
 /** How many keys this process's guesses (the token cache, the queue's crowded keys) remember: the most recently used. */

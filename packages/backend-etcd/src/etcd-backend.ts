@@ -2,19 +2,16 @@ import { type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
   InFlight,
-  instance,
-  ms,
   readOptions,
-  text,
-  url,
+  rules,
   urlOrClient,
   type AcquireRequest,
-  type Rules,
   type KeySpace,
+  type Rules,
   type StoreUrl,
   type StoreView,
-  TestingHooks,
 } from '@deadbolt/core/backend';
+import { TestingHooks } from '@deadbolt/core/testing';
 import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
 import { Etcd3, isRecoverableError } from 'etcd3';
 import { acquireClaim } from './claims.js';
@@ -49,11 +46,11 @@ export interface EtcdBackendOptions {
 
 /** How each option of `etcdBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const etcdOptionRules = {
-  url: url(['etcd', 'http', 'https']),
-  client: instance((v): v is Etcd3 => v instanceof Etcd3, 'an etcd3 Etcd3 client'),
-  prefix: text(/^[^#]+$/, 'a non-empty string without # (it separates the prefix from what follows)', ['', 'p#', 'deadbolt/#s/']),
-  connectTimeoutMs: ms(),
-  commandTimeoutMs: ms(),
+  url: rules.url(['etcd', 'http', 'https']),
+  client: rules.instance((v): v is Etcd3 => v instanceof Etcd3, 'an etcd3 Etcd3 client'),
+  prefix: rules.text(/^[^#]+$/, 'a non-empty string without # (it separates the prefix from what follows)', ['', 'p#', 'deadbolt/#s/']),
+  connectTimeoutMs: rules.ms(),
+  commandTimeoutMs: rules.ms(),
 } satisfies Rules<EtcdBackendOptions>;
 
 /** Each backend's store, for `@deadbolt/etcd/testing` (testing.ts): not part of the backend's API. */

@@ -5,7 +5,7 @@
 // key's value as false, so a first write is a second transaction that puts only if the key was
 // never created; a lost race for that falls back to the compare.
 import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, InFlight, ms, readOptions, runFencedWrite, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { checkResource, InFlight, readOptions, rules, runFencedWrite, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import type { Etcd3 } from 'etcd3';
 import { etcdOptionRules, openEtcd } from './etcd-backend.js';
 import { EtcdStore } from './store.js';
@@ -26,11 +26,11 @@ export interface EtcdFenceOptions {
 
 /** How each option of `etcdFence` is checked. */
 export const etcdFenceOptionRules = {
-  url: url(['etcd', 'http', 'https']),
+  url: rules.url(['etcd', 'http', 'https']),
   client: etcdOptionRules.client,
   prefix: etcdOptionRules.prefix,
-  connectTimeoutMs: ms(),
-  commandTimeoutMs: ms(),
+  connectTimeoutMs: rules.ms(),
+  commandTimeoutMs: rules.ms(),
 } satisfies Rules<EtcdFenceOptions>;
 
 const padded = (token: bigint) => token.toString().padStart(38, '0');

@@ -7,16 +7,14 @@
 // `guard` runs the same statement inside a transaction of yours.
 import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
 import {
-  runFencedWrite,
   checkFenceToken,
-  fencedTransaction,
   checkResource,
-  ms,
+  fencedTransaction,
   noAnswer,
   Once,
   readOptions,
-  text,
-  url,
+  rules,
+  runFencedWrite,
   urlOrClient,
   withTimeout,
   type Rules,
@@ -47,15 +45,15 @@ export interface MysqlFenceOptions {
 
 /** How each option of `mysqlFence` is checked. */
 export const mysqlFenceOptionRules = {
-  url: url(['mysql']),
+  url: rules.url(['mysql']),
   client: mysqlOptionRules.client,
-  table: text(/^[A-Za-z_][A-Za-z0-9_]{0,63}$/, 'a plain identifier (letters, digits, _; at most 64 characters)', [
+  table: rules.text(/^[A-Za-z_][A-Za-z0-9_]{0,63}$/, 'a plain identifier (letters, digits, _; at most 64 characters)', [
     '',
     '1abc',
     'a-b',
     'a;DROP',
   ]),
-  commandTimeoutMs: ms(),
+  commandTimeoutMs: rules.ms(),
 } satisfies Rules<MysqlFenceOptions>;
 
 /**

@@ -24,10 +24,21 @@ interface Waiting {
   readonly ahead: number;
 }
 
-/** A lease-mode mutex (`row`) or shared claim (`shared`). */
+/** A lease-mode claim: a mutex's row, or a claim on a shared key (its key space says which). */
 export interface MysqlRowLease extends Lease {
-  readonly kind: 'row' | 'shared';
+  readonly space: KeySpace;
   readonly hash: Buffer;
+}
+
+/** What a held claim of one key space runs (queries.ts). */
+interface HeldStatements {
+  /** Runs one of them: a shared key's touch several rows, so two can deadlock, and are tried again when rolled back. */
+  run(operation: string, statement: string, params: unknown[]): Promise<ResultSetHeader>;
+  readonly renew: string;
+  readonly release: string;
+  /** The name this process's waiters on the key listen under. */
+  listensAs(key: string): string;
+  raiseFloor(lease: MysqlRowLease, floor: string): Promise<boolean>;
 }
 
 export class MysqlLeases {
@@ -35,11 +46,35 @@ export class MysqlLeases {
   readonly #acquiring: InFlight;
   readonly #maxPollDelayMs: number;
   readonly #notifier = new ReleaseNotifier();
+  /** Each key space's statements on a held claim. */
+  readonly #held: Record<KeySpace, HeldStatements>;
 
   constructor(store: MysqlStore, acquiring: InFlight, maxPollDelayMs: number) {
     this.#store = store;
     this.#acquiring = acquiring;
     this.#maxPollDelayMs = maxPollDelayMs;
+    const { sql } = store;
+    this.#held = {
+      mutex: {
+        run: (operation, statement, params) => store.run(operation, statement, params),
+        renew: sql.renew,
+        release: sql.release,
+        listensAs: (key) => key,
+        raiseFloor: async ({ hash, owner }, floor) =>
+          (await store.run('raise token floor', sql.raiseFloor, [floor, hash, owner])).affectedRows === 1,
+      },
+      shared: {
+        run: (operation, statement, params) => store.runRetried(operation, statement, params),
+        renew: sql.sharedRenew,
+        release: sql.sharedRelease,
+        listensAs: (key) => `shared:${key}`,
+        raiseFloor: ({ hash, owner }, floor) =>
+          store.keyTransaction('raise token floor', hash, async (connection) => {
+            const result = await store.on<ResultSetHeader>(connection, sql.sharedRaiseFloor, [floor, hash, hash, owner]);
+            return { commit: true, value: result.affectedRows === 1 };
+          }),
+      },
+    };
   }
 
   /** `LockBackend.acquire`: a mutex's row, or a claim in a shared key's queue. */
@@ -51,7 +86,7 @@ export class MysqlLeases {
     const hash = MysqlStore.hash(req.key);
     if (!req.wait) return this.#attempt(req, hash);
     return pollForLease(
-      req.key,
+      this.#held.mutex.listensAs(req.key),
       req.signal,
       () => this.#attempt(req, hash),
       (lease) => this.release(lease),
@@ -67,7 +102,7 @@ export class MysqlLeases {
     const result = await this.#store.run('acquire', this.#store.sql.acquire, [hash, keyBytes, req.owner, req.ttlMs * 1000, least, least]);
     // Insert id 0: the row is held (see queries.ts).
     if (!result.insertId) return null;
-    return { kind: 'row', key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash };
+    return { space: 'mutex', key: req.key, owner: req.owner, token: BigInt(result.insertId), acquiredAt, hash };
   }
 
   async #acquireShared(req: AcquireRequest): Promise<MysqlRowLease | null> {
@@ -80,7 +115,7 @@ export class MysqlLeases {
     return this.#acquiring.waitInLine(
       () =>
         pollForLease(
-          `shared:${req.key}`,
+          this.#held.shared.listensAs(req.key),
           req.signal,
           async () => {
             // Between attempts (each a transaction under the key's row lock, so a key's attempts run
@@ -161,7 +196,7 @@ export class MysqlLeases {
           // Our place ran out during this attempt (a stalled waiter): the next attempt joins again.
           return { commit: false, value: null };
         }
-        const lease = { kind: 'shared' as const, key: req.key, owner: req.owner, token, acquiredAt, hash };
+        const lease = { space: 'shared' as const, key: req.key, owner: req.owner, token, acquiredAt, hash };
         return { commit: true, value: ok ? lease : { token, ahead: index } };
       });
     } catch (error) {
@@ -175,37 +210,23 @@ export class MysqlLeases {
   }
 
   async renew(lease: MysqlRowLease, ttlMs: number): Promise<boolean> {
-    const params = [ttlMs * 1000, lease.hash, lease.owner];
-    if (lease.kind === 'shared') return (await this.#store.runRetried('renew', this.#store.sql.sharedRenew, params)).affectedRows === 1;
-    return (await this.#store.run('renew', this.#store.sql.renew, params)).affectedRows === 1;
+    const held = this.#held[lease.space];
+    return (await held.run('renew', held.renew, [ttlMs * 1000, lease.hash, lease.owner])).affectedRows === 1;
   }
 
   async release(lease: MysqlRowLease): Promise<void> {
-    await this.releaseOwner(lease.key, lease.hash, lease.owner, lease.kind === 'shared' ? 'shared' : 'mutex');
+    await this.releaseOwner(lease.key, lease.hash, lease.owner, lease.space);
   }
 
   /** The release statement for `owner`; whether `owner` had the claim (this process's waiters are woken). Also `LockBackend.forceRelease`. */
   async releaseOwner(key: string, hash: Buffer, owner: string, space: KeySpace, operation = 'release'): Promise<boolean> {
-    const result =
-      space === 'shared'
-        ? await this.#store.runRetried(operation, this.#store.sql.sharedRelease, [hash, owner])
-        : await this.#store.run(operation, this.#store.sql.release, [hash, owner]);
-    if (result.affectedRows === 1) this.#notifier.notify(space === 'shared' ? `shared:${key}` : key);
+    const held = this.#held[space];
+    const result = await held.run(operation, held.release, [hash, owner]);
+    if (result.affectedRows === 1) this.#notifier.notify(held.listensAs(key));
     return result.affectedRows === 1;
   }
 
-  async raiseTokenFloor(lease: MysqlRowLease, floor: bigint): Promise<boolean> {
-    const { hash, owner } = lease;
-    if (lease.kind === 'row')
-      return (await this.#store.run('raise token floor', this.#store.sql.raiseFloor, [floor.toString(), hash, owner])).affectedRows === 1;
-    return this.#store.keyTransaction('raise token floor', hash, async (connection) => {
-      const result = await this.#store.on<ResultSetHeader>(connection, this.#store.sql.sharedRaiseFloor, [
-        floor.toString(),
-        hash,
-        hash,
-        owner,
-      ]);
-      return { commit: true, value: result.affectedRows === 1 };
-    });
+  raiseTokenFloor(lease: MysqlRowLease, floor: bigint): Promise<boolean> {
+    return this.#held[lease.space].raiseFloor(lease, floor.toString());
   }
 }

@@ -1,25 +1,20 @@
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
-  InFlight,
-  SessionLocks,
-  count,
-  instance,
-  ms,
-  oneOf,
-  readOptions,
   claimOfRow,
+  InFlight,
+  readOptions,
+  rules,
+  SessionLocks,
   sharedViewOfRows,
-  text,
-  url,
   urlOrClient,
   type AcquireRequest,
   type KeySpace,
   type LeaseEngine,
   type Rules,
   type StoreView,
-  TestingHooks,
 } from '@deadbolt/core/backend';
+import { TestingHooks } from '@deadbolt/core/testing';
 import { createPool, type Pool, type PoolConnection, type RowDataPacket } from 'mysql2/promise';
 import { MysqlLeases, type MysqlRowLease } from './lease.js';
 import { MysqlSessions, type MysqlSessionLease } from './session.js';
@@ -58,24 +53,24 @@ export type MysqlLease = MysqlRowLease | MysqlSessionLease;
 
 /** How each option of `mysqlBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const mysqlOptionRules = {
-  url: url(['mysql']),
-  client: instance(
+  url: rules.url(['mysql']),
+  client: rules.instance(
     (v): v is Pool => typeof (v as Pool | null)?.getConnection === 'function' && typeof (v as Pool).query === 'function',
     'a mysql2/promise Pool',
   ),
   // The backend adds `_shared_keys` (12 characters) for its own tables; MySQL names stop at 64.
-  table: text(/^[A-Za-z_][A-Za-z0-9_]{0,51}$/, 'a plain identifier (letters, digits, _; at most 52 characters)', [
+  table: rules.text(/^[A-Za-z_][A-Za-z0-9_]{0,51}$/, 'a plain identifier (letters, digits, _; at most 52 characters)', [
     '',
     '1abc',
     'a-b',
     'x'.repeat(53),
     'a;DROP',
   ]),
-  maxPollDelayMs: ms(),
-  connectTimeoutMs: ms(),
-  mode: oneOf(['lease', 'session']),
-  connectionLimit: count(1, 100_000),
-  commandTimeoutMs: ms(),
+  maxPollDelayMs: rules.ms(),
+  connectTimeoutMs: rules.ms(),
+  mode: rules.oneOf(['lease', 'session']),
+  connectionLimit: rules.count(1, 100_000),
+  commandTimeoutMs: rules.ms(),
 } satisfies Rules<MysqlBackendOptions>;
 
 /** Each backend's store, for `@deadbolt/mysql/testing` (testing.ts): not part of the backend's API. */

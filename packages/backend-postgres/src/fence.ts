@@ -6,16 +6,14 @@
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
 import {
-  runFencedWrite,
   checkFenceToken,
-  fencedTransaction,
   checkResource,
-  ms,
+  fencedTransaction,
   noAnswer,
   Once,
   readOptions,
-  text,
-  url,
+  rules,
+  runFencedWrite,
   urlOrClient,
   withTimeout,
   type Rules,
@@ -38,15 +36,15 @@ export interface PostgresFenceOptions {
 
 /** How each option of `postgresFence` is checked. */
 export const postgresFenceOptionRules = {
-  url: url(['postgres', 'postgresql'], true),
+  url: rules.url(['postgres', 'postgresql'], true),
   client: postgresOptionRules.client,
-  table: text(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63 characters)', [
+  table: rules.text(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63 characters)', [
     '',
     '1abc',
     'Fences',
     'a-b',
   ]),
-  commandTimeoutMs: ms(),
+  commandTimeoutMs: rules.ms(),
 } satisfies Rules<PostgresFenceOptions>;
 
 /**

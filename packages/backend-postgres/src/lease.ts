@@ -21,10 +21,17 @@ import {
 import pg from 'pg';
 import type { PostgresStore } from './store.js';
 
-/** A lease-mode mutex (`row`) or shared claim (`shared`). */
+/** A lease-mode claim: a mutex's row, or a claim on a shared key (its key space says which). */
 export interface PostgresRowLease extends Lease {
-  readonly kind: 'row' | 'shared';
+  readonly space: KeySpace;
   readonly keyBytes: Buffer;
+}
+
+/** The statements on a held claim of one key space (queries.ts). */
+interface HeldStatements {
+  readonly renew: string;
+  readonly release: string;
+  readonly raiseFloor: string;
 }
 
 export class PostgresLeases {
@@ -35,11 +42,18 @@ export class PostgresLeases {
   #listener: Promise<pg.Client> | undefined;
   /** Whether the listening connection is up (LISTEN answered, not dropped since). */
   #heard = false;
+  /** Each key space's statements on a held claim. */
+  readonly #held: Record<KeySpace, HeldStatements>;
 
   constructor(store: PostgresStore, acquiring: InFlight, maxPollDelayMs: number) {
     this.#store = store;
     this.#acquiring = acquiring;
     this.#maxPollDelayMs = maxPollDelayMs;
+    const { sql } = store;
+    this.#held = {
+      mutex: { renew: sql.renew, release: sql.release, raiseFloor: sql.raiseFloor },
+      shared: { renew: sql.sharedRenew, release: sql.sharedRelease, raiseFloor: sql.sharedRaiseFloor },
+    };
   }
 
   /** The name waiters of a key listen under (a digest: the key may be long, NOTIFY payloads are short). */
@@ -86,7 +100,7 @@ export class PostgresLeases {
       : await this.#store.run('acquire', sql.acquire, [keyBytes, req.owner, req.ttlMs, least]);
     const token = result.rows[0]?.['token'];
     if (token === undefined) return null;
-    return { kind: 'row', key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes };
+    return { space: 'mutex', key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes };
   }
 
   /** One function call per attempt, see queries.ts. */
@@ -105,7 +119,7 @@ export class PostgresLeases {
         throw new LimitMismatchError(req.key, Number(row['val']), req.limit);
       }
       if (row['status'] !== 1) return null;
-      return { kind: 'shared', key: req.key, owner: req.owner, token: BigInt(row['val'] as string), acquiredAt, keyBytes };
+      return { space: 'shared', key: req.key, owner: req.owner, token: BigInt(row['val'] as string), acquiredAt, keyBytes };
     };
     if (!req.wait) return attempt(false);
     const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
@@ -124,34 +138,22 @@ export class PostgresLeases {
   }
 
   async renew(lease: PostgresRowLease, ttlMs: number): Promise<boolean> {
-    const { sql } = this.#store;
-    return (
-      (await this.#store.run('renew', lease.kind === 'shared' ? sql.sharedRenew : sql.renew, [lease.keyBytes, lease.owner, ttlMs]))
-        .rowCount === 1
-    );
+    return (await this.#store.run('renew', this.#held[lease.space].renew, [lease.keyBytes, lease.owner, ttlMs])).rowCount === 1;
   }
 
   async release(lease: PostgresRowLease): Promise<void> {
-    await this.releaseOwner(lease.keyBytes, lease.owner, lease.kind === 'shared' ? 'shared' : 'mutex');
+    await this.releaseOwner(lease.keyBytes, lease.owner, lease.space);
   }
 
   /** The release statement for `owner` (it wakes the waiters); whether `owner` had the claim. Also `LockBackend.forceRelease`. */
   async releaseOwner(keyBytes: Buffer, owner: string, space: KeySpace, operation = 'release'): Promise<boolean> {
-    const { sql } = this.#store;
-    const result = await this.#store.run(operation, space === 'shared' ? sql.sharedRelease : sql.release, [
-      keyBytes,
-      owner,
-      this.#store.channel,
-    ]);
+    const result = await this.#store.run(operation, this.#held[space].release, [keyBytes, owner, this.#store.channel]);
     return result.rowCount === 1;
   }
 
   async raiseTokenFloor(lease: PostgresRowLease, floor: bigint): Promise<boolean> {
-    const { sql } = this.#store;
     const params = [lease.keyBytes, lease.owner, floor.toString()];
-    return (
-      (await this.#store.run('raise token floor', lease.kind === 'shared' ? sql.sharedRaiseFloor : sql.raiseFloor, params)).rowCount === 1
-    );
+    return (await this.#store.run('raise token floor', this.#held[lease.space].raiseFloor, params)).rowCount === 1;
   }
 
   /** Ends the listening connection. */

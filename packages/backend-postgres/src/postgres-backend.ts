@@ -2,25 +2,20 @@ import { createHash } from 'node:crypto';
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
-  InFlight,
-  SessionLocks,
-  count,
-  instance,
-  ms,
-  oneOf,
-  readOptions,
   claimOfRow,
+  InFlight,
+  readOptions,
+  rules,
+  SessionLocks,
   sharedViewOfRows,
-  text,
-  url,
   urlOrClient,
   type AcquireRequest,
   type KeySpace,
   type LeaseEngine,
   type Rules,
   type StoreView,
-  TestingHooks,
 } from '@deadbolt/core/backend';
+import { TestingHooks } from '@deadbolt/core/testing';
 import pg, { type Pool, type PoolClient } from 'pg';
 import { PostgresLeases, type PostgresRowLease } from './lease.js';
 import { PostgresSessions, type PostgresSessionLease } from './session.js';
@@ -61,8 +56,8 @@ export type PostgresLease = PostgresRowLease | PostgresSessionLease;
 
 /** How each option of `postgresBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const postgresOptionRules = {
-  url: url(['postgres', 'postgresql'], true),
-  client: instance(
+  url: rules.url(['postgres', 'postgresql'], true),
+  client: rules.instance(
     (v): v is Pool =>
       v instanceof pg.Pool ||
       (typeof (v as Pool | null)?.connect === 'function' &&
@@ -71,19 +66,19 @@ export const postgresOptionRules = {
     'a pg Pool',
   ),
   // The backend adds `_shared_acquire` and the like; PostgreSQL names stop at 63 bytes.
-  table: text(/^[a-z_][a-z0-9_]{0,47}$/, 'a plain lower-case identifier (letters, digits, _; at most 48 characters)', [
+  table: rules.text(/^[a-z_][a-z0-9_]{0,47}$/, 'a plain lower-case identifier (letters, digits, _; at most 48 characters)', [
     '',
     '1abc',
     'Locks',
     'a-b',
     'x'.repeat(49),
   ]),
-  mode: oneOf(['lease', 'session']),
-  maxPollDelayMs: ms(),
-  connectTimeoutMs: ms(),
-  connectionLimit: count(1, 100_000),
-  commandTimeoutMs: ms(),
-  advisoryNamespace: count(0, 0x7fffffff),
+  mode: rules.oneOf(['lease', 'session']),
+  maxPollDelayMs: rules.ms(),
+  connectTimeoutMs: rules.ms(),
+  connectionLimit: rules.count(1, 100_000),
+  commandTimeoutMs: rules.ms(),
+  advisoryNamespace: rules.count(0, 0x7fffffff),
 } satisfies Rules<PostgresBackendOptions>;
 
 /** Each backend's store, for `@deadbolt/postgres/testing` (testing.ts): not part of the backend's API. */

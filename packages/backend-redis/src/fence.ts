@@ -3,7 +3,7 @@
 // and the write. Tokens are compared as decimal text (length first), exactly at any size: a Lua
 // number would round above 2^53.
 import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, flag, ms, readOptions, runFencedWrite, url, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { checkResource, readOptions, rules, runFencedWrite, urlOrClient, type Rules } from '@deadbolt/core/backend';
 import type { Cluster, Redis } from 'ioredis';
 import { closeRedis, openRedis } from './connection.js';
 import { redisOptionRules } from './redis-backend.js';
@@ -27,12 +27,12 @@ export interface RedisFenceOptions {
 
 /** How each option of `redisFence` is checked. */
 export const redisFenceOptionRules = {
-  url: url(['redis', 'rediss']),
+  url: rules.url(['redis', 'rediss']),
   client: redisOptionRules.client,
-  cluster: flag,
+  cluster: rules.flag,
   prefix: redisOptionRules.prefix,
-  connectTimeoutMs: ms(),
-  commandTimeoutMs: ms(),
+  connectTimeoutMs: rules.ms(),
+  commandTimeoutMs: rules.ms(),
 } satisfies Rules<RedisFenceOptions>;
 
 /** KEYS[1] the resource's hash; ARGV[1] the token (decimal), ARGV[2] the value. Nil when written, else the token that refuses it. */

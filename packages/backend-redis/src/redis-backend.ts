@@ -1,24 +1,18 @@
 import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
-  count,
-  flag,
   InFlight,
-  instance,
   MAX_TIMER_MS,
-  ms,
   readOptions,
-  settings,
-  text,
-  url,
+  rules,
   urlOrClient,
   type AcquireRequest,
+  type KeySpace,
   type Rule,
   type Rules,
-  type KeySpace,
   type StoreView,
-  TestingHooks,
 } from '@deadbolt/core/backend';
+import { TestingHooks } from '@deadbolt/core/testing';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { closeRedis, openRedis, type RedisClient } from './connection.js';
 import { RedisClaims, type RedisLease } from './claims.js';
@@ -103,24 +97,24 @@ export interface RedisBackendOptions {
 
 /** How each option of `redisBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const redisOptionRules = {
-  url: url(['redis', 'rediss']),
-  client: instance(
+  url: rules.url(['redis', 'rediss']),
+  client: rules.instance(
     (v): v is RedisClient => v instanceof Redis || v instanceof Cluster,
     'an ioredis Redis or Cluster client',
   ) as Rule<RedisClient>,
-  cluster: flag,
-  clusterOptions: settings as Rule<Omit<ClusterOptions, 'redisOptions'>>,
-  sentinel: text(/^[\w.-]{1,100}$/, "a Sentinel master name (letters, digits, '.', '_', '-')", ['', 'a b', 'x'.repeat(101)]),
-  sentinelOptions: settings as Rule<Omit<RedisOptions, 'sentinels' | 'name'>>,
-  syncReplicas: count(0, 100),
-  syncTimeoutMs: count(1, MAX_TIMER_MS), // WAIT takes whole ms
-  restartGuardMs: count(0, MAX_TIMER_MS),
-  prefix: text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}', 'a{']),
-  fifo: flag,
-  maxPollDelayMs: ms(),
-  connectTimeoutMs: ms(),
-  commandTimeoutMs: ms(),
-  allowEviction: flag,
+  cluster: rules.flag,
+  clusterOptions: rules.settings as Rule<Omit<ClusterOptions, 'redisOptions'>>,
+  sentinel: rules.text(/^[\w.-]{1,100}$/, "a Sentinel master name (letters, digits, '.', '_', '-')", ['', 'a b', 'x'.repeat(101)]),
+  sentinelOptions: rules.settings as Rule<Omit<RedisOptions, 'sentinels' | 'name'>>,
+  syncReplicas: rules.count(0, 100),
+  syncTimeoutMs: rules.count(1, MAX_TIMER_MS), // WAIT takes whole ms
+  restartGuardMs: rules.count(0, MAX_TIMER_MS),
+  prefix: rules.text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}', 'a{']),
+  fifo: rules.flag,
+  maxPollDelayMs: rules.ms(),
+  connectTimeoutMs: rules.ms(),
+  commandTimeoutMs: rules.ms(),
+  allowEviction: rules.flag,
 } satisfies Rules<RedisBackendOptions>;
 
 /** Each backend's store, for `@deadbolt/redis/testing` (testing.ts): not part of the backend's API. */

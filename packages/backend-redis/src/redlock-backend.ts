@@ -2,18 +2,13 @@
 // majority rule (attempt, tokens, give-backs on the minority, drift) is one piece read top to bottom.
 import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type ClaimInfo, type LockBackend } from '@deadbolt/core';
 import {
-  count,
   describe,
-  flag,
-  MAX_TIMER_MS,
-  ms,
   InFlight,
+  MAX_TIMER_MS,
   pollForLease,
   readOptions,
   required,
-  share,
-  text,
-  url,
+  rules,
   wallMicros,
   type AcquireRequest,
   type Lease,
@@ -64,7 +59,7 @@ export interface RedlockLease extends Lease {
  * written: two names of one host are not caught). One server named twice would count twice
  * towards the majority, so with 3 nodes it alone could grant a lock.
  */
-const nodeUrl = url(['redis', 'rediss']);
+const nodeUrl = rules.url(['redis', 'rediss']);
 /** A Redlock node as given: a URL, or a client of yours (a union, so declarations print it as written: see `RedisClient`). */
 type RedlockNode = StoreUrl | Redis;
 const nodesRule: Rule<RedlockNode[]> = {
@@ -100,13 +95,13 @@ const nodesRule: Rule<RedlockNode[]> = {
 /** How each option of `redlockBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const redlockOptionRules = {
   nodes: nodesRule,
-  prefix: text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}']),
-  maxTtlMs: count(1, MAX_TIMER_MS),
-  driftFactor: share(0, 0.5),
-  retryDelayMs: ms(),
-  connectTimeoutMs: ms(),
-  commandTimeoutMs: ms(),
-  allowEviction: flag,
+  prefix: rules.text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}']),
+  maxTtlMs: rules.count(1, MAX_TIMER_MS),
+  driftFactor: rules.share(0, 0.5),
+  retryDelayMs: rules.ms(),
+  connectTimeoutMs: rules.ms(),
+  commandTimeoutMs: rules.ms(),
+  allowEviction: rules.flag,
 } satisfies Rules<RedlockBackendOptions>;
 
 /** A node's reply to one step: its lease (or true), nothing (busy, or refusing), unreachable, or not yet in. */

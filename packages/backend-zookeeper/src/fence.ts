@@ -5,18 +5,7 @@
 // short random pause that spreads writers out, until the write's deadline. A first write creates
 // the node; a lost race to create it looks again too.
 import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import {
-  checkResource,
-  count,
-  MAX_TIMER_MS,
-  ms,
-  readOptions,
-  required,
-  runFencedWrite,
-  sleep,
-  url,
-  type Rules,
-} from '@deadbolt/core/backend';
+import { checkResource, MAX_TIMER_MS, readOptions, required, rules, runFencedWrite, sleep, type Rules } from '@deadbolt/core/backend';
 import { call, ensurePath } from './nodes.js';
 import type { Session, ZooKeeperSessions } from './sessions.js';
 import { Code, CreateMode, type Stat } from './zookeeper-client.js';
@@ -36,10 +25,10 @@ export interface ZooKeeperFenceOptions {
 
 /** How each option of `zookeeperFence` is checked. */
 export const zookeeperFenceOptionRules = {
-  url: url(['zookeeper']),
+  url: rules.url(['zookeeper']),
   root: pathRule,
-  connectTimeoutMs: ms(),
-  sessionTimeoutMs: count(1000, MAX_TIMER_MS),
+  connectTimeoutMs: rules.ms(),
+  sessionTimeoutMs: rules.count(1000, MAX_TIMER_MS),
 } satisfies Rules<ZooKeeperFenceOptions>;
 
 /** Values in ZooKeeper guarded by fencing tokens (see core's `Fence`). */

@@ -4,25 +4,22 @@
 import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
-  count,
   grantable,
   keySpace,
-  sharedView,
   MAX_TIMER_MS,
-  ms,
   readOptions,
   required,
+  rules,
+  sharedView,
   sleep,
-  text,
-  url,
-  type Rules,
   type AcquireRequest,
-  type Lease,
   type KeySpace,
+  type Lease,
+  type Rules,
   type StoreUrl,
-  TestingHooks,
   type StoreView,
 } from '@deadbolt/core/backend';
+import { TestingHooks } from '@deadbolt/core/testing';
 import {
   call,
   childrenChanged,
@@ -66,8 +63,8 @@ export interface ZooKeeperBackendOptions {
 
 export interface ZooKeeperLease extends Lease {
   readonly path: string;
-  /** A mutex's, or a shared claim's (a semaphore permit or read-write lock: its node lives under `sharedPathFor`). */
-  readonly kind: 'mutex' | 'shared';
+  /** A mutex's, or a shared claim's (a semaphore permit or read-write lock: its node lives under the shared key's). */
+  readonly space: KeySpace;
   /** Our node's creation zxid; the token is this plus the key's offset at the grant. */
   readonly zxid: bigint;
   readonly offset: bigint;
@@ -81,7 +78,7 @@ export interface ZooKeeperLease extends Lease {
  * A znode path as ZooKeeper accepts it: absolute, no empty, `.` or `..` element, none of the
  * characters it refuses (controls, surrogates, U+FFF0 and up), not under its own `/zookeeper`.
  */
-export const pathRule = text(
+export const pathRule = rules.text(
   /^(?!\/zookeeper(?:\/|$))(?:\/(?!\.{1,2}(?:\/|$))[^/\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]+)+$/,
   'an absolute znode path such as /deadbolt (no ., .., control characters or /zookeeper)',
   ['deadbolt', '/', '/a/', '/a//b', '/.', '/a/..', '/a\u0001', '/zookeeper', '/zookeeper/x'],
@@ -101,10 +98,10 @@ export function openSessions(url: StoreUrl, connectTimeoutMs: number): ZooKeeper
 
 /** How each option of `zookeeperBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const zookeeperOptionRules = {
-  url: url(['zookeeper']),
+  url: rules.url(['zookeeper']),
   root: pathRule,
-  connectTimeoutMs: ms(),
-  maxSessionTimeoutMs: count(1000, MAX_TIMER_MS),
+  connectTimeoutMs: rules.ms(),
+  maxSessionTimeoutMs: rules.count(1000, MAX_TIMER_MS),
 } satisfies Rules<ZooKeeperBackendOptions>;
 
 /** What one kind of claim (a mutex waiter, a shared claim) looks like in a key's queue. */
@@ -302,7 +299,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   async raiseTokenFloor(lease: ZooKeeperLease, floor: bigint): Promise<boolean> {
     const l = lease;
     const parent = l.path.slice(0, l.path.lastIndexOf('/'));
-    if (l.kind === 'shared') return this.#raiseSharedFloor(l, parent, floor);
+    if (l.space === 'shared') return this.#raiseSharedFloor(l, parent, floor);
     const result = await call<unknown[]>(
       l.session,
       'raise token floor',
@@ -530,7 +527,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
       session,
       lost: lost.signal,
       stopWatching,
-      kind: shared ? 'shared' : 'mutex',
+      space: shared ? 'shared' : 'mutex',
     };
   }
 }

@@ -1,7 +1,8 @@
 // The scenarios' workloads and what each measures (the bench README describes them): one function
 // or open/result pair per scenario. Long: one scenario after another.
 import { createLocker, type Lock } from '@deadbolt/core';
-import { observeBackend, sleep } from '@deadbolt/core/backend';
+import { sleep } from '@deadbolt/core/backend';
+import { observeBackend } from '@deadbolt/core/testing';
 import { breakClaim } from './loss.js';
 import { jain, summarize, type Summary } from './stats.js';
 import { clientCpuSeconds, type StoreProbe } from './stores.js';

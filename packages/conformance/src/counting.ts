@@ -1,5 +1,5 @@
 import type { LockBackend } from '@deadbolt/core';
-import { observeBackend } from '@deadbolt/core/backend';
+import { observeBackend } from '@deadbolt/core/testing';
 
 /**
  * `inner` with every store call recorded by name, for the "bad input before any I/O" checks. An

@@ -6,7 +6,8 @@
  * staged inline, so a failing one reads on its own.
  */
 import { createLocker, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
-import { MUTEX, sleep, wrapBackend, type Lease } from '@deadbolt/core/backend';
+import { MUTEX, sleep, type Lease } from '@deadbolt/core/backend';
+import { wrapBackend } from '@deadbolt/core/testing';
 import { afterEach, describe, expect, it } from './harness.js';
 import { FaultProxy } from './fault-proxy.js';
 import type { SuiteContext } from './context.js';

@@ -14,31 +14,18 @@ export {
   type LeaseEngine,
   type StoreView,
 } from './backend.js';
-export { backendFailure, keepSecret, noAnswer } from './errors.js';
+export { backendFailure, noAnswer } from './errors.js';
 export { checkFenceToken, checkResource, fencedTransaction, runFencedWrite, type SqlConnections } from './fence.js';
 export { claimOfRow, grantable, grantableBehind, sharedView, sharedViewOfRows } from './shared.js';
-export { validateKey, validateKeys, validateTtl } from './validate.js';
 export {
   addressOf,
-  count,
   describe,
-  flag,
-  instance,
-  ms,
-  nested,
-  oneOf,
   own,
-  parseStoreUrl,
   readOptions,
   required,
-  settings,
-  share,
-  signal,
-  text,
+  rules,
   unknownOption,
-  url,
   urlOrClient,
-  wait,
   type ReadOptions,
   type Rule,
   type Rules,
@@ -48,13 +35,11 @@ export { LeaseKeeper, safeLifetime } from './lease-keeper.js';
 export { Once } from './once.js';
 export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './session-locks.js';
 export { StrandedConnections } from './stranded.js';
-export { TestingHooks } from './testing-hooks.js';
 export { after, answerDeadline, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, withTimeout, type Timer } from './time.js';
 export {
   AGAIN,
   connectionRefused,
   InFlight,
-  MIN_WAITER_PLACE_MS,
   POLL_SOON,
   QueuePlace,
   waiterCadence,
@@ -62,7 +47,5 @@ export {
   ReleaseNotifier,
   sleep,
   UnavailableGrace,
-  waitOnConnections,
   type PollOptions,
 } from './wait.js';
-export { observeBackend, wrapBackend, type BackendMethod } from './wrap.js';

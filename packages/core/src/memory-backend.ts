@@ -18,7 +18,7 @@ import { DONE } from './wait.js';
 
 /** A memory lease: a mutex's, or a shared claim's (a semaphore permit or read-write lock). */
 export interface MemoryLease extends Lease {
-  readonly kind: 'mutex' | 'shared';
+  readonly space: KeySpace;
 }
 
 interface Claim {
@@ -151,7 +151,7 @@ export class MemoryLockStore {
 
   /** `LockBackend.renew`: whether the lease was still this owner's (its expiry then moved `ttlMs` ahead). Never throws. */
   renew(lease: MemoryLease, ttlMs: number): boolean {
-    if (lease.kind === 'shared') return this.#renewClaim(lease, ttlMs);
+    if (lease.space === 'shared') return this.#renewClaim(lease, ttlMs);
     const state = this.#keys.get(lease.key);
     const holder = state?.holder;
     if (!holder || holder.owner !== lease.owner) return false;
@@ -166,7 +166,7 @@ export class MemoryLockStore {
 
   /** `LockBackend.release`: frees the lease if it is still this owner's, and hands the key to the next waiter. Never throws. */
   release(lease: MemoryLease): void {
-    if (lease.kind === 'shared') {
+    if (lease.space === 'shared') {
       const state = this.#shared.get(lease.key);
       const claim = state?.claims.find((c) => c.req.owner === lease.owner && !c.grant);
       if (state && claim) this.#dropClaim(lease.key, state, claim);
@@ -182,7 +182,7 @@ export class MemoryLockStore {
     this.#expireIfDue(lease.key);
     this.#expireShared(lease.key);
     const owner =
-      lease.kind === 'shared'
+      lease.space === 'shared'
         ? this.#shared.get(lease.key)?.claims.find((c) => c.req.owner === lease.owner && !c.grant)?.req.owner
         : this.#keys.get(lease.key)?.holder?.owner;
     if (owner !== lease.owner) return false;
@@ -298,7 +298,7 @@ export class MemoryLockStore {
     claim.grant = undefined;
     claim.token = token;
     if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
-    return { kind: 'shared', key, owner: req.owner, token, acquiredAt };
+    return { space: 'shared', key, owner: req.owner, token, acquiredAt };
   }
 
   /** Remove a claim (released, expired, aborted, or a failed try) and grant whoever may go now. */
@@ -360,7 +360,7 @@ export class MemoryLockStore {
     const holder: Holder = { owner: req.owner, token, expiresAt: acquiredAt + req.ttlMs, timer: undefined };
     state.holder = holder;
     if (state.waiters.length > 0) this.#armExpiry(key, holder);
-    return { kind: 'mutex', key, owner: req.owner, token, acquiredAt };
+    return { space: 'mutex', key, owner: req.owner, token, acquiredAt };
   }
 
   /** Hand the key to the next waiter when the holder's lease runs out. */

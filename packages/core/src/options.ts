@@ -29,7 +29,8 @@ export type ReadOptions<R> = { -readonly [K in keyof R]?: R[K] extends Rule<infe
 
 /**
  * Reads `raw` (undefined meaning no options) by `rules`: own properties only, each checked by its
- * rule; absent and `undefined` ones are left out. `where` names the call in errors. The result has
+ * rule; absent and `undefined` ones are left out. `where` names the call in errors, and `parent`,
+ * for sub-options (`nested`), goes before each option's name (`poll.minDelayMs`). The result has
  * no prototype: an option left out reads as undefined even when someone has put a property of that
  * name on `Object.prototype` (which every object literal inherits). A name no rule knows is refused,
  * `undefined` or not: a misspelt option (`timeout` for `timeoutMs`) would otherwise leave its
@@ -37,7 +38,12 @@ export type ReadOptions<R> = { -readonly [K in keyof R]?: R[K] extends Rule<infe
  * @throws InvalidArgumentError when `raw` is not a plain object, holds an option no rule knows (the
  * message names it, and the option it probably meant where one is close), or any option breaks its rule.
  */
-export function readOptions<R extends Record<string, Rule<unknown>>>(raw: unknown, rules: R, where: string): ReadOptions<R> {
+export function readOptions<R extends Record<string, Rule<unknown>>>(
+  raw: unknown,
+  rules: R,
+  where: string,
+  parent?: string,
+): ReadOptions<R> {
   const out = noPrototype<Record<string, unknown>>();
   if (raw === undefined) return out as ReadOptions<R>;
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
@@ -48,7 +54,7 @@ export function readOptions<R extends Record<string, Rule<unknown>>>(raw: unknow
   }
   for (const name in rules) {
     const value = own(raw, name);
-    if (value !== undefined) out[name] = rules[name]!.check(value, name);
+    if (value !== undefined) out[name] = rules[name]!.check(value, parent === undefined ? name : `${parent}.${name}`);
   }
   return out as ReadOptions<R>;
 }
@@ -183,17 +189,10 @@ export function nested<R extends Record<string, Rule<unknown>>>(rules: R): Rule<
   return {
     check: (value, name) => {
       if (typeof value !== 'object' || value === null || Array.isArray(value)) return refuse(name, 'an object', value);
-      return readOptions(value, prefixed(rules, name), name);
+      return readOptions(value, rules, name, name);
     },
     hostile: [null, 5, 'x', [], ...inner],
   };
-}
-
-/** `rules` whose errors name `parent.option`. */
-function prefixed<R extends Record<string, Rule<unknown>>>(rules: R, parent: string): R {
-  return Object.fromEntries(
-    Object.entries(rules).map(([key, rule]) => [key, { ...rule, check: (v: unknown) => rule.check(v, `${parent}.${key}`) }]),
-  ) as unknown as R;
 }
 
 /** A whole number from `min` to `max`. */
@@ -343,3 +342,11 @@ export function parseStoreUrl(text: string, schemes: readonly string[]): StoreUr
   }
   return { href: text, scheme: m[1]!.toLowerCase(), hosts, username, password, path: (m[4] ?? '').replace(/^\//, '') };
 }
+
+/**
+ * The rules a backend's options are checked by (`readOptions`), one maker per kind of value:
+ * `rules.ms()`, `rules.url(['redis'])`, `rules.text(pattern, what)`… Each rule carries the hostile
+ * values the conformance suite feeds it. Throws nothing (a rule throws InvalidArgumentError when it
+ * checks a bad value).
+ */
+export const rules = { count, flag, instance, ms, nested, oneOf, settings, share, signal, text, url, wait } as const;

@@ -15,7 +15,7 @@ import {
   type LockBackend,
 } from '../src/index.js';
 import type { MemoryLease } from '../src/memory-backend.js';
-import { wrapBackend } from '../src/backend-api.js';
+import { wrapBackend } from '../src/testing.js';
 
 type Seen = { channel: string; event: Record<string, unknown> };
 const undo: Array<() => void> = [];

@@ -3,7 +3,7 @@
 // stores. On the memory backend; well under a second.
 import { describe, expect, it } from 'vitest';
 import { createLocker, memoryBackend, MemoryLockStore, migratingBackend, type LockBackend } from '../src/index.js';
-import { wrapBackend } from '../src/backend-api.js';
+import { wrapBackend } from '../src/testing.js';
 
 const memory = () => memoryBackend({ store: new MemoryLockStore() });
 

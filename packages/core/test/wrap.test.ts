@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createLocker, memoryBackend, MemoryLockStore } from '../src/index.js';
-import { observeBackend, wrapBackend } from '../src/backend-api.js';
+import { observeBackend, wrapBackend } from '../src/testing.js';
 
 describe('wrapBackend', () => {
   it('forwards every member it does not replace, the optional ones included', async () => {

@@ -6,7 +6,7 @@
 // kind goes in `db.system.name` where OpenTelemetry names it.
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { AcquireEvent, LeaseEvent, LeaseLostEvent, RenewalFailedEvent } from '@deadbolt/core';
-import { flag, readOptions, settings, type Rules } from '@deadbolt/core/backend';
+import { readOptions, rules, type Rules } from '@deadbolt/core/backend';
 import {
   context,
   metrics,
@@ -51,9 +51,9 @@ const NAME = '@deadbolt/otel';
 
 /** How each option is checked: as every deadbolt options object, own properties only and no unknown names. */
 const OPTION_RULES = {
-  tracerProvider: settings,
-  meterProvider: settings,
-  keysOnSpans: flag,
+  tracerProvider: rules.settings,
+  meterProvider: rules.settings,
+  keysOnSpans: rules.flag,
 } satisfies Rules<DeadboltInstrumentationOptions>;
 
 /**

@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore } from '@deadbolt/core';
-import { wrapBackend } from '@deadbolt/core/backend';
+import { wrapBackend } from '@deadbolt/core/testing';
 import { metrics, SpanStatusCode, trace } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, type DataPoint, type Histogram } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
