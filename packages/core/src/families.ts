@@ -5,24 +5,25 @@ import type { Claim, KeySpace } from './backend.js';
 import type { HeldKind } from './held-scope.js';
 import type { Inspection, Lock, LockOptions, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 
+/**
+ * One family method's take of its key: what the caller then holds it as (the nesting rules read
+ * it), the claim it makes (none for a mutex), and the method's name for errors.
+ */
+export interface AcquireCall {
+  readonly key: string;
+  readonly as: HeldKind;
+  readonly claim?: Claim;
+  readonly where: string;
+}
+
 /** What the families need of their locker. */
 export interface FamilyHost {
-  takeShared(
-    key: string,
-    want: HeldKind,
-    claim: Claim,
-    options: LockOptions | TryLockOptions | undefined,
-    where: string,
-    trying: boolean,
-  ): Promise<Lock | null>;
-  withHeld<T>(
-    key: string,
-    want: HeldKind,
-    fn: (lock: Lock) => Promise<T> | T,
-    options: LockOptions | undefined,
-    where: string,
-    claim?: Claim,
-  ): Promise<T>;
+  /** As `lock()`. */
+  take(call: AcquireCall, options: LockOptions | undefined): Promise<Lock>;
+  /** As `tryLock()`. */
+  tryTake(call: AcquireCall, options: TryLockOptions | undefined): Promise<Lock | null>;
+  /** As `withLock()`. */
+  withHeld<T>(call: AcquireCall, fn: (lock: Lock) => Promise<T> | T, options: LockOptions | undefined): Promise<T>;
   inspectKey(key: string, space: KeySpace): Promise<Inspection>;
 }
 
@@ -37,19 +38,23 @@ export class LockerSemaphore implements Semaphore {
   }
 
   acquire(options?: LockOptions): Promise<Lock> {
-    return this.locker.takeShared(this.key, 'permit', this.#claim, options, 'acquire', false) as Promise<Lock>;
+    return this.locker.take(this.#call('acquire'), options);
   }
 
   tryAcquire(options?: TryLockOptions): Promise<Lock | null> {
-    return this.locker.takeShared(this.key, 'permit', this.#claim, options, 'tryAcquire', true);
+    return this.locker.tryTake(this.#call('tryAcquire'), options);
   }
 
   withPermit<T>(fn: (permit: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
-    return this.locker.withHeld(this.key, 'permit', fn, options, 'withPermit', this.#claim);
+    return this.locker.withHeld(this.#call('withPermit'), fn, options);
   }
 
   inspect(): Promise<Inspection> {
     return this.locker.inspectKey(this.key, 'shared');
+  }
+
+  #call(where: string): AcquireCall {
+    return { key: this.key, as: 'permit', claim: this.#claim, where };
   }
 }
 
@@ -63,30 +68,34 @@ export class LockerReadWriteLock implements ReadWriteLock {
   ) {}
 
   read(options?: LockOptions): Promise<Lock> {
-    return this.locker.takeShared(this.key, 'read', READ, options, 'read', false) as Promise<Lock>;
+    return this.locker.take(this.#call('read', 'read'), options);
   }
 
   write(options?: LockOptions): Promise<Lock> {
-    return this.locker.takeShared(this.key, 'write', WRITE, options, 'write', false) as Promise<Lock>;
+    return this.locker.take(this.#call('write', 'write'), options);
   }
 
   tryRead(options?: TryLockOptions): Promise<Lock | null> {
-    return this.locker.takeShared(this.key, 'read', READ, options, 'tryRead', true);
+    return this.locker.tryTake(this.#call('read', 'tryRead'), options);
   }
 
   tryWrite(options?: TryLockOptions): Promise<Lock | null> {
-    return this.locker.takeShared(this.key, 'write', WRITE, options, 'tryWrite', true);
+    return this.locker.tryTake(this.#call('write', 'tryWrite'), options);
   }
 
   withRead<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
-    return this.locker.withHeld(this.key, 'read', fn, options, 'withRead', READ);
+    return this.locker.withHeld(this.#call('read', 'withRead'), fn, options);
   }
 
   withWrite<T>(fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
-    return this.locker.withHeld(this.key, 'write', fn, options, 'withWrite', WRITE);
+    return this.locker.withHeld(this.#call('write', 'withWrite'), fn, options);
   }
 
   inspect(): Promise<Inspection> {
     return this.locker.inspectKey(this.key, 'shared');
+  }
+
+  #call(as: 'read' | 'write', where: string): AcquireCall {
+    return { key: this.key, as, claim: as === 'write' ? WRITE : READ, where };
   }
 }

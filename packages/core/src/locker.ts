@@ -30,7 +30,7 @@ import {
 } from './errors.js';
 import { diagnostics, eventKey, eventSource, type AcquireEvent } from './diagnostics.js';
 import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
-import { LockerReadWriteLock, LockerSemaphore } from './families.js';
+import { LockerReadWriteLock, LockerSemaphore, type AcquireCall } from './families.js';
 import { renewalDueMs, safeLifetime } from './lease-keeper.js';
 import { type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
@@ -211,7 +211,7 @@ class DefaultLocker implements Locker {
   }
 
   async withLock<T>(key: string, fn: (lock: Lock) => Promise<T> | T, options?: LockOptions): Promise<T> {
-    return this.withHeld(key, 'lock', fn, options, 'withLock');
+    return this.withHeld({ key, as: 'lock', where: 'withLock' }, fn, options);
   }
 
   async lockAll(keys: readonly string[], options?: LockOptions): Promise<MultiLock> {
@@ -297,40 +297,36 @@ class DefaultLocker implements Locker {
     throw new SelfDeadlockError(key);
   }
 
-  /** The body of `withLock`, `withRead`, `withWrite` and `withPermit`: a scope that holds `key` as `want`. */
+  /** The body of `withLock`, `withRead`, `withWrite` and `withPermit`: a scope that holds the call's key as it says. */
   async withHeld<T>(
-    key: string,
-    want: HeldKind,
+    { key, as, claim, where }: AcquireCall,
     fn: (lock: Lock) => Promise<T> | T,
     options: LockOptions | undefined,
-    where: string,
-    claim?: Claim,
   ): Promise<T> {
     if (typeof fn !== 'function') throw new InvalidArgumentError(`${where} needs a function`);
     validateKey(key);
     const call = readCall(options, LOCK_RULES, where);
-    const nested = this.#nested(key, want, call);
+    const nested = this.#nested(key, as, call);
     if (nested) return this.holding(Promise.resolve(nested), fn);
-    return this.holding(this.wait(key, call, claim), (lock) => runHolding([{ locker: this, key, kind: want, lock }], () => fn(lock)));
+    return this.holding(this.wait(key, call, claim), (lock) => runHolding([{ locker: this, key, kind: as, lock }], () => fn(lock)));
   }
 
-  /** A family take (`read`, `write`, a permit) of a validated key: as `lock()` (`trying` false) or `tryLock()`. */
-  takeShared(
-    key: string,
-    want: HeldKind,
-    claim: Claim,
-    options: LockOptions | TryLockOptions | undefined,
-    where: string,
-    trying: boolean,
-  ): Promise<Lock | null> {
+  /** A family take (`read`, `write`, a permit) of a validated key, as `lock()`. */
+  take({ key, as, claim, where }: AcquireCall, options: LockOptions | undefined): Promise<Lock> {
     try {
-      const call = readCall(options, trying ? TRY_RULES : LOCK_RULES, where);
-      const nested = this.#nested(key, want, call, trying);
-      if (nested !== undefined) return Promise.resolve(nested);
-      return trying ? this.attempt(key, call, claim) : this.wait(key, call, claim);
+      const call = readCall(options, LOCK_RULES, where);
+      const nested = this.#nested(key, as, call);
+      return nested ? Promise.resolve(nested) : this.wait(key, call, claim);
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /** A family take of a validated key, as `tryLock()`. */
+  async tryTake({ key, as, claim, where }: AcquireCall, options: TryLockOptions | undefined): Promise<Lock | null> {
+    const call = readCall(options, TRY_RULES, where);
+    const nested = this.#nested(key, as, call, true);
+    return nested !== undefined ? nested : this.attempt(key, call, claim);
   }
 
   semaphore(key: string, options: { limit: number }): Semaphore {
