@@ -112,20 +112,24 @@ describe('source layout', () => {
     ).toEqual([]);
   });
 
-  it('@deadbolt/core/backend is the list below, and a backend outside core imports each of its names', async () => {
-    const toolkit = Object.keys(await import('../packages/core/src/backend-api.js')).sort();
-    expect(toolkit).toEqual(TOOLKIT);
-    // Every `import { … } from '@deadbolt/core/backend'` outside core, its names (types aside).
+  it.each([
+    ['backend', () => import('../packages/core/src/backend-api.js'), () => TOOLKIT],
+    ['sql', () => import('../packages/core/src/sql-api.js'), () => SQL_KIT],
+  ] as const)('@deadbolt/core/%s is its list below, and a package outside core imports each of its names', async (entry, load, list) => {
+    const names = Object.keys(await load()).sort();
+    expect(names).toEqual(list());
+    // Every `import { … } from '@deadbolt/core/<entry>'` outside core, its names (types aside).
     const imported = new Set<string>();
     const examples = readdirSync(join(root, 'examples')).map((name) => join(root, 'examples', name, 'src'));
     const outside = [...packages.filter((name) => name !== 'core').map((name) => join(root, 'packages', name, 'src')), ...examples];
-    for (const file of outside.flatMap(sources))
-      for (const match of readFileSync(file, 'utf8').matchAll(/import\s*\{([^}]*)\}\s*from\s*'@deadbolt\/core\/backend'/g))
+    const from = new RegExp(`import\\s*(?:type\\s*)?\\{([^}]*)\\}\\s*from\\s*'@deadbolt/core/${entry}'`, 'g');
+    for (const source of outside.flatMap(sources))
+      for (const match of readFileSync(source, 'utf8').matchAll(from))
         for (const name of match[1]!.split(',').map((n) => n.trim()))
           if (name && !name.startsWith('type ')) imported.add(name.split(/\s+as\s+/)[0]!);
     expect(
-      toolkit.filter((name) => !imported.has(name)),
-      'names no backend imports',
+      names.filter((name) => !imported.has(name)),
+      'names no package outside core imports',
     ).toEqual([]);
   });
 });
@@ -141,19 +145,14 @@ const TOOLKIT = [
   'POLL_SOON',
   'QueuePlace',
   'ReleaseNotifier',
-  'SessionLocks',
-  'StrandedConnections',
   'UnavailableGrace',
   'addressOf',
   'after',
   'answerDeadline',
   'backendFailure',
-  'checkFenceToken',
   'checkResource',
-  'claimOfRow',
   'connectionRefused',
   'describe',
-  'fencedTransaction',
   'fullCapabilities',
   'grantable',
   'grantableBehind',
@@ -168,7 +167,6 @@ const TOOLKIT = [
   'runFencedWrite',
   'safeLifetime',
   'sharedView',
-  'sharedViewOfRows',
   'sleep',
   'stillStands',
   'unknownOption',
@@ -177,3 +175,6 @@ const TOOLKIT = [
   'wallMicros',
   'withTimeout',
 ];
+
+/** `@deadbolt/core/sql`'s names (its types aside), sorted. */
+const SQL_KIT = ['SessionLocks', 'StrandedConnections', 'checkFenceToken', 'claimOfRow', 'fencedTransaction', 'sharedViewOfRows'];

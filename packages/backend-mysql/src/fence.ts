@@ -7,9 +7,7 @@
 // `guard` runs the same statement inside a transaction of yours.
 import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
 import {
-  checkFenceToken,
   checkResource,
-  fencedTransaction,
   noAnswer,
   Once,
   readOptions,
@@ -19,6 +17,7 @@ import {
   withTimeout,
   type Rules,
 } from '@deadbolt/core/backend';
+import { checkFenceToken, fencedTransaction } from '@deadbolt/core/sql';
 import {
   createPool,
   escapeId,

@@ -1,12 +1,9 @@
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
-  claimOfRow,
   InFlight,
   readOptions,
   rules,
-  SessionLocks,
-  sharedViewOfRows,
   urlOrClient,
   type AcquireRequest,
   type KeySpace,
@@ -14,6 +11,7 @@ import {
   type Rules,
   type StoreView,
 } from '@deadbolt/core/backend';
+import { claimOfRow, SessionLocks, sharedViewOfRows } from '@deadbolt/core/sql';
 import { TestingHooks } from '@deadbolt/core/testing';
 import { createPool, type Pool, type PoolConnection, type RowDataPacket } from 'mysql2/promise';
 import { MysqlLeases, type MysqlRowLease } from './lease.js';

@@ -2,7 +2,8 @@
 // server frees when that connection closes or stays idle past the ttl (`wait_timeout`). The key's
 // row supplies only the fencing counter and the lock-delay marker. Core's `SessionLocks` runs the
 // lock's life; this says what each step is on MySQL / MariaDB.
-import type { AcquireRequest, BlockedWait, SessionDialect, SessionLease } from '@deadbolt/core/backend';
+import { type AcquireRequest } from '@deadbolt/core/backend';
+import { type BlockedWait, type SessionDialect, type SessionLease } from '@deadbolt/core/sql';
 import type { PoolConnection, ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import { MysqlStore } from './store.js';
 

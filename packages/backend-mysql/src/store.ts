@@ -3,7 +3,8 @@
 // connection, or the server refusing a statement).
 import { createHash } from 'node:crypto';
 import { BackendError, BackendUnavailableError, DeadboltError } from '@deadbolt/core';
-import { backendFailure, noAnswer, Once, StrandedConnections, withTimeout } from '@deadbolt/core/backend';
+import { backendFailure, noAnswer, Once, withTimeout } from '@deadbolt/core/backend';
+import { StrandedConnections } from '@deadbolt/core/sql';
 import { escapeId, type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import * as queries from './queries.js';
 

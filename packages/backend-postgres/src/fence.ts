@@ -6,9 +6,7 @@
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
 import {
-  checkFenceToken,
   checkResource,
-  fencedTransaction,
   noAnswer,
   Once,
   readOptions,
@@ -18,6 +16,7 @@ import {
   withTimeout,
   type Rules,
 } from '@deadbolt/core/backend';
+import { checkFenceToken, fencedTransaction } from '@deadbolt/core/sql';
 import pg, { type ClientBase, type Pool, type PoolClient } from 'pg';
 import { postgresOptionRules } from './postgres-backend.js';
 import { PostgresStore } from './store.js';

@@ -2,12 +2,9 @@ import { createHash } from 'node:crypto';
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   addressOf,
-  claimOfRow,
   InFlight,
   readOptions,
   rules,
-  SessionLocks,
-  sharedViewOfRows,
   urlOrClient,
   type AcquireRequest,
   type KeySpace,
@@ -15,6 +12,7 @@ import {
   type Rules,
   type StoreView,
 } from '@deadbolt/core/backend';
+import { claimOfRow, SessionLocks, sharedViewOfRows } from '@deadbolt/core/sql';
 import { TestingHooks } from '@deadbolt/core/testing';
 import pg, { type Pool, type PoolClient } from 'pg';
 import { PostgresLeases, type PostgresRowLease } from './lease.js';

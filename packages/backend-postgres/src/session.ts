@@ -4,7 +4,8 @@
 // supplies the fencing counter and the lock-delay marker. Core's `SessionLocks` runs the lock's
 // life; this says what each step is on PostgreSQL.
 import { BackendError } from '@deadbolt/core';
-import { AGAIN, Once, type AcquireRequest, type BlockedWait, type SessionDialect, type SessionLease } from '@deadbolt/core/backend';
+import { AGAIN, Once, type AcquireRequest } from '@deadbolt/core/backend';
+import { type BlockedWait, type SessionDialect, type SessionLease } from '@deadbolt/core/sql';
 import type { PoolClient } from 'pg';
 import { PostgresStore } from './store.js';
 

@@ -2,7 +2,8 @@
 // the tables, and how a failure is told apart (the connection, or the server refusing a statement).
 import { createHash } from 'node:crypto';
 import { BackendUnavailableError } from '@deadbolt/core';
-import { backendFailure, noAnswer, Once, StrandedConnections, withTimeout } from '@deadbolt/core/backend';
+import { backendFailure, noAnswer, Once, withTimeout } from '@deadbolt/core/backend';
+import { StrandedConnections } from '@deadbolt/core/sql';
 import pg, { type Pool, type PoolClient, type QueryResultRow } from 'pg';
 import * as queries from './queries.js';
 

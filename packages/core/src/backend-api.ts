@@ -15,8 +15,8 @@ export {
   type StoreView,
 } from './backend.js';
 export { backendFailure, noAnswer } from './errors.js';
-export { checkFenceToken, checkResource, fencedTransaction, runFencedWrite, type SqlConnections } from './fence.js';
-export { claimOfRow, grantable, grantableBehind, sharedView, sharedViewOfRows } from './shared.js';
+export { checkResource, runFencedWrite } from './fence.js';
+export { grantable, grantableBehind, sharedView } from './shared.js';
 export {
   addressOf,
   describe,
@@ -33,8 +33,6 @@ export {
 } from './options.js';
 export { LeaseKeeper, safeLifetime } from './lease-keeper.js';
 export { Once } from './once.js';
-export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './session-locks.js';
-export { StrandedConnections } from './stranded.js';
 export { after, answerDeadline, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, withTimeout, type Timer } from './time.js';
 export {
   AGAIN,

@@ -349,4 +349,29 @@ export function parseStoreUrl(text: string, schemes: readonly string[]): StoreUr
  * values the conformance suite feeds it. Throws nothing (a rule throws InvalidArgumentError when it
  * checks a bad value).
  */
-export const rules = { count, flag, instance, ms, nested, oneOf, settings, share, signal, text, url, wait } as const;
+export const rules = {
+  /** `count(min, max)`: a whole number from `min` to `max`. */
+  count,
+  /** `true` or `false` (the string `'false'` is not false). */
+  flag,
+  /** `instance(accepts, wanted)`: anything `accepts` says yes to (a driver's client or pool), described as `wanted`. */
+  instance,
+  /** `ms(min = 1)`: a delay or timeout a timer is armed with, from `min` up to Node's timer range (about 24.8 days). */
+  ms,
+  /** `nested(rules)`: an object of sub-options, each read by its rule (errors name `parent.option`). */
+  nested,
+  /** `oneOf(values)`: one of `values`. */
+  oneOf,
+  /** A plain object of further settings passed on as they are (a driver's own options). */
+  settings,
+  /** `share(min, below)`: a number (fractions allowed) from `min` up to, but not including, `below`. */
+  share,
+  /** An `AbortSignal`. */
+  signal,
+  /** `text(pattern, wanted, hostile?)`: a string matching `pattern`, described as `wanted` in errors. */
+  text,
+  /** `url(schemes, hostless?)`: a store URL with one of `schemes`, parsed, its password kept out of every message. */
+  url,
+  /** A caller's wait: any number of ms ≥ 0, Infinity meaning no limit. */
+  wait,
+} as const;

@@ -193,7 +193,7 @@ export async function pollForLease<L extends Lease>(
   }
 }
 
-/** What one attempt of a {@link waitOnConnections} wait returns to start again on a new connection (its connection was cut, or what it waited on changed). */
+/** What one attempt of a `waitOnConnections` wait (core's, which `SessionLocks` runs) returns to start again on a new connection (its connection was cut, or what it waited on changed). */
 export const AGAIN: unique symbol = Symbol('deadbolt.again');
 
 /** The pause before an attempt is made again: the first, and the most it doubles up to after failures. */

@@ -1,0 +1,9 @@
+/** @module @deadbolt/core/sql */
+// @deadbolt/core/sql: the kit the SQL stores' backends share (MySQL's and PostgreSQL's), beside the
+// backend toolkit of `@deadbolt/core/backend`: locks that live on a connection (`SessionLocks`),
+// pooled connections gone silent (`StrandedConnections`), shared-claim rows as `inspect` shows
+// them, and the fenced write's transaction.
+export { checkFenceToken, fencedTransaction, type SqlConnections } from './fence.js';
+export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './session-locks.js';
+export { claimOfRow, sharedViewOfRows } from './shared.js';
+export { StrandedConnections } from './stranded.js';
