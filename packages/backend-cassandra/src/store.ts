@@ -1,8 +1,9 @@
 // What every algorithm of the Cassandra backend shares: how statements are sent and their errors
 // classified, client timestamps, slots (the rows an acquisition writes in), the fencing-token row,
 // waiting, and the lease types. The algorithms (queue.ts, shadow.ts, lwt.ts, shared-claims.ts) are
-// written on top of it, each in its own file; cassandra-backend.ts picks one and dispatches to it.
-// One long file: what is here is what those four would otherwise each write again.
+// written on top of it, each in its own file; cassandra-backend.ts picks the algorithm once and
+// hands each lease to its key space's module. Long: what is here is what those four would
+// otherwise each write again.
 import { BackendError, BackendUnavailableError, type ClaimInfo } from '@deadbolt/core';
 import {
   backendFailure,

@@ -1,5 +1,7 @@
-// The server as every claim sees it (claims.ts): key names, one call with its error mapping, claims' etcd leases (revoked when given up, moved to a new ttl), and the watches (made
-// one at a time after any cancel under way, cancelled in the background).
+// The server as every claim sees it (claims.ts): key names, one call with its error mapping,
+// claims' etcd leases (revoked when given up, moved to a new ttl), and the watches (made one at a
+// time after any cancel under way, cancelled in the background). Long because each of those is
+// etcd3 client behaviour worked around in one place, which claims.ts would otherwise repeat.
 import { BackendError, BackendUnavailableError } from '@deadbolt/core';
 import {
   after,

@@ -3,8 +3,8 @@
  * backend (or all of them) while every earlier behaviour passed: a claim whose parts expire at
  * different times (29), a handshake slower than the connect timeout (30), keys that are not
  * well-formed Unicode or meet in one store namespace (31), nested family calls (32), waits
- * abandoned by close() (33), a password in a URL (34), and hostile option values (35). About 520
- * lines: one group, one behaviour after another.
+ * abandoned by close() (33), a password in a URL (34), and hostile option values (35). Long: one
+ * group, one behaviour after another, each readable on its own.
  */
 import { inspect as show } from 'node:util';
 import { randomUUID } from 'node:crypto';
