@@ -403,8 +403,11 @@ describe('deadbolt inspect on every store', () => {
       const ran = await cli(['inspect', freshKey(), '-u', `redis://127.0.0.1:${port}`, '--timeout', '0.5']);
       expect(ran.code, ran.stderr).toBe(69);
       expectOneLine(ran);
+      // The message proves the 500 ms deadline was the one applied (the default is 10 s); the bound
+      // only proves the process then exits rather than lingering on an open connection. Generous: a
+      // loaded CI machine once took 10.2 s to start the command, time out and exit.
       expect(ran.stderr).toMatch(/no answer within 500 ms/);
-      expect(ran.ms).toBeLessThan(10_000);
+      expect(ran.ms).toBeLessThan(30_000);
     } finally {
       silent.close();
     }
