@@ -46,8 +46,10 @@ export function defineCoreBehaviours(ctx: SuiteContext): void {
       const held = await a.lock(key);
       const before = await harness.inspect(key);
       const started = performance.now();
+      const stalls = stallsFromNow();
       expect(await b.tryLock(key)).toBeNull();
-      expect(performance.now() - started).toBeLessThan(Math.min(T, 1000));
+      // Well under a ttl: a one-shot take does not wait; what a loaded machine kept this process from running is added.
+      expect(performance.now() - started).toBeLessThan(Math.min(T, 1000) + stalls());
       expect(await harness.inspect(key)).toEqual(before);
       await held.release();
       const got = await b.tryLock(key);

@@ -49,14 +49,33 @@ export function timerLateness(ms: number): () => number {
  * a few tens of ms that adds it measures the code, not the machine's load.
  */
 export function stallsFromNow(): () => number {
+  const loop = watchLoop();
+  return () => {
+    const { longestMs, totalMs } = loop();
+    return Math.max(longestMs, totalMs);
+  };
+}
+
+/**
+ * The longest single stall of this process (ms) from now until the returned function is called. A
+ * stall past what a renewal cadence leaves (a third of a ttl) lets a lease lapse legitimately: a
+ * process that did not run did not renew.
+ */
+export function longestStallFromNow(): () => number {
+  const loop = watchLoop();
+  return () => loop().longestMs;
+}
+
+/** Samples the event loop every 10 ms; the returned function stops and reports the longest and summed lateness. */
+function watchLoop(): () => { longestMs: number; totalMs: number } {
   const resolutionMs = 10;
   const delays = monitorEventLoopDelay({ resolution: resolutionMs });
   delays.enable();
   return () => {
     delays.disable();
-    if (delays.count === 0) return 0;
-    const total = (delays.count * delays.mean) / 1e6 - delays.count * resolutionMs;
-    return Math.max(delays.max / 1e6 - resolutionMs, total, 0);
+    if (delays.count === 0) return { longestMs: 0, totalMs: 0 };
+    const totalMs = Math.max(0, (delays.count * delays.mean) / 1e6 - delays.count * resolutionMs);
+    return { longestMs: Math.max(0, delays.max / 1e6 - resolutionMs), totalMs };
   };
 }
 
