@@ -14,6 +14,7 @@ import {
   type StoreUrl,
   type StoreView,
 } from '@deadbolt/core/backend';
+import { TestingHooks } from '@deadbolt/core/testing';
 import cassandra, { type Client, type policies, type types } from 'cassandra-driver';
 import { LwtLock } from './lwt.js';
 import { QueueLock } from './queue.js';
@@ -24,6 +25,9 @@ import { CassandraStore, type CassandraLease, type ClaimModule, type MutexAlgori
 import { CassandraTimeService, type TimeServiceOptions } from './time-service.js';
 
 export type { CassandraLease } from './store.js';
+
+/** What `/testing` reaches of a backend: its setup (connect, schema), which it runs before reading the tables directly. */
+export const setupOf = new TestingHooks<CassandraBackend, Once>('a CassandraBackend');
 
 /**
  * - `queue` (default): the thesis' fair queue lock (FIFO by time-service order).
@@ -232,6 +236,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
         break;
     }
     this.#shared = new SharedClaims(this.#store);
+    setupOf.set(this, this.#ready);
   }
 
   acquire(req: AcquireRequest): Promise<CassandraLease | null> {

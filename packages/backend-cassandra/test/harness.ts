@@ -1,63 +1,17 @@
 import { cassandraBackend, cassandraOptionRules, type CassandraAlgorithm, type CassandraBackend } from '@deadbolt/cassandra';
-import { CLAIM_TABLES as TABLES, idFor } from '@deadbolt/cassandra/testing';
+import { CLAIM_TABLES as TABLES, claimsOf, idFor } from '@deadbolt/cassandra/testing';
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
-import { types } from 'cassandra-driver';
-import { MUTEX } from '@deadbolt/core/backend';
-
-const SERIAL = types.consistencies.serial;
 
 /** Reads and breaks the lock cells directly (every algorithm's tables). */
 export function cassandraHarness(url: string): ConformanceHarness & { admin: CassandraBackend } {
   const admin = cassandraBackend({ url });
-  const ready = async () => {
-    // The first acquisition creates the schema; a tryLock on a private key does that for the harness.
-    await admin
-      .acquire({ ...MUTEX, key: 'harness', owner: 'harness', ttlMs: 2000, wait: false, signal: new AbortController().signal })
-      .then((l) => l && admin.release(l));
-    return admin.client;
-  };
+  const claims = claimsOf(admin);
+  /** The client, once the server answers (the first read also creates the schema). */
+  const ready = async () => (await claims.inspect('harness'), admin.client);
   return {
     admin,
-    async inspect(key) {
-      const client = await ready();
-      const owners = new Set<string>();
-      for (const table of TABLES) {
-        const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [idFor(key)], {
-          prepare: true,
-        });
-        for (const row of result.rows) if (row['owner'] !== null) owners.add(row['owner'] as string);
-      }
-      return [...owners];
-    },
-    async loseClaim(key) {
-      const client = await ready();
-      for (const table of TABLES)
-        await client.execute(`DELETE FROM ${admin.keyspace}.${table} WHERE lock_id = ?`, [idFor(key)], { prepare: true });
-    },
-    async inspectShared(key) {
-      const client = await ready();
-      const result = await client.execute(`SELECT owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [idFor(key)], {
-        prepare: true,
-        consistency: SERIAL,
-      });
-      return result.rows.map((r) => r['owner'] as string | null).filter((o): o is string => o !== null);
-    },
-    async loseSharedClaim(key, owner) {
-      const client = await ready();
-      const result = await client.execute(`SELECT seq, owner FROM ${admin.keyspace}.shared_claims WHERE lock_id = ?`, [idFor(key)], {
-        prepare: true,
-        consistency: SERIAL,
-      });
-      for (const row of result.rows) {
-        if (row['owner'] !== owner) continue;
-        await client.execute(
-          `DELETE FROM ${admin.keyspace}.shared_claims WHERE lock_id = ? AND seq = ? IF owner = ?`,
-          [idFor(key), row['seq'], owner],
-          { prepare: true },
-        );
-      }
-    },
+    ...claims,
     async dropConnection(backend) {
       // Cassandra has no server-side "kill client": cut the driver's sockets, as a network fault would.
       for (const host of (backend as CassandraBackend).client.hosts.values()) {

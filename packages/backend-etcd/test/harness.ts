@@ -1,31 +1,13 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { etcdBackend, etcdOptionRules } from '@deadbolt/etcd';
-import { prefixFor, sharedPrefixFor } from '@deadbolt/etcd/testing';
+import { claimsOf, prefixFor } from '@deadbolt/etcd/testing';
 
-/** Reads and breaks the lock keys directly. */
+/** Reads and breaks the lock keys directly, through a backend of its own. */
 export function etcdHarness(url: string): ConformanceHarness {
   const admin = etcdBackend({ url });
   return {
-    async inspect(key) {
-      const prefix = prefixFor(admin, key);
-      const keys = await admin.client.getAll().prefix(prefix).sort('Create', 'Ascend').keys();
-      return keys.map((k) => k.slice(prefix.length));
-    },
-    async loseClaim(key) {
-      await admin.client.delete().prefix(prefixFor(admin, key)).exec();
-    },
-    async inspectShared(key) {
-      const prefix = sharedPrefixFor(admin, key);
-      const keys = await admin.client.getAll().prefix(prefix).sort('Create', 'Ascend').keys();
-      return keys.map((k) => k.slice(prefix.length));
-    },
-    async loseSharedClaim(key, owner) {
-      await admin.client
-        .delete()
-        .key(sharedPrefixFor(admin, key) + owner)
-        .exec();
-    },
+    ...claimsOf(admin),
     async dropConnection(_backend, key) {
       // The lease is etcd's session: revoking it is what a lost client looks like to the store.
       // Only the key's claims: other suites may hold locks in this etcd meanwhile.

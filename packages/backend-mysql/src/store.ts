@@ -30,7 +30,8 @@ export class MysqlStore {
   /** Server thread ids of the pool's open connections (for diagnostics and fault tests). */
   readonly threadIds = new Set<number>();
   readonly #commandTimeoutMs: number;
-  readonly #table: string;
+  /** The lock table's name, as given (its shared-claim tables add `_shared_keys` and `_shared`). */
+  readonly table: string;
   /** Threads of the connections checked out of the pool now (the rest of `threadIds` are idle). */
   readonly #busy = new Set<number>();
   /** Connections destroyed after a timeout or a connection error: never handed back to the pool. */
@@ -50,14 +51,14 @@ export class MysqlStore {
       this.run('create table', this.sql.createSharedKeys, []),
       this.run('create table', this.sql.createSharedClaims, []),
       this.run<RowDataPacket[]>('create table', this.sql.database, []).then((rows) => {
-        this.#lockSpace = `${String(rows[0]?.['db'] ?? '')}\0${this.#table}\0`;
+        this.#lockSpace = `${String(rows[0]?.['db'] ?? '')}\0${this.table}\0`;
       }),
     ]);
   });
 
   constructor(client: Pool, table: string, commandTimeoutMs: number) {
     this.client = client;
-    this.#table = table;
+    this.table = table;
     this.#commandTimeoutMs = commandTimeoutMs;
     const names: Record<string, string> = {
       keys: escapeId(`${table}_shared_keys`),

@@ -1,60 +1,17 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
-import { MysqlBackend, mysqlBackend, mysqlOptionRules } from '@deadbolt/mysql';
-import { holderThread, threadIds } from '@deadbolt/mysql/testing';
-import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
+import { mysqlBackend, mysqlOptionRules, type MysqlBackend } from '@deadbolt/mysql';
+import { claimsOf, threadIds } from '@deadbolt/mysql/testing';
+import { createPool, type Pool } from 'mysql2/promise';
 
-/** Reads and breaks the lock table directly. */
+/** Reads and breaks the lock tables directly, through a backend of its own in the same mode. */
 export function mysqlHarness(url: string, mode: 'lease' | 'session' = 'lease', table = 'deadbolt_locks'): ConformanceHarness {
-  const admin = createPool({ uri: url, connectionLimit: 2 });
-  if (mode === 'session')
-    return { ...sessionHarness(admin, mysqlBackend({ url, mode, table, connectionLimit: 2 }), table), ...common(admin, table) };
+  const admin = mysqlBackend({ url, mode, table, connectionLimit: 2 });
   return {
-    ...common(admin, table),
-    async inspect(key) {
-      const [rows] = await admin.query<RowDataPacket[]>(
-        'SELECT owner FROM ?? WHERE key_hash = ? AND owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)',
-        [table, MysqlBackend.hash(key)],
-      );
-      return rows.map((r) => String(r.owner));
-    },
-    async loseClaim(key) {
-      await admin.query('UPDATE ?? SET owner = NULL, expires_at = NULL WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
-    },
-    async inspectShared(key) {
-      const [rows] = await admin.query<RowDataPacket[]>(
-        'SELECT owner FROM ?? WHERE key_hash = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY token',
-        [`${table}_shared`, MysqlBackend.hash(key)],
-      );
-      return rows.map((r) => String(r.owner));
-    },
-    async loseSharedClaim(key, owner) {
-      await admin.query('DELETE FROM ?? WHERE key_hash = ? AND owner = ?', [`${table}_shared`, MysqlBackend.hash(key), owner]);
-    },
-  };
-}
-
-/** In session mode the claim is the named lock: who holds it, and killing that connection. */
-function sessionHarness(admin: Pool, names: MysqlBackend, table: string): Pick<ConformanceHarness, 'inspect' | 'loseClaim'> {
-  const holder = (key: string) => holderThread(names, key);
-  return {
-    async inspect(key) {
-      if ((await holder(key)) === null) return [];
-      const [rows] = await admin.query<RowDataPacket[]>('SELECT owner FROM ?? WHERE key_hash = ?', [table, MysqlBackend.hash(key)]);
-      return rows.map((r) => String(r.owner));
-    },
-    async loseClaim(key) {
-      const thread = await holder(key);
-      if (thread !== null) await admin.query('KILL ?', [thread]);
-    },
-  };
-}
-
-function common(admin: Pool, table: string): Omit<ConformanceHarness, 'inspect' | 'loseClaim'> {
-  return {
+    ...claimsOf(admin),
     async dropConnection(backend: LockBackend) {
-      for (const id of threadIds(backend as MysqlBackend)) await admin.query('KILL ?', [id]).catch(() => undefined);
+      for (const id of threadIds(backend as MysqlBackend)) await admin.client.query('KILL ?', [id]).catch(() => undefined);
     },
     ...matrixRestartHook('mysql'),
   };

@@ -18,6 +18,8 @@ export class PostgresStore {
   readonly pids = new Set<number>();
   /** Session mode: the first key of every advisory lock `(namespace, id)`. */
   readonly namespace: number;
+  /** The lock table's name, as given (the other tables add `_waiters`, `_shared` and so on to it). */
+  readonly table: string;
   /** LISTEN/NOTIFY channel of lease mode's releases. */
   readonly channel: string;
   readonly commandTimeoutMs: number;
@@ -44,6 +46,7 @@ export class PostgresStore {
 
   constructor(client: Pool, table: string, namespace: number, commandTimeoutMs: number) {
     this.client = client;
+    this.table = table;
     this.namespace = namespace;
     this.commandTimeoutMs = commandTimeoutMs;
     this.channel = `${table}_released`;

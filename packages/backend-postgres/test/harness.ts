@@ -1,87 +1,29 @@
 import type { Address, ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import type { LockBackend } from '@deadbolt/core';
-import { PostgresBackend, postgresBackend, postgresOptionRules } from '@deadbolt/postgres';
-import { pids } from '@deadbolt/postgres/testing';
+import { postgresBackend, postgresOptionRules, type PostgresBackend } from '@deadbolt/postgres';
+import { claimsOf, pids } from '@deadbolt/postgres/testing';
 import pg from 'pg';
 
 type Mode = 'lease' | 'session';
 
 /**
- * Reads and breaks the lock tables directly (at `url`). `pooler`: the backends reach the server
- * through this PgBouncer database URL instead, so their connections are dropped there.
+ * Reads and breaks the lock tables directly (at `url`), through a backend of its own in the same
+ * mode. `pooler`: the backends reach the server through this PgBouncer database URL instead, so
+ * their connections are dropped there.
  */
 export function postgresHarness(url: string, mode: Mode = 'lease', table = 'deadbolt_locks', pooler?: string): ConformanceHarness {
-  const admin = new pg.Pool({ connectionString: url, max: 2 });
-  admin.on('error', () => undefined);
-  const key = (k: string) => Buffer.from(k, 'utf8');
-  /** Undefined-table errors (no table yet) count as "nothing there". */
-  const query = async (text: string, params: unknown[] = []) => {
-    try {
-      return (await admin.query(text, params)).rows;
-    } catch (error) {
-      if ((error as { code?: string }).code === '42P01') return [];
-      throw error;
-    }
-  };
-  const common: Omit<ConformanceHarness, 'inspect' | 'loseClaim'> = {
+  const admin = postgresBackend({ url, mode, table, connectionLimit: 2 });
+  return {
+    ...claimsOf(admin),
     async dropConnection(backend: LockBackend) {
       // Behind PgBouncer the server's sessions are not the client's connections: PgBouncer's own
       // console drops every client of the database (only this suite's backends use it).
       if (pooler) return pgbouncerConsole(pooler, (db) => [`KILL ${db}`, `RESUME ${db}`]);
       for (const pid of pids(backend as PostgresBackend))
-        await admin.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
+        await admin.client.query('SELECT pg_terminate_backend($1)', [pid]).catch(() => undefined);
     },
     ...matrixRestartHook('postgres'),
-  };
-  if (mode === 'session') {
-    /** The server processes holding (granted) or waiting for the key's advisory lock. */
-    const sessions = async (k: string) =>
-      (await query(
-        `SELECT l.pid, l.granted FROM pg_locks l JOIN "${table}" t ON l.objid = t.id::oid WHERE t.lock_key = $1 AND l.locktype = 'advisory' AND l.objsubid = 2`,
-        [key(k)],
-      )) as { pid: number; granted: boolean }[];
-    const holder = async (k: string) => (await sessions(k)).find((s) => s.granted)?.pid;
-    return {
-      ...common,
-      // The holder's owner id (from the key's row), then a name for each session waiting in the
-      // server's own lock queue (the server does not say in which order; nor does it know owner ids).
-      async inspect(k) {
-        const found = await sessions(k);
-        const owners = found.some((s) => s.granted)
-          ? (await query(`SELECT owner FROM "${table}" WHERE lock_key = $1`, [key(k)])).map((r) => String(r.owner))
-          : [];
-        return [...owners, ...found.filter((s) => !s.granted).map((s) => `waiting session ${s.pid}`)];
-      },
-      async loseClaim(k) {
-        const pid = await holder(k);
-        if (pid !== undefined) await admin.query('SELECT pg_terminate_backend($1)', [pid]);
-      },
-    };
-  }
-  return {
-    ...common,
-    async inspectShared(k) {
-      const rows = await query(
-        `SELECT owner FROM "${table}_shared" WHERE lock_key = $1 AND expires_at > clock_timestamp() ORDER BY token`,
-        [key(k)],
-      );
-      return rows.map((r) => String(r.owner));
-    },
-    async loseSharedClaim(k, owner) {
-      await query(`DELETE FROM "${table}_shared" WHERE lock_key = $1 AND owner = $2`, [key(k), owner]);
-    },
-    async inspect(k) {
-      const rows = await query(
-        `SELECT owner FROM "${table}" WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()
-         UNION ALL SELECT owner FROM (SELECT owner FROM "${table}_waiters" WHERE lock_key = $1 AND expires_at > clock_timestamp() ORDER BY arrival) w`,
-        [key(k)],
-      );
-      return rows.map((r) => String(r.owner));
-    },
-    async loseClaim(k) {
-      await query(`UPDATE "${table}" SET owner = NULL, expires_at = NULL WHERE lock_key = $1`, [key(k)]);
-    },
   };
 }
 

@@ -1,7 +1,7 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { RedisBackend, redisBackend, redisOptionRules, redlockBackend, redlockOptionRules } from '@deadbolt/redis';
-import { keysFor, sharedKeysFor } from '@deadbolt/redis/testing';
+import { claimsOf, keysFor } from '@deadbolt/redis/testing';
 import type { LockBackend } from '@deadbolt/core';
 import { Cluster, Redis } from 'ioredis';
 
@@ -82,34 +82,7 @@ export function redisHarness(url: string, server: 'redis' | 'redis-cluster' = 'r
   /** One connection per node: every master of a cluster, or the one server. */
   const nodes = (): Redis[] => (admin.client instanceof Cluster ? admin.client.nodes('master') : [admin.client]);
   return {
-    async inspect(key) {
-      // The lock key is `<owner>` or, once someone waited, `<owner>|<token>|<lease end ms>`; queue
-      // members are `<owner>|<backend id>`. A holder whose lease end has passed holds nothing.
-      const keys = keysFor(admin, key);
-      const [value, queued, [seconds, micros]] = await Promise.all([
-        admin.client.get(keys.lock),
-        admin.client.zrange(keys.queue, '0', '-1'),
-        admin.client.time(),
-      ]);
-      const [holder, , ends] = (value ?? '').split('|');
-      const live = holder && (ends === undefined || Number(ends) > Number(seconds) * 1000 + Number(micros) / 1000);
-      return [...(live ? [holder] : []), ...queued.map((member) => member.slice(0, member.lastIndexOf('|')))];
-    },
-    async loseClaim(key) {
-      await admin.client.del(keysFor(admin, key).lock);
-    },
-    async inspectShared(key) {
-      // Live claims only: an expired one is dropped by the next script that looks at the key.
-      const keys = sharedKeysFor(admin, key);
-      const [seconds, micros] = await admin.client.time();
-      const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-      const live = new Set(await admin.client.zrangebyscore(keys.queue, `(${nowMs}`, '+inf'));
-      return (await admin.client.zrange(keys.lock, '0', '-1')).filter((owner) => live.has(owner));
-    },
-    async loseSharedClaim(key, owner) {
-      const keys = sharedKeysFor(admin, key);
-      await admin.client.multi().zrem(keys.lock, owner).zrem(keys.queue, owner).hdel(keys.deadlines, owner).exec();
-    },
+    ...claimsOf(admin),
     async dropConnection(backend: LockBackend) {
       const client = (backend as RedisBackend).client;
       if (client instanceof Cluster) {

@@ -1,35 +1,13 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { zookeeperBackend, zookeeperOptionRules, type ZooKeeperBackend, type ZooKeeperSession } from '@deadbolt/zookeeper';
-import { pathFor, session, sessions, sharedPathFor } from '@deadbolt/zookeeper/testing';
+import { claimsOf, sessions } from '@deadbolt/zookeeper/testing';
 import { createRequire } from 'node:module';
-import { bySequence, ownerOf } from '../src/zookeeper-backend.js';
 
 type Client = ZooKeeperSession['client'];
 const { createClient } = createRequire(import.meta.url)('node-zookeeper-client') as {
   createClient(hosts: string, options: object): Client;
 };
-const ADMIN_TTL = 10_000;
-const NO_NODE = -101;
-
-const call = <T>(start: (cb: (error: { getCode(): number } | null, result?: T) => void) => void) =>
-  new Promise<T | undefined>((resolve, reject) =>
-    start((error, result) => (!error || error.getCode() === NO_NODE ? resolve(result) : reject(error))),
-  );
-
-const children = async (client: Client, path: string) => (await call<string[]>((cb) => client.getChildren(path, undefined, cb))) ?? [];
-
-/** The owner id in a lock node's name: `lock-[<S|X><limit>-]<owner>-<sequence>` (a negative one after the wrap). */
-
-/** Owner ids of the nodes queued under a key, in sequence order. */
-export async function queuedOwners(admin: ZooKeeperBackend, key: string): Promise<string[]> {
-  const { client } = await session(admin, ADMIN_TTL);
-  return (await children(client, pathFor(admin, key)))
-    .filter((n) => n.startsWith('lock-'))
-    .sort(bySequence)
-    .map(ownerOf);
-}
-
 /**
  * Expires `session` as a partition would: a second client joins the same session (the server
  * drops the first connection) and closes it (the server ends the session).
@@ -53,28 +31,11 @@ export async function expireSession(url: string, session: ZooKeeperSession): Pro
   });
 }
 
-/** Reads and breaks the lock nodes directly. */
+/** Reads and breaks the lock nodes directly, through a backend of its own. */
 export function zookeeperHarness(url: string): ConformanceHarness {
   const admin = zookeeperBackend({ url });
   return {
-    inspect: (key) => queuedOwners(admin, key),
-    async inspectShared(key) {
-      const { client } = await session(admin, ADMIN_TTL);
-      return (await children(client, sharedPathFor(admin, key)))
-        .filter((n) => n.startsWith('lock-'))
-        .sort(bySequence)
-        .map(ownerOf);
-    },
-    async loseSharedClaim(key, owner) {
-      const { client } = await session(admin, ADMIN_TTL);
-      const path = sharedPathFor(admin, key);
-      for (const c of await children(client, path)) if (c.includes(owner)) await call((cb) => client.remove(`${path}/${c}`, -1, cb));
-    },
-    async loseClaim(key) {
-      const { client } = await session(admin, ADMIN_TTL);
-      const path = pathFor(admin, key);
-      for (const c of await children(client, path)) await call((cb) => client.remove(`${path}/${c}`, -1, cb));
-    },
+    ...claimsOf(admin),
     async dropConnection(backend) {
       for (const open of sessions(backend as ZooKeeperBackend)) await expireSession(url, open);
     },

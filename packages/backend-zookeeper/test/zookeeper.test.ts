@@ -1,13 +1,14 @@
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { zookeeperBackend } from '@deadbolt/zookeeper';
-import { pathFor, session, sessions } from '@deadbolt/zookeeper/testing';
+import { claimsOf, pathFor, session, sessions } from '@deadbolt/zookeeper/testing';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { bySequence, sequenceOf } from '../src/zookeeper-backend.js';
-import { expireSession, queuedOwners } from './harness.js';
+import { expireSession } from './harness.js';
 
 const url = matrixUrl('zookeeper');
 const admin = zookeeperBackend({ url });
+const claims = claimsOf(admin);
 const track = closeLockersAfterEach();
 const newLocker = (ttlMs = 2000) => track(createLocker(zookeeperBackend({ url }), { ttlMs }));
 const key = () => `zookeeper-test/${Math.random().toString(36).slice(2)}`;
@@ -65,8 +66,8 @@ describe('zookeeper backend', () => {
     await new Promise((r) => setTimeout(r, 300)); // b queues before c
     waiting.push(c.lock(k));
     await new Promise((r) => setTimeout(r, 300));
-    expect((await queuedOwners(admin, k))[0]).toBe(lock.owner);
-    expect(await queuedOwners(admin, k)).toHaveLength(3);
+    expect((await claims.inspect(k))[0]).toBe(lock.owner);
+    expect(await claims.inspect(k)).toHaveLength(3);
     await lock.release();
     const second = await waiting[0]!;
     expect(second.token).toBeGreaterThan(lock.token);
@@ -98,7 +99,7 @@ describe('zookeeper backend', () => {
     await abortedWithin(l1, 3000);
     await abortedWithin(l2, 3000);
     // The server deletes the session's nodes when it ends it (the twin's close or our own, whichever lands).
-    await vi.waitFor(async () => expect(await queuedOwners(admin, k1)).toEqual([]), { timeout: 3000 });
+    await vi.waitFor(async () => expect(await claims.inspect(k1)).toEqual([]), { timeout: 3000 });
     const again = await locker.lock(k1, { timeoutMs: 5000 });
     expect(sessions(backend)[0]).not.toBe(session);
     expect(again.token).toBeGreaterThan(l1.token);

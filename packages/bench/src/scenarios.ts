@@ -3,7 +3,7 @@
 import { createLocker, type Lock } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { observeBackend } from '@deadbolt/core/testing';
-import { breakClaim } from './loss.js';
+import { claimsIn } from './loss.js';
 import { jain, summarize, type Summary } from './stats.js';
 import { clientCpuSeconds, type StoreProbe } from './stores.js';
 import type { Client, Held, Subject } from './subjects.js';
@@ -550,15 +550,15 @@ export async function longHolds(subject: Subject, locks: number, holdMs: number,
     const lockMinutes = (locks * (performance.now() - started)) / 60_000;
     const requests = perOperation(requestsBefore, await probe.requests(), lockMinutes);
     const lostWhileHeld = held.filter((lock) => lock.signal.aborted).length;
-    const inject = breakClaim[subject.store];
+    const claims = claimsIn(subject.store, backend);
     const delays: number[] = [];
     let unnoticed = 0;
-    for (const lock of inject ? held : []) {
+    for (const lock of claims ? held : []) {
       if (lock.signal.aborted) continue;
       await sleep(Math.random() * (ttlMs / 3)); // anywhere in the renewal cycle
       const aborted = abortTime(lock.signal, 2 * ttlMs);
       const sent = performance.now();
-      await inject!(backend, lock.key);
+      await claims!.loseClaim(lock.key);
       const at = await aborted;
       if (at === undefined) unnoticed++;
       else delays.push(at - sent);

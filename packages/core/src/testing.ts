@@ -6,3 +6,20 @@
 export { backendOf, optionRules } from './locker.js';
 export { TestingHooks } from './testing-hooks.js';
 export { observeBackend, wrapBackend, type BackendMethod } from './wrap.js';
+
+/**
+ * A store's claims on one key, read and broken directly through a backend's own connection: what
+ * each backend package's `/testing` entry gives as `claimsOf(backend)`, for the conformance suite's
+ * harness and the benchmark's loss scenario, so that each store's layout is read in one place. Each
+ * method rejects with what the store's driver rejected with.
+ */
+export interface StoreClaims {
+  /** Owner ids with a claim on `key`'s mutex that the store still counts: the holder first, then the waiters in line. */
+  inspect(key: string): Promise<string[]>;
+  /** Makes the store forget `key`'s mutex claim (and its line), as an operator deleting it, a failover losing it or an expired session would. */
+  loseClaim(key: string): Promise<void>;
+  /** Owner ids of the live claims on the shared key `key` (semaphores, read-write locks). Absent where the store has no shared claims. */
+  inspectShared?(key: string): Promise<string[]>;
+  /** Makes the store forget `owner`'s claim on the shared key `key`. Absent as `inspectShared`. */
+  loseSharedClaim?(key: string, owner: string): Promise<void>;
+}
