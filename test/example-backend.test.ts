@@ -24,7 +24,8 @@ defineConformanceSuite({
     valid: (address) => ({ url: viaUrl(url, address) }),
   },
   createBackendWithCredentials: (user, password, address) => setNxBackend({ url: withCredentials(url, user, password, address) }),
-  slowPollChild: (ms) => child({ pollMs: ms }),
+  createBackendInOtherNamespace: () => setNxBackend({ url, namespace: 'set-nx:other:' }),
+  slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
   child: child(),
   harness: {
     async inspect(key) {

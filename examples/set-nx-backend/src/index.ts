@@ -28,7 +28,8 @@ const INSPECT = `return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KE
 export const setNxOptionRules = {
   url: rules.url(['redis']),
   client: rules.instance((v): v is Redis => v instanceof Redis, 'an ioredis client'),
-  pollMs: rules.ms(),
+  namespace: rules.text(/^[^{}]*$/, 'a string without { or }'),
+  maxPollDelayMs: rules.ms(),
   connectTimeoutMs: rules.ms(),
 };
 
@@ -37,8 +38,10 @@ export interface SetNxOptions {
   url?: string;
   /** Or your own ioredis client, left open. */
   client?: Redis;
-  /** How often a waiter tries again, at most. Default 50 ms. */
-  pollMs?: number;
+  /** What keeps this backend's locks apart from another's on the same server: the prefix of its keys (the name every deadbolt backend uses). Default `set-nx:`. */
+  namespace?: string;
+  /** The longest pause between a waiter's tries (the name every deadbolt backend that polls uses). Default 50 ms. */
+  maxPollDelayMs?: number;
   /** For a client made from `url`. Default 2000 ms. */
   connectTimeoutMs?: number;
 }
@@ -57,7 +60,9 @@ export class SetNxBackend implements LockBackend {
   readonly address: string | undefined;
   readonly #client: Redis;
   readonly #ownsClient: boolean;
-  readonly #pollMs: number;
+  readonly #maxPollDelayMs: number;
+  /** A key's lock and token counter names. */
+  readonly #keys: (key: string) => [lock: string, token: string];
   /** Waits under way: `close()` lets an aborted one finish before it closes the connection. */
   readonly #inFlight = new InFlight('set-nx', 2000);
   #connectionError: Error | undefined;
@@ -82,7 +87,9 @@ export class SetNxBackend implements LockBackend {
       this.#client.on('error', (error: Error) => (this.#connectionError = error));
       this.#client.on('ready', () => (this.#connectionError = undefined));
     }
-    this.#pollMs = options.pollMs ?? 50;
+    this.#maxPollDelayMs = options.maxPollDelayMs ?? 50;
+    const namespace = options.namespace ?? 'set-nx:';
+    this.#keys = (key) => [`${namespace}lock:${key}`, `${namespace}token:${key}`];
   }
 
   acquire(req: AcquireRequest): Promise<Lease | null> {
@@ -96,7 +103,7 @@ export class SetNxBackend implements LockBackend {
             req.signal,
             () => this.#attempt(req),
             (lease) => this.release(lease),
-            { maxDelayMs: this.#pollMs },
+            { maxDelayMs: this.#maxPollDelayMs },
           )
         : this.#attempt(req),
     );
@@ -104,35 +111,26 @@ export class SetNxBackend implements LockBackend {
 
   async #attempt(req: AcquireRequest): Promise<Lease | null> {
     const acquiredAt = performance.now(); // before the send: the store's ttl starts no earlier
-    const token = await this.#eval(
-      'acquire',
-      ACQUIRE,
-      [`set-nx:lock:${req.key}`, `set-nx:token:${req.key}`],
-      [req.owner, String(req.ttlMs)],
-    );
+    const token = await this.#eval('acquire', ACQUIRE, this.#keys(req.key), [req.owner, String(req.ttlMs)]);
     return token === 0 ? null : { key: req.key, owner: req.owner, token: BigInt(token), acquiredAt };
   }
 
   async renew(lease: Lease, ttlMs: number): Promise<boolean> {
-    return (await this.#eval('renew', RENEW, [`set-nx:lock:${lease.key}`], [lease.owner, String(ttlMs)])) === 1;
+    return (await this.#eval('renew', RENEW, [this.#keys(lease.key)[0]], [lease.owner, String(ttlMs)])) === 1;
   }
 
   async release(lease: Lease): Promise<void> {
-    await this.#eval('release', RELEASE, [`set-nx:lock:${lease.key}`], [lease.owner]);
+    await this.#eval('release', RELEASE, [this.#keys(lease.key)[0]], [lease.owner]);
   }
 
   /** Optional (`Locker.forceRelease`): the release script, run for the owner an operator names. */
   async forceRelease(key: string, owner: string): Promise<boolean> {
-    return (await this.#eval('force release', RELEASE, [`set-nx:lock:${key}`], [owner])) === 1;
+    return (await this.#eval('force release', RELEASE, [this.#keys(key)[0]], [owner])) === 1;
   }
 
   /** Optional (`Locker.inspect`). Waiters poll and leave no trace in the store: `null` waiters. */
   async inspect(key: string): Promise<StoreView> {
-    const [owner, left, token] = (await this.#run('inspect', INSPECT, [`set-nx:lock:${key}`, `set-nx:token:${key}`], [])) as [
-      string,
-      number,
-      string,
-    ];
+    const [owner, left, token] = (await this.#run('inspect', INSPECT, this.#keys(key), [])) as [string, number, string];
     return { holders: owner && left > 0 ? [{ owner, token: token ? BigInt(token) : null, ttlLeftMs: left }] : [], waiters: null };
   }
 

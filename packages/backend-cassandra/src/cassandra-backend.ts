@@ -40,9 +40,15 @@ export type CassandraAlgorithm = 'queue' | 'shadow' | 'lwt';
 export interface CassandraBackendOptions {
   /** `cassandra://host[:port][,host[:port]…]/keyspace`. The backend makes and closes its client. */
   url?: string;
-  /** Your own cassandra-driver client instead of `url`; `close()` leaves it open. Needs `keyspace`. */
+  /** Your own cassandra-driver client instead of `url`; `close()` leaves it open. Needs `namespace`. */
   client?: Client;
-  /** Keyspace of the lock tables: with `client`, or with a `url` without a path (a url whose path names another keyspace is refused). Default `deadbolt`. */
+  /**
+   * What keeps this backend's locks apart from another's on the same cluster: the keyspace of the
+   * lock tables, with `client`, or with a `url` without a path (a url whose path names another
+   * keyspace is refused). Default `deadbolt`.
+   */
+  namespace?: string;
+  /** Another name for `namespace` (Cassandra's word for it); give one of the two. */
   keyspace?: string;
   /** Default `queue`. */
   algorithm?: CassandraAlgorithm;
@@ -75,7 +81,9 @@ export interface CassandraBackendOptions {
   commandTimeoutMs?: number;
   /** The queue algorithm's time service. */
   timeService?: TimeServiceOptions;
-  /** Waiters poll: delays grow ×2 from `minDelayMs` (default 2) to `maxDelayMs` (default 50). */
+  /** Waiters poll (Cassandra has no notifications): the longest pause between a waiter's re-checks. Default 50 ms. */
+  maxPollDelayMs?: number;
+  /** Waiters' delays grow ×2 from `minDelayMs` (default 2) to `maxDelayMs`, another name for `maxPollDelayMs` (give one of the two). */
   poll?: { minDelayMs?: number; maxDelayMs?: number };
   /**
    * The shadow algorithm's randomized waits: up to `ownerWaitMs` (default 1000) when another owner
@@ -113,7 +121,8 @@ function consistencyRule(allowed: readonly types.consistencies[]): Rule<types.co
 export const cassandraOptionRules = {
   url: rules.url(['cassandra']),
   client: rules.instance((v): v is Client => v instanceof cassandra.Client, 'a cassandra-driver Client'),
-  keyspace: keyspaceRule,
+  namespace: keyspaceRule,
+  keyspace: rules.alias('namespace', keyspaceRule),
   algorithm: rules.oneOf(['queue', 'shadow', 'lwt']),
   localDataCenter: rules.text(/^[\w.-]{1,100}$/, 'a data center name'),
   addressTranslator: rules.instance(
@@ -132,6 +141,7 @@ export const cassandraOptionRules = {
   connectTimeoutMs: rules.ms(),
   commandTimeoutMs: rules.ms(),
   timeService: rules.nested({ intervalMs: rules.ms(10), maxAheadMs: rules.ms(0) } satisfies Rules<TimeServiceOptions>),
+  maxPollDelayMs: rules.ms(),
   poll: rules.nested({ minDelayMs: rules.ms(), maxDelayMs: rules.ms() }),
   shadowBackoff: rules.nested({ ownerWaitMs: rules.ms(), concurrentStepMs: rules.ms() }),
 } satisfies Rules<CassandraBackendOptions>;
@@ -208,8 +218,13 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     }
     this.keyspace = keyspace;
     this.#replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
-    const poll = { minDelayMs: options.poll?.minDelayMs ?? 2, maxDelayMs: options.poll?.maxDelayMs ?? 50 };
-    if (poll.minDelayMs > poll.maxDelayMs) throw new InvalidArgumentError('poll.minDelayMs must not be above poll.maxDelayMs');
+    if (options.maxPollDelayMs !== undefined && options.poll?.maxDelayMs !== undefined)
+      throw new InvalidArgumentError(
+        'cassandraBackend: `poll.maxDelayMs` is another name for `maxPollDelayMs`: give one of them, not both',
+      );
+    const poll = { minDelayMs: options.poll?.minDelayMs ?? 2, maxDelayMs: options.maxPollDelayMs ?? options.poll?.maxDelayMs ?? 50 };
+    if (poll.minDelayMs > poll.maxDelayMs)
+      throw new InvalidArgumentError('cassandraBackend: poll.minDelayMs must not be above maxPollDelayMs (poll.maxDelayMs)');
     this.#store = new CassandraStore({
       name: this.name,
       client: this.client,
@@ -299,18 +314,18 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
 }
 
 /**
- * The keyspace `options` name: the url's path, or `keyspace`, or `deadbolt`. @throws
+ * The keyspace `options` name: the url's path, or `namespace` (or `keyspace`), or `deadbolt`. @throws
  * InvalidArgumentError when the url names one and `keyspace` another: neither may silently win
  * (a check meant for its own keyspace wrote into the url's).
  */
 export function keyspaceOf(
-  options: { readonly url?: StoreUrl | undefined; readonly keyspace?: string | undefined },
+  options: { readonly url?: StoreUrl | undefined; readonly namespace?: string | undefined },
   where: string,
 ): string {
   const path = options.url?.path ? keyspaceRule.check(options.url.path, "the url's keyspace") : undefined;
-  if (path !== undefined && options.keyspace !== undefined && options.keyspace !== path)
-    throw new InvalidArgumentError(`${where}: the url names keyspace ${path} and the keyspace option ${options.keyspace}; give one`);
-  return path ?? options.keyspace ?? 'deadbolt';
+  if (path !== undefined && options.namespace !== undefined && options.namespace !== path)
+    throw new InvalidArgumentError(`${where}: the url names keyspace ${path} and the namespace option ${options.namespace}; give one`);
+  return path ?? options.namespace ?? 'deadbolt';
 }
 
 /** `url`'s hosts as the driver's contact points (`host` or `host:port`); joined, they name a cluster for the schema check. */

@@ -16,7 +16,9 @@ export interface CassandraFenceOptions {
   url?: string;
   /** Your own cassandra-driver client instead of `url`; `close()` leaves it open. */
   client?: Client;
-  /** Keyspace of the `fences` table: with `client`, or with a `url` without a path (a url whose path names another keyspace is refused). Default `deadbolt`. */
+  /** What keeps these fences apart from others on the same cluster: the keyspace of their `fences` table, with `client`, or with a `url` without a path (a url whose path names another keyspace is refused). Default `deadbolt`. */
+  namespace?: string;
+  /** Another name for `namespace` (Cassandra's word for it); give one of the two. */
   keyspace?: string;
   /** Replication of the keyspace if the fence creates it. Default SimpleStrategy, RF 1: give RF ≥ 3 in production. */
   replication?: string;
@@ -34,7 +36,8 @@ export interface CassandraFenceOptions {
 export const cassandraFenceOptionRules = {
   url: rules.url(['cassandra']),
   client: cassandraOptionRules.client,
-  keyspace: keyspaceRule,
+  namespace: keyspaceRule,
+  keyspace: rules.alias('namespace', keyspaceRule),
   replication: cassandraOptionRules.replication,
   localDataCenter: cassandraOptionRules.localDataCenter,
   addressTranslator: cassandraOptionRules.addressTranslator,

@@ -29,9 +29,12 @@ export interface EtcdBackendOptions {
   /** Your own etcd3 client; `close()` leaves it open. Used instead of `url`. */
   client?: Etcd3;
   /**
-   * Prefix of every key the backend writes. Default `deadbolt/`. Must not contain `#`, which
-   * separates it from what follows: two lockers with different prefixes never share a key.
+   * What keeps this backend's locks apart from another's on the same cluster: the prefix of every
+   * key the backend writes. Default `deadbolt/`. Must not contain `#`, which separates it from what
+   * follows: two lockers with different prefixes never share a key.
    */
+  namespace?: string;
+  /** Another name for `namespace` (etcd's word for it); give one of the two. */
   prefix?: string;
   /** Connect timeout for a client made from `url`. Default 2000 ms. */
   connectTimeoutMs?: number;
@@ -44,11 +47,19 @@ export interface EtcdBackendOptions {
   commandTimeoutMs?: number;
 }
 
+/** A key prefix: `#` separates it from what follows. */
+const prefixRule = rules.text(/^[^#]+$/, 'a non-empty string without # (it separates the prefix from what follows)', [
+  '',
+  'p#',
+  'deadbolt/#s/',
+]);
+
 /** How each option of `etcdBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const etcdOptionRules = {
   url: rules.url(['etcd', 'http', 'https']),
   client: rules.instance((v): v is Etcd3 => v instanceof Etcd3, 'an etcd3 Etcd3 client'),
-  prefix: rules.text(/^[^#]+$/, 'a non-empty string without # (it separates the prefix from what follows)', ['', 'p#', 'deadbolt/#s/']),
+  namespace: prefixRule,
+  prefix: rules.alias('namespace', prefixRule),
   connectTimeoutMs: rules.ms(),
   commandTimeoutMs: rules.ms(),
 } satisfies Rules<EtcdBackendOptions>;
@@ -126,7 +137,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     this.address = store.url && addressOf(store.url);
     this.client = store.client ?? openEtcd(store.url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout });
     this.#ownsClient = !store.client;
-    this.#store = new EtcdStore(this.client, options.prefix ?? 'deadbolt/', this.#acquiring);
+    this.#store = new EtcdStore(this.client, options.namespace ?? 'deadbolt/', this.#acquiring);
     storeOf.set(this, this.#store);
   }
 

@@ -16,7 +16,9 @@ export interface EtcdFenceOptions {
   url?: string;
   /** Your own etcd3 client; `close()` leaves it open. Used instead of `url`. */
   client?: Etcd3;
-  /** Prefix of the fences' keys (`<prefix>#f/<base64url resource>`). Default `deadbolt/`. */
+  /** What keeps these fences apart from others on the same cluster: the prefix of their keys (`<namespace>#f/<base64url resource>`). Default `deadbolt/`. */
+  namespace?: string;
+  /** Another name for `namespace` (etcd's word for it); give one of the two. */
   prefix?: string;
   /** With `url`: dial timeout. Default 2000 ms. */
   connectTimeoutMs?: number;
@@ -28,6 +30,7 @@ export interface EtcdFenceOptions {
 export const etcdFenceOptionRules = {
   url: rules.url(['etcd', 'http', 'https']),
   client: etcdOptionRules.client,
+  namespace: etcdOptionRules.namespace,
   prefix: etcdOptionRules.prefix,
   connectTimeoutMs: rules.ms(),
   commandTimeoutMs: rules.ms(),
@@ -49,7 +52,7 @@ export class EtcdFence implements Fence {
     const commandTimeout = options.commandTimeoutMs ?? 5000;
     this.client = store.client ?? openEtcd(store.url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout });
     this.#ownsClient = !store.client;
-    this.#prefix = options.prefix ?? 'deadbolt/';
+    this.#prefix = options.namespace ?? 'deadbolt/';
     this.#store = new EtcdStore(this.client, this.#prefix, new InFlight('etcd', commandTimeout));
   }
 

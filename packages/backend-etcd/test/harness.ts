@@ -31,7 +31,7 @@ export function etcdSuiteOptions(): ConformanceOptions {
       rules: etcdOptionRules,
       valid: (address) => ({ url: viaUrl(url, address) }),
     },
-    createBackendInOtherNamespace: () => etcdBackend({ url, prefix: 'deadbolt/other/' }),
+    createBackendInOtherNamespace: () => etcdBackend({ url, namespace: 'deadbolt/other/' }),
     createBackendWithCredentials: (user, password, address) => etcdBackend({ url: withCredentials(url, user, password, address) }),
     child: { module: import.meta.resolve('@deadbolt/etcd'), export: 'etcdBackend', options: { url } },
     fence: { module: import.meta.resolve('@deadbolt/etcd'), export: 'etcdFence', options: { url } },

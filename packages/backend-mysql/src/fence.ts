@@ -36,22 +36,27 @@ export interface MysqlFenceOptions {
   url?: string;
   /** Your own mysql2/promise pool; `close()` leaves it open. Used instead of `url`. */
   client?: Pool;
-  /** The fences' table (created if absent). Default `deadbolt_fences`. */
+  /** What keeps these fences apart from others in the same database: their table's name (created if absent). Default `deadbolt_fences`. */
+  namespace?: string;
+  /** Another name for `namespace` (MySQL's word for it); give one of the two. */
   table?: string;
   /** The longest one statement waits for its answer. Default 5000 ms. */
   commandTimeoutMs?: number;
 }
 
+const tableRule = rules.text(/^[A-Za-z_][A-Za-z0-9_]{0,63}$/, 'a plain identifier (letters, digits, _; at most 64 characters)', [
+  '',
+  '1abc',
+  'a-b',
+  'a;DROP',
+]);
+
 /** How each option of `mysqlFence` is checked. */
 export const mysqlFenceOptionRules = {
   url: rules.url(['mysql']),
   client: mysqlOptionRules.client,
-  table: rules.text(/^[A-Za-z_][A-Za-z0-9_]{0,63}$/, 'a plain identifier (letters, digits, _; at most 64 characters)', [
-    '',
-    '1abc',
-    'a-b',
-    'a;DROP',
-  ]),
+  namespace: tableRule,
+  table: rules.alias('namespace', tableRule),
   commandTimeoutMs: rules.ms(),
 } satisfies Rules<MysqlFenceOptions>;
 
@@ -81,7 +86,7 @@ export class MysqlFence implements Fence {
     }
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     this.#store = new MysqlStore(this.client, 'deadbolt_locks', this.#commandTimeoutMs);
-    const table = escapeId(options.table ?? 'deadbolt_fences');
+    const table = escapeId(options.namespace ?? 'deadbolt_fences');
     // `accepted` only carries the verdict: the assignments run left to right, so it and `value`
     // compare against the stored token before `token` itself changes.
     const upsert = (value: boolean) =>

@@ -24,7 +24,13 @@ export interface MysqlBackendOptions {
   url?: string;
   /** Your own mysql2/promise pool; `close()` leaves it open. Used instead of `url`. */
   client?: Pool;
-  /** Table name (created if absent). Default `deadbolt_locks`. */
+  /**
+   * What keeps this backend's locks apart from another's in the same database: the lock table's
+   * name (created if absent; the shared-claim tables add `_shared_keys` and `_shared`, and session
+   * mode's lock names are made from it). Default `deadbolt_locks`.
+   */
+  namespace?: string;
+  /** Another name for `namespace` (MySQL's word for it); give one of the two. */
   table?: string;
   /** Longest pause between a waiter's re-checks. Default 250 ms. */
   maxPollDelayMs?: number;
@@ -49,6 +55,15 @@ export interface MysqlBackendOptions {
 /** A lease of either mode: a row or shared claim (lease mode), or a session's named lock. */
 export type MysqlLease = MysqlRowLease | MysqlSessionLease;
 
+// The backend adds `_shared_keys` (12 characters) for its own tables; MySQL names stop at 64.
+const tableRule = rules.text(/^[A-Za-z_][A-Za-z0-9_]{0,51}$/, 'a plain identifier (letters, digits, _; at most 52 characters)', [
+  '',
+  '1abc',
+  'a-b',
+  'x'.repeat(53),
+  'a;DROP',
+]);
+
 /** How each option of `mysqlBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const mysqlOptionRules = {
   url: rules.url(['mysql']),
@@ -56,14 +71,8 @@ export const mysqlOptionRules = {
     (v): v is Pool => typeof (v as Pool | null)?.getConnection === 'function' && typeof (v as Pool).query === 'function',
     'a mysql2/promise Pool',
   ),
-  // The backend adds `_shared_keys` (12 characters) for its own tables; MySQL names stop at 64.
-  table: rules.text(/^[A-Za-z_][A-Za-z0-9_]{0,51}$/, 'a plain identifier (letters, digits, _; at most 52 characters)', [
-    '',
-    '1abc',
-    'a-b',
-    'x'.repeat(53),
-    'a;DROP',
-  ]),
+  namespace: tableRule,
+  table: rules.alias('namespace', tableRule),
   maxPollDelayMs: rules.ms(),
   connectTimeoutMs: rules.ms(),
   mode: rules.oneOf(['lease', 'session']),
@@ -140,7 +149,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       this.client = createPool({ uri: store.url.href, connectTimeout: connectTimeoutMs, connectionLimit, supportBigNumbers: true });
       this.#ownsClient = true;
     }
-    this.#store = new MysqlStore(this.client, options.table ?? 'deadbolt_locks', commandTimeoutMs);
+    this.#store = new MysqlStore(this.client, options.namespace ?? 'deadbolt_locks', commandTimeoutMs);
     storeOf.set(this, this.#store);
     this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     if (mode === 'lease') {

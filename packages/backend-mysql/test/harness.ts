@@ -45,7 +45,7 @@ export function mysqlSuiteOptions(mode: 'lease' | 'session' = 'lease'): Conforma
       rules: mysqlOptionRules,
       valid: (address) => ({ url: viaUrl(url, address), mode }),
     },
-    createBackendInOtherNamespace: () => mysqlBackend({ url, mode, table: 'deadbolt_other' }),
+    createBackendInOtherNamespace: () => mysqlBackend({ url, mode, namespace: 'deadbolt_other' }),
     createBackendWithCredentials: (user, password, address) => mysqlBackend({ url: withCredentials(url, user, password, address), mode }),
     createBackendInTimeZone: (zone) => mysqlBackend({ client: poolInTimeZone(url, zone), mode }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),

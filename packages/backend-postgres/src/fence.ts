@@ -27,22 +27,27 @@ export interface PostgresFenceOptions {
   url?: string;
   /** Your own `pg` Pool; `close()` leaves it open. Used instead of `url`. */
   client?: Pool;
-  /** The fences' table (created if absent). Default `deadbolt_fences`. */
+  /** What keeps these fences apart from others in the same database: their table's name (created if absent). Default `deadbolt_fences`. */
+  namespace?: string;
+  /** Another name for `namespace` (PostgreSQL's word for it); give one of the two. */
   table?: string;
   /** The longest one statement waits for its answer. Default 5000 ms. */
   commandTimeoutMs?: number;
 }
 
+const tableRule = rules.text(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63 characters)', [
+  '',
+  '1abc',
+  'Fences',
+  'a-b',
+]);
+
 /** How each option of `postgresFence` is checked. */
 export const postgresFenceOptionRules = {
   url: rules.url(['postgres', 'postgresql'], true),
   client: postgresOptionRules.client,
-  table: rules.text(/^[a-z_][a-z0-9_]{0,62}$/, 'a plain lower-case identifier (letters, digits, _; at most 63 characters)', [
-    '',
-    '1abc',
-    'Fences',
-    'a-b',
-  ]),
+  namespace: tableRule,
+  table: rules.alias('namespace', tableRule),
   commandTimeoutMs: rules.ms(),
 } satisfies Rules<PostgresFenceOptions>;
 
@@ -70,7 +75,7 @@ export class PostgresFence implements Fence {
       this.client = new pg.Pool({ connectionString: store.url.href, max: 10, keepAlive: true });
       this.#ownsClient = true;
     }
-    const table = `"${options.table ?? 'deadbolt_fences'}"`;
+    const table = `"${options.namespace ?? 'deadbolt_fences'}"`;
     const namespace = createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     this.#store = new PostgresStore(this.client, 'deadbolt_locks', namespace, options.commandTimeoutMs ?? 5000);
     // The update happens only when the stored token is not above the new one; either way the row

@@ -25,7 +25,13 @@ export interface PostgresBackendOptions {
   url?: string;
   /** Your own `pg` Pool; `close()` leaves it open. Used instead of `url`. */
   client?: Pool;
-  /** Table name (created if absent, with `<table>_waiters` beside it). Default `deadbolt_locks`. */
+  /**
+   * What keeps this backend's locks apart from another's in the same database: the lock table's
+   * name (created if absent, with `<table>_waiters`, `<table>_shared` and the like beside it).
+   * Default `deadbolt_locks`.
+   */
+  namespace?: string;
+  /** Another name for `namespace` (PostgreSQL's word for it); give one of the two. */
   table?: string;
   /**
    * `lease` (default): rows with a server-clock expiry, a FIFO queue and LISTEN/NOTIFY wake-up.
@@ -45,12 +51,21 @@ export interface PostgresBackendOptions {
    * connection is destroyed, never reused. Default 5000 ms.
    */
   commandTimeoutMs?: number;
-  /** Session mode: the first key of every advisory lock `(namespace, id)`. Default: derived from the table name. */
+  /** Session mode: the first key of every advisory lock `(key1, key2)` (PostgreSQL calls it the lock's namespace). Default: derived from the table name. */
   advisoryNamespace?: number;
 }
 
 /** A lease of either mode: a row or shared claim (lease mode), or a session's advisory lock. */
 export type PostgresLease = PostgresRowLease | PostgresSessionLease;
+
+// The backend adds `_shared_acquire` and the like; PostgreSQL names stop at 63 bytes.
+const tableRule = rules.text(/^[a-z_][a-z0-9_]{0,47}$/, 'a plain lower-case identifier (letters, digits, _; at most 48 characters)', [
+  '',
+  '1abc',
+  'Locks',
+  'a-b',
+  'x'.repeat(49),
+]);
 
 /** How each option of `postgresBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const postgresOptionRules = {
@@ -63,14 +78,8 @@ export const postgresOptionRules = {
         typeof (v as Pool).on === 'function'),
     'a pg Pool',
   ),
-  // The backend adds `_shared_acquire` and the like; PostgreSQL names stop at 63 bytes.
-  table: rules.text(/^[a-z_][a-z0-9_]{0,47}$/, 'a plain lower-case identifier (letters, digits, _; at most 48 characters)', [
-    '',
-    '1abc',
-    'Locks',
-    'a-b',
-    'x'.repeat(49),
-  ]),
+  namespace: tableRule,
+  table: rules.alias('namespace', tableRule),
   mode: rules.oneOf(['lease', 'session']),
   maxPollDelayMs: rules.ms(),
   connectTimeoutMs: rules.ms(),
@@ -115,7 +124,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: PostgresBackendOptions) {
     const options = readOptions(raw, postgresOptionRules, 'postgresBackend');
-    const table = options.table ?? 'deadbolt_locks';
+    const table = options.namespace ?? 'deadbolt_locks';
     const mode = options.mode ?? 'lease';
     this.mode = mode;
     this.capabilities =

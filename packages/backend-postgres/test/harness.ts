@@ -77,7 +77,7 @@ export function postgresSuiteOptions(mode: Mode = 'lease', pooler?: string): Con
       rules: postgresOptionRules,
       valid: (address) => ({ url: viaUrl(url, address), ...base }),
     },
-    createBackendInOtherNamespace: () => postgresBackend({ url, ...base, table: 'deadbolt_other' }),
+    createBackendInOtherNamespace: () => postgresBackend({ url, ...base, namespace: 'deadbolt_other' }),
     ...(pooler
       ? {}
       : {

@@ -17,7 +17,9 @@ export interface RedisFenceOptions {
   client?: Redis | Cluster;
   /** With `url`: the URL's hosts are a Redis Cluster's seed nodes. Default false. */
   cluster?: boolean;
-  /** Prefix of the fences' key names (`<prefix>fence:<resource>`). Default `deadbolt:`. */
+  /** What keeps these fences apart from others on the same server: the prefix of their key names (`<namespace>fence:<resource>`). Default `deadbolt:`. */
+  namespace?: string;
+  /** Another name for `namespace` (Redis's word for it); give one of the two. */
   prefix?: string;
   /** With `url`: connect timeout. Default 2000 ms. */
   connectTimeoutMs?: number;
@@ -30,6 +32,7 @@ export const redisFenceOptionRules = {
   url: rules.url(['redis', 'rediss']),
   client: redisOptionRules.client,
   cluster: rules.flag,
+  namespace: redisOptionRules.namespace,
   prefix: redisOptionRules.prefix,
   connectTimeoutMs: rules.ms(),
   commandTimeoutMs: rules.ms(),
@@ -64,7 +67,7 @@ export class RedisFence implements Fence {
       store.client ??
       openRedis(store.url, { cluster: options.cluster ?? false, connectTimeout, commandTimeout: options.commandTimeoutMs ?? 5000 });
     this.#ownsClient = !store.client;
-    this.#prefix = `${options.prefix ?? 'deadbolt:'}fence:`;
+    this.#prefix = `${options.namespace ?? 'deadbolt:'}fence:`;
     this.#store = new RedisStore(this.client, {
       prefix: this.#prefix,
       connectTimeoutMs: connectTimeout,

@@ -65,7 +65,12 @@ export interface RedisBackendOptions {
    * out once. Default 0 (off); `redlockBackend` always sets it.
    */
   restartGuardMs?: number;
-  /** Prefix of every key and of the release channel. Default `deadbolt:`. Must not contain `{` or `}`. */
+  /**
+   * What keeps this backend's locks apart from another's on the same server: the prefix of every
+   * key and of the release channel. Default `deadbolt:`. Must not contain `{` or `}`.
+   */
+  namespace?: string;
+  /** Another name for `namespace` (Redis's word for it); give one of the two. */
   prefix?: string;
   /**
    * Grant waiters in arrival order through a per-key queue. Default true. `false` is a little
@@ -95,6 +100,9 @@ export interface RedisBackendOptions {
   allowEviction?: boolean;
 }
 
+/** A key prefix: braces would change the key's hash slot on a cluster. */
+const prefixRule = rules.text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}', 'a{']);
+
 /** How each option of `redisBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const redisOptionRules = {
   url: rules.url(['redis', 'rediss']),
@@ -109,7 +117,8 @@ export const redisOptionRules = {
   syncReplicas: rules.count(0, 100),
   syncTimeoutMs: rules.count(1, MAX_TIMER_MS), // WAIT takes whole ms
   restartGuardMs: rules.count(0, MAX_TIMER_MS),
-  prefix: rules.text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}', 'a{']),
+  namespace: prefixRule,
+  prefix: rules.alias('namespace', prefixRule),
   fifo: rules.flag,
   maxPollDelayMs: rules.ms(),
   connectTimeoutMs: rules.ms(),
@@ -143,7 +152,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: RedisBackendOptions) {
     const options = readOptions(raw, redisOptionRules, 'redisBackend');
-    const prefix = options.prefix ?? 'deadbolt:';
+    const prefix = options.namespace ?? 'deadbolt:';
     const maxPoll = options.maxPollDelayMs ?? 250;
     const connectTimeout = options.connectTimeoutMs ?? 2000;
     const commandTimeout = options.commandTimeoutMs ?? 5000;

@@ -18,7 +18,7 @@ import {
   type StoreView,
 } from '@deadbolt/core/backend';
 import { Redis } from 'ioredis';
-import { RedisBackend, storeOf, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
+import { RedisBackend, redisOptionRules, storeOf, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
 import type { RedisStore } from './store.js';
 
 /** Options of `redlockBackend`; unknown names and bad values are `InvalidArgumentError` before any connection. */
@@ -29,7 +29,9 @@ export interface RedlockBackendOptions {
    * 5: a lock needs a majority, so 3 nodes ride out one failure and 5 ride out two.
    */
   nodes: readonly (string | Redis)[];
-  /** Prefix of every key. Default `deadbolt:`. Must not contain `{` or `}`. */
+  /** What keeps this backend's locks apart from another's on the same nodes: the prefix of every key. Default `deadbolt:`. Must not contain `{` or `}`. */
+  namespace?: string;
+  /** Another name for `namespace` (Redis's word for it); give one of the two. */
   prefix?: string;
   /**
    * The longest ttl a lock may ask for, and how long a node that lost its data (restarted empty,
@@ -38,7 +40,9 @@ export interface RedlockBackendOptions {
   maxTtlMs?: number;
   /** Clock drift allowed between the nodes and this process, as a share of the ttl (plus 2 ms). Default 0.01. */
   driftFactor?: number;
-  /** A waiter retries after a random pause of up to this long (doubling from 5 ms). Default 100 ms. */
+  /** A waiter retries after a random pause of up to this long (doubling from 5 ms; never more than a quarter of the ttl). Default 100 ms. */
+  maxPollDelayMs?: number;
+  /** Another name for `maxPollDelayMs` (Redlock's word for it); give one of the two. */
   retryDelayMs?: number;
   /** Per node, for connections made from urls. Default 2000 ms. */
   connectTimeoutMs?: number;
@@ -95,10 +99,12 @@ const nodesRule: Rule<RedlockNode[]> = {
 /** How each option of `redlockBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const redlockOptionRules = {
   nodes: nodesRule,
-  prefix: rules.text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}']),
+  namespace: redisOptionRules.namespace,
+  prefix: redisOptionRules.prefix,
   maxTtlMs: rules.count(1, MAX_TIMER_MS),
   driftFactor: rules.share(0, 0.5),
-  retryDelayMs: rules.ms(),
+  maxPollDelayMs: rules.ms(),
+  retryDelayMs: rules.alias('maxPollDelayMs', rules.ms()),
   connectTimeoutMs: rules.ms(),
   commandTimeoutMs: rules.ms(),
   allowEviction: rules.flag,
@@ -144,7 +150,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   readonly #names: RedisStore;
   readonly #quorum: number;
   readonly #driftFactor: number;
-  readonly #retryDelayMs: number;
+  readonly #maxPollDelayMs: number;
   /** How far ahead of this process's clock an attempt's proposed token is, µs (see the class). */
   readonly #leadUs: number;
   /** Acquisitions under way: `close()` lets them finish first, and refuses new ones. */
@@ -156,11 +162,10 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     const nodes = required(options.nodes, 'nodes');
     const maxTtl = options.maxTtlMs ?? 60_000;
     const drift = options.driftFactor ?? 0.01;
-    const retry = options.retryDelayMs ?? 100;
-    const prefix = options.prefix ?? 'deadbolt:';
+    const retry = options.maxPollDelayMs ?? 100;
     this.#nodes = nodes.map((node) =>
       redisNode(node, {
-        prefix,
+        namespace: options.namespace ?? 'deadbolt:',
         fifo: false,
         connectTimeoutMs: options.connectTimeoutMs,
         commandTimeoutMs: options.commandTimeoutMs,
@@ -173,7 +178,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
     this.#names = storeOf.of(this.#nodes[0]!);
     this.#quorum = Math.floor(this.#nodes.length / 2) + 1;
     this.#driftFactor = drift;
-    this.#retryDelayMs = retry;
+    this.#maxPollDelayMs = retry;
     this.#leadUs = Math.floor(Math.min(100, maxTtl / 10) * 1000);
     this.#acquiring = new InFlight(this.name, options.commandTimeoutMs ?? 5000);
     this.capabilities = {
@@ -201,8 +206,8 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
         () => this.#attempt(req),
         (lease) => this.release(lease),
         {
-          minDelayMs: Math.min(5, this.#retryDelayMs),
-          maxDelayMs: Math.min(this.#retryDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
+          minDelayMs: Math.min(5, this.#maxPollDelayMs),
+          maxDelayMs: Math.min(this.#maxPollDelayMs, Math.max(1, Math.floor(req.ttlMs / 4))),
         },
       ),
     );

@@ -23,7 +23,7 @@ export function redisSuiteOptions(fifo = true): ConformanceOptions {
       rules: redisOptionRules,
       valid: (address) => ({ url: viaUrl(url, address), fifo }),
     },
-    createBackendInOtherNamespace: () => redisBackend({ url, fifo, prefix: 'deadbolt:other:' }),
+    createBackendInOtherNamespace: () => redisBackend({ url, fifo, namespace: 'deadbolt:other:' }),
     createBackendWithCredentials: (user, password, address) => redisBackend({ url: withCredentials(url, user, password, address), fifo }),
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
@@ -126,7 +126,7 @@ export function redlockSuiteOptions(maxTtlMs = 5000): ConformanceOptions {
       rules: redlockOptionRules,
       valid: (address) => ({ nodes: [`redis://${address.host}:${address.port}`], maxTtlMs }),
     },
-    createBackendInOtherNamespace: () => redlockBackend({ nodes, maxTtlMs, prefix: 'deadbolt:other:' }),
+    createBackendInOtherNamespace: () => redlockBackend({ nodes, maxTtlMs, namespace: 'deadbolt:other:' }),
     createBackendWithCredentials: (user, password, address) =>
       redlockBackend({
         nodes: nodes.map((node, i) => withCredentials(node, user, password, i === 0 ? address : storeAddress(node))),

@@ -15,7 +15,9 @@ import { openSessions, pathRule } from './zookeeper-backend.js';
 export interface ZooKeeperFenceOptions {
   /** `zookeeper://[user:password@]host:port[,host:port...][/chroot]`. The fence opens and closes its own session. */
   url: string;
-  /** Parent of the fences' nodes (`<root>/#fence/<base64url resource>`). Default `/deadbolt`. */
+  /** What keeps these fences apart from others on the same ensemble: the parent of their nodes (`<namespace>/#fence/<base64url resource>`). Default `/deadbolt`. */
+  namespace?: string;
+  /** Another name for `namespace` (ZooKeeper's word for it); give one of the two. */
   root?: string;
   /** How long to wait for the session to connect. Default 3000 ms. */
   connectTimeoutMs?: number;
@@ -26,7 +28,8 @@ export interface ZooKeeperFenceOptions {
 /** How each option of `zookeeperFence` is checked. */
 export const zookeeperFenceOptionRules = {
   url: rules.url(['zookeeper']),
-  root: pathRule,
+  namespace: pathRule,
+  root: rules.alias('namespace', pathRule),
   connectTimeoutMs: rules.ms(),
   sessionTimeoutMs: rules.count(1000, MAX_TIMER_MS),
 } satisfies Rules<ZooKeeperFenceOptions>;
@@ -41,7 +44,7 @@ export class ZooKeeperFence implements Fence {
   constructor(raw: ZooKeeperFenceOptions) {
     const options = readOptions(raw, zookeeperFenceOptionRules, 'zookeeperFence');
     this.#sessions = openSessions(required(options.url, 'url'), options.connectTimeoutMs ?? 3000);
-    this.#root = `${options.root ?? '/deadbolt'}/#fence`;
+    this.#root = `${options.namespace ?? '/deadbolt'}/#fence`;
     this.#sessionTimeoutMs = options.sessionTimeoutMs ?? 4000;
   }
 

@@ -50,7 +50,9 @@ export interface ZooKeeperBackendOptions {
    * its own sessions; a user and password are added to each session as `digest` authentication.
    */
   url: string;
-  /** Parent of every lock node. Default `/deadbolt`. */
+  /** What keeps this backend's locks apart from another's on the same ensemble: the parent of every lock node. Default `/deadbolt`. */
+  namespace?: string;
+  /** Another name for `namespace` (ZooKeeper's word for it); give one of the two. */
   root?: string;
   /** How long to wait for a session to connect before `BackendUnavailableError`. Default 3000 ms. */
   connectTimeoutMs?: number;
@@ -99,7 +101,8 @@ export function openSessions(url: StoreUrl, connectTimeoutMs: number): ZooKeeper
 /** How each option of `zookeeperBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const zookeeperOptionRules = {
   url: rules.url(['zookeeper']),
-  root: pathRule,
+  namespace: pathRule,
+  root: rules.alias('namespace', pathRule),
   connectTimeoutMs: rules.ms(),
   maxSessionTimeoutMs: rules.count(1000, MAX_TIMER_MS),
 } satisfies Rules<ZooKeeperBackendOptions>;
@@ -164,7 +167,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     const url = required(options.url, 'url');
     this.address = addressOf(url);
     this.#sessions = openSessions(url, options.connectTimeoutMs ?? 3000);
-    this.#root = options.root ?? '/deadbolt';
+    this.#root = options.namespace ?? '/deadbolt';
     this.capabilities = { ...this.capabilities, maxTtlMs: options.maxSessionTimeoutMs ?? 40_000 };
     internalsOf.set(this, {
       sessions: this.#sessions,

@@ -58,7 +58,7 @@ export function zookeeperSuiteOptions(): ConformanceOptions {
       rules: zookeeperOptionRules,
       valid: (address) => ({ url: viaUrl(url, address) }),
     },
-    createBackendInOtherNamespace: () => zookeeperBackend({ url, root: '/deadbolt/other' }),
+    createBackendInOtherNamespace: () => zookeeperBackend({ url, namespace: '/deadbolt/other' }),
     createBackendWithCredentials: (user, password, address) => zookeeperBackend({ url: withCredentials(url, user, password, address) }),
     child: { module: import.meta.resolve('@deadbolt/zookeeper'), export: 'zookeeperBackend', options: { url } },
     fence: { module: import.meta.resolve('@deadbolt/zookeeper'), export: 'zookeeperFence', options: { url } },

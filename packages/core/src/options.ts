@@ -35,8 +35,10 @@ export type ReadOptions<R> = { -readonly [K in keyof R]?: R[K] extends Rule<infe
  * name on `Object.prototype` (which every object literal inherits). A name no rule knows is refused,
  * `undefined` or not: a misspelt option (`timeout` for `timeoutMs`) would otherwise leave its
  * default in force without a word, and a lock that waits for ever because of a typo is found late.
+ * An option that is another's other name (`alias`) is read as that one; both given is refused.
  * @throws InvalidArgumentError when `raw` is not a plain object, holds an option no rule knows (the
- * message names it, and the option it probably meant where one is close), or any option breaks its rule.
+ * message names it, and the option it probably meant where one is close), holds an option under
+ * both its names, or any option breaks its rule.
  */
 export function readOptions<R extends Record<string, Rule<unknown>>>(
   raw: unknown,
@@ -51,10 +53,14 @@ export function readOptions<R extends Record<string, Rule<unknown>>>(
   }
   for (const name of Object.keys(raw)) {
     if (!Object.hasOwn(rules, name)) throw new InvalidArgumentError(unknownOption(name, Object.keys(rules), where));
+    const of = (rules[name] as Partial<Alias>).aliasOf;
+    if (of !== undefined && own(raw, name) !== undefined && own(raw, of) !== undefined)
+      throw new InvalidArgumentError(`${where}: \`${name}\` is another name for \`${of}\`: give one of them, not both`);
   }
   for (const name in rules) {
     const value = own(raw, name);
-    if (value !== undefined) out[name] = rules[name]!.check(value, parent === undefined ? name : `${parent}.${name}`);
+    if (value === undefined) continue;
+    out[(rules[name] as Partial<Alias>).aliasOf ?? name] = rules[name]!.check(value, parent === undefined ? name : `${parent}.${name}`);
   }
   return out as ReadOptions<R>;
 }
@@ -240,6 +246,29 @@ export function instance<T>(accepts: (value: unknown) => value is T, wanted: str
   };
 }
 
+/** A rule that reads its option as another's (`aliasOf`): `readOptions` puts the value there. */
+interface Alias extends Rule<never> {
+  readonly aliasOf: string;
+}
+
+/**
+ * `alias(of, rule)`: another name for option `of`, checked by `of`'s `rule` and read as `of` (a
+ * store's own word beside the name every backend shares, say Redis's `prefix` beside `namespace`).
+ * Both given is refused: neither may silently win.
+ */
+export function alias(of: string, rule: Rule<unknown>): Rule<never> {
+  const aliased: Alias = { aliasOf: of, check: rule.check as Alias['check'], hostile: rule.hostile };
+  return aliased;
+}
+
+/** The options of `rules` that are other names for another (`alias`), each as `[alias, the option it names]`. */
+export function aliasesOf(rules: Record<string, Rule<unknown>>): [string, string][] {
+  return Object.entries(rules).flatMap(([name, rule]) => {
+    const of = (rule as Partial<Alias>).aliasOf;
+    return of === undefined ? [] : [[name, of] as [string, string]];
+  });
+}
+
 /** An `AbortSignal`. */
 export const signal: Rule<AbortSignal> = instance((v): v is AbortSignal => v instanceof AbortSignal, 'an AbortSignal');
 
@@ -350,6 +379,8 @@ export function parseStoreUrl(text: string, schemes: readonly string[]): StoreUr
  * checks a bad value).
  */
 export const rules = {
+  /** `alias(of, rule)`: another name for option `of`, read as `of`; both given is refused. */
+  alias,
   /** `count(min, max)`: a whole number from `min` to `max`. */
   count,
   /** `true` or `false` (the string `'false'` is not false). */
