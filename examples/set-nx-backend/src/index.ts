@@ -3,13 +3,13 @@
 // runs the whole conformance suite on it against the test-matrix Redis.
 import type { Capabilities, LockBackend } from '@deadbolt/core';
 import {
-  addressOf,
   backendFailure,
   InFlight,
   pollForLease,
   readOptions,
   rules,
-  urlOrClient,
+  storeClient,
+  type StoreClient,
   type AcquireRequest,
   type Lease,
   type StoreView,
@@ -59,7 +59,7 @@ export class SetNxBackend implements LockBackend {
   /** Where the store is, for events (optional): from `url`, none for a client of yours. */
   readonly address: string | undefined;
   readonly #client: Redis;
-  readonly #ownsClient: boolean;
+  readonly #connection: StoreClient<Redis>;
   readonly #maxPollDelayMs: number;
   /** A key's lock and token counter names. */
   readonly #keys: (key: string) => [lock: string, token: string];
@@ -69,24 +69,23 @@ export class SetNxBackend implements LockBackend {
 
   constructor(raw: SetNxOptions) {
     const options = readOptions(raw, setNxOptionRules, 'setNxBackend');
-    const store = urlOrClient(options, 'setNxBackend', 'redis://host:port');
-    this.address = store.url && addressOf(store.url);
-    // One try per command: a failed call is the caller's to retry (core does, within its deadlines).
-    this.#client =
-      store.client ??
-      new Redis(store.url.href, {
+    // Your client (left open) or one of ours, made from `url` (closed in `close()`).
+    this.#connection = storeClient(options, 'setNxBackend', 'redis://host:port', (url) => {
+      // One try per command: a failed call is the caller's to retry (core does, within its deadlines).
+      const client = new Redis(url.href, {
         maxRetriesPerRequest: 1,
         commandTimeout: 2000,
         connectTimeout: options.connectTimeoutMs ?? 2000,
         lazyConnect: true,
       });
-    this.#ownsClient = store.client === undefined;
-    // Why the connection failed, for the error of a command that never reached the server (ioredis
-    // names its `maxRetriesPerRequest` option there instead). Listening also stops ioredis logging it.
-    if (this.#ownsClient) {
-      this.#client.on('error', (error: Error) => (this.#connectionError = error));
-      this.#client.on('ready', () => (this.#connectionError = undefined));
-    }
+      // Why the connection failed, for the error of a command that never reached the server (ioredis
+      // names its `maxRetriesPerRequest` option there instead). Listening also stops ioredis logging it.
+      client.on('error', (error: Error) => (this.#connectionError = error));
+      client.on('ready', () => (this.#connectionError = undefined));
+      return client;
+    });
+    this.address = this.#connection.address;
+    this.#client = this.#connection.client;
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 50;
     const namespace = options.namespace ?? 'set-nx:';
     this.#keys = (key) => [`${namespace}lock:${key}`, `${namespace}token:${key}`];
@@ -136,7 +135,7 @@ export class SetNxBackend implements LockBackend {
 
   async close(): Promise<void> {
     await this.#inFlight.settled();
-    if (this.#ownsClient) this.#client.disconnect();
+    await this.#connection.end((client) => client.disconnect());
   }
 
   /** One script, its reply as a number. */
@@ -152,7 +151,7 @@ export class SetNxBackend implements LockBackend {
       // A command that timed out may have met a connection gone silent for good (a partition, a
       // middlebox that lost its state: nothing is closed). Every retry would meet it too: open a
       // new one. (Only our own client: yours is yours to manage.)
-      if (this.#ownsClient && error instanceof Error && /timed out/i.test(error.message)) this.#client.disconnect(true);
+      if (this.#connection.url && error instanceof Error && /timed out/i.test(error.message)) this.#client.disconnect(true);
       const cause = (error as Error).name === 'MaxRetriesPerRequestError' && this.#connectionError ? this.#connectionError : error;
       throw backendFailure(this.name, operation, cause, (e) => !(e instanceof ReplyError));
     }

@@ -1,12 +1,12 @@
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  addressOf,
   describe,
   keySpace,
   Once,
   readOptions,
   rules,
-  urlOrClient,
+  storeClient,
+  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type Rule,
@@ -162,7 +162,8 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   readonly client: Client;
   readonly keyspace: string;
   readonly timeService: CassandraTimeService;
-  readonly #ownsClient: boolean;
+  /** The client, and whether `close()` shuts it down (the backend's own) or leaves it open (yours). */
+  readonly #connection: StoreClient<Client>;
   readonly #replication: string;
   /** Whose schema check this backend shares: the contact points of a client it made, or your client. */
   readonly #schemaScope: object | string;
@@ -198,24 +199,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     };
     const keyspace = keyspaceOf(options, 'cassandraBackend');
     // The longest a request waits for its answer, with a client made from `url` (yours has its own).
-    const commandTimeout = options.commandTimeoutMs ?? 8000;
-    const given = urlOrClient(options, 'cassandraBackend', 'cassandra://host[:port][,host[:port]]/keyspace');
-    this.address = given.url && addressOf(given.url);
-    if (given.client) {
-      this.client = given.client;
-      this.#ownsClient = false;
-      this.#schemaScope = given.client;
-    } else {
-      const url = given.url;
-      this.client = openCassandra(url, {
-        localDataCenter: options.localDataCenter,
-        addressTranslator: options.addressTranslator,
-        connectTimeout: options.connectTimeoutMs ?? 2000,
-        commandTimeout,
-      });
-      this.#ownsClient = true;
-      this.#schemaScope = contactPointsOf(url).join(',');
-    }
+    const commandTimeout = options.commandTimeoutMs ?? COMMAND_TIMEOUT_MS;
+    this.#connection = cassandraConnection(options, 'cassandraBackend');
+    this.address = this.#connection.address;
+    this.client = this.#connection.client;
+    this.#schemaScope = schemaScope(this.#connection);
     this.keyspace = keyspace;
     this.#replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
     if (options.maxPollDelayMs !== undefined && options.poll?.maxDelayMs !== undefined)
@@ -309,7 +297,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
 
   close(): Promise<void> {
     this.timeService.stop();
-    return this.#store.inFlight.close(() => this.#ownsClient && this.client.shutdown());
+    return this.#store.inFlight.close(() => this.#connection.end((client) => client.shutdown()));
   }
 }
 
@@ -324,8 +312,15 @@ export function keyspaceOf(
 ): string {
   const path = options.url?.path ? keyspaceRule.check(options.url.path, "the url's keyspace") : undefined;
   if (path !== undefined && options.namespace !== undefined && options.namespace !== path)
-    throw new InvalidArgumentError(`${where}: the url names keyspace ${path} and the namespace option ${options.namespace}; give one`);
+    throw new InvalidArgumentError(
+      `${where}: the url names keyspace ${path} and the namespace (keyspace) option names ${options.namespace}; give one`,
+    );
   return path ?? options.namespace ?? 'deadbolt';
+}
+
+/** Whose schema check a backend or fence shares: the contact points of a client it made (joined, they name a cluster), or your client. */
+export function schemaScope(connection: StoreClient<Client>): object | string {
+  return connection.url ? contactPointsOf(connection.url).join(',') : connection.client;
 }
 
 /** `url`'s hosts as the driver's contact points (`host` or `host:port`); joined, they name a cluster for the schema check. */
@@ -333,11 +328,37 @@ export function contactPointsOf(url: StoreUrl): string[] {
   return url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`));
 }
 
+/** The longest a request of a client made from `url` waits for its answer, unless `commandTimeoutMs` says otherwise. */
+export const COMMAND_TIMEOUT_MS = 8000;
+
 /**
- * A client for `url`'s contact points, made as every client deadbolt makes: bounded connects and
- * requests, a connection that leaves a request unanswered replaced, quick reconnects.
+ * The client a backend or fence reaches Cassandra through: yours, or one made for `url`'s contact
+ * points as every client deadbolt makes (bounded connects and requests, a connection that leaves a
+ * request unanswered replaced, quick reconnects). @throws InvalidArgumentError when both or neither
+ * of `url` and `client` is given.
  */
-export function openCassandra(
+export function cassandraConnection(
+  options: {
+    readonly url?: StoreUrl | undefined;
+    readonly client?: Client | undefined;
+    readonly localDataCenter?: string | undefined;
+    readonly addressTranslator?: policies.addressResolution.AddressTranslator | undefined;
+    readonly connectTimeoutMs?: number | undefined;
+    readonly commandTimeoutMs?: number | undefined;
+  },
+  where: string,
+): StoreClient<Client> {
+  return storeClient(options, where, 'cassandra://host[:port][,host[:port]]/keyspace', (url) =>
+    openCassandra(url, {
+      localDataCenter: options.localDataCenter,
+      addressTranslator: options.addressTranslator,
+      connectTimeout: options.connectTimeoutMs ?? 2000,
+      commandTimeout: options.commandTimeoutMs ?? COMMAND_TIMEOUT_MS,
+    }),
+  );
+}
+
+function openCassandra(
   url: StoreUrl,
   o: {
     localDataCenter?: string | undefined;

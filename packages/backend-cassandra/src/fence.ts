@@ -4,9 +4,16 @@
 // back to the update. Reads are at the serial consistency, so they see every write the
 // transactions decided.
 import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, Once, readOptions, rules, runFencedWrite, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { checkResource, Once, readOptions, rules, runFencedWrite, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import cassandra, { type Client, type policies } from 'cassandra-driver';
-import { cassandraOptionRules, contactPointsOf, keyspaceOf, keyspaceRule, openCassandra } from './cassandra-backend.js';
+import {
+  cassandraConnection,
+  cassandraOptionRules,
+  COMMAND_TIMEOUT_MS,
+  keyspaceOf,
+  keyspaceRule,
+  schemaScope,
+} from './cassandra-backend.js';
 import { ensureSchema } from './schema.js';
 import { CassandraStore } from './store.js';
 
@@ -52,7 +59,7 @@ const toToken = (value: unknown) => BigInt(String(value));
 /** Values in Cassandra guarded by fencing tokens (see core's `Fence`). */
 export class CassandraFence implements Fence {
   readonly client: Client;
-  readonly #ownsClient: boolean;
+  readonly #connection: StoreClient<Client>;
   readonly #store: CassandraStore;
   readonly #table: string;
   readonly #ready: Once;
@@ -60,18 +67,10 @@ export class CassandraFence implements Fence {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: CassandraFenceOptions) {
     const options = readOptions(raw, cassandraFenceOptionRules, 'cassandraFence');
-    const given = urlOrClient(options, 'cassandraFence', 'cassandra://host[:port][,host[:port]]/keyspace');
     const keyspace = keyspaceOf(options, 'cassandraFence');
-    const commandTimeout = options.commandTimeoutMs ?? 8000;
-    this.client =
-      given.client ??
-      openCassandra(given.url, {
-        localDataCenter: options.localDataCenter,
-        addressTranslator: options.addressTranslator,
-        connectTimeout: options.connectTimeoutMs ?? 2000,
-        commandTimeout,
-      });
-    this.#ownsClient = !given.client;
+    const commandTimeout = options.commandTimeoutMs ?? COMMAND_TIMEOUT_MS;
+    this.#connection = cassandraConnection(options, 'cassandraFence');
+    this.client = this.#connection.client;
     this.#table = `${keyspace}.fences`;
     this.#store = new CassandraStore({
       name: 'cassandra',
@@ -82,7 +81,7 @@ export class CassandraFence implements Fence {
       poll: { minDelayMs: 2, maxDelayMs: 50 },
       commandTimeoutMs: commandTimeout,
     });
-    const scope = given.client ?? contactPointsOf(given.url).join(',');
+    const scope = schemaScope(this.#connection);
     const replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
     this.#ready = new Once(async () => {
       try {
@@ -148,8 +147,8 @@ export class CassandraFence implements Fence {
     return row ? { value: (row['value'] as string | null) ?? '', token: toToken(row['fence_token']) } : null;
   }
 
-  async close(): Promise<void> {
-    if (this.#ownsClient) await this.client.shutdown().catch(() => undefined);
+  close(): Promise<void> {
+    return this.#connection.end((client) => client.shutdown()).catch(() => undefined);
   }
 }
 

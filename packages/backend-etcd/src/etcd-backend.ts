@@ -1,10 +1,10 @@
 import { type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  addressOf,
   InFlight,
   readOptions,
   rules,
-  urlOrClient,
+  storeClient,
+  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type Rules,
@@ -122,7 +122,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     readWrite: true,
   };
   readonly client: Etcd3;
-  readonly #ownsClient: boolean;
+  /** The client, and whether `close()` closes it (the backend's own) or leaves it open (yours). */
+  readonly #connection: StoreClient<Etcd3>;
   readonly #store: EtcdStore;
   /** Acquisitions under way: `close()` lets aborted ones delete their keys and leases first. */
   readonly #acquiring: InFlight;
@@ -133,10 +134,11 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     // With a client made from `url`, the deadline of each unary call; a client of yours keeps its own.
     const commandTimeout = options.commandTimeoutMs ?? 5000;
     this.#acquiring = new InFlight(this.name, commandTimeout);
-    const store = urlOrClient(options, 'etcdBackend', 'etcd://host:port[,host:port]');
-    this.address = store.url && addressOf(store.url);
-    this.client = store.client ?? openEtcd(store.url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout });
-    this.#ownsClient = !store.client;
+    this.#connection = storeClient(options, 'etcdBackend', 'etcd://host:port[,host:port]', (url) =>
+      openEtcd(url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout }),
+    );
+    this.address = this.#connection.address;
+    this.client = this.#connection.client;
     this.#store = new EtcdStore(this.client, options.namespace ?? 'deadbolt/', this.#acquiring);
     storeOf.set(this, this.#store);
   }
@@ -194,7 +196,7 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
   }
 
   close(): Promise<void> {
-    return this.#acquiring.close(() => this.#ownsClient && this.client.close());
+    return this.#acquiring.close(() => this.#connection.end((client) => client.close()));
   }
 }
 

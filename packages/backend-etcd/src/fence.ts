@@ -5,7 +5,16 @@
 // key's value as false, so a first write is a second transaction that puts only if the key was
 // never created; a lost race for that falls back to the compare.
 import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, InFlight, readOptions, rules, runFencedWrite, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import {
+  checkResource,
+  InFlight,
+  readOptions,
+  rules,
+  runFencedWrite,
+  storeClient,
+  type Rules,
+  type StoreClient,
+} from '@deadbolt/core/backend';
 import type { Etcd3 } from 'etcd3';
 import { etcdOptionRules, openEtcd } from './etcd-backend.js';
 import { EtcdStore } from './store.js';
@@ -41,17 +50,18 @@ const padded = (token: bigint) => token.toString().padStart(38, '0');
 /** Values in etcd guarded by fencing tokens (see core's `Fence`). */
 export class EtcdFence implements Fence {
   readonly client: Etcd3;
-  readonly #ownsClient: boolean;
+  readonly #connection: StoreClient<Etcd3>;
   readonly #store: EtcdStore;
   readonly #prefix: string;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: EtcdFenceOptions) {
     const options = readOptions(raw, etcdFenceOptionRules, 'etcdFence');
-    const store = urlOrClient(options, 'etcdFence', 'etcd://host:port[,host:port]');
     const commandTimeout = options.commandTimeoutMs ?? 5000;
-    this.client = store.client ?? openEtcd(store.url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout });
-    this.#ownsClient = !store.client;
+    this.#connection = storeClient(options, 'etcdFence', 'etcd://host:port[,host:port]', (url) =>
+      openEtcd(url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout }),
+    );
+    this.client = this.#connection.client;
     this.#prefix = options.namespace ?? 'deadbolt/';
     this.#store = new EtcdStore(this.client, this.#prefix, new InFlight('etcd', commandTimeout));
   }
@@ -91,8 +101,8 @@ export class EtcdFence implements Fence {
     return { token: BigInt(text.slice(0, 38)), value: text.slice(39) };
   }
 
-  async close(): Promise<void> {
-    if (this.#ownsClient) this.client.close();
+  close(): Promise<void> {
+    return this.#connection.end((client) => client.close());
   }
 
   #keyFor(resource: string): string {

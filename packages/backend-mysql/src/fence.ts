@@ -13,7 +13,8 @@ import {
   readOptions,
   rules,
   runFencedWrite,
-  urlOrClient,
+  storeClient,
+  type StoreClient,
   withTimeout,
   type Rules,
 } from '@deadbolt/core/backend';
@@ -66,7 +67,7 @@ export const mysqlFenceOptionRules = {
  */
 export class MysqlFence implements Fence {
   readonly client: Pool;
-  readonly #ownsClient: boolean;
+  readonly #connection: StoreClient<Pool>;
   readonly #store: MysqlStore;
   readonly #commandTimeoutMs: number;
   readonly #sql: { create: string; write: string; guard: string; read: string };
@@ -75,15 +76,11 @@ export class MysqlFence implements Fence {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: MysqlFenceOptions) {
     const options = readOptions(raw, mysqlFenceOptionRules, 'mysqlFence');
-    const store = urlOrClient(options, 'mysqlFence', 'mysql://user@host:port/db');
-    if (store.client) {
-      this.client = store.client;
-      this.#ownsClient = false;
-    } else {
-      if (store.url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
-      this.client = createPool({ uri: store.url.href, connectionLimit: 10, supportBigNumbers: true });
-      this.#ownsClient = true;
-    }
+    this.#connection = storeClient(options, 'mysqlFence', 'mysql://user@host:port/db', (url) => {
+      if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
+      return createPool({ uri: url.href, connectionLimit: 10, supportBigNumbers: true });
+    });
+    this.client = this.#connection.client;
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     this.#store = new MysqlStore(this.client, 'deadbolt_locks', this.#commandTimeoutMs);
     const table = escapeId(options.namespace ?? 'deadbolt_fences');
@@ -172,8 +169,8 @@ export class MysqlFence implements Fence {
     return row ? { value: (row['value'] as string | null) ?? '', token: BigInt(row['token'] as string) } : null;
   }
 
-  async close(): Promise<void> {
-    if (this.#ownsClient) await this.client.end().catch(() => undefined);
+  close(): Promise<void> {
+    return this.#connection.end((pool) => pool.end()).catch(() => undefined);
   }
 
   /** The error for a refused write, with the token that refused it if it can be read. */

@@ -1,10 +1,10 @@
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  addressOf,
   InFlight,
   readOptions,
   rules,
-  urlOrClient,
+  storeClient,
+  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type LeaseEngine,
@@ -105,7 +105,8 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   readonly #engine: LeaseEngine<MysqlLease>;
   /** Session mode's engine (undefined in lease mode): its waits ride out connects, and close() ends its sessions. */
   readonly #sessions: SessionLocks<PoolConnection, string> | undefined;
-  readonly #ownsClient: boolean;
+  /** The pool, and whether `close()` ends it (the backend's own) or leaves it open (yours). */
+  readonly #connection: StoreClient<Pool>;
   readonly #acquiring: InFlight;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
@@ -139,16 +140,12 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
     const connectionLimit = options.connectionLimit ?? (mode === 'session' ? 200 : 10);
-    const store = urlOrClient(options, 'mysqlBackend', 'mysql://user@host:port/db');
-    this.address = store.url && addressOf(store.url);
-    if (store.client) {
-      this.client = store.client;
-      this.#ownsClient = false;
-    } else {
-      if (store.url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
-      this.client = createPool({ uri: store.url.href, connectTimeout: connectTimeoutMs, connectionLimit, supportBigNumbers: true });
-      this.#ownsClient = true;
-    }
+    this.#connection = storeClient(options, 'mysqlBackend', 'mysql://user@host:port/db', (url) => {
+      if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
+      return createPool({ uri: url.href, connectTimeout: connectTimeoutMs, connectionLimit, supportBigNumbers: true });
+    });
+    this.address = this.#connection.address;
+    this.client = this.#connection.client;
     this.#store = new MysqlStore(this.client, options.namespace ?? 'deadbolt_locks', commandTimeoutMs);
     storeOf.set(this, this.#store);
     this.#acquiring = new InFlight(this.name, commandTimeoutMs);
@@ -161,7 +158,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       };
     } else {
       // A pool of your own: its size is not ours to know; mysql2's default is 10.
-      const poolSize = store.client ? (store.client.pool.config.connectionLimit ?? 10) : connectionLimit;
+      const poolSize = this.#connection.url ? connectionLimit : (this.client.pool.config.connectionLimit ?? 10);
       this.#engine = this.#sessions = new SessionLocks(new MysqlSessions(this.#store, poolSize), 2 * connectTimeoutMs, commandTimeoutMs);
     }
   }
@@ -240,7 +237,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   close(): Promise<void> {
     return this.#acquiring.close(async () => {
       this.#sessions?.close();
-      if (this.#ownsClient) await this.client.end().catch(() => undefined);
+      await this.#connection.end((pool) => pool.end()).catch(() => undefined);
     });
   }
 }

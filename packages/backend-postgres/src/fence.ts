@@ -12,7 +12,8 @@ import {
   readOptions,
   rules,
   runFencedWrite,
-  urlOrClient,
+  storeClient,
+  type StoreClient,
   withTimeout,
   type Rules,
 } from '@deadbolt/core/backend';
@@ -57,7 +58,7 @@ export const postgresFenceOptionRules = {
  */
 export class PostgresFence implements Fence {
   readonly client: Pool;
-  readonly #ownsClient: boolean;
+  readonly #connection: StoreClient<Pool>;
   readonly #store: PostgresStore;
   readonly #sql: { create: string; write: string; guard: string; read: string };
   /** Creates the table once (one creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog). */
@@ -66,15 +67,11 @@ export class PostgresFence implements Fence {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: PostgresFenceOptions) {
     const options = readOptions(raw, postgresFenceOptionRules, 'postgresFence');
-    const store = urlOrClient(options, 'postgresFence', 'postgres://user@host:port/db');
-    if (store.client) {
-      this.client = store.client;
-      this.#ownsClient = false;
-    } else {
-      if (store.url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
-      this.client = new pg.Pool({ connectionString: store.url.href, max: 10, keepAlive: true });
-      this.#ownsClient = true;
-    }
+    this.#connection = storeClient(options, 'postgresFence', 'postgres://user@host:port/db', (url) => {
+      if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
+      return new pg.Pool({ connectionString: url.href, max: 10, keepAlive: true });
+    });
+    this.client = this.#connection.client;
     const table = `"${options.namespace ?? 'deadbolt_fences'}"`;
     const namespace = createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     this.#store = new PostgresStore(this.client, 'deadbolt_locks', namespace, options.commandTimeoutMs ?? 5000);
@@ -157,8 +154,8 @@ export class PostgresFence implements Fence {
     return row ? { value: (row['value'] as string | null) ?? '', token: BigInt(row['token'] as string) } : null;
   }
 
-  async close(): Promise<void> {
-    if (this.#ownsClient) await this.client.end().catch(() => undefined);
+  close(): Promise<void> {
+    return this.#connection.end((pool) => pool.end()).catch(() => undefined);
   }
 
   #judge(resource: string, token: bigint, row: Record<string, unknown> | undefined): void {

@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  addressOf,
   InFlight,
   readOptions,
   rules,
-  urlOrClient,
+  storeClient,
+  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type LeaseEngine,
@@ -111,7 +111,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
   readonly client: Pool;
-  readonly #ownsClient: boolean;
+  /** The pool, and whether `close()` ends it (the backend's own) or leaves it open (yours). */
+  readonly #connection: StoreClient<Pool>;
   readonly #acquiring: InFlight;
   readonly #server: PostgresStore;
   /** The claims of this backend's mode, chosen once: rows (lease mode) or advisory locks (session mode). */
@@ -151,22 +152,18 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
           };
     const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
-    const store = urlOrClient(options, 'postgresBackend', 'postgres://user@host:port/db');
-    this.address = store.url && addressOf(store.url);
-    if (store.client) {
-      this.client = store.client;
-      this.#ownsClient = false;
-    } else {
-      if (store.url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
-      this.client = new pg.Pool({
-        connectionString: store.url.href,
+    this.#connection = storeClient(options, 'postgresBackend', 'postgres://user@host:port/db', (url) => {
+      if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
+      return new pg.Pool({
+        connectionString: url.href,
         connectionTimeoutMillis: connectTimeoutMs,
         max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
         // TCP keep-alive probes find a peer that vanished without closing the socket.
         keepAlive: true,
       });
-      this.#ownsClient = true;
-    }
+    });
+    this.address = this.#connection.address;
+    this.client = this.#connection.client;
     // Advisory locks are per database; the table names their namespace within it.
     const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     const server = new PostgresStore(this.client, table, namespace, commandTimeoutMs);
@@ -261,7 +258,7 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     return this.#acquiring.close(async () => {
       this.#sessions?.close();
       await this.#leases?.close();
-      if (this.#ownsClient) await this.client.end().catch(() => undefined);
+      await this.#connection.end((pool) => pool.end()).catch(() => undefined);
     });
   }
 }

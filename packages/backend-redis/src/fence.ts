@@ -3,7 +3,7 @@
 // and the write. Tokens are compared as decimal text (length first), exactly at any size: a Lua
 // number would round above 2^53.
 import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, readOptions, rules, runFencedWrite, urlOrClient, type Rules } from '@deadbolt/core/backend';
+import { checkResource, readOptions, rules, runFencedWrite, storeClient, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import type { Cluster, Redis } from 'ioredis';
 import { closeRedis, openRedis } from './connection.js';
 import { redisOptionRules } from './redis-backend.js';
@@ -54,19 +54,18 @@ return false
  */
 export class RedisFence implements Fence {
   readonly client: Redis | Cluster;
-  readonly #ownsClient: boolean;
+  readonly #connection: StoreClient<Redis | Cluster>;
   readonly #store: RedisStore;
   readonly #prefix: string;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: RedisFenceOptions) {
     const options = readOptions(raw, redisFenceOptionRules, 'redisFence');
-    const store = urlOrClient(options, 'redisFence', 'redis://host:port');
     const connectTimeout = options.connectTimeoutMs ?? 2000;
-    this.client =
-      store.client ??
-      openRedis(store.url, { cluster: options.cluster ?? false, connectTimeout, commandTimeout: options.commandTimeoutMs ?? 5000 });
-    this.#ownsClient = !store.client;
+    this.#connection = storeClient(options, 'redisFence', 'redis://host:port', (url) =>
+      openRedis(url, { cluster: options.cluster ?? false, connectTimeout, commandTimeout: options.commandTimeoutMs ?? 5000 }),
+    );
+    this.client = this.#connection.client;
     this.#prefix = `${options.namespace ?? 'deadbolt:'}fence:`;
     this.#store = new RedisStore(this.client, {
       prefix: this.#prefix,
@@ -96,8 +95,8 @@ export class RedisFence implements Fence {
     return token == null ? null : { value: value ?? '', token: BigInt(token) };
   }
 
-  async close(): Promise<void> {
-    if (this.#ownsClient) closeRedis(this.client);
+  close(): Promise<void> {
+    return this.#connection.end(closeRedis);
   }
 }
 

@@ -1,11 +1,11 @@
 import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  addressOf,
   InFlight,
   MAX_TIMER_MS,
   readOptions,
   rules,
-  urlOrClient,
+  storeClient,
+  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type Rule,
@@ -143,7 +143,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
   readonly capabilities: Capabilities;
   /** The command connection (yours if you passed `client`). */
   readonly client: Redis | Cluster;
-  readonly #ownsClient: boolean;
+  /** The client, and whether `close()` closes it (the backend's own) or leaves it open (yours). */
+  readonly #connection: StoreClient<RedisClient>;
   readonly #store: RedisStore;
   readonly #claims: RedisClaims;
   /** Acquisitions under way: `close()` lets aborted ones leave the queue first. */
@@ -164,23 +165,22 @@ export class RedisBackend implements LockBackend<RedisLease> {
     if (syncReplicas > 0 && cluster) throw new InvalidArgumentError('syncReplicas does not work with a Redis Cluster client');
     // The guard's keys have no hash tag: beside a lock's keys in one script, they would cross slots.
     if (restartGuardMs > 0 && cluster) throw new InvalidArgumentError('restartGuardMs does not work with a Redis Cluster client');
-    const store = urlOrClient(options, 'redisBackend', 'redis://host:port');
-    this.address = store.url && addressOf(store.url);
-    if (options.sentinel !== undefined && store.client)
+    if (options.sentinel !== undefined && options.client !== undefined)
       throw new InvalidArgumentError('sentinel goes with url (the Sentinels); a client of yours is already connected');
     if (options.sentinelOptions !== undefined && options.sentinel === undefined)
       throw new InvalidArgumentError('sentinelOptions needs sentinel');
-    this.client =
-      store.client ??
-      openRedis(store.url, {
+    this.#connection = storeClient(options, 'redisBackend', 'redis://host:port', (url) =>
+      openRedis(url, {
         cluster,
         connectTimeout,
         commandTimeout,
         clusterOptions: options.clusterOptions,
         sentinel: options.sentinel,
         sentinelOptions: options.sentinelOptions,
-      });
-    this.#ownsClient = !store.client;
+      }),
+    );
+    this.address = this.#connection.address;
+    this.client = this.#connection.client;
     const fifo = options.fifo ?? true;
     this.#acquiring = new InFlight(this.name, commandTimeout);
     this.#store = new RedisStore(this.client, {
@@ -258,7 +258,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
   close(): Promise<void> {
     return this.#acquiring.close(() => {
       this.#store.close();
-      if (this.#ownsClient) closeRedis(this.client);
+      return this.#connection.end(closeRedis);
     });
   }
 }

@@ -49,7 +49,7 @@ function sqlScratch(
 ): Store['scratch'] {
   const table = (id: string) => `deadbolt_check_${id}`;
   return {
-    url: (url, id) => withOptions(url, { table: table(id) }),
+    url: (url, id) => withOptions(url, { namespace: table(id), table: undefined }),
     async purge(backend, id) {
       const found = await tables(backend, table(id));
       for (const name of found.tables) await found.drop(name);
@@ -59,7 +59,7 @@ function sqlScratch(
 }
 
 const redisScratch: Store['scratch'] = {
-  url: (url, id) => withOptions(url, { prefix: redisPrefix(id) }),
+  url: (url, id) => withOptions(url, { namespace: redisPrefix(id), prefix: undefined }),
   async purge(backend, id) {
     const { RedisBackend } = await import('@deadbolt/redis');
     if (!(backend instanceof RedisBackend)) throw new Error('not a Redis backend');
@@ -163,7 +163,7 @@ export const STORES: Readonly<Record<string, Store>> = {
     },
     options: withUrl(),
     scratch: {
-      url: (url, id) => withOptions(url, { root: `/deadbolt-check-${id}` }),
+      url: (url, id) => withOptions(url, { namespace: `/deadbolt-check-${id}`, root: undefined }),
       async purge(backend, id) {
         const { ZooKeeperBackend } = await import('@deadbolt/zookeeper');
         const { session } = await import('@deadbolt/zookeeper/testing');
@@ -202,7 +202,7 @@ export const STORES: Readonly<Record<string, Store>> = {
     },
     options: withUrl(),
     scratch: {
-      url: (url, id) => withOptions(url, { prefix: `deadbolt-check/${id}/` }),
+      url: (url, id) => withOptions(url, { namespace: `deadbolt-check/${id}/`, prefix: undefined }),
       async purge(backend, id) {
         const { EtcdBackend } = await import('@deadbolt/etcd');
         if (!(backend instanceof EtcdBackend)) throw new Error('not an etcd backend');
@@ -220,7 +220,7 @@ export const STORES: Readonly<Record<string, Store>> = {
     scratch: {
       // The keyspace is the URL's path: the check's takes its place (an option beside a path that
       // names another keyspace is refused by the backend, so it cannot silently lose to the path).
-      url: (url, id) => withOptions(withPath(url, `deadbolt_check_${id}`), { keyspace: undefined }),
+      url: (url, id) => withOptions(withPath(url, `deadbolt_check_${id}`), { namespace: undefined, keyspace: undefined }),
       async purge(backend, id) {
         const { CassandraBackend } = await import('@deadbolt/cassandra');
         if (!(backend instanceof CassandraBackend)) throw new Error('not a Cassandra backend');

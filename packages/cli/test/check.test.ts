@@ -210,10 +210,14 @@ describe('deadbolt check', () => {
   const id = Math.random().toString(16).slice(2, 10);
   const userNamespaces: [string, string, () => Promise<string[]>][] = [
     ['redis, prefix', `${matrixUrl('redis')}?prefix=deadbolt-user-${id}:`, () => leftoversUnder.redis(`deadbolt-user-${id}:`)],
-    ['postgres, table', `${matrixUrl('postgres')}?table=deadbolt_user_${id}`, () => leftoversUnder.postgres(`deadbolt_user_${id}`)],
+    ['postgres, namespace', `${matrixUrl('postgres')}?namespace=deadbolt_user_${id}`, () => leftoversUnder.postgres(`deadbolt_user_${id}`)],
     ['mysql, table', `${matrixUrl('mysql')}?table=deadbolt_user_${id}`, () => leftoversUnder.mysql(`deadbolt_user_${id}`)],
     ['etcd, prefix', `${matrixUrl('etcd')}?prefix=deadbolt-user/${id}/`, () => leftoversUnder.etcd(`deadbolt-user/${id}/`)],
-    ['zookeeper, root', `${matrixUrl('zookeeper')}?root=/deadbolt-user-${id}`, () => leftoversUnder.zookeeper(`deadbolt-user-${id}`)],
+    [
+      'zookeeper, namespace',
+      `${matrixUrl('zookeeper')}?namespace=/deadbolt-user-${id}`,
+      () => leftoversUnder.zookeeper(`deadbolt-user-${id}`),
+    ],
     [
       'cassandra, keyspace in the path',
       `cassandra://${new URL(matrixUrl('cassandra')).host}/deadbolt_user_${id}`,

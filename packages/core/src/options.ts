@@ -309,20 +309,43 @@ export function url(schemes: readonly string[], hostless = false): Rule<StoreUrl
 }
 
 /**
- * Which store a backend talks to, read once for every backend: `url` (the backend makes its own
- * client from it, and closes it in `close()`) or `client` (yours, left open), exactly one.
- * `urlForm` shows the URL's shape in the error. @throws InvalidArgumentError when both or neither
- * is given.
+ * The client a backend or fence talks to its store through, chosen once for all of them: yours
+ * (`client`, which `end` leaves open) or its own (`open` makes it from `url`, and `end` closes it).
  */
-export function urlOrClient<C>(
+export interface StoreClient<C> {
+  readonly client: C;
+  /** The URL the client was made from; undefined for a client of yours. */
+  readonly url: StoreUrl | undefined;
+  /** `LockBackend.address`: the URL's servers, undefined for a client of yours. */
+  readonly address: string | undefined;
+  /** Runs `close` on the client if it is the backend's own; nothing for yours. @throws what `close` throws. */
+  end(close: (client: C) => unknown): Promise<void>;
+}
+
+/**
+ * The client for `options`: exactly one of `url` (then `open(url)` makes the backend's own) and
+ * `client` (yours). `urlForm` shows the URL's shape in the error. @throws InvalidArgumentError when
+ * both or neither is given; what `open` throws for a URL it cannot take.
+ */
+export function storeClient<C>(
   options: { readonly url?: StoreUrl | undefined; readonly client?: C | undefined },
   where: string,
   urlForm: string,
-): { readonly url: StoreUrl; readonly client?: undefined } | { readonly client: C; readonly url?: undefined } {
+  open: (url: StoreUrl) => C,
+): StoreClient<C> {
   const { url, client } = options;
-  // Without a prototype, so that the side not chosen reads as undefined, whatever Object.prototype holds.
-  if (client !== undefined && url === undefined) return Object.assign(noPrototype<{ client: C }>(), { client }) as { client: C };
-  if (url !== undefined && client === undefined) return Object.assign(noPrototype<{ url: StoreUrl }>(), { url }) as { url: StoreUrl };
+  if (client !== undefined && url === undefined) return { client, url: undefined, address: undefined, end: async () => undefined };
+  if (url !== undefined && client === undefined) {
+    const own = open(url);
+    return {
+      client: own,
+      url,
+      address: addressOf(url),
+      end: async (close) => {
+        await close(own);
+      },
+    };
+  }
   throw new InvalidArgumentError(`${where} needs a url (${urlForm}) or a client, not both`);
 }
 
