@@ -105,6 +105,8 @@ export class ShadowLock implements MutexAlgorithm<ShadowLease> {
           `INSERT INTO ${store.keyspace}.shadow_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
           [id, slot.name, req.owner, ttl, store.timestamp()],
         );
+        // What a renewal counts from to know our cell never lapsed (as the queue's grant records it).
+        slot.written = { at: acquiredAt, ttlMs: req.ttlMs };
         won = true;
       }
     } finally {

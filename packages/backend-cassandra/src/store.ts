@@ -270,9 +270,13 @@ export class CassandraStore {
     return this.#lastTimestamp;
   }
 
-  /** The owners in `table`'s partition for `id`, at most two (enough to tell "alone"). */
-  async owners(operation: string, table: string, id: Buffer): Promise<string[]> {
-    const result = await this.run(operation, `SELECT owner FROM ${this.keyspace}.${table} WHERE lock_id = ? LIMIT 2`, [id]);
+  /**
+   * The owners in `table`'s partition for `id`: at most two (enough to tell "nobody" and "alone"),
+   * or with `all` every one (enough to tell whether one of them is ours: two cells of others may
+   * sort before it).
+   */
+  async owners(operation: string, table: string, id: Buffer, all = false): Promise<string[]> {
+    const result = await this.run(operation, `SELECT owner FROM ${this.keyspace}.${table} WHERE lock_id = ?${all ? '' : ' LIMIT 2'}`, [id]);
     return result.rows.map((r) => r['owner'] as string);
   }
 
@@ -363,7 +367,7 @@ export class CassandraStore {
     const timestamp = this.timestamp();
     const previous = slot.written;
     const sentAt = performance.now();
-    if ((await this.owners('renew', main, lease.id)).includes(lease.owner)) {
+    if ((await this.owners('renew', main, lease.id, true)).includes(lease.owner)) {
       this.writing(slot, ttl);
       await Promise.all([
         this.run('renew', `INSERT INTO ${this.keyspace}.${main} (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?`, [
@@ -391,7 +395,7 @@ export class CassandraStore {
       // queue's `#atOnce`). Half the ttl (`stillStands`) was too strict a test here: a store
       // answering a twentieth of the ttl late made a renewal end past it, and the holder gave up a
       // healthy lock when a newcomer's cell was in main at its second read.
-      const owners = await this.owners('renew', main, lease.id);
+      const owners = await this.owners('renew', main, lease.id, true);
       if (owners.includes(lease.owner) && (owners.length === 1 || neverLapsed)) {
         slot.written = { at: sentAt, ttlMs };
         return true;
@@ -565,6 +569,6 @@ export class CassandraStore {
         ).first()?.['owner'] === lease.owner
       );
     }
-    return (await this.owners('acquire', table, lease.id)).includes(lease.owner);
+    return (await this.owners('acquire', table, lease.id, true)).includes(lease.owner);
   }
 }
