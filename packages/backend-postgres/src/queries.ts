@@ -230,11 +230,11 @@ SELECT id FROM created UNION ALL SELECT id FROM {locks} WHERE lock_key = $1`;
  */
 export const lockWait = `SELECT true AS got, set_config('idle_session_timeout', $3, false) FROM pg_advisory_lock($1::int, $2::int)`;
 export const lockTry = `SELECT pg_try_advisory_lock($1::int, $2::int) AS got, set_config('idle_session_timeout', $3, false)`;
-/** `pg_locks`' condition for the entry of session `pid` on the two-int advisory lock (namespace, id): held or queued. */
 /** `pg_locks` rows of this namespace's advisory locks (two-key form). */
 function advisoryOf(namespace: string): string {
   return `locktype = 'advisory' AND classid = ${namespace}::bigint::oid AND objsubid = 2`;
 }
+/** `pg_locks`' condition for the entry of session `pid` on the two-int advisory lock (namespace, id): held or queued. */
 function advisoryEntry(pid: string, namespace: string, id: string): string {
   return `${advisoryOf(namespace)} AND pid = ${pid} AND objid = ${id}::bigint::oid`;
 }
@@ -305,6 +305,8 @@ ORDER BY waiting, arrival`;
 export const inspectShared = `SELECT c.owner, c.token, c.exclusive, ${leftMs('c.expires_at')} AS left_ms, k.claim_limit
   FROM {shared} c JOIN {sharedKeys} k ON k.lock_key = c.lock_key
   WHERE c.lock_key = $1 AND c.expires_at > clock_timestamp() ORDER BY c.token`;
+/** Params: key, namespace. Session mode: the server processes holding (granted) or waiting for the key's advisory lock (`/testing`'s `claimsOf`). */
+export const sessionsOn = `SELECT pid, granted FROM pg_locks JOIN {locks} t ON objid = t.id::oid WHERE t.lock_key = $1 AND ${advisoryOf('$2')}`;
 /** Params: key, namespace. Session mode: the row's owner and token while some session holds the key's advisory lock. */
 export const inspectSession = `SELECT owner, token FROM {locks} t WHERE lock_key = $1 AND EXISTS (SELECT 1 FROM pg_locks
   WHERE locktype = 'advisory' AND granted AND classid = $2::bigint::oid AND objid = t.id::oid AND objsubid = 2)`;

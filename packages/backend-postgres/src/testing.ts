@@ -35,18 +35,11 @@ export function claimsOf(backend: PostgresBackend): StoreClaims {
   if (backend.mode === 'session') {
     /** The server processes holding (granted) or waiting for the key's advisory lock. */
     const sessions = async (key: string) =>
-      (await rows(
-        `SELECT l.pid, l.granted FROM pg_locks l JOIN ${table()} t ON l.objid = t.id::oid
-         WHERE t.lock_key = $1 AND l.locktype = 'advisory' AND l.objsubid = 2`,
-        [bytes(key)],
-      )) as { pid: number; granted: boolean }[];
+      (await rows(s.sql.sessionsOn, [bytes(key), s.namespace])) as { pid: number; granted: boolean }[];
     return {
       async inspect(key) {
-        const found = await sessions(key);
-        const holder = found.some((f) => f.granted)
-          ? owners(await rows(`SELECT owner FROM ${table()} WHERE lock_key = $1`, [bytes(key)]))
-          : [];
-        return [...holder, ...found.filter((f) => !f.granted).map((f) => `waiting session ${f.pid}`)];
+        const [holder, found] = [await rows(s.sql.inspectSession, [bytes(key), s.namespace]), await sessions(key)];
+        return [...owners(holder), ...found.filter((f) => !f.granted).map((f) => `waiting session ${f.pid}`)];
       },
       async loseClaim(key) {
         const holder = (await sessions(key)).find((f) => f.granted)?.pid;
