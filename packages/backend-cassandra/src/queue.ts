@@ -34,13 +34,18 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
   /** The main partition's holder, and the queue's other cells in arrival order (their tokens come with their grants). */
   async inspect(id: Buffer): Promise<StoreView> {
     const store = this.#store;
-    const [holders, queued] = await Promise.all([
-      store.holderIn(this.holderTable, id),
-      store.run('inspect', `SELECT entry, owner, TTL(owner) AS ttl FROM ${store.keyspace}.lock_waiters WHERE lock_id = ?`, [id]),
-    ]);
-    const waiters = queued.rows
-      .filter((r) => r['owner'] !== null && r['owner'] !== holders[0]?.owner)
-      .sort((a, b) => ((a['entry'] as string) < (b['entry'] as string) ? -1 : 1))
+    const queued = (
+      await store.run('inspect', `SELECT entry, owner, TTL(owner) AS ttl FROM ${store.keyspace}.lock_waiters WHERE lock_id = ?`, [id])
+    ).rows
+      .filter((r) => r['owner'] !== null)
+      .sort((a, b) => ((a['entry'] as string) < (b['entry'] as string) ? -1 : 1));
+    const holders = await store.holderIn(
+      this.holderTable,
+      id,
+      queued.map((r) => r['owner'] as string),
+    );
+    const waiters = queued
+      .filter((r) => r['owner'] !== holders[0]?.owner)
       .map((r) => ({ owner: r['owner'] as string, token: null, ttlLeftMs: secondsLeft(r['ttl']) }));
     return { holders, waiters };
   }

@@ -539,11 +539,13 @@ export class CassandraStore {
   /**
    * The key's holder as `table` records it, with the key's token and the time its cell has left
    * (Cassandra counts whole seconds). Two or more cells are a contender between its write and its
-   * withdrawal ("ours if alone"): read again a few times, then the cell written first holds (the
-   * holder's renewals rewrite it, a contender's write comes after the last one). The token row is
-   * written just after a grant: for that moment the previous holder's token shows.
+   * withdrawal ("ours if alone"): read again a few times, then the cell that comes first in
+   * `arrival` (the queue's order: the holder is the queue's head) holds, else the one written
+   * first. Write time alone misleads when the holder renews while a contender's cell stands: the
+   * renewal makes the holder's cell the newer one. The token row is written just after a grant:
+   * for that moment the previous holder's token shows.
    */
-  async holderIn(table: HolderTable, id: Buffer): Promise<ClaimInfo[]> {
+  async holderIn(table: HolderTable, id: Buffer, arrival: readonly (string | undefined)[] = []): Promise<ClaimInfo[]> {
     const serialRead = table === 'lock_lwt';
     let rows: types.Row[] = [];
     for (let attempt = 0; attempt < 4; attempt++) {
@@ -552,7 +554,11 @@ export class CassandraStore {
       rows = (await this.run('inspect', query, [id], { serialRead })).rows.filter((r) => r['owner'] !== null);
       if (rows.length <= 1) break;
     }
-    const [first] = rows.sort((a, b) => (toBigInt(a['written']) < toBigInt(b['written']) ? -1 : 1));
+    const place = (row: types.Row) => {
+      const index = arrival.indexOf(row['owner'] as string);
+      return index < 0 ? arrival.length : index;
+    };
+    const [first] = rows.sort((a, b) => place(a) - place(b) || (toBigInt(a['written']) < toBigInt(b['written']) ? -1 : 1));
     if (!first) return [];
     const token = (await this.run('inspect', `SELECT fencing_token FROM ${this.keyspace}.lock_token WHERE lock_id = ?`, [id])).first();
     return [

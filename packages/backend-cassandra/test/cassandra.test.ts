@@ -43,6 +43,31 @@ describe('cassandra backend', () => {
     }
   });
 
+  it("queue: inspect names the queue's head as holder when a renewal made its cell newer than a newcomer's", async () => {
+    // A newcomer's first attempt writes the main table before it knows its place; a renewal landing
+    // while that cell stands makes the holder's cell the later-written one, and inspect, which took
+    // the earliest-written cell, named the newcomer (the CLI's inspect printed the wrong holder).
+    const lock = await newLocker('queue', 3000).lock(key());
+    const id = idFor(lock.key);
+    const later = `${'9'.repeat(20)}/!newcomer`;
+    await cql(`INSERT INTO ${admin.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL 5`, [
+      id,
+      '!newcomer/0',
+      later,
+      '!newcomer',
+    ]);
+    await cql(`INSERT INTO ${admin.keyspace}.lock_holders (lock_id, slot, owner) VALUES (?, ?, ?) USING TTL 5`, [
+      id,
+      '!newcomer/0',
+      '!newcomer',
+    ]);
+    await sleep(1500); // a renewal (one a second) rewrites the holder's cell after the newcomer's
+    const view = await admin.inspect(lock.key, 'mutex');
+    expect(view.holders.map((h) => h.owner)).toEqual([lock.owner]);
+    expect(view.waiters?.map((w) => w.owner)).toEqual(['!newcomer']);
+    await lock.release();
+  });
+
   it('queue: the queue cell sorts by time-service microseconds, then owner; the main cell names the holder', async () => {
     const [a, b] = [newLocker(), newLocker()];
     const k = key();
