@@ -134,7 +134,9 @@ export function defineCoreBehaviours(ctx: SuiteContext): void {
       const other = await b.lock(freshKey('B'), { timeoutMs: 1000 });
       await other.release();
       const keys = Array.from({ length: 100 }, (_, i) => freshKey(`many-${i}`));
-      const locks = await Promise.all(keys.map((k) => b.lock(k, { timeoutMs: 10_000 })));
+      // All are granted; how fast is the benchmark's business. The bound is generous: 100 grants at
+      // once through a dual migration's two stores on a loaded machine once took more than 10 s.
+      const locks = await Promise.all(keys.map((k) => b.lock(k, { timeoutMs: 30_000 })));
       expect(new Set(locks.map((l) => l.key)).size).toBe(100);
       await Promise.all(locks.map((l) => l.release()));
       await held.release();

@@ -1,5 +1,5 @@
 // Helpers the behaviour groups and the backends' own tests share.
-import { createLocker, type Lock, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
+import { createLocker, type Inspection, type Lock, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { isDeepStrictEqual } from 'node:util';
@@ -208,4 +208,27 @@ export function expectWaitThroughSlowConnect(url: string, backendAt: SessionBack
     expect(lock.token).toBeGreaterThan(held.token);
     await lock.release();
   });
+}
+
+/** `wait`, its rejection handled: a test that fails before it settles leaves no unhandled rejection (close() rejects it). */
+export function pending<T>(wait: Promise<T>): Promise<T> {
+  wait.catch(() => undefined);
+  return wait;
+}
+
+/**
+ * Resolves once `read()` shows `n` waiters, or after 5 s with what it shows; at once where the
+ * store keeps no queue (`waiters: null`), after a pause for the waits to start.
+ */
+export async function waitersSeen(read: () => Promise<Inspection>, n: number): Promise<Inspection> {
+  const until = performance.now() + 5000;
+  for (;;) {
+    const seen = await read();
+    if (seen.waiters === null) {
+      await sleep(300);
+      return read();
+    }
+    if (seen.waiters.length >= n || performance.now() > until) return seen;
+    await sleep(20);
+  }
 }

@@ -8,31 +8,11 @@ import { sleep } from '@deadbolt/core/backend';
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
-import { abortedWithin } from './helpers.js';
+import { abortedWithin, pending, waitersSeen } from './helpers.js';
 
 export function defineInspectBehaviours(ctx: SuiteContext): void {
   const { T, renewMs, freshKey, makeLocker, capabilities, harness, itWhen, semIt, rwIt } = ctx;
   const session = capabilities.lease === 'session';
-
-  /** `wait`, its rejection handled: a test that fails before it settles leaves no unhandled rejection (close() rejects it). */
-  const pending = <T>(wait: Promise<T>): Promise<T> => {
-    wait.catch(() => undefined);
-    return wait;
-  };
-
-  /** Resolves once `read()` shows `n` waiters (or at once where the store keeps no queue, after a pause for the waits to start). */
-  async function waitersSeen(read: () => Promise<Inspection>, n: number): Promise<Inspection> {
-    const until = performance.now() + 5000;
-    for (;;) {
-      const seen = await read();
-      if (seen.waiters === null) {
-        await sleep(300);
-        return read();
-      }
-      if (seen.waiters.length >= n || performance.now() > until) return seen;
-      await sleep(20);
-    }
-  }
 
   /** A holder as the suite holds it: its owner and token, and a time left within its ttl (none for a session lease). */
   function expectHolder(claim: ClaimInfo | undefined, lock: Lock, mode?: ClaimInfo['mode']): void {

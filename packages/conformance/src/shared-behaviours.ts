@@ -10,7 +10,7 @@ import { describe, expect } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { countingBackend } from './counting.js';
 import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
-import { abortedWithin, untyped } from './helpers.js';
+import { abortedWithin, pending, untyped, waitersSeen } from './helpers.js';
 
 /** A hold: [start, end] in monotonic ns, comparable across processes on one machine. */
 type Hold = [number, number];
@@ -404,17 +404,24 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
         const [a, b, c] = [await makeLocker(), await makeLocker(), await makeLocker()];
         const order: string[] = [];
         const r1 = await a.readWriteLock(key).read();
-        const writer = b
-          .readWriteLock(key)
-          .write({ timeoutMs: 10_000 })
-          .then((w) => (order.push('write'), w));
-        await sleep(200);
+        const queue = () => a.readWriteLock(key).inspect();
+        // Arrival is when the store shows the waiter: a fixed pause (200 ms) can end before a slow
+        // store (a dual migration's two, on a loaded machine) has the writer queued.
+        const writer = pending(
+          b
+            .readWriteLock(key)
+            .write({ timeoutMs: 10_000 })
+            .then((w) => (order.push('write'), w)),
+        );
+        await waitersSeen(queue, 1);
         expect(await c.readWriteLock(key).tryRead()).toBeNull();
-        const reader = c
-          .readWriteLock(key)
-          .read({ timeoutMs: 10_000 })
-          .then((r) => (order.push('read'), r));
-        await sleep(200);
+        const reader = pending(
+          c
+            .readWriteLock(key)
+            .read({ timeoutMs: 10_000 })
+            .then((r) => (order.push('read'), r)),
+        );
+        await waitersSeen(queue, 2);
         expect(order).toEqual([]);
         await r1.release();
         const w = await writer;
