@@ -3,8 +3,8 @@
 // the new one; a first write inserts if the row does not exist, and a lost race for that goes
 // back to the update. Reads are at the serial consistency, so they see every write the
 // transactions decided.
-import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, Once, readOptions, rules, runFencedWrite, type Rules, type StoreClient } from '@deadbolt/core/backend';
+import { StaleTokenError, type FencedValue } from '@deadbolt/core';
+import { Once, readOptions, rules, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import cassandra, { type Client, type policies } from 'cassandra-driver';
 import {
   cassandraConnection,
@@ -57,7 +57,7 @@ const varint = (token: bigint) => cassandra.types.Integer.fromString(token.toStr
 const toToken = (value: unknown) => BigInt(String(value));
 
 /** Values in Cassandra guarded by fencing tokens (see core's `Fence`). */
-export class CassandraFence implements Fence {
+export class CassandraFence extends StoreFence {
   readonly client: Client;
   readonly #connection: StoreClient<Client>;
   readonly #store: CassandraStore;
@@ -66,6 +66,7 @@ export class CassandraFence implements Fence {
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: CassandraFenceOptions) {
+    super('cassandra');
     const options = readOptions(raw, cassandraFenceOptionRules, 'cassandraFence');
     const keyspace = keyspaceOf(options, 'cassandraFence');
     const commandTimeout = options.commandTimeoutMs ?? COMMAND_TIMEOUT_MS;
@@ -93,12 +94,8 @@ export class CassandraFence implements Fence {
     });
   }
 
-  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
-    await runFencedWrite('cassandra', { resource, token, value, options }, (deadline) => this.#write(resource, token, value, deadline));
-  }
-
   /** A conditional update, and an insert where the row is missing; again (until the deadline) when another writer inserted it first. */
-  async #write(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
+  protected async writeValue(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
     await this.#ready.run();
     const id = Buffer.from(resource, 'utf8');
     for (;;) {
@@ -131,8 +128,7 @@ export class CassandraFence implements Fence {
     }
   }
 
-  async read(resource: string): Promise<FencedValue | null> {
-    checkResource(resource);
+  protected async readValue(resource: string): Promise<FencedValue | null> {
     await this.#ready.run();
     const row = (
       await this.#store.run(

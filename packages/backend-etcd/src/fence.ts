@@ -4,17 +4,8 @@
 // the space that follows every stored token), put; else read the key. etcd compares a missing
 // key's value as false, so a first write is a second transaction that puts only if the key was
 // never created; a lost race for that falls back to the compare.
-import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import {
-  checkResource,
-  InFlight,
-  readOptions,
-  rules,
-  runFencedWrite,
-  storeClient,
-  type Rules,
-  type StoreClient,
-} from '@deadbolt/core/backend';
+import { StaleTokenError, type FencedValue } from '@deadbolt/core';
+import { InFlight, readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import type { Etcd3 } from 'etcd3';
 import { etcdOptionRules, openEtcd } from './etcd-backend.js';
 import { EtcdStore } from './store.js';
@@ -48,7 +39,7 @@ export const etcdFenceOptionRules = {
 const padded = (token: bigint) => token.toString().padStart(38, '0');
 
 /** Values in etcd guarded by fencing tokens (see core's `Fence`). */
-export class EtcdFence implements Fence {
+export class EtcdFence extends StoreFence {
   readonly client: Etcd3;
   readonly #connection: StoreClient<Etcd3>;
   readonly #store: EtcdStore;
@@ -56,6 +47,7 @@ export class EtcdFence implements Fence {
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: EtcdFenceOptions) {
+    super('etcd');
     const options = readOptions(raw, etcdFenceOptionRules, 'etcdFence');
     const commandTimeout = options.commandTimeoutMs ?? 5000;
     this.#connection = storeClient(options, 'etcdFence', 'etcd://host:port[,host:port]', (url) =>
@@ -66,12 +58,8 @@ export class EtcdFence implements Fence {
     this.#store = new EtcdStore(this.client, this.#prefix, new InFlight('etcd', commandTimeout));
   }
 
-  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
-    await runFencedWrite('etcd', { resource, token, value, options }, (deadline) => this.#write(resource, token, value, deadline));
-  }
-
   /** One compare-and-put, and a create where the key is missing; again (until the deadline) when another writer created it first. */
-  async #write(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
+  protected async writeValue(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
     const key = this.#keyFor(resource);
     const stored = `${padded(token)} ${value}`;
     for (;;) {
@@ -93,8 +81,7 @@ export class EtcdFence implements Fence {
     }
   }
 
-  async read(resource: string): Promise<FencedValue | null> {
-    checkResource(resource);
+  protected async readValue(resource: string): Promise<FencedValue | null> {
     const held = await this.#store.call('fenced read', () => this.client.get(this.#keyFor(resource)).buffer());
     if (held === null) return null;
     const text = held.toString('utf8');

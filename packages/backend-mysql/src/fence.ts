@@ -5,18 +5,17 @@
 // which the server hands back in the statement's answer (its insert id: 1 accepted, 0 refused):
 // affected-row counts cannot tell a refused write from an accepted one that changed nothing.
 // `guard` runs the same statement inside a transaction of yours.
-import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
+import { InvalidArgumentError, StaleTokenError, type FencedValue } from '@deadbolt/core';
 import {
-  checkResource,
   noAnswer,
   Once,
   readOptions,
   rules,
-  runFencedWrite,
   storeClient,
-  type StoreClient,
+  StoreFence,
   withTimeout,
   type Rules,
+  type StoreClient,
 } from '@deadbolt/core/backend';
 import { checkFenceToken, fencedTransaction } from '@deadbolt/core/sql';
 import {
@@ -65,7 +64,7 @@ export const mysqlFenceOptionRules = {
  * Values in MySQL/MariaDB guarded by fencing tokens (see core's `Fence`), and `guard` for writes
  * in your own transactions.
  */
-export class MysqlFence implements Fence {
+export class MysqlFence extends StoreFence {
   readonly client: Pool;
   readonly #connection: StoreClient<Pool>;
   readonly #store: MysqlStore;
@@ -75,6 +74,7 @@ export class MysqlFence implements Fence {
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: MysqlFenceOptions) {
+    super('mysql');
     const options = readOptions(raw, mysqlFenceOptionRules, 'mysqlFence');
     this.#connection = storeClient(options, 'mysqlFence', 'mysql://user@host:port/db', (url) => {
       if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
@@ -106,16 +106,14 @@ export class MysqlFence implements Fence {
     });
   }
 
-  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
-    await runFencedWrite('mysql', { resource, token, value, options }, async () => {
-      await this.#table.run();
-      const result = await this.#store.run<ResultSetHeader>('fenced write', this.#sql.write, [
-        Buffer.from(resource, 'utf8'),
-        token.toString(),
-        value,
-      ]);
-      if (Number(result.insertId) !== 1) throw await this.#stale(resource, token);
-    });
+  protected async writeValue(resource: string, token: bigint, value: string): Promise<void> {
+    await this.#table.run();
+    const result = await this.#store.run<ResultSetHeader>('fenced write', this.#sql.write, [
+      Buffer.from(resource, 'utf8'),
+      token.toString(),
+      value,
+    ]);
+    if (Number(result.insertId) !== 1) throw await this.#stale(resource, token);
   }
 
   /**
@@ -162,8 +160,7 @@ export class MysqlFence implements Fence {
     );
   }
 
-  async read(resource: string): Promise<FencedValue | null> {
-    checkResource(resource);
+  protected async readValue(resource: string): Promise<FencedValue | null> {
     await this.#table.run();
     const row = (await this.#store.run<RowDataPacket[]>('fenced read', this.#sql.read, [Buffer.from(resource, 'utf8')]))[0];
     return row ? { value: (row['value'] as string | null) ?? '', token: BigInt(row['token'] as string) } : null;

@@ -4,18 +4,17 @@
 // `guard` runs the same upsert inside a transaction of yours, so your own writes in it land only
 // with a token that is still the newest (the row stays locked until you commit or roll back).
 import { createHash } from 'node:crypto';
-import { InvalidArgumentError, StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
+import { InvalidArgumentError, StaleTokenError, type FencedValue } from '@deadbolt/core';
 import {
-  checkResource,
   noAnswer,
   Once,
   readOptions,
   rules,
-  runFencedWrite,
   storeClient,
-  type StoreClient,
+  StoreFence,
   withTimeout,
   type Rules,
+  type StoreClient,
 } from '@deadbolt/core/backend';
 import { checkFenceToken, fencedTransaction } from '@deadbolt/core/sql';
 import pg, { type ClientBase, type Pool, type PoolClient } from 'pg';
@@ -56,7 +55,7 @@ export const postgresFenceOptionRules = {
  * Values in PostgreSQL guarded by fencing tokens (see core's `Fence`), and `guard` for writes in
  * your own transactions.
  */
-export class PostgresFence implements Fence {
+export class PostgresFence extends StoreFence {
   readonly client: Pool;
   readonly #connection: StoreClient<Pool>;
   readonly #store: PostgresStore;
@@ -66,6 +65,7 @@ export class PostgresFence implements Fence {
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: PostgresFenceOptions) {
+    super('postgres');
     const options = readOptions(raw, postgresFenceOptionRules, 'postgresFence');
     this.#connection = storeClient(options, 'postgresFence', 'postgres://user@host:port/db', (url) => {
       if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
@@ -94,12 +94,10 @@ export class PostgresFence implements Fence {
     });
   }
 
-  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
-    await runFencedWrite('postgres', { resource, token, value, options }, async () => {
-      await this.#table.run();
-      const result = await this.#store.run('fenced write', this.#sql.write, [Buffer.from(resource, 'utf8'), token.toString(), value]);
-      this.#judge(resource, token, result.rows[0]);
-    });
+  protected async writeValue(resource: string, token: bigint, value: string): Promise<void> {
+    await this.#table.run();
+    const result = await this.#store.run('fenced write', this.#sql.write, [Buffer.from(resource, 'utf8'), token.toString(), value]);
+    this.#judge(resource, token, result.rows[0]);
   }
 
   /**
@@ -147,8 +145,7 @@ export class PostgresFence implements Fence {
     );
   }
 
-  async read(resource: string): Promise<FencedValue | null> {
-    checkResource(resource);
+  protected async readValue(resource: string): Promise<FencedValue | null> {
     await this.#table.run();
     const row = (await this.#store.run('fenced read', this.#sql.read, [Buffer.from(resource, 'utf8')])).rows[0];
     return row ? { value: (row['value'] as string | null) ?? '', token: BigInt(row['token'] as string) } : null;

@@ -2,8 +2,8 @@
 // last value, and a write is one script that compares and sets, so nothing runs between the check
 // and the write. Tokens are compared as decimal text (length first), exactly at any size: a Lua
 // number would round above 2^53.
-import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, readOptions, rules, runFencedWrite, storeClient, type Rules, type StoreClient } from '@deadbolt/core/backend';
+import { StaleTokenError, type FencedValue } from '@deadbolt/core';
+import { readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import type { Cluster, Redis } from 'ioredis';
 import { closeRedis, openRedis } from './connection.js';
 import { redisOptionRules } from './redis-backend.js';
@@ -52,7 +52,7 @@ return false
  * fence that lost its highest token accepts an older one again. Keep fenced resources on a
  * server without failover, or on a store that does not lose acknowledged writes.
  */
-export class RedisFence implements Fence {
+export class RedisFence extends StoreFence {
   readonly client: Redis | Cluster;
   readonly #connection: StoreClient<Redis | Cluster>;
   readonly #store: RedisStore;
@@ -60,6 +60,7 @@ export class RedisFence implements Fence {
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: RedisFenceOptions) {
+    super('redis');
     const options = readOptions(raw, redisFenceOptionRules, 'redisFence');
     const connectTimeout = options.connectTimeoutMs ?? 2000;
     this.#connection = storeClient(options, 'redisFence', 'redis://host:port', (url) =>
@@ -76,15 +77,12 @@ export class RedisFence implements Fence {
     });
   }
 
-  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
-    await runFencedWrite('redis', { resource, token, value, options }, async () => {
-      const held = await this.#store.eval('fenced write', FENCED_WRITE, [this.#prefix + resource], [token.toString(), value]);
-      if (held !== null) throw new StaleTokenError(resource, token, BigInt(held as string));
-    });
+  protected async writeValue(resource: string, token: bigint, value: string): Promise<void> {
+    const held = await this.#store.eval('fenced write', FENCED_WRITE, [this.#prefix + resource], [token.toString(), value]);
+    if (held !== null) throw new StaleTokenError(resource, token, BigInt(held as string));
   }
 
-  async read(resource: string): Promise<FencedValue | null> {
-    checkResource(resource);
+  protected async readValue(resource: string): Promise<FencedValue | null> {
     let found: (string | null)[];
     try {
       found = await this.client.hmget(this.#prefix + resource, 't', 'v');

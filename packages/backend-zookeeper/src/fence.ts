@@ -4,8 +4,8 @@
 // that slipped in between changes the version, so the set fails and the write looks again, after a
 // short random pause that spreads writers out, until the write's deadline. A first write creates
 // the node; a lost race to create it looks again too.
-import { StaleTokenError, type Fence, type FencedValue, type FenceWriteOptions } from '@deadbolt/core';
-import { checkResource, MAX_TIMER_MS, readOptions, required, rules, runFencedWrite, sleep, type Rules } from '@deadbolt/core/backend';
+import { StaleTokenError, type FencedValue } from '@deadbolt/core';
+import { MAX_TIMER_MS, readOptions, required, rules, sleep, StoreFence, type Rules } from '@deadbolt/core/backend';
 import { call, ensurePath } from './nodes.js';
 import type { Session, ZooKeeperSessions } from './sessions.js';
 import { Code, CreateMode, type Stat } from './zookeeper-client.js';
@@ -35,24 +35,21 @@ export const zookeeperFenceOptionRules = {
 } satisfies Rules<ZooKeeperFenceOptions>;
 
 /** Values in ZooKeeper guarded by fencing tokens (see core's `Fence`). */
-export class ZooKeeperFence implements Fence {
+export class ZooKeeperFence extends StoreFence {
   readonly #sessions: ZooKeeperSessions;
   readonly #root: string;
   readonly #sessionTimeoutMs: number;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: ZooKeeperFenceOptions) {
+    super('zookeeper');
     const options = readOptions(raw, zookeeperFenceOptionRules, 'zookeeperFence');
     this.#sessions = openSessions(required(options.url, 'url'), options.connectTimeoutMs ?? 3000);
     this.#root = `${options.namespace ?? '/deadbolt'}/#fence`;
     this.#sessionTimeoutMs = options.sessionTimeoutMs ?? 4000;
   }
 
-  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
-    await runFencedWrite('zookeeper', { resource, token, value, options }, (deadline) => this.#write(resource, token, value, deadline));
-  }
-
-  async #write(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
+  protected async writeValue(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void> {
     const path = this.#pathFor(resource);
     const data = Buffer.from(`${token} ${value}`, 'utf8');
     await this.#on(async (session) => {
@@ -78,8 +75,7 @@ export class ZooKeeperFence implements Fence {
     });
   }
 
-  async read(resource: string): Promise<FencedValue | null> {
-    checkResource(resource);
+  protected async readValue(resource: string): Promise<FencedValue | null> {
     const held = await this.#on((session) => this.#get(session, this.#pathFor(resource), 'fenced read'));
     return held ? { value: held.value, token: held.token } : null;
   }

@@ -15,7 +15,7 @@ export {
   type StoreView,
 } from './backend.js';
 export { backendFailure, noAnswer } from './errors.js';
-export { checkResource, runFencedWrite } from './fence.js';
+export { StoreFence } from './fence.js';
 export { grantable, grantableBehind, sharedView } from './shared.js';
 export {
   addressOf,

@@ -111,6 +111,44 @@ export async function runFencedWrite(
 }
 
 /**
+ * What every store's fence shares, written once: a backend package's fence extends it and writes
+ * only its store's part. `write` checks the arguments and options before any I/O and runs
+ * `writeValue` raced against the write's deadline (`runFencedWrite`); `read` checks the resource
+ * before `readValue` runs. @throws from `write` and `read` what `Fence` says: InvalidArgumentError
+ * before any I/O, and what the store's part throws (StaleTokenError, BackendUnavailableError /
+ * BackendError), BackendUnavailableError at the write's deadline.
+ */
+export abstract class StoreFence implements Fence {
+  /** The store's name, as errors name it. */
+  readonly #store: string;
+
+  protected constructor(store: string) {
+    this.#store = store;
+  }
+
+  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
+    await runFencedWrite(this.#store, { resource, token, value, options }, (deadline) => this.writeValue(resource, token, value, deadline));
+  }
+
+  async read(resource: string): Promise<FencedValue | null> {
+    checkResource(resource);
+    return this.readValue(resource);
+  }
+
+  /** Closes what the fence opened (a client it was given stays open). Never throws. */
+  abstract close(): Promise<void>;
+
+  /**
+   * Writes `value` with `token` to a checked `resource`, or throws StaleTokenError; stops when
+   * `deadline` aborts (a write that retries a lost race looks at it between tries).
+   */
+  protected abstract writeValue(resource: string, token: bigint, value: string, deadline: AbortSignal): Promise<void>;
+
+  /** The value and token of a checked `resource`; null if it was never written. */
+  protected abstract readValue(resource: string): Promise<FencedValue | null>;
+}
+
+/**
  * Checks a resource and the token a write to it carries (a guard in a transaction, which writes
  * no value of its own), before any I/O. @throws InvalidArgumentError naming what is wrong.
  */
@@ -177,19 +215,20 @@ export async function fencedTransaction<C, T>(
  * A fence in this process's memory: for tests, and for resources that live in this process.
  * Never fails but on bad input.
  */
-export class MemoryFence implements Fence {
+export class MemoryFence extends StoreFence {
   readonly #values = new Map<string, FencedValue>();
 
-  async write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void> {
-    await runFencedWrite('memory', { resource, token, value, options }, async () => {
-      const held = this.#values.get(resource);
-      if (held && token < held.token) throw new StaleTokenError(resource, token, held.token);
-      this.#values.set(resource, { value, token });
-    });
+  constructor() {
+    super('memory');
   }
 
-  async read(resource: string): Promise<FencedValue | null> {
-    checkResource(resource);
+  protected async writeValue(resource: string, token: bigint, value: string): Promise<void> {
+    const held = this.#values.get(resource);
+    if (held && token < held.token) throw new StaleTokenError(resource, token, held.token);
+    this.#values.set(resource, { value, token });
+  }
+
+  protected async readValue(resource: string): Promise<FencedValue | null> {
     return this.#values.get(resource) ?? null;
   }
 
