@@ -390,9 +390,10 @@ function openCassandra(
  * object with its `translate` is wrapped in one.
  */
 function driverTranslator(given: policies.addressResolution.AddressTranslator): policies.addressResolution.AddressTranslator {
-  const Base = (
-    cassandra.policies.addressResolution as unknown as { AddressTranslator: new () => policies.addressResolution.AddressTranslator }
-  ).AddressTranslator;
+  const Base: new () => policies.addressResolution.AddressTranslator = Reflect.get(
+    cassandra.policies.addressResolution,
+    'AddressTranslator',
+  );
   if ((given as object) instanceof Base) return given;
   return new (class extends Base {
     override translate(address: string, port: number, callback: (endpoint: string) => void): void {

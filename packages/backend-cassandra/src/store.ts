@@ -127,7 +127,7 @@ interface DriverHost {
  * `removeFromPool` (which schedules a new connection); a few property reads per host.
  */
 function dropClosedConnections(client: Client): void {
-  for (const host of client.hosts.values() as unknown as DriverHost[]) {
+  for (const host of client.hosts.values() as DriverHost[]) {
     for (const connection of host.pool?.connections ?? []) if (connection.isSocketOpen === false) host.removeFromPool?.(connection);
   }
 }

@@ -105,6 +105,20 @@ interface WatchedClient {
 }
 
 /**
+ * The ioredis internals `watchReplies` works on, which its types keep private: checked, so an
+ * ioredis that has renamed them fails our client's creation with a plain message rather than
+ * every command later. @throws Error when `client` lacks them.
+ */
+function internalsOf(client: Redis): WatchedClient {
+  const internals: object = client;
+  if (!('commandQueue' in internals) || !('sendCommand' in internals) || typeof internals.sendCommand !== 'function')
+    throw new Error(
+      "this ioredis client has no commandQueue/sendCommand, which the reply deadlines use: install an ioredis of @deadbolt/redis's peer range",
+    );
+  return internals as WatchedClient;
+}
+
+/**
  * Deadlines for every command of a client of ours: a command without a reply `timeoutMs` after it
  * was first sent fails ("Command timed out", which the store reports as BackendUnavailableError),
  * and a connection that has had commands waiting for as long without a byte back is destroyed, so
@@ -123,7 +137,7 @@ function watchReplies(client: Redis | Cluster, timeoutMs: number): void {
     client.on('+node', (node: Redis) => watchReplies(node, timeoutMs));
     return;
   }
-  const watched = client as unknown as WatchedClient;
+  const watched = internalsOf(client);
   const send = watched.sendCommand;
   let check: Timer | undefined;
   // The connection's last sign of life while commands waited: its bytes read then, and when (three
