@@ -136,13 +136,11 @@ describe('source layout', () => {
 
 /** `@deadbolt/core/backend`'s names (its types aside), sorted: a name joins on purpose. */
 const TOOLKIT = [
-  'AGAIN',
   'InFlight',
   'LeaseKeeper',
   'MAX_TIMER_MS',
   'MUTEX',
   'Once',
-  'POLL_SOON',
   'QueuePlace',
   'ReleaseNotifier',
   'StoreFence',

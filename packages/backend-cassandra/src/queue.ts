@@ -1,7 +1,7 @@
 // The queue algorithm (the default; the thesis' "new" one, see the README): a waiter writes a cell
 // in the key's queue partition, stamped by the time service, and takes the lock when it is first
 // in the queue and alone in the main partition. FIFO by time-service order.
-import { POLL_SOON, waiterCadence, type AcquireRequest, type StoreView } from '@deadbolt/core/backend';
+import { waiterCadence, type AcquireRequest, type StoreView } from '@deadbolt/core/backend';
 import type { CassandraTimeService } from './time-service.js';
 import {
   keepNewest,
@@ -109,10 +109,10 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
           const now = index < 0 ? head.length : index;
           const moved = now < position;
           position = now;
-          if (now > 0) return moved && now <= 1 ? POLL_SOON : NOT_YET;
+          if (now > 0) return moved && now <= 1 ? 'soon' : NOT_YET;
           // Just became first: the one ahead has left, so main is most likely free; write at once.
           // Still first since the last look: main was taken then, so read it before writing.
-          return (await this.#takeMain(req, id, slot, entry, !moved)) ?? (moved ? POLL_SOON : NOT_YET);
+          return (await this.#takeMain(req, id, slot, entry, !moved)) ?? (moved ? 'soon' : NOT_YET);
         },
         (lease) => this.release(lease),
         cadence,

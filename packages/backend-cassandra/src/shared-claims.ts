@@ -5,20 +5,8 @@
 // same read. Every later write to a claim is a lightweight transaction on its owner, so writes to
 // the partition are all ordered by Paxos (no client clock decides between them).
 import { BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
-import {
-  grantable,
-  POLL_SOON,
-  QueuePlace,
-  sharedView,
-  stillStands,
-  waiterCadence,
-  type AcquireRequest,
-  type StoreView,
-} from '@deadbolt/core/backend';
+import { grantable, QueuePlace, sharedView, stillStands, waiterCadence, type AcquireRequest, type StoreView } from '@deadbolt/core/backend';
 import { maxOf, secondsLeft, toBigInt, tokenParam, ttlSeconds, type CassandraStore, type ClaimModule, type SharedLease } from './store.js';
-
-/** A claim lost the race to join: read the partition again at once. */
-const JOIN_AGAIN = Symbol('again');
 
 export class SharedClaims implements ClaimModule<SharedLease> {
   readonly #store: CassandraStore;
@@ -55,7 +43,7 @@ export class SharedClaims implements ClaimModule<SharedLease> {
         }));
       return { rows, queue };
     };
-    const attempt = async (): Promise<SharedLease | null | typeof JOIN_AGAIN | typeof POLL_SOON> => {
+    const attempt = async (): Promise<SharedLease | null | 'rejoin' | 'soon'> => {
       const acquiredAt = performance.now();
       if (claim && req.wait && !rewriteDue(claim, acquiredAt)) {
         // Between attempts a waiter looks at the partition with a plain read: a serial read is a
@@ -96,7 +84,7 @@ export class SharedClaims implements ClaimModule<SharedLease> {
           ],
           { lwt: true },
         );
-        if (!joined.wasApplied()) return JOIN_AGAIN; // another claim joined first: read again
+        if (!joined.wasApplied()) return 'rejoin'; // another claim joined first: read the partition again at once
         claim = { token, acquiredAt };
         return ok ? this.#lease(req, id, claim) : null;
       }
@@ -134,7 +122,7 @@ export class SharedClaims implements ClaimModule<SharedLease> {
         for (;;) {
           if (!req.wait) {
             const lease = await attempt();
-            if (lease !== JOIN_AGAIN && lease !== POLL_SOON) return lease; // (a one-shot attempt never waits: POLL_SOON cannot come)
+            if (lease !== 'rejoin' && lease !== 'soon') return lease; // (a one-shot attempt never waits: 'soon' cannot come)
             continue;
           }
           // Releases in this process are announced under `shared:<key>` (see `release`).
@@ -142,7 +130,7 @@ export class SharedClaims implements ClaimModule<SharedLease> {
             { ...req, key: `shared:${req.key}` },
             async () => {
               const lease = await attempt();
-              return lease === JOIN_AGAIN ? POLL_SOON : lease;
+              return lease === 'rejoin' ? 'soon' : lease;
             },
             (lease) => this.release(lease),
           );

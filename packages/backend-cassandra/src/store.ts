@@ -19,7 +19,6 @@ import {
   type Lease,
   type PollOptions,
   type StoreView,
-  POLL_SOON,
 } from '@deadbolt/core/backend';
 import { randomUUID } from 'node:crypto';
 import cassandra, { type Client, type QueryOptions, type types } from 'cassandra-driver';
@@ -411,7 +410,7 @@ export class CassandraStore {
   /** Polls `attempt` with core's backoff, woken early by releases in this process; `giveBack` releases a grant the wait no longer wants. */
   pollLease<L extends CassandraLease>(
     req: AcquireRequest,
-    attempt: () => Promise<L | null | typeof POLL_SOON>,
+    attempt: () => Promise<L | null | 'soon'>,
     giveBack: (lease: L) => Promise<void>,
     more: PollOptions = {},
   ): Promise<L> {

@@ -4,7 +4,7 @@
 // supplies the fencing counter and the lock-delay marker. Core's `SessionLocks` runs the lock's
 // life; this says what each step is on PostgreSQL.
 import { BackendError } from '@deadbolt/core';
-import { AGAIN, Once, type AcquireRequest } from '@deadbolt/core/backend';
+import { Once, type AcquireRequest } from '@deadbolt/core/backend';
 import { type BlockedWait, type SessionDialect, type SessionLease } from '@deadbolt/core/sql';
 import type { PoolClient } from 'pg';
 import { PostgresStore } from './store.js';
@@ -127,12 +127,7 @@ export class PostgresSessions implements SessionDialect<PoolClient, number> {
     await this.#store.on(client, this.#store.sql.sessionReset, []);
   }
 
-  async takeToken(
-    client: PoolClient,
-    req: AcquireRequest,
-    id: number,
-    markMs: number,
-  ): Promise<bigint | { waitMs: number } | typeof AGAIN> {
+  async takeToken(client: PoolClient, req: AcquireRequest, id: number, markMs: number): Promise<bigint | { waitMs: number } | 'again'> {
     const { sql } = this.#store;
     const params = [(req.minToken ?? 0n).toString(), req.owner, Buffer.from(req.key, 'utf8'), id, markMs];
     const row = (await this.#store.on(client, sql.sessionToken, params)).rows[0];
@@ -141,7 +136,7 @@ export class PostgresSessions implements SessionDialect<PoolClient, number> {
     if (waitMs > 0) return { waitMs };
     // The key's row was replaced (the table emptied meanwhile): its id is another now.
     this.#ids.delete(req.key);
-    return AGAIN;
+    return 'again';
   }
 
   async keepAlive(client: PoolClient, id: number, ttlMs: number): Promise<boolean> {

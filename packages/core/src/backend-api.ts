@@ -36,10 +36,8 @@ export { LeaseKeeper, safeLifetime } from './lease-keeper.js';
 export { Once } from './once.js';
 export { after, answerDeadline, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, withTimeout, type Timer } from './time.js';
 export {
-  AGAIN,
   connectionRefused,
   InFlight,
-  POLL_SOON,
   QueuePlace,
   waiterCadence,
   pollForLease,

@@ -37,7 +37,7 @@ import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Inspection, Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 import { answerDeadline, race, raceSignal, noop, settleWithin, withTimeout, type Timer } from './time.js';
 import { StoreFloor } from './token-floor.js';
-import { AGAIN, waitOnConnections } from './wait.js';
+import { waitOnConnections } from './wait.js';
 import { count, flag, ms, noPrototype, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
 import { validateKey, validateKeys, validateTtl } from './validate.js';
 
@@ -692,7 +692,7 @@ class DefaultLocker implements Locker {
             const lifted = await (controller
               ? raceSignal(lifting, signal, (late) => void (late !== null && this.#giveBack(grant)))
               : race(lifting, this.#failOnClose, (late) => void (late !== null && this.#giveBack(grant))));
-            if (lifted === null) return wait ? AGAIN : null;
+            if (lifted === null) return wait ? 'again' : null;
             token = lifted;
           }
           return grant;

@@ -8,7 +8,7 @@
 import type { AcquireRequest, Lease } from './backend.js';
 import { BackendError, BackendUnavailableError } from './errors.js';
 import { after, noop, race, raceSignal, type Timer } from './time.js';
-import { AGAIN, connectionRefused, sleep, waitOnConnections } from './wait.js';
+import { connectionRefused, sleep, waitOnConnections } from './wait.js';
 
 /** A lease held by a session: the connection that holds the lock, and the lock's name on the server. */
 export interface SessionLease<C, L> extends Lease {
@@ -58,9 +58,9 @@ export interface SessionDialect<C, L> {
   reset(connection: C): Promise<void>;
   /**
    * With the lock won: the key's next fencing token (and the lock-delay marker, `markMs` > 0), or
-   * `{ waitMs }` while the previous holder's marker runs, or AGAIN to start over on a new lock.
+   * `{ waitMs }` while the previous holder's marker runs, or 'again' to start over on a new lock.
    */
-  takeToken(connection: C, req: AcquireRequest, lock: L, markMs: number): Promise<bigint | { waitMs: number } | typeof AGAIN>;
+  takeToken(connection: C, req: AcquireRequest, lock: L, markMs: number): Promise<bigint | { waitMs: number } | 'again'>;
   /** Resets the session's idle clock to `ttlMs`; whether it still holds the lock. */
   keepAlive(connection: C, lock: L, ttlMs: number): Promise<boolean>;
   /** Sets the lease's lock-delay marker to run `ms` from now (0 clears it). */
@@ -153,7 +153,7 @@ export class SessionLocks<C, L> {
    * that out is the locker's grace (`LockerOptions.unavailableGraceMs`); this one on top of it made a
    * wait on a closed port last both graces and more.
    */
-  async #rideOut<T>(wait: boolean, signal: AbortSignal, attempt: () => Promise<T | typeof AGAIN>): Promise<T> {
+  async #rideOut<T>(wait: boolean, signal: AbortSignal, attempt: () => Promise<T | 'again'>): Promise<T> {
     try {
       return await waitOnConnections(
         wait,
@@ -167,7 +167,7 @@ export class SessionLocks<C, L> {
     }
   }
 
-  async #attempt(req: AcquireRequest): Promise<SessionLease<C, L> | null | typeof AGAIN> {
+  async #attempt(req: AcquireRequest): Promise<SessionLease<C, L> | null | 'again'> {
     const d = this.#d;
     await d.ready();
     const connection = await this.#connect(req.signal);
@@ -188,7 +188,7 @@ export class SessionLocks<C, L> {
       if (!held && req.wait) {
         waited = true;
         const got = await this.#block(connection, lock, req);
-        if (got === AGAIN) return AGAIN;
+        if (got === 'again') return 'again';
         held = got;
         if (!held) throw new BackendError(d.name, 'acquire', { cause: new Error('the blocking lock wait ended without the lock') });
       }
@@ -202,9 +202,9 @@ export class SessionLocks<C, L> {
         // The server's idle clock restarts with each statement: count the lease from this one.
         const acquiredAt = performance.now();
         const token = await d.takeToken(connection, req, lock, mark);
-        if (token === AGAIN) {
+        if (token === 'again') {
           await this.#free(connection, lock, true);
-          return AGAIN;
+          return 'again';
         }
         if (typeof token === 'object') {
           // Lock-delay: the server frees a session lock the moment its connection closes (a killed
@@ -226,10 +226,10 @@ export class SessionLocks<C, L> {
 
   /**
    * The wait blocked inside the server: cancelled from another connection on abort, watched from
-   * another for a connection gone silent. AGAIN when its connection failed: the server frees what
+   * another for a connection gone silent. 'again' when its connection failed: the server frees what
    * it held, and a silent one's session (if it still waits on or holds this lock) is ended.
    */
-  async #block(connection: C, lock: L, req: AcquireRequest): Promise<boolean | typeof AGAIN> {
+  async #block(connection: C, lock: L, req: AcquireRequest): Promise<boolean | 'again'> {
     const d = this.#d;
     const stopCancelling = cancelOnAbort(req.signal, () => d.cancelWait(connection));
     try {
@@ -238,7 +238,7 @@ export class SessionLocks<C, L> {
       if (req.signal.aborted || !d.unavailable(error)) throw error;
       d.abandon(connection, lock);
       this.#giveBack(connection, error);
-      return AGAIN;
+      return 'again';
     } finally {
       stopCancelling();
     }

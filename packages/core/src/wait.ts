@@ -106,24 +106,18 @@ export interface PollOptions {
 }
 
 /**
- * What an attempt returns to say "not yet, but things moved" (e.g. the waiter advanced in a
- * queue): the backoff starts again from `minDelayMs` and grows from there.
- */
-export const POLL_SOON: unique symbol = Symbol('deadbolt.pollSoon');
-
-/**
  * A polling waiter's distance from the front of a store's queue, look by look. A waiter that moved
- * up since its last look looks again soon (the queue is moving: `POLL_SOON` starts the backoff
+ * up since its last look looks again soon (the queue is moving: `'soon'` starts the backoff
  * over); one that did not backs off, so a long hold costs only a few looks per second.
  */
 export class QueuePlace {
   #ahead = Number.POSITIVE_INFINITY;
 
-  /** Note `ahead` claims in front of ours at this look: `POLL_SOON` if fewer than at the last one, else `null` (the first look counts as moving). */
-  look(ahead: number): typeof POLL_SOON | null {
+  /** Note `ahead` claims in front of ours at this look: `'soon'` if fewer than at the last one, else `null` (the first look counts as moving). */
+  look(ahead: number): 'soon' | null {
     const moved = ahead < this.#ahead;
     this.#ahead = ahead;
-    return moved ? POLL_SOON : null;
+    return moved ? 'soon' : null;
   }
 }
 
@@ -132,16 +126,17 @@ export const DONE: Promise<void> = Promise.resolve();
 
 /**
  * The shared wait loop for backends that can only poll: calls `attempt` until it yields a lease,
- * sleeping a jittered, growing delay in between (restarting from the minimum when it returns `POLL_SOON`),
- * cut short by a release notification for `key`. Rejects with `signal.reason` when `signal` aborts
+ * sleeping a jittered, growing delay in between, cut short by a release notification for `key`. Rejects with `signal.reason` when `signal` aborts
  * (after the attempt in flight settles, so a lease won by that attempt is released through
  * `onAbandon` rather than leaked). An attempt that fails as unavailable is retried as
  * {@link UnavailableGrace} allows, for a grace of `unavailableGraceMs`; other attempt errors propagate.
+ * An attempt returns the lease, `null` (not yet), or `'soon'`: not yet, but things moved (the
+ * waiter advanced in a queue), so the backoff starts again from `minDelayMs`.
  */
 export async function pollForLease<L extends Lease>(
   key: string,
   signal: AbortSignal,
-  attempt: () => Promise<L | null | typeof POLL_SOON>,
+  attempt: () => Promise<L | null | 'soon'>,
   onAbandon: (lease: L) => Promise<void>,
   given?: PollOptions,
 ): Promise<L> {
@@ -163,7 +158,7 @@ export async function pollForLease<L extends Lease>(
     for (;;) {
       signal.throwIfAborted();
       woken = false;
-      let lease: L | null | typeof POLL_SOON;
+      let lease: L | null | 'soon';
       const startedAt = performance.now();
       try {
         lease = await attempt();
@@ -176,7 +171,7 @@ export async function pollForLease<L extends Lease>(
         grace.failed(error, startedAt);
         lease = null;
       }
-      if (lease === POLL_SOON) delay = min;
+      if (lease === 'soon') delay = min;
       else if (lease) {
         if (signal.aborted) {
           await onAbandon(lease);
@@ -193,18 +188,15 @@ export async function pollForLease<L extends Lease>(
   }
 }
 
-/** What one attempt of a `waitOnConnections` wait (core's, which `SessionLocks` runs) returns to start again on a new connection (its connection was cut, or what it waited on changed). */
-export const AGAIN: unique symbol = Symbol('deadbolt.again');
-
 /** The pause before an attempt is made again: the first, and the most it doubles up to after failures. */
 const AGAIN_PAUSE_MS = 20;
 const AGAIN_PAUSE_MAX_MS = 1000;
 
 /**
- * Runs `attempt` until it returns something other than `AGAIN`, for a wait that must ride out a
+ * Runs `attempt` until it returns something other than `'again'`, for a wait that must ride out a
  * store it cannot reach for a while. Core's `lock()` runs every acquisition through it; a backend
  * whose waiter blocks inside the store on a connection of its own (a session-mode lock) runs its
- * waits through it too. An attempt that returns `AGAIN` (say its connection was cut) is made again.
+ * waits through it too. An attempt that returns `'again'` (say its connection was cut) is made again.
  * A waiting attempt that fails as unavailable is made again as well, after a pause that doubles
  * with each failure (jittered, 20 ms up to 1 s), as {@link UnavailableGrace} allows for a grace
  * of `graceMs`; a store that stays unreachable still fails the wait. That also covers a connection not had
@@ -219,7 +211,7 @@ export async function waitOnConnections<L>(
   wait: boolean,
   signal: AbortSignal,
   graceMs: number,
-  attempt: () => Promise<L | typeof AGAIN>,
+  attempt: () => Promise<L | 'again'>,
   reachedAt?: () => number,
 ): Promise<L> {
   const grace = new UnavailableGrace(graceMs, reachedAt);
@@ -228,7 +220,7 @@ export async function waitOnConnections<L>(
     const startedAt = performance.now();
     try {
       const outcome = await attempt();
-      if (outcome !== AGAIN) return outcome;
+      if (outcome !== 'again') return outcome;
       pauseMs = AGAIN_PAUSE_MS;
     } catch (error) {
       if (!wait || signal.aborted) throw error;
