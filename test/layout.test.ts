@@ -145,7 +145,6 @@ const TOOLKIT = [
   'ReleaseNotifier',
   'StoreFence',
   'UnavailableGrace',
-  'addressOf',
   'after',
   'answerDeadline',
   'backendFailure',
@@ -153,14 +152,11 @@ const TOOLKIT = [
   'describe',
   'fullCapabilities',
   'grantable',
-  'grantableBehind',
   'keySpace',
   'noAnswer',
-  'own',
   'pollForLease',
   'raceSignal',
   'readOptions',
-  'required',
   'rules',
   'safeLifetime',
   'sharedView',
@@ -174,4 +170,12 @@ const TOOLKIT = [
 ];
 
 /** `@deadbolt/core/sql`'s names (its types aside), sorted. */
-const SQL_KIT = ['SessionLocks', 'StrandedConnections', 'checkFenceToken', 'claimOfRow', 'fencedTransaction', 'sharedViewOfRows'];
+const SQL_KIT = [
+  'SessionLocks',
+  'StrandedConnections',
+  'checkFenceToken',
+  'claimOfRow',
+  'fencedTransaction',
+  'grantableBehind',
+  'sharedViewOfRows',
+];

@@ -22,7 +22,7 @@ import { ensureSchema, idFor } from './schema.js';
 import { ShadowLock } from './shadow.js';
 import { SharedClaims } from './shared-claims.js';
 import { CassandraStore, type CassandraLease, type ClaimModule, type MutexAlgorithm, type MutexLease } from './store.js';
-import { CassandraTimeService, type TimeServiceOptions } from './time-service.js';
+import { CassandraTimeService, timeServiceOptionRules, type TimeServiceOptions } from './time-service.js';
 
 export type { CassandraLease } from './store.js';
 
@@ -140,7 +140,7 @@ export const cassandraOptionRules = {
   serialConsistency: consistencyRule([consistencies.serial, consistencies.localSerial]),
   connectTimeoutMs: rules.ms(),
   commandTimeoutMs: rules.ms(),
-  timeService: rules.nested({ intervalMs: rules.ms(10), maxAheadMs: rules.ms(0) } satisfies Rules<TimeServiceOptions>),
+  timeService: rules.nested(timeServiceOptionRules),
   maxPollDelayMs: rules.ms(),
   poll: rules.nested({ minDelayMs: rules.ms(), maxDelayMs: rules.ms() }),
   shadowBackoff: rules.nested({ ownerWaitMs: rules.ms(), concurrentStepMs: rules.ms() }),

@@ -1,4 +1,4 @@
-import { Once, own, wallMicros } from '@deadbolt/core/backend';
+import { Once, readOptions, rules, wallMicros, type Rules } from '@deadbolt/core/backend';
 import cassandra, { type Client } from 'cassandra-driver';
 
 /** Options of `CassandraTimeService`. */
@@ -12,6 +12,9 @@ export interface TimeServiceOptions {
    */
   maxAheadMs?: number;
 }
+
+/** How each option of the time service is checked (`cassandraBackend`'s `timeService` too). */
+export const timeServiceOptionRules = { intervalMs: rules.ms(10), maxAheadMs: rules.ms(0) } satisfies Rules<TimeServiceOptions>;
 
 const QUORUM = cassandra.types.consistencies.quorum;
 
@@ -35,12 +38,13 @@ export class CassandraTimeService {
   /** The first read: `start()` resolves after it, and runs it again if it failed. */
   #first = new Once(() => this.tick());
 
+  /** @throws InvalidArgumentError for bad options. */
   constructor(client: Client, keyspace: string, options: TimeServiceOptions = {}) {
     this.#client = client;
     this.#keyspace = keyspace;
-    // Own properties only: a name on Object.prototype is not an option.
-    this.#intervalMs = (own(options, 'intervalMs') as number | undefined) ?? 500;
-    this.#maxAheadMicros = ((own(options, 'maxAheadMs') as number | undefined) ?? 1000) * 1000;
+    const read = readOptions(options, timeServiceOptionRules, 'CassandraTimeService');
+    this.#intervalMs = read.intervalMs ?? 500;
+    this.#maxAheadMicros = (read.maxAheadMs ?? 1000) * 1000;
   }
 
   /**

@@ -4,7 +4,6 @@
 import { LimitMismatchError } from '@deadbolt/core';
 import {
   grantable,
-  grantableBehind,
   pollForLease,
   QueuePlace,
   ReleaseNotifier,
@@ -15,6 +14,7 @@ import {
   type InFlight,
   type Lease,
 } from '@deadbolt/core/backend';
+import { grantableBehind } from '@deadbolt/core/sql';
 import type { ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import { MysqlStore, rolledBack } from './store.js';
 

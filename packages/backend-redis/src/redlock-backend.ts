@@ -7,7 +7,6 @@ import {
   MAX_TIMER_MS,
   pollForLease,
   readOptions,
-  required,
   rules,
   wallMicros,
   type AcquireRequest,
@@ -98,7 +97,7 @@ const nodesRule: Rule<RedlockNode[]> = {
 
 /** How each option of `redlockBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const redlockOptionRules = {
-  nodes: nodesRule,
+  nodes: rules.required(nodesRule),
   namespace: redisOptionRules.namespace,
   prefix: redisOptionRules.prefix,
   maxTtlMs: rules.count(1, MAX_TIMER_MS),
@@ -159,7 +158,7 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: RedlockBackendOptions) {
     const options = readOptions(raw, redlockOptionRules, 'redlockBackend');
-    const nodes = required(options.nodes, 'nodes');
+    const nodes = options.nodes;
     const maxTtl = options.maxTtlMs ?? 60_000;
     const drift = options.driftFactor ?? 0.01;
     const retry = options.maxPollDelayMs ?? 100;

@@ -5,7 +5,7 @@
 // short random pause that spreads writers out, until the write's deadline. A first write creates
 // the node; a lost race to create it looks again too.
 import { StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { MAX_TIMER_MS, readOptions, required, rules, sleep, StoreFence, type Rules } from '@deadbolt/core/backend';
+import { MAX_TIMER_MS, readOptions, rules, sleep, StoreFence, type Rules } from '@deadbolt/core/backend';
 import { call, ensurePath } from './nodes.js';
 import type { Session, ZooKeeperSessions } from './sessions.js';
 import { Code, CreateMode, type Stat } from './zookeeper-client.js';
@@ -27,7 +27,7 @@ export interface ZooKeeperFenceOptions {
 
 /** How each option of `zookeeperFence` is checked. */
 export const zookeeperFenceOptionRules = {
-  url: rules.url(['zookeeper']),
+  url: rules.required(rules.url(['zookeeper'])),
   namespace: pathRule,
   root: rules.alias('namespace', pathRule),
   connectTimeoutMs: rules.ms(),
@@ -44,7 +44,7 @@ export class ZooKeeperFence extends StoreFence {
   constructor(raw: ZooKeeperFenceOptions) {
     super('zookeeper');
     const options = readOptions(raw, zookeeperFenceOptionRules, 'zookeeperFence');
-    this.#sessions = openSessions(required(options.url, 'url'), options.connectTimeoutMs ?? 3000);
+    this.#sessions = openSessions(options.url, options.connectTimeoutMs ?? 3000);
     this.#root = `${options.namespace ?? '/deadbolt'}/#fence`;
     this.#sessionTimeoutMs = options.sessionTimeoutMs ?? 4000;
   }

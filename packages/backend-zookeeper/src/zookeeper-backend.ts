@@ -3,12 +3,10 @@
 // znodes' requests nodes.ts. Long, most of it the queue and the two floor raises.
 import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  addressOf,
   grantable,
   keySpace,
   MAX_TIMER_MS,
   readOptions,
-  required,
   rules,
   sharedView,
   sleep,
@@ -100,7 +98,7 @@ export function openSessions(url: StoreUrl, connectTimeoutMs: number): ZooKeeper
 
 /** How each option of `zookeeperBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const zookeeperOptionRules = {
-  url: rules.url(['zookeeper']),
+  url: rules.required(rules.url(['zookeeper'])),
   namespace: pathRule,
   root: rules.alias('namespace', pathRule),
   connectTimeoutMs: rules.ms(),
@@ -164,8 +162,8 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: ZooKeeperBackendOptions) {
     const options = readOptions(raw, zookeeperOptionRules, 'zookeeperBackend');
-    const url = required(options.url, 'url');
-    this.address = addressOf(url);
+    const url = options.url;
+    this.address = url.address;
     this.#sessions = openSessions(url, options.connectTimeoutMs ?? 3000);
     this.#root = options.namespace ?? '/deadbolt';
     this.capabilities = { ...this.capabilities, maxTtlMs: options.maxSessionTimeoutMs ?? 40_000 };

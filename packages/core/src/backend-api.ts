@@ -16,13 +16,10 @@ export {
 } from './backend.js';
 export { backendFailure, noAnswer } from './errors.js';
 export { StoreFence } from './fence.js';
-export { grantable, grantableBehind, sharedView } from './shared.js';
+export { grantable, sharedView } from './shared.js';
 export {
-  addressOf,
   describe,
-  own,
   readOptions,
-  required,
   rules,
   unknownOption,
   storeClient,

@@ -19,7 +19,7 @@ export interface LockBackend<L extends Lease = Lease> {
   readonly name: string;
   /**
    * Optional: where the store is, for events and traces: `host:port`, several joined by `,`,
-   * never credentials (`addressOf` in the toolkit). Absent when the backend was handed a client.
+   * never credentials (a parsed URL's `address`). Absent when the backend was handed a client.
    */
   readonly address?: string;
   readonly capabilities: Capabilities;

@@ -14,7 +14,7 @@ import {
 } from './backend.js';
 import type { ClaimInfo } from './types.js';
 import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
-import { instance, oneOf, readOptions, required, type Rules } from './options.js';
+import { instance, oneOf, readOptions, rules, type Rules } from './options.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { Once } from './once.js';
 import { raceSignal } from './time.js';
@@ -37,11 +37,11 @@ export interface MigratingBackendOptions {
   phase: MigrationPhase;
 }
 
-const isBackendRule = instance(isBackend, 'a LockBackend');
+const isBackendRule = rules.required(instance(isBackend, 'a LockBackend'));
 const MIGRATING_RULES = {
   from: isBackendRule,
   to: isBackendRule,
-  phase: oneOf(['from', 'dual', 'to']),
+  phase: rules.required(oneOf(['from', 'dual', 'to'])),
 } satisfies Rules<MigratingBackendOptions>;
 
 /**
@@ -100,7 +100,7 @@ export class MigratingBackend implements LockBackend {
 
   constructor(options: MigratingBackendOptions) {
     const read = readOptions(options, MIGRATING_RULES, 'migratingBackend');
-    const [from, to, phase] = [required(read.from, 'from'), required(read.to, 'to'), required(read.phase, 'phase')];
+    const { from, to, phase } = read;
     for (const [side, backend] of [
       ['from', from],
       ['to', to],

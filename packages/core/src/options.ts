@@ -15,6 +15,8 @@ export interface Rule<T> {
   check(value: unknown, name: string): T;
   /** Values this rule must refuse (the conformance suite's hostile inputs). */
   readonly hostile: readonly unknown[];
+  /** The option must be given (`rules.required`): `readOptions` refuses options without it. */
+  readonly required?: boolean;
 }
 
 /**
@@ -24,8 +26,15 @@ export interface Rule<T> {
  */
 export type Rules<O> = { readonly [K in keyof O]-?: Rule<unknown> };
 
-/** What `readOptions` gives for `rules`: each option as its rule returns it, or absent. */
-export type ReadOptions<R> = { -readonly [K in keyof R]?: R[K] extends Rule<infer T> ? T : never };
+/** The value an option's rule returns. */
+type Checked<R> = R extends Rule<infer T> ? T : never;
+/** The options of `R` whose rules are `rules.required`. */
+type RequiredNames<R> = { [K in keyof R]: R[K] extends { readonly required: true } ? K : never }[keyof R];
+
+/** What `readOptions` gives for `rules`: each option as its rule returns it, or absent (never a required one). */
+export type ReadOptions<R> = { -readonly [K in Exclude<keyof R, RequiredNames<R>>]?: Checked<R[K]> } & {
+  -readonly [K in RequiredNames<R>]: Checked<R[K]>;
+};
 
 /**
  * Reads `raw` (undefined meaning no options) by `rules`: own properties only, each checked by its
@@ -47,7 +56,7 @@ export function readOptions<R extends Record<string, Rule<unknown>>>(
   parent?: string,
 ): ReadOptions<R> {
   const out = noPrototype<Record<string, unknown>>();
-  if (raw === undefined) return out as ReadOptions<R>;
+  if (raw === undefined) raw = out;
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     throw new InvalidArgumentError(`${where} options must be an object, got ${describe(raw)}`);
   }
@@ -62,6 +71,9 @@ export function readOptions<R extends Record<string, Rule<unknown>>>(
     if (value === undefined) continue;
     out[(rules[name] as Partial<Alias>).aliasOf ?? name] = rules[name]!.check(value, parent === undefined ? name : `${parent}.${name}`);
   }
+  for (const name in rules)
+    if (rules[name]!.required && out[name] === undefined)
+      throw new InvalidArgumentError(`${where}: \`${parent === undefined ? name : `${parent}.${name}`}\` is required`);
   return out as ReadOptions<R>;
 }
 
@@ -105,10 +117,9 @@ function editDistance(a: string, b: string, limit: number): number {
   return row[b.length]! <= limit ? row[b.length]! : Infinity;
 }
 
-/** `value` of the option `name`, which must be given. @throws InvalidArgumentError when it is undefined. */
-export function required<T>(value: T | undefined, name: string): T {
-  if (value === undefined) throw new InvalidArgumentError(`${name} is required`);
-  return value;
+/** `rule` for an option that must be given: `readOptions` refuses options without it, and types it as present. */
+function required<T>(rule: Rule<T>): Rule<T> & { readonly required: true } {
+  return { check: rule.check, hostile: rule.hostile, required: true };
 }
 
 /**
@@ -340,18 +351,13 @@ export function storeClient<C>(
     return {
       client: own,
       url,
-      address: addressOf(url),
+      address: url.address,
       end: async (close) => {
         await close(own);
       },
     };
   }
   throw new InvalidArgumentError(`${where} needs a url (${urlForm}) or a client, not both`);
-}
-
-/** `url`'s servers as events name them (`LockBackend.address`): `host:port,…`, without credentials or path. */
-export function addressOf(url: StoreUrl): string {
-  return url.hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`)).join(',');
 }
 
 /** A parsed store URL: the text as given (for the driver), its hosts, credentials and path. */
@@ -363,6 +369,8 @@ export interface StoreUrl {
   readonly password: string | undefined;
   /** The path without its leading `/` (a database, keyspace or chroot), '' when none. */
   readonly path: string;
+  /** Its servers as events name them (`LockBackend.address`): `host:port,…`, without credentials or path. */
+  readonly address: string;
 }
 
 /**
@@ -392,7 +400,8 @@ export function parseStoreUrl(text: string, schemes: readonly string[]): StoreUr
       return undefined; // a malformed %-escape
     }
   }
-  return { href: text, scheme: m[1]!.toLowerCase(), hosts, username, password, path: (m[4] ?? '').replace(/^\//, '') };
+  const address = hosts.map(({ host, port }) => (port === undefined ? host : `${host}:${port}`)).join(',');
+  return { href: text, scheme: m[1]!.toLowerCase(), hosts, username, password, path: (m[4] ?? '').replace(/^\//, ''), address };
 }
 
 /**
@@ -416,6 +425,8 @@ export const rules = {
   nested,
   /** `oneOf(values)`: one of `values`. */
   oneOf,
+  /** `required(rule)`: an option that must be given, checked by `rule`. */
+  required,
   /** A plain object of further settings passed on as they are (a driver's own options). */
   settings,
   /** `share(min, below)`: a number (fractions allowed) from `min` up to, but not including, `below`. */

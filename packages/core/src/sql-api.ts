@@ -2,8 +2,9 @@
 // @deadbolt/core/sql: the kit the SQL stores' backends share (MySQL's and PostgreSQL's), beside the
 // backend toolkit of `@deadbolt/core/backend`: locks that live on a connection (`SessionLocks`),
 // pooled connections gone silent (`StrandedConnections`), shared-claim rows as `inspect` shows
-// them, and the fenced write's transaction.
+// them and the grant rule judged from counted rows (`grantableBehind`), and the fenced write's
+// transaction.
 export { checkFenceToken, fencedTransaction, type SqlConnections } from './fence.js';
 export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './session-locks.js';
-export { claimOfRow, sharedViewOfRows } from './shared.js';
+export { claimOfRow, grantableBehind, sharedViewOfRows } from './shared.js';
 export { StrandedConnections } from './stranded.js';
