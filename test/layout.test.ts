@@ -147,13 +147,13 @@ const TOOLKIT = [
   'UnavailableGrace',
   'after',
   'answerDeadline',
+  'answerWithin',
   'backendFailure',
   'connectionRefused',
   'describe',
   'fullCapabilities',
   'grantable',
   'keySpace',
-  'noAnswer',
   'pollForLease',
   'raceSignal',
   'readOptions',
@@ -166,7 +166,6 @@ const TOOLKIT = [
   'unknownOption',
   'waiterCadence',
   'wallMicros',
-  'withTimeout',
 ];
 
 /** `@deadbolt/core/sql`'s names (its types aside), sorted. */

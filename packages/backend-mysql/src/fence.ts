@@ -6,17 +6,7 @@
 // affected-row counts cannot tell a refused write from an accepted one that changed nothing.
 // `guard` runs the same statement inside a transaction of yours.
 import { InvalidArgumentError, StaleTokenError, type FencedValue } from '@deadbolt/core';
-import {
-  noAnswer,
-  Once,
-  readOptions,
-  rules,
-  storeClient,
-  StoreFence,
-  withTimeout,
-  type Rules,
-  type StoreClient,
-} from '@deadbolt/core/backend';
+import { answerWithin, Once, readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import { checkFenceToken, fencedTransaction } from '@deadbolt/core/sql';
 import {
   createPool,
@@ -130,10 +120,11 @@ export class MysqlFence extends StoreFence {
     await this.#table.run();
     let result: ResultSetHeader;
     try {
-      [result] = await withTimeout(
+      [result] = await answerWithin(
         tx.execute<ResultSetHeader>(this.#sql.guard, [Buffer.from(resource, 'utf8'), token.toString()]),
         this.#commandTimeoutMs,
-        () => noAnswer(this.#store.name, 'fenced write', this.#commandTimeoutMs),
+        this.#store.name,
+        'fenced write',
       );
     } catch (error) {
       throw this.#store.error('fenced write', error);

@@ -3,7 +3,7 @@
 // connection, or the server refusing a statement).
 import { createHash } from 'node:crypto';
 import { BackendError, BackendUnavailableError, DeadboltError } from '@deadbolt/core';
-import { backendFailure, noAnswer, Once, withTimeout } from '@deadbolt/core/backend';
+import { answerWithin, backendFailure, Once } from '@deadbolt/core/backend';
 import { StrandedConnections } from '@deadbolt/core/sql';
 import { escapeId, type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import * as queries from './queries.js';
@@ -112,12 +112,9 @@ export class MysqlStore {
   /** A connection from the pool, bounded by two command timeouts (a pool whose connections all hang waits here). @throws typed errors */
   async #bounded(operation: string): Promise<PoolConnection> {
     try {
-      return await withTimeout(
-        this.connection(),
-        2 * this.#commandTimeoutMs,
-        () => noAnswer(this.name, 'connect', 2 * this.#commandTimeoutMs),
-        (late) => late.release(),
-      );
+      return await answerWithin(this.connection(), 2 * this.#commandTimeoutMs, this.name, 'connect', {
+        onLate: (late) => late.release(),
+      });
     } catch (error) {
       throw this.error(operation, error);
     }
@@ -178,9 +175,8 @@ export class MysqlStore {
       ? connection.query<T>(statement, params)
       : connection.execute<T>(statement, params as never[]);
     try {
-      const [result] = await withTimeout(sent, this.#commandTimeoutMs, () => {
-        this.#stranded.silent(sentAt);
-        return noAnswer(this.name, 'statement', this.#commandTimeoutMs);
+      const [result] = await answerWithin(sent, this.#commandTimeoutMs, this.name, 'statement', {
+        onSilent: () => this.#stranded.silent(sentAt),
       });
       this.#stranded.answered(connection);
       return result;

@@ -5,17 +5,7 @@
 // with a token that is still the newest (the row stays locked until you commit or roll back).
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, StaleTokenError, type FencedValue } from '@deadbolt/core';
-import {
-  noAnswer,
-  Once,
-  readOptions,
-  rules,
-  storeClient,
-  StoreFence,
-  withTimeout,
-  type Rules,
-  type StoreClient,
-} from '@deadbolt/core/backend';
+import { answerWithin, Once, readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import { checkFenceToken, fencedTransaction } from '@deadbolt/core/sql';
 import pg, { type ClientBase, type Pool, type PoolClient } from 'pg';
 import { postgresOptionRules } from './postgres-backend.js';
@@ -117,8 +107,11 @@ export class PostgresFence extends StoreFence {
     const { commandTimeoutMs } = this.#store;
     let result: pg.QueryResult;
     try {
-      result = await withTimeout(tx.query(this.#sql.guard, [Buffer.from(resource, 'utf8'), token.toString()]), commandTimeoutMs, () =>
-        noAnswer(this.#store.name, 'fenced write', commandTimeoutMs),
+      result = await answerWithin(
+        tx.query(this.#sql.guard, [Buffer.from(resource, 'utf8'), token.toString()]),
+        commandTimeoutMs,
+        this.#store.name,
+        'fenced write',
       );
     } catch (error) {
       throw this.#store.error('fenced write', error);

@@ -7,12 +7,11 @@
 import { createHash } from 'node:crypto';
 import { LimitMismatchError } from '@deadbolt/core';
 import {
-  noAnswer,
+  answerWithin,
   pollForLease,
   ReleaseNotifier,
   keySpace,
   waiterCadence,
-  withTimeout,
   type AcquireRequest,
   type InFlight,
   type KeySpace,
@@ -200,8 +199,7 @@ export class PostgresLeases {
         const split = payload.lastIndexOf(' ');
         this.#notifier.notify(payload.slice(0, split), payload.slice(split + 1) || undefined);
       });
-      const bounded = <T>(sent: Promise<T>) =>
-        withTimeout(sent, store.commandTimeoutMs, () => noAnswer(store.name, 'listen', store.commandTimeoutMs));
+      const bounded = <T>(sent: Promise<T>) => answerWithin(sent, store.commandTimeoutMs, store.name, 'listen');
       try {
         await bounded(client.connect());
         store.track(client);

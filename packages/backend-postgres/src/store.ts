@@ -2,7 +2,7 @@
 // the tables, and how a failure is told apart (the connection, or the server refusing a statement).
 import { createHash } from 'node:crypto';
 import { BackendUnavailableError } from '@deadbolt/core';
-import { backendFailure, noAnswer, Once, withTimeout } from '@deadbolt/core/backend';
+import { answerWithin, backendFailure, Once } from '@deadbolt/core/backend';
 import { StrandedConnections } from '@deadbolt/core/sql';
 import pg, { type Pool, type PoolClient, type QueryResultRow } from 'pg';
 import * as queries from './queries.js';
@@ -117,12 +117,9 @@ export class PostgresStore {
     let client: PoolClient;
     try {
       // A pool whose connections all hang waits here; they are destroyed within a command timeout.
-      client = await withTimeout(
-        this.connection(),
-        2 * this.commandTimeoutMs,
-        () => noAnswer(this.name, 'connect', 2 * this.commandTimeoutMs),
-        (late) => late.release(),
-      );
+      client = await answerWithin(this.connection(), 2 * this.commandTimeoutMs, this.name, 'connect', {
+        onLate: (late) => late.release(),
+      });
     } catch (error) {
       throw this.error(operation, error);
     }
@@ -152,10 +149,11 @@ export class PostgresStore {
       : this.#pooled === false
         ? client.query({ name: statementName(statement), text: statement, values: params })
         : client.query(statement, params);
-    const result = await withTimeout(sent, this.commandTimeoutMs, () => {
-      this.#stranded.silent(sentAt);
-      PostgresStore.cut(client);
-      return noAnswer(this.name, 'statement', this.commandTimeoutMs);
+    const result = await answerWithin(sent, this.commandTimeoutMs, this.name, 'statement', {
+      onSilent: () => {
+        this.#stranded.silent(sentAt);
+        PostgresStore.cut(client);
+      },
     });
     if (fromPool(client)) this.#stranded.answered(client);
     return result;
@@ -192,9 +190,7 @@ export class PostgresStore {
     const [a, b] = [new pg.Client(this.client.options), new pg.Client(this.client.options)];
     try {
       // A pool you made yourself may set no connect timeout: the command timeout bounds these.
-      await withTimeout(Promise.all([a.connect(), b.connect()]), this.commandTimeoutMs, () =>
-        noAnswer(this.name, 'connect', this.commandTimeoutMs),
-      );
+      await answerWithin(Promise.all([a.connect(), b.connect()]), this.commandTimeoutMs, this.name, 'connect');
       const first = await this.#askPid(a);
       await this.on(b, 'BEGIN', []);
       const other = await this.#askPid(b);

@@ -1,7 +1,7 @@
 // The znodes of a key's queue, and the requests that make, read, watch and remove them: each bounded
 // (a request unanswered within a ttl ends its session), each failure typed.
 import { BackendError, BackendUnavailableError, LimitMismatchError } from '@deadbolt/core';
-import { backendFailure, noAnswer, withTimeout, type Claim } from '@deadbolt/core/backend';
+import { answerWithin, backendFailure, type Claim } from '@deadbolt/core/backend';
 import { NAME, type Session } from './sessions.js';
 import { Code, CreateMode, codeOf, isUnavailable, zk, type Stat } from './zookeeper-client.js';
 
@@ -228,11 +228,7 @@ export async function call<T>(
  */
 export function request<T>(session: Session, start: Parameters<typeof zk<T>>[0], accept: readonly number[] = []): Promise<T | undefined> {
   const ms = Math.max(2000, session.ttlMs);
-  return withTimeout(zk(start, accept), ms, () => {
-    const error = noAnswer(NAME, 'request', ms);
-    session.end(error);
-    return error;
-  });
+  return answerWithin(zk(start, accept), ms, NAME, 'request', { onSilent: (error) => session.end(error) });
 }
 
 /** The typed error for a failed request. */

@@ -14,7 +14,7 @@ export {
   type LeaseEngine,
   type StoreView,
 } from './backend.js';
-export { backendFailure, noAnswer } from './errors.js';
+export { backendFailure } from './errors.js';
 export { StoreFence } from './fence.js';
 export { grantable, sharedView } from './shared.js';
 export {
@@ -31,7 +31,7 @@ export {
 } from './options.js';
 export { LeaseKeeper, safeLifetime } from './lease-keeper.js';
 export { Once } from './once.js';
-export { after, answerDeadline, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, withTimeout, type Timer } from './time.js';
+export { after, answerDeadline, answerWithin, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, type Timer } from './time.js';
 export {
   connectionRefused,
   InFlight,

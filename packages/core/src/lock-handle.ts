@@ -4,9 +4,9 @@
 // `forget`, so this module does not import the locker. How often it renews and when it counts a
 // lease as run out is the one rule of lease-keeper.ts.
 import { diagnostics, eventKey, eventSource, type LeaseEvent } from './diagnostics.js';
-import { asDeadboltError, LockLostError, noAnswer, NotOwnerError } from './errors.js';
+import { asDeadboltError, LockLostError, NotOwnerError } from './errors.js';
 import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
-import { after, nodeDelay, noop, withTimeout, type Timer } from './time.js';
+import { after, answerWithin, nodeDelay, noop, type Timer } from './time.js';
 import { validateTtl } from './validate.js';
 import { DONE } from './wait.js';
 import type { Lease, LockBackend } from './backend.js';
@@ -269,7 +269,7 @@ export class LockHandle implements Lock {
       } catch (error) {
         sent = Promise.reject(error);
       }
-      return withTimeout(sent, ms, () => noAnswer(backend, operation, ms)).catch((error: unknown) => {
+      return answerWithin(sent, ms, backend, operation).catch((error: unknown) => {
         onFailure?.();
         throw asDeadboltError(error, backend, operation);
       });

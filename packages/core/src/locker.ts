@@ -35,7 +35,7 @@ import { renewalDueMs, safeLifetime } from './lease-keeper.js';
 import { type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from './lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Inspection, Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
-import { answerDeadline, race, raceSignal, noop, settleWithin, withTimeout, type Timer } from './time.js';
+import { answerDeadline, answerWithin, race, raceSignal, noop, settleWithin, type Timer } from './time.js';
 import { StoreFloor } from './token-floor.js';
 import { waitOnConnections } from './wait.js';
 import { count, flag, ms, noPrototype, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
@@ -388,7 +388,7 @@ class DefaultLocker implements Locker {
     if (!call) throw new InvalidArgumentError(`the ${backend.name} backend ${cannot}`);
     const { operationTimeoutMs } = this.#settings;
     try {
-      return await withTimeout(call(), operationTimeoutMs, () => noAnswer(backend, operation, operationTimeoutMs));
+      return await answerWithin(call(), operationTimeoutMs, backend, operation);
     } catch (error) {
       throw asDeadboltError(error, backend, operation);
     }
@@ -481,14 +481,13 @@ class DefaultLocker implements Locker {
     for (const fail of this.#onClose) fail(closed);
     if (this.#acquiring > 0) await new Promise<void>((resolve) => (this.#onIdle = resolve));
     const { operationTimeoutMs } = this.#settings;
-    const timeout = (operation: string) => () => noAnswer(this.backend, operation, operationTimeoutMs);
     const releases = Promise.allSettled([...this.#held].map((h) => h.release()));
     const results = [
-      await withTimeout(releases, operationTimeoutMs, timeout('close (release)')).then(
+      await answerWithin(releases, operationTimeoutMs, this.backend, 'close (release)').then(
         (settled) => settled,
         (error: unknown): PromiseSettledResult<void>[] => [{ status: 'rejected', reason: error }],
       ),
-      await Promise.allSettled([withTimeout(this.backend.close(), operationTimeoutMs, timeout('close'))]),
+      await Promise.allSettled([answerWithin(this.backend.close(), operationTimeoutMs, this.backend, 'close')]),
     ].flat();
     const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failure) throw failure.reason;

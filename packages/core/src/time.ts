@@ -3,6 +3,7 @@
  * any delay above 2^31 − 1 ms (about 24.8 days), which turned "wait forever" timeouts into instant
  * ones and 100-day leases into a renewal loop; everything in core that waits goes through here.
  */
+import { noAnswer, type BackendUnavailableError, type StorePlace } from './errors.js';
 
 /**
  * This process's wall clock in whole microseconds (its start time plus the monotonic clock since,
@@ -289,6 +290,31 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, timeoutError: ()
       return () => deadline.cancel();
     },
     onLate,
+  );
+}
+
+/**
+ * A store call given `ms` to answer: `promise`, or, once `ms` have passed without an answer,
+ * `onSilent` with the error (drop a connection gone silent, say) and a rejection with BackendUnavailableError
+ * ("no answer within `ms` ms") for `operation` on `store`. A late answer goes to `onLate` (give
+ * back what it took). @throws what `promise` throws, as it is.
+ */
+export function answerWithin<T>(
+  promise: Promise<T>,
+  ms: number,
+  store: string | StorePlace,
+  operation: string,
+  late: { readonly onSilent?: (error: BackendUnavailableError) => void; readonly onLate?: (value: T) => void } = {},
+): Promise<T> {
+  return withTimeout(
+    promise,
+    ms,
+    () => {
+      const error = noAnswer(store, operation, ms);
+      late.onSilent?.(error);
+      return error;
+    },
+    late.onLate,
   );
 }
 
