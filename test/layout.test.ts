@@ -138,7 +138,6 @@ describe('source layout', () => {
 const TOOLKIT = [
   'InFlight',
   'LeaseKeeper',
-  'MAX_TIMER_MS',
   'MUTEX',
   'Once',
   'QueuePlace',

@@ -1,7 +1,6 @@
 import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
   InFlight,
-  MAX_TIMER_MS,
   readOptions,
   rules,
   storeClient,
@@ -115,8 +114,8 @@ export const redisOptionRules = {
   sentinel: rules.text(/^[\w.-]{1,100}$/, "a Sentinel master name (letters, digits, '.', '_', '-')", ['', 'a b', 'x'.repeat(101)]),
   sentinelOptions: rules.settings as Rule<Omit<RedisOptions, 'sentinels' | 'name'>>,
   syncReplicas: rules.count(0, 100),
-  syncTimeoutMs: rules.count(1, MAX_TIMER_MS), // WAIT takes whole ms
-  restartGuardMs: rules.count(0, MAX_TIMER_MS),
+  syncTimeoutMs: rules.wholeMs(1), // WAIT takes whole ms
+  restartGuardMs: rules.wholeMs(0),
   namespace: prefixRule,
   prefix: rules.alias('namespace', prefixRule),
   fifo: rules.flag,

@@ -4,7 +4,6 @@ import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type 
 import {
   describe,
   InFlight,
-  MAX_TIMER_MS,
   pollForLease,
   readOptions,
   rules,
@@ -100,7 +99,7 @@ export const redlockOptionRules = {
   nodes: rules.required(nodesRule),
   namespace: redisOptionRules.namespace,
   prefix: redisOptionRules.prefix,
-  maxTtlMs: rules.count(1, MAX_TIMER_MS),
+  maxTtlMs: rules.wholeMs(1),
   driftFactor: rules.share(0, 0.5),
   maxPollDelayMs: rules.ms(),
   retryDelayMs: rules.alias('maxPollDelayMs', rules.ms()),

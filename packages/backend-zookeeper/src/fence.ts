@@ -5,7 +5,7 @@
 // short random pause that spreads writers out, until the write's deadline. A first write creates
 // the node; a lost race to create it looks again too.
 import { StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { MAX_TIMER_MS, readOptions, rules, sleep, StoreFence, type Rules } from '@deadbolt/core/backend';
+import { readOptions, rules, sleep, StoreFence, type Rules } from '@deadbolt/core/backend';
 import { call, ensurePath } from './nodes.js';
 import type { Session, ZooKeeperSessions } from './sessions.js';
 import { Code, CreateMode, type Stat } from './zookeeper-client.js';
@@ -31,7 +31,7 @@ export const zookeeperFenceOptionRules = {
   namespace: pathRule,
   root: rules.alias('namespace', pathRule),
   connectTimeoutMs: rules.ms(),
-  sessionTimeoutMs: rules.count(1000, MAX_TIMER_MS),
+  sessionTimeoutMs: rules.wholeMs(1000),
 } satisfies Rules<ZooKeeperFenceOptions>;
 
 /** Values in ZooKeeper guarded by fencing tokens (see core's `Fence`). */

@@ -5,7 +5,6 @@ import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type 
 import {
   grantable,
   keySpace,
-  MAX_TIMER_MS,
   readOptions,
   rules,
   sharedView,
@@ -102,7 +101,7 @@ export const zookeeperOptionRules = {
   namespace: pathRule,
   root: rules.alias('namespace', pathRule),
   connectTimeoutMs: rules.ms(),
-  maxSessionTimeoutMs: rules.count(1000, MAX_TIMER_MS),
+  maxSessionTimeoutMs: rules.wholeMs(1000),
 } satisfies Rules<ZooKeeperBackendOptions>;
 
 /** What one kind of claim (a mutex waiter, a shared claim) looks like in a key's queue. */

@@ -31,7 +31,7 @@ export {
 } from './options.js';
 export { LeaseKeeper, safeLifetime } from './lease-keeper.js';
 export { Once } from './once.js';
-export { after, answerDeadline, answerWithin, MAX_TIMER_MS, raceSignal, stillStands, wallMicros, type Timer } from './time.js';
+export { after, answerDeadline, answerWithin, raceSignal, stillStands, wallMicros, type Timer } from './time.js';
 export {
   connectionRefused,
   InFlight,

@@ -179,6 +179,11 @@ export function ms(min = 1): Rule<number> {
   };
 }
 
+/** A whole number of ms from `min` up to Node's timer range: for a store that counts whole ms (Redis's `WAIT`, a session timeout). */
+function wholeMs(min = 1): Rule<number> {
+  return count(min, MAX_TIMER_MS);
+}
+
 /** A caller's wait: any number of ms ≥ 0, Infinity meaning no limit (long waits are chained timers). */
 export const wait: Rule<number> = {
   check: (value, name) => (typeof value === 'number' && value >= 0 ? value : refuse(name, 'a number ≥ 0 or Infinity', value)),
@@ -425,6 +430,8 @@ export const rules = {
   nested,
   /** `oneOf(values)`: one of `values`. */
   oneOf,
+  /** `wholeMs(min = 1)`: a whole number of ms from `min` up to Node's timer range. */
+  wholeMs,
   /** `required(rule)`: an option that must be given, checked by `rule`. */
   required,
   /** A plain object of further settings passed on as they are (a driver's own options). */
