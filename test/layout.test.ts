@@ -142,6 +142,7 @@ const TOOLKIT = [
   'Once',
   'QueuePlace',
   'ReleaseNotifier',
+  'StoreBackend',
   'StoreFence',
   'UnavailableGrace',
   'after',

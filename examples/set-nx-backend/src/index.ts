@@ -4,12 +4,11 @@
 import type { Capabilities, LockBackend } from '@deadbolt/core';
 import {
   backendFailure,
-  InFlight,
   pollForLease,
   readOptions,
   rules,
   storeClient,
-  type StoreClient,
+  StoreBackend,
   type AcquireRequest,
   type Lease,
   type StoreView,
@@ -46,8 +45,13 @@ export interface SetNxOptions {
   connectTimeoutMs?: number;
 }
 
-/** A mutex on Redis. @throws InvalidArgumentError for bad options. */
-export class SetNxBackend implements LockBackend {
+/**
+ * A mutex on Redis. Core's `StoreBackend` keeps the skeleton every backend shares: the client (one
+ * made from `url` is closed by `close()`, yours is left open), its address for events, and the
+ * calls in flight (`close()` lets an aborted wait finish first; a closed backend refuses new
+ * acquisitions). @throws InvalidArgumentError for bad options.
+ */
+export class SetNxBackend extends StoreBackend<Redis> implements LockBackend {
   readonly name = 'set-nx';
   readonly capabilities: Capabilities = {
     fairness: 'none', // waiters poll: whoever asks first after a release wins
@@ -56,21 +60,17 @@ export class SetNxBackend implements LockBackend {
     minTtlMs: 10,
     ttlGranularityMs: 1,
   };
-  /** Where the store is, for events (optional): from `url`, none for a client of yours. */
-  readonly address: string | undefined;
-  readonly #client: Redis;
-  readonly #connection: StoreClient<Redis>;
   readonly #maxPollDelayMs: number;
   /** A key's lock and token counter names. */
   readonly #keys: (key: string) => [lock: string, token: string];
-  /** Waits under way: `close()` lets an aborted one finish before it closes the connection. */
-  readonly #inFlight = new InFlight('set-nx', 2000);
-  #connectionError: Error | undefined;
+  /** Why our client's connection last failed (cleared when it is ready again). */
+  readonly #health: { lastError?: Error | undefined };
 
   constructor(raw: SetNxOptions) {
     const options = readOptions(raw, setNxOptionRules, 'setNxBackend');
+    const health: { lastError?: Error | undefined } = {};
     // Your client (left open) or one of ours, made from `url` (closed in `close()`).
-    this.#connection = storeClient(options, 'setNxBackend', 'redis://host:port', (url) => {
+    const connection = storeClient(options, 'setNxBackend', 'redis://host:port', (url) => {
       // One try per command: a failed call is the caller's to retry (core does, within its deadlines).
       const client = new Redis(url.href, {
         maxRetriesPerRequest: 1,
@@ -80,32 +80,30 @@ export class SetNxBackend implements LockBackend {
       });
       // Why the connection failed, for the error of a command that never reached the server (ioredis
       // names its `maxRetriesPerRequest` option there instead). Listening also stops ioredis logging it.
-      client.on('error', (error: Error) => (this.#connectionError = error));
-      client.on('ready', () => (this.#connectionError = undefined));
+      client.on('error', (error: Error) => (health.lastError = error));
+      client.on('ready', () => (health.lastError = undefined));
       return client;
     });
-    this.address = this.#connection.address;
-    this.#client = this.#connection.client;
+    super({ name: 'set-nx', connection, commandTimeoutMs: 2000 });
+    this.#health = health;
     this.#maxPollDelayMs = options.maxPollDelayMs ?? 50;
     const namespace = options.namespace ?? 'set-nx:';
     this.#keys = (key) => [`${namespace}lock:${key}`, `${namespace}token:${key}`];
   }
 
-  acquire(req: AcquireRequest): Promise<Lease | null> {
-    // Tracked, so that close() lets a wait finish and a closed backend refuses new ones at once.
+  /** `acquire`, which `StoreBackend` tracks (so close() lets a wait finish, and refuses new ones). */
+  protected acquireClaim(req: AcquireRequest): Promise<Lease | null> {
     // Core's wait loop tries again until granted, rides out a reset, rejects when `req.signal`
     // aborts (a grant won meanwhile is released, so nothing of the waiter stays behind).
-    return this.#inFlight.track(() =>
-      req.wait
-        ? pollForLease(
-            req.key,
-            req.signal,
-            () => this.#attempt(req),
-            (lease) => this.release(lease),
-            { maxDelayMs: this.#maxPollDelayMs },
-          )
-        : this.#attempt(req),
-    );
+    return req.wait
+      ? pollForLease(
+          req.key,
+          req.signal,
+          () => this.#attempt(req),
+          (lease) => this.release(lease),
+          { maxDelayMs: this.#maxPollDelayMs },
+        )
+      : this.#attempt(req);
   }
 
   async #attempt(req: AcquireRequest): Promise<Lease | null> {
@@ -133,9 +131,9 @@ export class SetNxBackend implements LockBackend {
     return { holders: owner && left > 0 ? [{ owner, token: token ? BigInt(token) : null, ttlLeftMs: left }] : [], waiters: null };
   }
 
-  async close(): Promise<void> {
-    await this.#inFlight.settled();
-    await this.#connection.end((client) => client.disconnect());
+  /** Closes the client if the backend made it (yours stays open); `StoreBackend.close` calls it once. */
+  protected closeStore(): Promise<void> {
+    return this.connection.end((client) => client.disconnect());
   }
 
   /** One script, its reply as a number. */
@@ -146,13 +144,14 @@ export class SetNxBackend implements LockBackend {
   /** One script; a reply error is `BackendError`, anything else (no connection, a timeout) `BackendUnavailableError`. */
   async #run(operation: string, script: string, keys: string[], args: string[]): Promise<unknown> {
     try {
-      return await this.#client.eval(script, keys.length, ...keys, ...args);
+      return await this.client.eval(script, keys.length, ...keys, ...args);
     } catch (error) {
       // A command that timed out may have met a connection gone silent for good (a partition, a
       // middlebox that lost its state: nothing is closed). Every retry would meet it too: open a
       // new one. (Only our own client: yours is yours to manage.)
-      if (this.#connection.url && error instanceof Error && /timed out/i.test(error.message)) this.#client.disconnect(true);
-      const cause = (error as Error).name === 'MaxRetriesPerRequestError' && this.#connectionError ? this.#connectionError : error;
+      if (this.connection.url && error instanceof Error && /timed out/i.test(error.message)) this.client.disconnect(true);
+      const lastError = this.#health.lastError;
+      const cause = (error as Error).name === 'MaxRetriesPerRequestError' && lastError ? lastError : error;
       throw backendFailure(this.name, operation, cause, (e) => !(e instanceof ReplyError));
     }
   }

@@ -6,6 +6,7 @@ import {
   readOptions,
   rules,
   storeClient,
+  StoreBackend,
   type StoreClient,
   type AcquireRequest,
   type KeySpace,
@@ -153,17 +154,12 @@ export const cassandraOptionRules = {
  * timestamp later than any renewal's, so a late renewal never resurrects a released cell. Fencing
  * tokens come from a token row without TTL, advanced by compare-and-set after the lock is won.
  */
-export class CassandraBackend implements LockBackend<CassandraLease> {
+export class CassandraBackend extends StoreBackend<Client, CassandraLease> implements LockBackend<CassandraLease> {
   readonly name = 'cassandra';
-  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
-  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly algorithm: CassandraAlgorithm;
-  readonly client: Client;
   readonly keyspace: string;
   readonly timeService: CassandraTimeService;
-  /** The client, and whether `close()` shuts it down (the backend's own) or leaves it open (yours). */
-  readonly #connection: StoreClient<Client>;
   readonly #replication: string;
   /** Whose schema check this backend shares: the contact points of a client it made, or your client. */
   readonly #schemaScope: object | string;
@@ -186,6 +182,11 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
   constructor(raw: CassandraBackendOptions) {
     const options = readOptions(raw, cassandraOptionRules, 'cassandraBackend');
     const algorithm = options.algorithm ?? 'queue';
+    const keyspace = keyspaceOf(options, 'cassandraBackend');
+    // The longest a request waits for its answer, with a client made from `url` (yours has its own).
+    const commandTimeoutMs = options.commandTimeoutMs ?? COMMAND_TIMEOUT_MS;
+    const connection = cassandraConnection(options, 'cassandraBackend');
+    super({ name: 'cassandra', connection, commandTimeoutMs });
     this.algorithm = algorithm;
     this.capabilities = {
       fairness: algorithm === 'queue' ? 'fifo' : 'none',
@@ -197,13 +198,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       semaphore: true,
       readWrite: true,
     };
-    const keyspace = keyspaceOf(options, 'cassandraBackend');
-    // The longest a request waits for its answer, with a client made from `url` (yours has its own).
-    const commandTimeout = options.commandTimeoutMs ?? COMMAND_TIMEOUT_MS;
-    this.#connection = cassandraConnection(options, 'cassandraBackend');
-    this.address = this.#connection.address;
-    this.client = this.#connection.client;
-    this.#schemaScope = schemaScope(this.#connection);
+    this.#schemaScope = schemaScope(connection);
     this.keyspace = keyspace;
     this.#replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
     if (options.maxPollDelayMs !== undefined && options.poll?.maxDelayMs !== undefined)
@@ -220,7 +215,7 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
       consistency: options.consistency ?? consistencies.quorum,
       serial: options.serialConsistency ?? consistencies.serial,
       poll,
-      commandTimeoutMs: commandTimeout,
+      inFlight: this.inFlight,
     });
     this.timeService = new CassandraTimeService(this.client, keyspace, options.timeService);
     // One module per algorithm (each in its own file), all on the same store; shared claims have their own.
@@ -242,8 +237,9 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     setupOf.set(this, this.#ready);
   }
 
-  acquire(req: AcquireRequest): Promise<CassandraLease | null> {
-    return this.#store.inFlight.track(() => this.#ready.run().then(() => this.#claims(keySpace(req)).acquire(req, idFor(req.key))));
+  protected async acquireClaim(req: AcquireRequest): Promise<CassandraLease | null> {
+    await this.#ready.run();
+    return this.#claims(keySpace(req)).acquire(req, idFor(req.key));
   }
 
   inspect(key: string, space: KeySpace): Promise<StoreView> {
@@ -295,9 +291,14 @@ export class CassandraBackend implements LockBackend<CassandraLease> {
     return this.#ready.run().then(() => this.#store.tokenCeiling());
   }
 
-  close(): Promise<void> {
+  /** Stops the time service at once (nothing left to order), then closes as every backend does. */
+  override close(): Promise<void> {
     this.timeService.stop();
-    return this.#store.inFlight.close(() => this.#connection.end((client) => client.shutdown()));
+    return super.close();
+  }
+
+  protected closeStore(): Promise<void> {
+    return this.connection.end((client) => client.shutdown());
   }
 }
 

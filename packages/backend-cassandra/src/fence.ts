@@ -4,7 +4,7 @@
 // back to the update. Reads are at the serial consistency, so they see every write the
 // transactions decided.
 import { StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { Once, readOptions, rules, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
+import { InFlight, Once, readOptions, rules, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import cassandra, { type Client, type policies } from 'cassandra-driver';
 import {
   cassandraConnection,
@@ -80,7 +80,7 @@ export class CassandraFence extends StoreFence {
       consistency: consistencies.quorum,
       serial: consistencies.serial,
       poll: { minDelayMs: 2, maxDelayMs: 50 },
-      commandTimeoutMs: commandTimeout,
+      inFlight: new InFlight('cassandra', commandTimeout),
     });
     const scope = schemaScope(this.#connection);
     const replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";

@@ -181,14 +181,14 @@ export interface StoreSettings {
   readonly serial: types.consistencies;
   /** Waiters' backoff (never slower than core's cadence rule). */
   readonly poll: { readonly minDelayMs: number; readonly maxDelayMs: number };
-  /** The longest a request waits for its answer. */
-  readonly commandTimeoutMs: number;
+  /** The backend's acquisitions and clean-ups in flight (`StoreBackend`). */
+  readonly inFlight: InFlight;
 }
 
-/** The shared part of the backend (see the file's opening comment). */
 /** The token row of the store's token floor (`tokenFloor`): no key's UTF-8 is the byte 0xFF. */
 const FLOOR_ID = Buffer.from([0xff]);
 
+/** The shared part of the backend (see the file's opening comment). */
 export class CassandraStore {
   readonly name: string;
   readonly client: Client;
@@ -216,7 +216,7 @@ export class CassandraStore {
     this.client = settings.client;
     this.keyspace = settings.keyspace;
     this.poll = settings.poll;
-    this.inFlight = new InFlight('cassandra', settings.commandTimeoutMs);
+    this.inFlight = settings.inFlight;
     this.#consistency = settings.consistency;
     this.#serial = settings.serial;
   }

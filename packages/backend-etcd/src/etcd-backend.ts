@@ -1,10 +1,9 @@
 import { type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  InFlight,
+  StoreBackend,
   readOptions,
   rules,
   storeClient,
-  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type Rules,
@@ -107,10 +106,8 @@ export function openEtcd(url: StoreUrl, o: { connectTimeout: number; commandTime
  * with core's grant rule (claims.ts: one engine, a rule per key space); every claim reaches etcd
  * through store.ts (key names, calls, etcd leases, watches).
  */
-export class EtcdBackend implements LockBackend<EtcdLockLease> {
+export class EtcdBackend extends StoreBackend<Etcd3, EtcdLockLease> implements LockBackend<EtcdLockLease> {
   readonly name = 'etcd';
-  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
-  readonly address: string | undefined;
   readonly capabilities: Capabilities = {
     fairness: 'fifo',
     lease: 'ttl',
@@ -121,30 +118,26 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     semaphore: true,
     readWrite: true,
   };
-  readonly client: Etcd3;
-  /** The client, and whether `close()` closes it (the backend's own) or leaves it open (yours). */
-  readonly #connection: StoreClient<Etcd3>;
   readonly #store: EtcdStore;
-  /** Acquisitions under way: `close()` lets aborted ones delete their keys and leases first. */
-  readonly #acquiring: InFlight;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: EtcdBackendOptions) {
     const options = readOptions(raw, etcdOptionRules, 'etcdBackend');
     // With a client made from `url`, the deadline of each unary call; a client of yours keeps its own.
-    const commandTimeout = options.commandTimeoutMs ?? 5000;
-    this.#acquiring = new InFlight(this.name, commandTimeout);
-    this.#connection = storeClient(options, 'etcdBackend', 'etcd://host:port[,host:port]', (url) =>
-      openEtcd(url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout }),
-    );
-    this.address = this.#connection.address;
-    this.client = this.#connection.client;
-    this.#store = new EtcdStore(this.client, options.namespace ?? 'deadbolt/', this.#acquiring);
+    const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+    super({
+      name: 'etcd',
+      commandTimeoutMs,
+      connection: storeClient(options, 'etcdBackend', 'etcd://host:port[,host:port]', (url) =>
+        openEtcd(url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout: commandTimeoutMs }),
+      ),
+    });
+    this.#store = new EtcdStore(this.client, options.namespace ?? 'deadbolt/', this.inFlight);
     storeOf.set(this, this.#store);
   }
 
-  acquire(req: AcquireRequest): Promise<EtcdLockLease | null> {
-    return this.#acquiring.track(() => acquireClaim(this.#store, req));
+  protected acquireClaim(req: AcquireRequest): Promise<EtcdLockLease | null> {
+    return acquireClaim(this.#store, req);
   }
 
   async renew(lease: EtcdLockLease, ttlMs: number): Promise<boolean> {
@@ -195,8 +188,8 @@ export class EtcdBackend implements LockBackend<EtcdLockLease> {
     return this.#store.tokenCeiling();
   }
 
-  close(): Promise<void> {
-    return this.#acquiring.close(() => this.#connection.end((client) => client.close()));
+  protected closeStore(): Promise<void> {
+    return this.connection.end((client) => client.close());
   }
 }
 

@@ -1,10 +1,9 @@
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  InFlight,
   readOptions,
+  StoreBackend,
   rules,
   storeClient,
-  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type LeaseEngine,
@@ -93,26 +92,28 @@ const FLOOR_ROW = MysqlStore.hash('');
  * in the same process. Session mode (`GET_LOCK` on a connection per lock) waits in the server
  * instead, first come first served.
  */
-export class MysqlBackend implements LockBackend<MysqlLease> {
+export class MysqlBackend extends StoreBackend<Pool, MysqlLease> implements LockBackend<MysqlLease> {
   readonly name = 'mysql';
-  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
-  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
-  readonly client: Pool;
   readonly #store: MysqlStore;
   /** The claims of this backend's mode, chosen once: rows (lease mode) or named locks (session mode). */
   readonly #engine: LeaseEngine<MysqlLease>;
   /** Session mode's engine (undefined in lease mode): its waits ride out connects, and close() ends its sessions. */
   readonly #sessions: SessionLocks<PoolConnection, string> | undefined;
-  /** The pool, and whether `close()` ends it (the backend's own) or leaves it open (yours). */
-  readonly #connection: StoreClient<Pool>;
-  readonly #acquiring: InFlight;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: MysqlBackendOptions) {
     const options = readOptions(raw, mysqlOptionRules, 'mysqlBackend');
     const mode = options.mode ?? 'lease';
+    const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+    const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
+    const connectionLimit = options.connectionLimit ?? (mode === 'session' ? 200 : 10);
+    const connection = storeClient(options, 'mysqlBackend', 'mysql://user@host:port/db', (url) => {
+      if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
+      return createPool({ uri: url.href, connectTimeout: connectTimeoutMs, connectionLimit, supportBigNumbers: true });
+    });
+    super({ name: 'mysql', connection, commandTimeoutMs });
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
@@ -137,20 +138,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
             ttlGranularityMs: 1000,
             minToken: true,
           };
-    const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
-    const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
-    const connectionLimit = options.connectionLimit ?? (mode === 'session' ? 200 : 10);
-    this.#connection = storeClient(options, 'mysqlBackend', 'mysql://user@host:port/db', (url) => {
-      if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
-      return createPool({ uri: url.href, connectTimeout: connectTimeoutMs, connectionLimit, supportBigNumbers: true });
-    });
-    this.address = this.#connection.address;
-    this.client = this.#connection.client;
     this.#store = new MysqlStore(this.client, options.namespace ?? 'deadbolt_locks', commandTimeoutMs);
     storeOf.set(this, this.#store);
-    this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     if (mode === 'lease') {
-      const leases = new MysqlLeases(this.#store, this.#acquiring, options.maxPollDelayMs ?? 250);
+      const leases = new MysqlLeases(this.#store, this.inFlight, options.maxPollDelayMs ?? 250);
       this.#engine = leases;
       this.forceRelease = async (key, owner, space) => {
         await this.#store.tables.run();
@@ -158,7 +149,7 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
       };
     } else {
       // A pool of your own: its size is not ours to know; mysql2's default is 10.
-      const poolSize = this.#connection.url ? connectionLimit : (this.client.pool.config.connectionLimit ?? 10);
+      const poolSize = connection.url ? connectionLimit : (this.client.pool.config.connectionLimit ?? 10);
       this.#engine = this.#sessions = new SessionLocks(new MysqlSessions(this.#store, poolSize), 2 * connectTimeoutMs, commandTimeoutMs);
     }
   }
@@ -169,8 +160,8 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
   }
 
   /** Shared claims in lease mode only (the capabilities say so); see the shared statements in queries.ts. */
-  acquire(req: AcquireRequest): Promise<MysqlLease | null> {
-    return this.#acquiring.track(() => this.#engine.acquire(req));
+  protected acquireClaim(req: AcquireRequest): Promise<MysqlLease | null> {
+    return this.#engine.acquire(req);
   }
 
   /**
@@ -233,12 +224,10 @@ export class MysqlBackend implements LockBackend<MysqlLease> {
     return BigInt(String(row?.['ceiling'] ?? 0));
   }
 
-  /** Lets aborted acquisitions finish removing what they wrote (unless the server went silent), ends held sessions, closes the pool it made. */
-  close(): Promise<void> {
-    return this.#acquiring.close(async () => {
-      this.#sessions?.close();
-      await this.#connection.end((pool) => pool.end()).catch(() => undefined);
-    });
+  /** Ends held sessions, then the pool it made. */
+  protected closeStore(): Promise<void> {
+    this.#sessions?.close();
+    return this.connection.end((pool) => pool.end());
   }
 }
 

@@ -1,11 +1,10 @@
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  InFlight,
   readOptions,
+  StoreBackend,
   rules,
   storeClient,
-  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type LeaseEngine,
@@ -104,16 +103,10 @@ export const storeOf = new TestingHooks<PostgresBackend, PostgresStore>('a Postg
  * (unique per key: no two keys share a lock, however long); the server frees the lock when the
  * connection dies or stays idle past the ttl (`idle_session_timeout`).
  */
-export class PostgresBackend implements LockBackend<PostgresLease> {
+export class PostgresBackend extends StoreBackend<Pool, PostgresLease> implements LockBackend<PostgresLease> {
   readonly name = 'postgres';
-  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
-  readonly address: string | undefined;
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
-  readonly client: Pool;
-  /** The pool, and whether `close()` ends it (the backend's own) or leaves it open (yours). */
-  readonly #connection: StoreClient<Pool>;
-  readonly #acquiring: InFlight;
   readonly #server: PostgresStore;
   /** The claims of this backend's mode, chosen once: rows (lease mode) or advisory locks (session mode). */
   readonly #engine: LeaseEngine<PostgresLease>;
@@ -127,6 +120,22 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     const options = readOptions(raw, postgresOptionRules, 'postgresBackend');
     const table = options.namespace ?? 'deadbolt_locks';
     const mode = options.mode ?? 'lease';
+    const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+    const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
+    super({
+      name: 'postgres',
+      commandTimeoutMs,
+      connection: storeClient(options, 'postgresBackend', 'postgres://user@host:port/db', (url) => {
+        if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
+        return new pg.Pool({
+          connectionString: url.href,
+          connectionTimeoutMillis: connectTimeoutMs,
+          max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
+          // TCP keep-alive probes find a peer that vanished without closing the socket.
+          keepAlive: true,
+        });
+      }),
+    });
     this.mode = mode;
     this.capabilities =
       mode === 'lease'
@@ -150,28 +159,13 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
             maxTtlMs: 2 ** 31 - 1,
             minToken: true,
           };
-    const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
-    const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
-    this.#connection = storeClient(options, 'postgresBackend', 'postgres://user@host:port/db', (url) => {
-      if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
-      return new pg.Pool({
-        connectionString: url.href,
-        connectionTimeoutMillis: connectTimeoutMs,
-        max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
-        // TCP keep-alive probes find a peer that vanished without closing the socket.
-        keepAlive: true,
-      });
-    });
-    this.address = this.#connection.address;
-    this.client = this.#connection.client;
     // Advisory locks are per database; the table names their namespace within it.
     const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     const server = new PostgresStore(this.client, table, namespace, commandTimeoutMs);
     storeOf.set(this, server);
     this.#server = server;
-    this.#acquiring = new InFlight(this.name, commandTimeoutMs);
     if (mode === 'lease') {
-      const leases = (this.#leases = new PostgresLeases(server, this.#acquiring, options.maxPollDelayMs ?? 250));
+      const leases = (this.#leases = new PostgresLeases(server, this.inFlight, options.maxPollDelayMs ?? 250));
       this.#engine = leases;
       this.forceRelease = async (key, owner, space) => {
         await server.tables.run();
@@ -183,8 +177,8 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
   }
 
   /** Shared claims in lease mode only (the capabilities say so): one function call per attempt, see queries.ts. */
-  acquire(req: AcquireRequest): Promise<PostgresLease | null> {
-    return this.#acquiring.track(() => this.#engine.acquire(req));
+  protected acquireClaim(req: AcquireRequest): Promise<PostgresLease | null> {
+    return this.#engine.acquire(req);
   }
 
   /**
@@ -250,16 +244,11 @@ export class PostgresBackend implements LockBackend<PostgresLease> {
     return BigInt(String(rows[0]?.['ceiling'] ?? 0));
   }
 
-  /**
-   * Lets aborted acquisitions finish removing what they wrote (unless the server has gone silent),
-   * ends the sessions of locks still held (the server frees them), then closes the connections.
-   */
-  close(): Promise<void> {
-    return this.#acquiring.close(async () => {
-      this.#sessions?.close();
-      await this.#leases?.close();
-      await this.#connection.end((pool) => pool.end()).catch(() => undefined);
-    });
+  /** Ends the sessions of locks still held (the server frees them) and the listening connection, then the pool it made. */
+  protected async closeStore(): Promise<void> {
+    this.#sessions?.close();
+    await this.#leases?.close();
+    await this.connection.end((pool) => pool.end());
   }
 }
 

@@ -1,10 +1,9 @@
 import { BackendError, InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  InFlight,
+  StoreBackend,
   readOptions,
   rules,
   storeClient,
-  type StoreClient,
   type AcquireRequest,
   type KeySpace,
   type Rule,
@@ -135,19 +134,11 @@ export const storeOf = new TestingHooks<RedisBackend, RedisStore>('a RedisBacken
  * claim, a mutex's and a shared key's, goes through one engine (claims.ts: a rule per key space),
  * which reaches the server through store.ts.
  */
-export class RedisBackend implements LockBackend<RedisLease> {
+export class RedisBackend extends StoreBackend<RedisClient, RedisLease> implements LockBackend<RedisLease> {
   readonly name = 'redis';
-  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
-  readonly address: string | undefined;
   readonly capabilities: Capabilities;
-  /** The command connection (yours if you passed `client`). */
-  readonly client: Redis | Cluster;
-  /** The client, and whether `close()` closes it (the backend's own) or leaves it open (yours). */
-  readonly #connection: StoreClient<RedisClient>;
   readonly #store: RedisStore;
   readonly #claims: RedisClaims;
-  /** Acquisitions under way: `close()` lets aborted ones leave the queue first. */
-  readonly #acquiring: InFlight;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: RedisBackendOptions) {
@@ -168,20 +159,21 @@ export class RedisBackend implements LockBackend<RedisLease> {
       throw new InvalidArgumentError('sentinel goes with url (the Sentinels); a client of yours is already connected');
     if (options.sentinelOptions !== undefined && options.sentinel === undefined)
       throw new InvalidArgumentError('sentinelOptions needs sentinel');
-    this.#connection = storeClient(options, 'redisBackend', 'redis://host:port', (url) =>
-      openRedis(url, {
-        cluster,
-        connectTimeout,
-        commandTimeout,
-        clusterOptions: options.clusterOptions,
-        sentinel: options.sentinel,
-        sentinelOptions: options.sentinelOptions,
-      }),
-    );
-    this.address = this.#connection.address;
-    this.client = this.#connection.client;
+    super({
+      name: 'redis',
+      commandTimeoutMs: commandTimeout,
+      connection: storeClient(options, 'redisBackend', 'redis://host:port', (url) =>
+        openRedis(url, {
+          cluster,
+          connectTimeout,
+          commandTimeout,
+          clusterOptions: options.clusterOptions,
+          sentinel: options.sentinel,
+          sentinelOptions: options.sentinelOptions,
+        }),
+      ),
+    });
     const fifo = options.fifo ?? true;
-    this.#acquiring = new InFlight(this.name, commandTimeout);
     this.#store = new RedisStore(this.client, {
       prefix,
       connectTimeoutMs: connectTimeout,
@@ -190,7 +182,7 @@ export class RedisBackend implements LockBackend<RedisLease> {
       syncTimeoutMs: options.syncTimeoutMs ?? 1000,
     });
     storeOf.set(this, this.#store);
-    this.#claims = new RedisClaims(this.#store, this.#acquiring, { fifo, maxPollDelayMs: maxPoll, restartGuardMs });
+    this.#claims = new RedisClaims(this.#store, this.inFlight, { fifo, maxPollDelayMs: maxPoll, restartGuardMs });
     this.capabilities = {
       fairness: fifo ? 'fifo' : 'none',
       lease: 'ttl',
@@ -203,8 +195,8 @@ export class RedisBackend implements LockBackend<RedisLease> {
     };
   }
 
-  acquire(req: AcquireRequest): Promise<RedisLease | null> {
-    return this.#acquiring.track(() => this.#claims.acquire(req));
+  protected acquireClaim(req: AcquireRequest): Promise<RedisLease | null> {
+    return this.#claims.acquire(req);
   }
 
   async renew(lease: RedisLease, ttlMs: number): Promise<boolean> {
@@ -254,11 +246,10 @@ export class RedisBackend implements LockBackend<RedisLease> {
     return this.#store.tokenCeiling();
   }
 
-  close(): Promise<void> {
-    return this.#acquiring.close(() => {
-      this.#store.close();
-      return this.#connection.end(closeRedis);
-    });
+  /** Ends the subscriber, then the client it made. */
+  protected closeStore(): Promise<void> {
+    this.#store.close();
+    return this.connection.end(closeRedis);
   }
 }
 

@@ -16,6 +16,7 @@ export {
 } from './backend.js';
 export { backendFailure } from './errors.js';
 export { StoreFence } from './fence.js';
+export { StoreBackend, type StoreBackendParts } from './store-backend.js';
 export { grantable, sharedView } from './shared.js';
 export {
   describe,
