@@ -13,11 +13,11 @@ export {
   type Lease,
   type LeaseEngine,
   type StoreView,
-} from './backend.js';
-export { backendFailure } from './errors.js';
-export { StoreFence } from './fence.js';
-export { StoreBackend, type StoreBackendParts } from './store-backend.js';
-export { grantable, sharedView } from './shared.js';
+} from './kit/backend.js';
+export { backendFailure } from './api/errors.js';
+export { StoreFence } from './kit/fence.js';
+export { StoreBackend, type StoreBackendParts } from './kit/store-backend.js';
+export { grantable, sharedView } from './kit/shared.js';
 export {
   describe,
   readOptions,
@@ -29,10 +29,10 @@ export {
   type Rule,
   type Rules,
   type StoreUrl,
-} from './options.js';
-export { LeaseKeeper, safeLifetime } from './lease-keeper.js';
-export { Once } from './once.js';
-export { after, answerDeadline, answerWithin, raceSignal, stillStands, wallMicros, type Timer } from './time.js';
+} from './kit/options.js';
+export { LeaseKeeper, safeLifetime } from './lease/lease-keeper.js';
+export { Once } from './kit/once.js';
+export { after, answerDeadline, answerWithin, raceSignal, stillStands, wallMicros, type Timer } from './kit/time.js';
 export {
   connectionRefused,
   InFlight,
@@ -43,4 +43,4 @@ export {
   sleep,
   UnavailableGrace,
   type PollOptions,
-} from './wait.js';
+} from './kit/wait.js';

@@ -2,7 +2,7 @@
 // @deadbolt/core: the API an application uses. What a backend package needs besides it (the
 // contract's request and lease types, option rules, waiting and timer helpers) is in
 // `@deadbolt/core/backend`; what tests need is in `@deadbolt/core/testing`.
-export { createLocker } from './locker.js';
+export { createLocker } from './api/locker.js';
 export {
   diagnostics,
   type AcquireEvent,
@@ -11,7 +11,7 @@ export {
   type RenewalFailedEvent,
   type StoreUnavailableEvent,
   type WaitAbandonedEvent,
-} from './diagnostics.js';
+} from './api/diagnostics.js';
 export type {
   ClaimInfo,
   Inspection,
@@ -23,9 +23,9 @@ export type {
   ReadWriteLock,
   Semaphore,
   TryLockOptions,
-} from './types.js';
-export { DEFAULT_MAX_TTL_MS, MAX_SEMAPHORE_LIMIT, type Capabilities, type LockBackend } from './backend.js';
-export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS } from './validate.js';
+} from './api/types.js';
+export { DEFAULT_MAX_TTL_MS, MAX_SEMAPHORE_LIMIT, type Capabilities, type LockBackend } from './kit/backend.js';
+export { MAX_KEY_BYTES, MAX_LOCK_ALL_KEYS } from './api/validate.js';
 export {
   BackendError,
   BackendUnavailableError,
@@ -40,7 +40,7 @@ export {
   SelfDeadlockError,
   StaleTokenError,
   type DeadboltErrorCode,
-} from './errors.js';
+} from './api/errors.js';
 export {
   DEFAULT_FENCE_TIMEOUT_MS,
   FENCE_TOKEN_LIMIT,
@@ -49,6 +49,6 @@ export {
   type Fence,
   type FencedValue,
   type FenceWriteOptions,
-} from './fence.js';
-export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './memory-backend.js';
-export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './migrating-backend.js';
+} from './kit/fence.js';
+export { MemoryBackend, MemoryLockStore, memoryBackend, type MemoryBackendOptions } from './stores/memory-backend.js';
+export { MigratingBackend, migratingBackend, type MigratingBackendOptions, type MigrationPhase } from './stores/migrating-backend.js';

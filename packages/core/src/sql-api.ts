@@ -4,7 +4,7 @@
 // pooled connections gone silent (`StrandedConnections`), shared-claim rows as `inspect` shows
 // them and the grant rule judged from counted rows (`grantableBehind`), and the fenced write's
 // transaction.
-export { checkFenceToken, fencedTransaction, type SqlConnections } from './fence.js';
-export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './session-locks.js';
-export { claimOfRow, grantableBehind, sharedViewOfRows } from './shared.js';
-export { StrandedConnections } from './stranded.js';
+export { checkFenceToken, fencedTransaction, type SqlConnections } from './kit/fence.js';
+export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './sql/session-locks.js';
+export { claimOfRow, grantableBehind, sharedViewOfRows } from './kit/shared.js';
+export { StrandedConnections } from './sql/stranded.js';

@@ -3,10 +3,10 @@
 // should: how core checks each option (the suite feeds every rule its hostile values), the backend
 // under a locker (a test reaches the store through it), wrappers that watch or change what reaches a
 // store, and the hooks through which a backend shows its tests what is not its API.
-export { backendOf, optionRules } from './locker.js';
-export { aliasesOf } from './options.js';
-export { TestingHooks } from './testing-hooks.js';
-export { observeBackend, wrapBackend, type BackendMethod } from './wrap.js';
+export { backendOf, optionRules } from './api/locker.js';
+export { aliasesOf } from './kit/options.js';
+export { TestingHooks } from './kit/testing-hooks.js';
+export { observeBackend, wrapBackend, type BackendMethod } from './stores/wrap.js';
 
 /**
  * A store's claims on one key, read and broken directly through a backend's own connection: what

@@ -14,7 +14,7 @@ import {
   type LeaseLostEvent,
   type LockBackend,
 } from '../src/index.js';
-import type { MemoryLease } from '../src/memory-backend.js';
+import type { MemoryLease } from '../src/stores/memory-backend.js';
 import { wrapBackend } from '../src/testing.js';
 
 type Seen = { channel: string; event: Record<string, unknown> };

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { BackendError, BackendUnavailableError } from '../src/errors.js';
-import { InFlight } from '../src/wait.js';
+import { BackendError, BackendUnavailableError } from '../src/api/errors.js';
+import { InFlight } from '../src/kit/wait.js';
 
 const unreachable = () => new BackendUnavailableError('test', 'release', { cause: new Error('ECONNRESET') });
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

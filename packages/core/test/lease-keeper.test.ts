@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { LeaseKeeper, safeLifetime } from '../src/lease-keeper.js';
+import { LeaseKeeper, safeLifetime } from '../src/lease/lease-keeper.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

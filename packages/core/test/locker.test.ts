@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { BackendError, BackendUnavailableError, createLocker, memoryBackend, MemoryLockStore, type LockBackend } from '../src/index.js';
-import type { MemoryLease } from '../src/memory-backend.js';
-import { BlockedWatch, cancelOnAbort } from '../src/session-locks.js';
-import { pollForLease, ReleaseNotifier, sleep, UnavailableGrace } from '../src/wait.js';
+import type { MemoryLease } from '../src/stores/memory-backend.js';
+import { BlockedWatch, cancelOnAbort } from '../src/sql/session-locks.js';
+import { pollForLease, ReleaseNotifier, sleep, UnavailableGrace } from '../src/kit/wait.js';
 
 /** The memory backend with a switch that makes renewals fail as an unreachable store would. */
 function flakyBackend() {

@@ -9,7 +9,7 @@ import {
   type MigrationPhase,
 } from '../src/index.js';
 import { sleep } from '../src/backend-api.js';
-import type { MemoryLease } from '../src/memory-backend.js';
+import type { MemoryLease } from '../src/stores/memory-backend.js';
 
 /** Two memory stores standing in for the old and the new store, and a locker per phase over them. */
 function stores() {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { StrandedConnections } from '../src/stranded.js';
+import { StrandedConnections } from '../src/sql/stranded.js';
 
 /** A checkout wraps its connection anew each time, as mysql2's pool does. */
 type Checkout = { inner: { id: string } };

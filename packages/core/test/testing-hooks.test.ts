@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { InvalidArgumentError } from '../src/errors.js';
-import { TestingHooks } from '../src/testing-hooks.js';
+import { InvalidArgumentError } from '../src/api/errors.js';
+import { TestingHooks } from '../src/kit/testing-hooks.js';
 
 describe('TestingHooks: what a /testing subpath reads of its backends', () => {
   it("returns a registered backend's hooks and refuses anything else with InvalidArgumentError", () => {

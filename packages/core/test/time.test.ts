@@ -3,7 +3,7 @@ import { connect } from 'node:net';
 import { Worker } from 'node:worker_threads';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { after, timerLists, withTimeout } from '../src/time.js';
+import { after, timerLists, withTimeout } from '../src/kit/time.js';
 import { createLocker, memoryBackend, MemoryLockStore } from '../src/index.js';
 
 describe('after(): timers that share one Node timer per delay', () => {
@@ -66,7 +66,7 @@ describe('after(): timers that share one Node timer per delay', () => {
   });
 
   it('a cancelled timer does not hold the process open; an armed one does, until it fires', () => {
-    const time = fileURLToPath(new URL('../dist/time.js', import.meta.url));
+    const time = fileURLToPath(new URL('../dist/kit/time.js', import.meta.url));
     const run = (body: string) => {
       const started = performance.now();
       const child = spawnSync(process.execPath, ['--input-type=module', '-e', `import { after } from ${JSON.stringify(time)};\n${body}`], {
@@ -90,7 +90,7 @@ describe('after(): timers that share one Node timer per delay', () => {
 
   it('cancelled timers of ever new delays do not pile up: 100 000 waits with distinct timeouts leave a bounded number of timer lists, and no memory', async () => {
     // Measured in a process of its own, after a full GC: Node also keeps state for every delay it was given.
-    const time = new URL('../dist/time.js', import.meta.url).href;
+    const time = new URL('../dist/kit/time.js', import.meta.url).href;
     const body = `const heap = () => (globalThis.gc(), process.memoryUsage().heapUsed);
       const start = heap();
       for (let i = 0; i < 100000; i++) after(10000 + i * 7.3, () => undefined).cancel();

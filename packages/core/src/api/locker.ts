@@ -16,7 +16,7 @@ import {
   type KeySpace,
   type Lease,
   type LockBackend,
-} from './backend.js';
+} from '../kit/backend.js';
 import {
   asDeadboltError,
   BackendError,
@@ -31,14 +31,14 @@ import {
 import { diagnostics, eventKey, eventSource, type AcquireEvent } from './diagnostics.js';
 import { heldInScope, ReentrantLock, runHolding, type HeldKind } from './held-scope.js';
 import { LockerReadWriteLock, LockerSemaphore, type AcquireCall } from './families.js';
-import { renewalDueMs, safeLifetime } from './lease-keeper.js';
-import { type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from './lock-handle.js';
+import { renewalDueMs, safeLifetime } from '../lease/lease-keeper.js';
+import { type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from '../lease/lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Inspection, Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
-import { answerDeadline, answerWithin, race, raceSignal, noop, settleWithin, type Timer } from './time.js';
+import { answerDeadline, answerWithin, race, raceSignal, noop, settleWithin, type Timer } from '../kit/time.js';
 import { StoreFloor } from './token-floor.js';
-import { waitOnConnections } from './wait.js';
-import { count, flag, ms, noPrototype, readOptions, signal as signalRule, wait as waitRule, type Rules } from './options.js';
+import { waitOnConnections } from '../kit/wait.js';
+import { count, flag, ms, noPrototype, readOptions, signal as signalRule, wait as waitRule, type Rules } from '../kit/options.js';
 import { validateKey, validateKeys, validateTtl } from './validate.js';
 
 /** How each option of `createLocker` is checked (see options.ts); `ttlMs` then against the backend. */

@@ -2,7 +2,7 @@
 // pooled connections, the unavailable grace and the calls in flight with their cleanups. Long
 // because each is small and the backends import them together.
 import type { Lease } from './backend.js';
-import { BackendUnavailableError, LockerClosedError } from './errors.js';
+import { BackendUnavailableError, LockerClosedError } from '../api/errors.js';
 import { ownProps } from './options.js';
 import { noop, settleWithin } from './time.js';
 

@@ -1,4 +1,4 @@
-import type { Inspection } from './types.js';
+import type { Inspection } from '../api/types.js';
 
 /**
  * The backend contract: everything a store has to implement. Core owns validation, owner ids,

@@ -6,7 +6,7 @@
  * Each rule also lists values it must refuse (`hostile`), which the conformance suite feeds to every
  * factory and entry point.
  */
-import { InvalidArgumentError, keepSecret } from './errors.js';
+import { InvalidArgumentError, keepSecret } from '../api/errors.js';
 import { MAX_TIMER_MS } from './time.js';
 
 /** How one option is checked. `T` is what the option holds once read. */

@@ -3,10 +3,10 @@
 // after someone else took the lock; the resource it writes to can, if it remembers the highest
 // token it has accepted and refuses anything lower. Each store package ships a `Fence` for data
 // kept in that store; this file holds the contract, its input rules and the in-process one.
-import { InvalidArgumentError, noAnswer, StaleTokenError } from './errors.js';
+import { InvalidArgumentError, noAnswer, StaleTokenError } from '../api/errors.js';
 import { describe, ms, readOptions, signal, type Rules } from './options.js';
 import { answerDeadline, raceSignal } from './time.js';
-import { validateKey } from './validate.js';
+import { validateKey } from '../api/validate.js';
 
 /** The highest token a fence accepts plus one: every store keeps tokens below it exactly (38 decimal digits). */
 export const FENCE_TOKEN_LIMIT = 10n ** 38n;

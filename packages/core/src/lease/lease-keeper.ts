@@ -10,7 +10,7 @@
 // `LeaseKeeper` keeps a lease that a wait holds before the caller has anything (a migration's
 // first store while it waits for the second, an etcd waiter's lease, which its queued key dies
 // with): nothing else calls the store for that lease meanwhile.
-import { after, type Timer } from './time.js';
+import { after, type Timer } from '../kit/time.js';
 
 /** Drift allowance subtracted from every local lease estimate (as Redlock does: 1 % + 2 ms). */
 export function safeLifetime(ttlMs: number): number {

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from '../api/errors.js';
 
 /**
  * What a backend package's `/testing` subpath reads of its backends (their store: key names,

@@ -1,6 +1,6 @@
-import { DEFAULT_MAX_TTL_MS, type Capabilities } from './backend.js';
+import { DEFAULT_MAX_TTL_MS, type Capabilities } from '../kit/backend.js';
 import { InvalidArgumentError } from './errors.js';
-import { describe } from './options.js';
+import { describe } from '../kit/options.js';
 
 /** Longest key every backend must accept, in UTF-8 bytes. */
 export const MAX_KEY_BYTES = 1024;

@@ -10,11 +10,11 @@ import {
   type Lease,
   type LockBackend,
   type StoreView,
-} from './backend.js';
-import { LimitMismatchError, LockerClosedError } from './errors.js';
-import { instance, readOptions, type Rules } from './options.js';
-import { grantable, sharedView } from './shared.js';
-import { DONE } from './wait.js';
+} from '../kit/backend.js';
+import { LimitMismatchError, LockerClosedError } from '../api/errors.js';
+import { instance, readOptions, type Rules } from '../kit/options.js';
+import { grantable, sharedView } from '../kit/shared.js';
+import { DONE } from '../kit/wait.js';
 
 /** A memory lease: a mutex's, or a shared claim's (a semaphore permit or read-write lock). */
 export interface MemoryLease extends Lease {

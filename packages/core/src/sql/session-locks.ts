@@ -5,10 +5,10 @@
 // connection when cut), the lock-delay marker, the fencing token, renewal, release. A backend
 // supplies only its statements, as a `SessionDialect`. Long, with the three helpers only
 // it uses (the connection gate, the cancel that repeats, the watch of the blocked waits).
-import type { AcquireRequest, Lease } from './backend.js';
-import { BackendError, BackendUnavailableError } from './errors.js';
-import { after, noop, race, raceSignal, type Timer } from './time.js';
-import { connectionRefused, sleep, waitOnConnections } from './wait.js';
+import type { AcquireRequest, Lease } from '../kit/backend.js';
+import { BackendError, BackendUnavailableError } from '../api/errors.js';
+import { after, noop, race, raceSignal, type Timer } from '../kit/time.js';
+import { connectionRefused, sleep, waitOnConnections } from '../kit/wait.js';
 
 /** A lease held by a session: the connection that holds the lock, and the lock's name on the server. */
 export interface SessionLease<C, L> extends Lease {

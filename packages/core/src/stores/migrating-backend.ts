@@ -11,13 +11,13 @@ import {
   type Lease,
   type LockBackend,
   type StoreView,
-} from './backend.js';
-import type { ClaimInfo } from './types.js';
-import { BackendUnavailableError, InvalidArgumentError } from './errors.js';
-import { instance, oneOf, readOptions, rules, type Rules } from './options.js';
-import { LeaseKeeper } from './lease-keeper.js';
-import { Once } from './once.js';
-import { raceSignal } from './time.js';
+} from '../kit/backend.js';
+import type { ClaimInfo } from '../api/types.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../api/errors.js';
+import { instance, oneOf, readOptions, rules, type Rules } from '../kit/options.js';
+import { LeaseKeeper } from '../lease/lease-keeper.js';
+import { Once } from '../kit/once.js';
+import { raceSignal } from '../kit/time.js';
 
 /**
  * Where a process stands in a migration from one store to another:

@@ -1,5 +1,5 @@
 import type { Claim, StoreView } from './backend.js';
-import type { ClaimInfo } from './types.js';
+import type { ClaimInfo } from '../api/types.js';
 
 /**
  * The grant rule of a shared key (`Claim`), for stores that evaluate it in JavaScript: may the claim at

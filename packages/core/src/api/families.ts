@@ -1,7 +1,7 @@
 // The lock family over shared claims: a semaphore's permits and a read-write lock's reads and
 // writes are each one claim on the key (`Claim`), taken through the locker like a mutex. The
 // locker does the taking; this module does not import it.
-import type { Claim, KeySpace } from './backend.js';
+import type { Claim, KeySpace } from '../kit/backend.js';
 import type { HeldKind } from './held-scope.js';
 import type { Inspection, Lock, LockOptions, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
 

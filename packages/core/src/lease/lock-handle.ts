@@ -3,14 +3,14 @@
 // the list of those it holds (HeldHandles); a handle needs of its locker only its backend and
 // `forget`, so this module does not import the locker. How often it renews and when it counts a
 // lease as run out is the one rule of lease-keeper.ts.
-import { diagnostics, eventKey, eventSource, type LeaseEvent } from './diagnostics.js';
-import { asDeadboltError, LockLostError, NotOwnerError } from './errors.js';
+import { diagnostics, eventKey, eventSource, type LeaseEvent } from '../api/diagnostics.js';
+import { asDeadboltError, LockLostError, NotOwnerError } from '../api/errors.js';
 import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
-import { after, answerWithin, nodeDelay, noop, type Timer } from './time.js';
-import { validateTtl } from './validate.js';
-import { DONE } from './wait.js';
-import type { Lease, LockBackend } from './backend.js';
-import type { Lock } from './types.js';
+import { after, answerWithin, nodeDelay, noop, type Timer } from '../kit/time.js';
+import { validateTtl } from '../api/validate.js';
+import { DONE } from '../kit/wait.js';
+import type { Lease, LockBackend } from '../kit/backend.js';
+import type { Lock } from '../api/types.js';
 
 /** What a handle needs of the locker that made it. */
 export interface HandleOwner {

@@ -3,7 +3,7 @@
  * any delay above 2^31 − 1 ms (about 24.8 days), which turned "wait forever" timeouts into instant
  * ones and 100-day leases into a renewal loop; everything in core that waits goes through here.
  */
-import { noAnswer, type BackendUnavailableError, type StorePlace } from './errors.js';
+import { noAnswer, type BackendUnavailableError, type StorePlace } from '../api/errors.js';
 
 /**
  * This process's wall clock in whole microseconds (its start time plus the monotonic clock since,

@@ -1,4 +1,4 @@
-import type { Lease, LockBackend } from './backend.js';
+import type { Lease, LockBackend } from '../kit/backend.js';
 
 /**
  * Every member of the contract, checked by the compiler against `LockBackend` both ways: a member

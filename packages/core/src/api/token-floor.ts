@@ -1,11 +1,11 @@
 // A store's token floor as a locker keeps it (`LockBackend.tokenFloor`): a migration lifts the new
 // store's floor above every token the old one gave, and from then on every grant in that store,
 // through any locker, must come out above it, whichever keys the migration never saw.
-import type { Lease, LockBackend } from './backend.js';
+import type { Lease, LockBackend } from '../kit/backend.js';
 import { BackendError } from './errors.js';
-import { Once } from './once.js';
-import { noop } from './time.js';
-import { DONE } from './wait.js';
+import { Once } from '../kit/once.js';
+import { noop } from '../kit/time.js';
+import { DONE } from '../kit/wait.js';
 
 /**
  * The floor, read from the store once (before the locker's first acquisition; again after a read
