@@ -52,7 +52,6 @@ export interface SetNxOptions {
  * acquisitions). @throws InvalidArgumentError for bad options.
  */
 export class SetNxBackend extends StoreBackend<Redis> implements LockBackend {
-  readonly name = 'set-nx';
   readonly capabilities: Capabilities = {
     fairness: 'none', // waiters poll: whoever asks first after a release wins
     lease: 'ttl', // the store expires the key: a dead holder frees it after its ttl

@@ -155,7 +155,6 @@ export const cassandraOptionRules = {
  * tokens come from a token row without TTL, advanced by compare-and-set after the lock is won.
  */
 export class CassandraBackend extends StoreBackend<Client, CassandraLease> implements LockBackend<CassandraLease> {
-  readonly name = 'cassandra';
   readonly capabilities: Capabilities;
   readonly algorithm: CassandraAlgorithm;
   readonly keyspace: string;

@@ -107,7 +107,6 @@ export function openEtcd(url: StoreUrl, o: { connectTimeout: number; commandTime
  * through store.ts (key names, calls, etcd leases, watches).
  */
 export class EtcdBackend extends StoreBackend<Etcd3, EtcdLockLease> implements LockBackend<EtcdLockLease> {
-  readonly name = 'etcd';
   readonly capabilities: Capabilities = {
     fairness: 'fifo',
     lease: 'ttl',

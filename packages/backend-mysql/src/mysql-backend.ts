@@ -93,7 +93,6 @@ const FLOOR_ROW = MysqlStore.hash('');
  * instead, first come first served.
  */
 export class MysqlBackend extends StoreBackend<Pool, MysqlLease> implements LockBackend<MysqlLease> {
-  readonly name = 'mysql';
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
   readonly #store: MysqlStore;

@@ -104,7 +104,6 @@ export const storeOf = new TestingHooks<PostgresBackend, PostgresStore>('a Postg
  * connection dies or stays idle past the ttl (`idle_session_timeout`).
  */
 export class PostgresBackend extends StoreBackend<Pool, PostgresLease> implements LockBackend<PostgresLease> {
-  readonly name = 'postgres';
   readonly capabilities: Capabilities;
   readonly mode: 'lease' | 'session';
   readonly #server: PostgresStore;

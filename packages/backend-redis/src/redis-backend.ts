@@ -135,7 +135,6 @@ export const storeOf = new TestingHooks<RedisBackend, RedisStore>('a RedisBacken
  * which reaches the server through store.ts.
  */
 export class RedisBackend extends StoreBackend<RedisClient, RedisLease> implements LockBackend<RedisLease> {
-  readonly name = 'redis';
   readonly capabilities: Capabilities;
   readonly #store: RedisStore;
   readonly #claims: RedisClaims;

@@ -56,7 +56,7 @@ export function readOptions<R extends Record<string, Rule<unknown>>>(
   parent?: string,
 ): ReadOptions<R> {
   const out = noPrototype<Record<string, unknown>>();
-  if (raw === undefined) raw = out;
+  if (raw === undefined) raw = noPrototype();
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     throw new InvalidArgumentError(`${where} options must be an object, got ${describe(raw)}`);
   }

@@ -24,7 +24,8 @@ export interface StoreBackendParts<C> {
  * throws, and LockerClosedError after `close()`; `close()` never throws.
  */
 export abstract class StoreBackend<C, L extends Lease = Lease> implements LockBackend<L> {
-  abstract readonly name: string;
+  /** The backend's name (`LockBackend.name`), as errors and events name it. */
+  readonly name: string;
   abstract readonly capabilities: Capabilities;
   /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
   readonly address: string | undefined;
@@ -36,6 +37,7 @@ export abstract class StoreBackend<C, L extends Lease = Lease> implements LockBa
   protected readonly connection: StoreClient<C>;
 
   protected constructor(parts: StoreBackendParts<C>) {
+    this.name = parts.name;
     this.connection = parts.connection;
     this.address = parts.connection.address;
     this.client = parts.connection.client;
