@@ -57,7 +57,6 @@ export class SetNxBackend extends StoreBackend<Redis> implements LockBackend {
     lease: 'ttl', // the store expires the key: a dead holder frees it after its ttl
     wake: 'poll',
     minTtlMs: 10,
-    ttlGranularityMs: 1,
   };
   readonly #maxPollDelayMs: number;
   /** A key's lock and token counter names. */

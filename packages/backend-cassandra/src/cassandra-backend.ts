@@ -1,6 +1,5 @@
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
-  describe,
   keySpace,
   Once,
   readOptions,
@@ -108,11 +107,8 @@ export const keyspaceRule = rules.text(/^[A-Za-z]\w{0,47}$/, 'a plain CQL identi
 function consistencyRule(allowed: readonly types.consistencies[]): Rule<types.consistencies> {
   return {
     check: (value, name) => {
-      if (!allowed.includes(value as types.consistencies))
-        throw new InvalidArgumentError(
-          `${name} must be one of cassandra-driver's types.consistencies (${allowed.join(', ')}), got ${describe(value)}`,
-        );
-      return value as types.consistencies;
+      if (allowed.includes(value as types.consistencies)) return value as types.consistencies;
+      return rules.refuse(name, `one of cassandra-driver's types.consistencies (${allowed.join(', ')})`, value);
     },
     hostile: [null, 'quorum', 99, -1, 1.5, true],
   };
@@ -166,6 +162,8 @@ export class CassandraBackend extends StoreBackend<Client, CassandraLease> imple
   /** The mutex: the algorithm's module, chosen once. */
   readonly #mutex: MutexAlgorithm<MutexLease>;
   readonly #shared: SharedClaims;
+  /** Which module gave each lease out (the mutex algorithm or the shared claims): its renewals, release and floor go back to it. */
+  readonly #keepers = new WeakMap<CassandraLease, ClaimModule<CassandraLease>>();
   /** Connect, create what is missing of the schema, first read of the time service: once, again after a failure. */
   readonly #ready = new Once(async () => {
     try {
@@ -238,7 +236,10 @@ export class CassandraBackend extends StoreBackend<Client, CassandraLease> imple
 
   protected async acquireClaim(req: AcquireRequest): Promise<CassandraLease | null> {
     await this.#ready.run();
-    return this.#claims(keySpace(req)).acquire(req, idFor(req.key));
+    const keeper = this.#claims(keySpace(req));
+    const lease = await keeper.acquire(req, idFor(req.key));
+    if (lease) this.#keepers.set(lease, keeper);
+    return lease;
   }
 
   inspect(key: string, space: KeySpace): Promise<StoreView> {
@@ -256,11 +257,11 @@ export class CassandraBackend extends StoreBackend<Client, CassandraLease> imple
     return space === 'mutex' ? this.#mutex : this.#shared;
   }
 
-  /** The module that keeps `lease`'s claim. @throws InvalidArgumentError for a lease of another algorithm (another backend's). */
+  /** The module that gave `lease` out. @throws InvalidArgumentError for a lease this backend did not give (another backend's). */
   #keeperOf(lease: CassandraLease): ClaimModule<CassandraLease> {
-    if (lease.kind !== 'shared' && lease.kind !== this.algorithm)
-      throw new InvalidArgumentError(`a ${lease.kind} lease was given to a Cassandra backend of the ${this.algorithm} algorithm`);
-    return this.#claims(lease.kind === 'shared' ? 'shared' : 'mutex');
+    const keeper = this.#keepers.get(lease);
+    if (!keeper) throw new InvalidArgumentError(`a lease of ${JSON.stringify(lease.key)} that this Cassandra backend did not give out`);
+    return keeper;
   }
 
   async renew(lease: CassandraLease, ttlMs: number): Promise<boolean> {
@@ -275,9 +276,8 @@ export class CassandraBackend extends StoreBackend<Client, CassandraLease> imple
    * See `LockBackend.raiseTokenFloor`: a mutex's token row, or a shared key's counter, lifted by
    * compare-and-set while the lease still holds the key.
    */
-  raiseTokenFloor(lease: CassandraLease, floor: bigint): Promise<boolean> {
-    if (lease.kind === 'shared') return this.#shared.raiseFloor(lease, floor);
-    return this.#store.raiseFloor(lease, this.#mutex.holderTable, floor);
+  async raiseTokenFloor(lease: CassandraLease, floor: bigint): Promise<boolean> {
+    return this.#keeperOf(lease).raiseFloor(lease, floor);
   }
 
   /** See `LockBackend.tokenFloor`: a token row no key has, which every algorithm's grants are asked to exceed. */

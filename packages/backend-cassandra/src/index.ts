@@ -6,6 +6,6 @@ export {
   type CassandraBackendOptions,
   cassandraOptionRules,
 } from './cassandra-backend.js';
-export { schemaStatements } from './schema.js';
+export { dropSchema, schemaStatements } from './schema.js';
 export { CassandraTimeService, type TimeServiceOptions } from './time-service.js';
 export { CassandraFence, cassandraFence, cassandraFenceOptionRules, type CassandraFenceOptions } from './fence.js';

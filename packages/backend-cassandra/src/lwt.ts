@@ -41,6 +41,10 @@ export class LwtLock implements MutexAlgorithm<LwtLease> {
     return result.wasApplied();
   }
 
+  raiseFloor(lease: LwtLease, floor: bigint): Promise<boolean> {
+    return this.#store.raiseFloor(lease, this.holderTable, floor);
+  }
+
   async free(id: Buffer, key: string, owner: string): Promise<boolean> {
     const freed = (await this.#delete('force release', id, owner)).wasApplied();
     if (freed) this.#store.notifier.notify(key);
@@ -70,7 +74,7 @@ export class LwtLock implements MutexAlgorithm<LwtLease> {
       throw error;
     }
     if (!result.wasApplied()) return null;
-    const lease: LwtLease = { kind: 'lwt', key: req.key, owner: req.owner, id, acquiredAt, token: 0n };
+    const lease: LwtLease = { key: req.key, owner: req.owner, id, acquiredAt, token: 0n };
     return store.fence(lease, this.holderTable, req, (l) => this.release(l));
   }
 

@@ -54,6 +54,10 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
     return this.#store.renewSlot(lease, this.holderTable, ttlMs, () => this.release(lease));
   }
 
+  raiseFloor(lease: QueueLease, floor: bigint): Promise<boolean> {
+    return this.#store.raiseFloor(lease, this.holderTable, floor);
+  }
+
   async free(id: Buffer, key: string, owner: string): Promise<boolean> {
     const freed = await this.#store.freeOwner(id, owner, this.holderTable, ['lock_waiters']);
     if (freed) this.#store.notifier.notify(key);
@@ -221,7 +225,7 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
   }
 
   #fence(req: AcquireRequest, id: Buffer, slot: Slot, entry: string, acquiredAt: number): Promise<QueueLease> {
-    const won: QueueLease = { kind: 'queue', key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n };
+    const won: QueueLease = { key: req.key, owner: req.owner, id, slot, entry, acquiredAt, token: 0n };
     return this.#store.fence(won, this.holderTable, req, (lease) => this.release(lease));
   }
 

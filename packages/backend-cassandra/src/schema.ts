@@ -49,16 +49,16 @@ export function schemaStatements(keyspace: string, replication: string): string[
 }
 
 /**
- * Per scope, per keyspace: the one check in flight or done. A user's client is held weakly (its
- * entry goes with it); contact points are strings, one per cluster the process talks to.
- */
-/**
  * How long one schema change may take: a new table is agreed on by every node before the reply,
  * which on a loaded host took far longer than a row's read (the client's command timeout). A
  * caller's own deadline still bounds its call; the change goes on, and the next call joins it.
  */
 const SCHEMA_TIMEOUT_MS = 60_000;
 
+/**
+ * Per scope, per keyspace: the one check in flight or done. A user's client is held weakly (its
+ * entry goes with it); contact points are strings, one per cluster the process talks to.
+ */
 const createdByClient = new WeakMap<object, Map<string, Promise<void>>>();
 const createdByCluster = new Map<string, Map<string, Promise<void>>>();
 
@@ -92,4 +92,17 @@ export function ensureSchema(client: Client, scope: object | string, keyspace: s
     done.catch(() => cache.delete(keyspace));
   }
   return done;
+}
+
+/**
+ * Drops `keyspace` and every lock, claim and fence in it, with the schema change's deadline (a
+ * drop, like a create, waits for every node to agree; on a loaded host that took longer than a
+ * read's 8 s), and forgets that this process made it, so a later use makes it again.
+ * For scratch keyspaces (`deadbolt check`, tests); never while a locker uses it.
+ * @throws the driver's error.
+ */
+export async function dropSchema(client: Client, keyspace: string): Promise<void> {
+  await client.execute(`DROP KEYSPACE IF EXISTS ${keyspace}`, [], { readTimeout: SCHEMA_TIMEOUT_MS });
+  createdByClient.get(client)?.delete(keyspace);
+  for (const cache of createdByCluster.values()) cache.delete(keyspace);
 }

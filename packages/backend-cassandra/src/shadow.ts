@@ -71,6 +71,10 @@ export class ShadowLock implements MutexAlgorithm<ShadowLease> {
     return this.#store.renewSlot(lease, this.holderTable, ttlMs, () => this.release(lease));
   }
 
+  raiseFloor(lease: ShadowLease, floor: bigint): Promise<boolean> {
+    return this.#store.raiseFloor(lease, this.holderTable, floor);
+  }
+
   async free(id: Buffer, key: string, owner: string): Promise<boolean> {
     const freed = await this.#store.freeOwner(id, owner, this.holderTable);
     if (freed) this.#store.notifier.notify(key);
@@ -119,7 +123,7 @@ export class ShadowLock implements MutexAlgorithm<ShadowLease> {
       await store.inFlight.cleanUp(() => store.batch('acquire', [drop]), slot.lastsUntil);
     }
     if (!won) return 'concurrent';
-    const lease: ShadowLease = { kind: 'shadow', key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n };
+    const lease: ShadowLease = { key: req.key, owner: req.owner, id, slot, acquiredAt, token: 0n };
     return store.fence(lease, this.holderTable, req, (l) => this.release(l));
   }
 

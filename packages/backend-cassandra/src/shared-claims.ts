@@ -208,7 +208,7 @@ export class SharedClaims implements ClaimModule<SharedLease> {
   }
 
   #lease(req: AcquireRequest, id: Buffer, claim: { token: bigint; acquiredAt: number }): SharedLease {
-    return { kind: 'shared', key: req.key, owner: req.owner, id, token: claim.token, acquiredAt: claim.acquiredAt, mode: req.mode };
+    return { key: req.key, owner: req.owner, id, token: claim.token, acquiredAt: claim.acquiredAt, mode: req.mode };
   }
 
   /**

@@ -11,7 +11,7 @@ import {
   pollForLease,
   ReleaseNotifier,
   sleep,
-  safeLifetime,
+  LeaseKeeper,
   stillStands,
   waiterCadence,
   wallMicros,
@@ -54,27 +54,23 @@ interface LeaseOnKey extends Lease {
   /** The key's partition: its UTF-8 bytes. */
   readonly id: Buffer;
 }
-/** A hold of the queue algorithm: its slot, and its arrival stamp (`<20-digit µs>/<owner>`), which orders the queue. */
-export interface QueueLease extends LeaseOnKey {
-  readonly kind: 'queue';
+/** A hold of the shadow algorithm: its slot (and, of the queue algorithm, its arrival stamp as well). */
+export interface ShadowLease extends LeaseOnKey {
   readonly slot: Slot;
+  /** The queue's: `<20-digit µs>/<owner>`, its arrival stamp, which orders the queue (its cell in `lock_waiters` is renewed too). */
+  readonly entry?: string;
+}
+/** A hold of the queue algorithm: its slot, and its arrival stamp. */
+export interface QueueLease extends ShadowLease {
   readonly entry: string;
 }
-/** A hold of the shadow algorithm: its slot. */
-export interface ShadowLease extends LeaseOnKey {
-  readonly kind: 'shadow';
-  readonly slot: Slot;
-}
 /** A hold of the lightweight-transaction algorithm: the key's one row. */
-export interface LwtLease extends LeaseOnKey {
-  readonly kind: 'lwt';
-}
+export type LwtLease = LeaseOnKey;
 /**
  * A semaphore permit or read-write lock: its row in `shared_claims` (the token is its clustering
  * key, `seq`); a renewal writes the mode again with the owner, so both cells live as long.
  */
 export interface SharedLease extends LeaseOnKey {
-  readonly kind: 'shared';
   readonly mode: AcquireRequest['mode'];
 }
 export type MutexLease = QueueLease | ShadowLease | LwtLease;
@@ -87,6 +83,8 @@ export interface ClaimModule<L extends CassandraLease> {
   acquire(req: AcquireRequest, id: Buffer): Promise<L | null>;
   renew(lease: L, ttlMs: number): Promise<boolean>;
   release(lease: L): Promise<void>;
+  /** `LockBackend.raiseTokenFloor`: lifts the key's counter to `floor` while `lease` still holds the key. */
+  raiseFloor(lease: L, floor: bigint): Promise<boolean>;
   /** `LockBackend.forceRelease`: frees `owner`'s hold; whether it held. */
   free(id: Buffer, key: string, owner: string): Promise<boolean>;
 }
@@ -354,9 +352,9 @@ export class CassandraStore {
 
   /**
    * A renewal of a slot's hold in `main` (and of its queue cell, for the queue algorithm): rewrite
-   * our cell if it is still ours, then check again. Resolves false (after `giveUp`) when it is lost.
+   * our cell if it is still ours, then check again. Resolves false when it is lost, with `giveUp` under way.
    */
-  async renewSlot(lease: QueueLease | ShadowLease, main: HolderTable, ttlMs: number, giveUp: () => Promise<void>): Promise<boolean> {
+  async renewSlot(lease: ShadowLease, main: HolderTable, ttlMs: number, giveUp: () => Promise<void>): Promise<boolean> {
     const { slot } = lease;
     if (slot.released) return false;
     const ttl = ttlSeconds(ttlMs);
@@ -376,7 +374,7 @@ export class CassandraStore {
           ttl,
           timestamp,
         ]),
-        lease.kind === 'queue' &&
+        lease.entry !== undefined &&
           this.run(
             'renew',
             `INSERT INTO ${this.keyspace}.lock_waiters (lock_id, slot, entry, owner) VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`,
@@ -386,7 +384,7 @@ export class CassandraStore {
       // Our last write lasts at least as long as core counts the lease from it (its send time plus
       // the ttl less the drift allowance). This write, answered before that, landed while our cell
       // still stood: the cell never lapsed, so nobody was alone in main meanwhile.
-      const neverLapsed = performance.now() - previous.at < safeLifetime(previous.ttlMs);
+      const neverLapsed = performance.now() - previous.at < LeaseKeeper.safeLifetime(previous.ttlMs);
       // Check again: had our cell expired between the read and the write (a pause), someone else
       // may hold the lock now; take ours back out rather than stand beside them. Another cell
       // beside ours is no holder, though, if ours never lapsed: it is a taker's that backs off at
@@ -400,8 +398,10 @@ export class CassandraStore {
         return true;
       }
     }
-    // Lost: clear our rows now (they are ours alone) and give the slot back.
-    await giveUp();
+    // Lost: say so at once. Clearing our rows (they are ours alone) and giving the slot back goes
+    // on meanwhile, tracked so that close() lets it land: waiting for it delayed the loss by a
+    // round trip, and its failure would have reported the loss as a failed renewal, to be retried.
+    this.inFlight.keep(giveUp());
     return false;
   }
 

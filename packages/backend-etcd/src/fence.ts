@@ -5,36 +5,20 @@
 // key's value as false, so a first write is a second transaction that puts only if the key was
 // never created; a lost race for that falls back to the compare.
 import { StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { InFlight, readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
+import { InFlight, readOptions, storeClient, StoreFence, type StoreClient } from '@deadbolt/core/backend';
 import type { Etcd3 } from 'etcd3';
-import { etcdOptionRules, openEtcd } from './etcd-backend.js';
+import { etcdOptionRules, openEtcd, type EtcdBackendOptions } from './etcd-backend.js';
 import { EtcdStore } from './store.js';
 
-/** Options of `etcdFence`: where the fenced resources are kept. Unknown names and bad values are `InvalidArgumentError` before any connection. */
-export interface EtcdFenceOptions {
-  /** `etcd://[user:password@]host:port[,host:port...]`: the fence makes (and closes) a client of its own. */
-  url?: string;
-  /** Your own etcd3 client; `close()` leaves it open. Used instead of `url`. */
-  client?: Etcd3;
-  /** What keeps these fences apart from others on the same cluster: the prefix of their keys (`<namespace>#f/<base64url resource>`). Default `deadbolt/`. */
-  namespace?: string;
-  /** Another name for `namespace` (etcd's word for it); give one of the two. */
-  prefix?: string;
-  /** With `url`: dial timeout. Default 2000 ms. */
-  connectTimeoutMs?: number;
-  /** With `url`: the longest one call waits for its answer. Default 5000 ms. */
-  commandTimeoutMs?: number;
-}
+/**
+ * Options of `etcdFence`: `etcdBackend`'s, with the same defaults; the fences' keys are
+ * `<namespace>#f/<base64url resource>`. Unknown names and bad values are `InvalidArgumentError`
+ * before any connection.
+ */
+export type EtcdFenceOptions = EtcdBackendOptions;
 
-/** How each option of `etcdFence` is checked. */
-export const etcdFenceOptionRules = {
-  url: rules.url(['etcd', 'http', 'https']),
-  client: etcdOptionRules.client,
-  namespace: etcdOptionRules.namespace,
-  prefix: etcdOptionRules.prefix,
-  connectTimeoutMs: rules.ms(),
-  commandTimeoutMs: rules.ms(),
-} satisfies Rules<EtcdFenceOptions>;
+/** How each option of `etcdFence` is checked: as `etcdBackend`'s. */
+export const etcdFenceOptionRules = etcdOptionRules;
 
 const padded = (token: bigint) => token.toString().padStart(38, '0');
 

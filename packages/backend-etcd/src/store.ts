@@ -473,9 +473,12 @@ export class EtcdStore {
   /** `fn`, its failure typed: `BackendUnavailableError` when etcd could not be reached or answer in time, else `BackendError` (a lease gone stays as it is: callers tell it apart). */
   /**
    * `LockBackend.inspect`: the key's claims, oldest first, with the offset their tokens add, and
-   * each claim's lease time left (etcd counts whole seconds). Keys exist only while their leases
-   * live, so every one read is live. A waiter's token is its key's revision plus the offset read at
-   * its grant, which a holder may raise meanwhile: `null` here.
+   * each claim's lease time left. Keys exist only while their leases live, so every one read is
+   * live unless its lease ran out between the two reads (etcd then answers a TTL of -1). etcd
+   * counts the time left in whole seconds, rounded down: a TTL of 0 is up to 999 ms left, still
+   * live, so the time shown is the most it can be (one second more, at most the granted ttl). A
+   * waiter's token is its key's revision plus the offset read at its grant, which a holder may
+   * raise meanwhile: `null` here.
    */
   async inspect(key: string, space: KeySpace): Promise<StoreView> {
     const prefix = this.prefixFor(key, space);
@@ -488,11 +491,12 @@ export class EtcdStore {
     const offset = offsetOf(offsetKv.kvs[0]?.value);
     const found = await Promise.all(
       claims.kvs.map(async (kv) => {
-        const { TTL } = await this.call('inspect', () => this.client.leaseClient.leaseTimeToLive({ ID: kv.lease }));
+        const { TTL, grantedTTL } = await this.call('inspect', () => this.client.leaseClient.leaseTimeToLive({ ID: kv.lease }));
+        const seconds = Number(TTL);
         return {
           owner: kv.key.toString().slice(prefix.length),
           token: BigInt(kv.create_revision) + offset,
-          ttlLeftMs: Math.max(0, Number(TTL)) * 1000,
+          ttlLeftMs: seconds < 0 ? 0 : Math.min(seconds + 1, Number(grantedTTL)) * 1000,
           value: kv.value.toString(),
         };
       }),

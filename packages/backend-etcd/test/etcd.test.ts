@@ -1,11 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { backendOf } from '@deadbolt/core/testing';
+import { backendOf, MUTEX } from '@deadbolt/core/testing';
 import { createLocker } from '@deadbolt/core';
 import { abortedWithin, closeLockersAfterEach, matrixUrl } from '@deadbolt/conformance';
 import { etcdBackend, type EtcdBackend } from '@deadbolt/etcd';
 import { prefixFor } from '@deadbolt/etcd/testing';
 import { afterAll, describe, expect, it } from 'vitest';
-import { MUTEX } from '@deadbolt/core/backend';
 
 const url = matrixUrl('etcd');
 const admin = etcdBackend({ url });

@@ -1,18 +1,8 @@
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
-import {
-  readOptions,
-  StoreBackend,
-  rules,
-  storeClient,
-  type AcquireRequest,
-  type KeySpace,
-  type LeaseEngine,
-  type Rules,
-  type StoreView,
-} from '@deadbolt/core/backend';
-import { claimOfRow, SessionLocks, sharedViewOfRows } from '@deadbolt/core/sql';
+import { readOptions, rules, storeClient, type KeySpace, type LeaseEngine, type Rules, type StoreView } from '@deadbolt/core/backend';
+import { claimOfRow, SessionLocks, SqlBackend, sharedViewOfRows } from '@deadbolt/core/sql';
 import { TestingHooks } from '@deadbolt/core/testing';
-import { createPool, type Pool, type PoolConnection, type RowDataPacket } from 'mysql2/promise';
+import { createPool, type Pool, type PoolConnection } from 'mysql2/promise';
 import { MysqlLeases, type MysqlRowLease } from './lease.js';
 import { MysqlSessions, type MysqlSessionLease } from './session.js';
 import { MysqlStore } from './store.js';
@@ -82,8 +72,21 @@ export const mysqlOptionRules = {
 /** Each backend's store, for `@deadbolt/mysql/testing` (testing.ts): not part of the backend's API. */
 export const storeOf = new TestingHooks<MysqlBackend, MysqlStore>('a MysqlBackend');
 
-/** The key of the row that keeps the store's token floor: the empty key's hash (no key is empty). */
-const FLOOR_ROW = MysqlStore.hash('');
+/** What the backend promises in each mode. */
+const capabilities = {
+  lease: {
+    fairness: 'none',
+    lease: 'ttl',
+    wake: 'poll',
+    minToken: true,
+    semaphore: true,
+    readWrite: true,
+  },
+  // wait_timeout is in whole seconds; a waiter blocks inside GET_LOCK and wakes when the lock frees.
+  // The server queues a name's waiters in arrival order and hands a freed lock to the first (its
+  // metadata-lock queue appends each waiter at the back): FIFO, checked by 13a/13b.
+  session: { fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, ttlGranularityMs: 1000, minToken: true },
+} satisfies Record<'lease' | 'session', Capabilities>;
 
 /**
  * MySQL / MariaDB lease backend. One row per key holds the owner, the lease end by the server's
@@ -92,14 +95,9 @@ const FLOOR_ROW = MysqlStore.hash('');
  * in the same process. Session mode (`GET_LOCK` on a connection per lock) waits in the server
  * instead, first come first served.
  */
-export class MysqlBackend extends StoreBackend<Pool, MysqlLease> implements LockBackend<MysqlLease> {
-  readonly capabilities: Capabilities;
-  readonly mode: 'lease' | 'session';
-  readonly #store: MysqlStore;
-  /** The claims of this backend's mode, chosen once: rows (lease mode) or named locks (session mode). */
-  readonly #engine: LeaseEngine<MysqlLease>;
-  /** Session mode's engine (undefined in lease mode): its waits ride out connects, and close() ends its sessions. */
-  readonly #sessions: SessionLocks<PoolConnection, string> | undefined;
+export class MysqlBackend extends SqlBackend<Pool, MysqlLease, MysqlStore> implements LockBackend<MysqlLease> {
+  protected readonly engine: LeaseEngine<MysqlLease>;
+  protected readonly sessions: SessionLocks<PoolConnection, string> | undefined;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: MysqlBackendOptions) {
@@ -112,55 +110,26 @@ export class MysqlBackend extends StoreBackend<Pool, MysqlLease> implements Lock
       if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
       return createPool({ uri: url.href, connectTimeout: connectTimeoutMs, connectionLimit, supportBigNumbers: true });
     });
-    super({ name: 'mysql', connection, commandTimeoutMs });
-    this.mode = mode;
-    this.capabilities =
-      mode === 'lease'
-        ? {
-            fairness: 'none',
-            lease: 'ttl',
-            wake: 'poll',
-            minTtlMs: 1,
-            ttlGranularityMs: 1,
-            minToken: true,
-            semaphore: true,
-            readWrite: true,
-          }
-        : // wait_timeout is in whole seconds; a waiter blocks inside GET_LOCK and wakes when the lock
-          // frees. The server queues a name's waiters in arrival order and hands a freed lock to the
-          // first (its metadata-lock queue appends each waiter at the back): FIFO, checked by 13a/13b.
-          {
-            fairness: 'fifo',
-            lease: 'session',
-            wake: 'push',
-            minTtlMs: 1000,
-            ttlGranularityMs: 1000,
-            minToken: true,
-          };
-    this.#store = new MysqlStore(this.client, options.namespace ?? 'deadbolt_locks', commandTimeoutMs);
-    storeOf.set(this, this.#store);
+    const store = new MysqlStore(connection.client, options.namespace ?? 'deadbolt_locks', commandTimeoutMs);
+    super({ name: 'mysql', connection, commandTimeoutMs, mode, store, capabilities });
+    storeOf.set(this, store);
     if (mode === 'lease') {
-      const leases = new MysqlLeases(this.#store, this.inFlight, options.maxPollDelayMs ?? 250);
-      this.#engine = leases;
+      const leases = new MysqlLeases(store, this.inFlight, options.maxPollDelayMs ?? 250);
+      this.engine = leases;
       this.forceRelease = async (key, owner, space) => {
-        await this.#store.tables.run();
+        await store.tables.run();
         return leases.releaseOwner(key, MysqlStore.hash(key), owner, space, 'force release');
       };
     } else {
       // A pool of your own: its size is not ours to know; mysql2's default is 10.
       const poolSize = connection.url ? connectionLimit : (this.client.pool.config.connectionLimit ?? 10);
-      this.#engine = this.#sessions = new SessionLocks(new MysqlSessions(this.#store, poolSize), 2 * connectTimeoutMs, commandTimeoutMs);
+      this.engine = this.sessions = new SessionLocks(new MysqlSessions(store, poolSize), 2 * connectTimeoutMs, commandTimeoutMs);
     }
   }
 
   /** SHA-256 of the key: the primary key, so any key of up to 1024 bytes fits and compares exactly. */
   static hash(key: string): Buffer {
     return MysqlStore.hash(key);
-  }
-
-  /** Shared claims in lease mode only (the capabilities say so); see the shared statements in queries.ts. */
-  protected acquireClaim(req: AcquireRequest): Promise<MysqlLease | null> {
-    return this.#engine.acquire(req);
   }
 
   /**
@@ -171,13 +140,13 @@ export class MysqlBackend extends StoreBackend<Pool, MysqlLease> implements Lock
    * `GET_LOCK`, whose order the server does not show: `null`.
    */
   async inspect(key: string, space: KeySpace): Promise<StoreView> {
-    const store = this.#store;
+    const { store } = this;
     await store.tables.run();
     const [hash, keyBytes] = [MysqlStore.hash(key), Buffer.from(key, 'utf8')];
-    if (space === 'shared') return sharedViewOfRows(await store.run<RowDataPacket[]>('inspect', store.sql.inspectShared, [hash]));
-    const [row] = this.#sessions
-      ? await store.run<RowDataPacket[]>('inspect', store.sql.inspectSession, [store.lockName(key), hash, keyBytes])
-      : await store.run<RowDataPacket[]>('inspect', store.sql.inspect, [hash, keyBytes]);
+    if (space === 'shared') return sharedViewOfRows(await store.rows('inspect', store.sql.inspectShared, [hash]));
+    const [row] = this.sessions
+      ? await store.rows('inspect', store.sql.inspectSession, [store.lockName(key), hash, keyBytes])
+      : await store.rows('inspect', store.sql.inspect, [hash, keyBytes]);
     const holders = row?.['owner'] ? [claimOfRow(row)] : [];
     return { holders, waiters: null };
   }
@@ -187,47 +156,6 @@ export class MysqlBackend extends StoreBackend<Pool, MysqlLease> implements Lock
    * has none: its locks are named locks of server sessions, which only their own session can free.
    */
   readonly forceRelease: LockBackend['forceRelease'];
-
-  renew(lease: MysqlLease, ttlMs: number): Promise<boolean> {
-    return this.#engine.renew(lease, ttlMs);
-  }
-
-  release(lease: MysqlLease): Promise<void> {
-    return this.#engine.release(lease);
-  }
-
-  raiseTokenFloor(lease: MysqlLease, floor: bigint): Promise<boolean> {
-    return this.#engine.raiseTokenFloor(lease, floor);
-  }
-
-  /**
-   * See `LockBackend.tokenFloor`: the counter of the empty key's row (no key is empty), which every
-   * mode's grants are asked to exceed. Session mode rides out connects not had in time, as its waits do.
-   */
-  tokenFloor(raise = 0n): Promise<bigint> {
-    const store = this.#store;
-    const read = async () => {
-      await store.tables.run();
-      if (raise > 0n) await store.run('token floor', store.sql.liftStoreFloor, [FLOOR_ROW, raise.toString()]);
-      const [row] = await store.run<RowDataPacket[]>('token floor', store.sql.storeFloor, [FLOOR_ROW]);
-      return BigInt(String(row?.['token'] ?? 0));
-    };
-    return this.#sessions ? this.#sessions.ridingOut(read) : read();
-  }
-
-  /** See `LockBackend.tokenCeiling`: the largest counter of either table (a scan of each). */
-  async tokenCeiling(): Promise<bigint> {
-    const store = this.#store;
-    await store.tables.run();
-    const [row] = await store.run<RowDataPacket[]>('token ceiling', store.sql.tokenCeiling, []);
-    return BigInt(String(row?.['ceiling'] ?? 0));
-  }
-
-  /** Ends held sessions, then the pool it made. */
-  protected closeStore(): Promise<void> {
-    this.#sessions?.close();
-    return this.connection.end((pool) => pool.end());
-  }
 }
 
 /**

@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto';
 import { BackendError, BackendUnavailableError, DeadboltError } from '@deadbolt/core';
 import { answerWithin, backendFailure, Once } from '@deadbolt/core/backend';
-import { StrandedConnections } from '@deadbolt/core/sql';
+import { StrandedConnections, type SqlStore } from '@deadbolt/core/sql';
 import { escapeId, type Pool, type PoolConnection, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import * as queries from './queries.js';
 
@@ -23,8 +23,11 @@ export function rolledBack(error: unknown): boolean {
   return RETRY_ERRNOS.has(e.cause?.errno ?? e.errno ?? 0);
 }
 
-export class MysqlStore {
+/** The lock table, the shared-claim tables and the pool's connections of one backend (`SqlStore` for `SqlBackend`). */
+export class MysqlStore implements SqlStore {
   readonly name = 'mysql';
+  /** The row that keeps the store's token floor: the empty key's hash (no key is empty). */
+  readonly floorRow = [createHash('sha256').update('').digest()];
   readonly client: Pool;
   readonly sql: Statements;
   /** Server thread ids of the pool's open connections (for diagnostics and fault tests). */
@@ -142,6 +145,12 @@ export class MysqlStore {
       if (!this.#broken.has(connection)) connection.release();
       throw this.error(operation, error);
     }
+  }
+
+  /** `run` for a statement's rows (none for a statement that returns none). @throws typed errors */
+  async rows(operation: string, statement: string, params: unknown[]): Promise<RowDataPacket[]> {
+    const result = await this.run<RowDataPacket[] | ResultSetHeader>(operation, statement, params);
+    return Array.isArray(result) ? result : [];
   }
 
   /**

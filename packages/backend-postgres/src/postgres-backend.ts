@@ -1,17 +1,7 @@
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
-import {
-  readOptions,
-  StoreBackend,
-  rules,
-  storeClient,
-  type AcquireRequest,
-  type KeySpace,
-  type LeaseEngine,
-  type Rules,
-  type StoreView,
-} from '@deadbolt/core/backend';
-import { claimOfRow, SessionLocks, sharedViewOfRows } from '@deadbolt/core/sql';
+import { readOptions, rules, storeClient, type KeySpace, type LeaseEngine, type Rules, type StoreView } from '@deadbolt/core/backend';
+import { claimOfRow, SessionLocks, SqlBackend, sharedViewOfRows } from '@deadbolt/core/sql';
 import { TestingHooks } from '@deadbolt/core/testing';
 import pg, { type Pool, type PoolClient } from 'pg';
 import { PostgresLeases, type PostgresRowLease } from './lease.js';
@@ -87,6 +77,20 @@ export const postgresOptionRules = {
   advisoryNamespace: rules.count(0, 0x7fffffff),
 } satisfies Rules<PostgresBackendOptions>;
 
+/** What the backend promises in each mode. */
+const capabilities = {
+  lease: {
+    fairness: 'fifo',
+    lease: 'ttl',
+    wake: 'push',
+    minToken: true,
+    semaphore: true,
+    readWrite: true,
+  },
+  // idle_session_timeout is an int of ms; the server's lock manager queues waiters in order.
+  session: { fairness: 'fifo', lease: 'session', wake: 'push', minTtlMs: 1000, maxTtlMs: 2 ** 31 - 1, minToken: true },
+} satisfies Record<'lease' | 'session', Capabilities>;
+
 /** Each backend's store, for `@deadbolt/postgres/testing` (testing.ts): not part of the backend's API. */
 export const storeOf = new TestingHooks<PostgresBackend, PostgresStore>('a PostgresBackend');
 
@@ -103,16 +107,11 @@ export const storeOf = new TestingHooks<PostgresBackend, PostgresStore>('a Postg
  * (unique per key: no two keys share a lock, however long); the server frees the lock when the
  * connection dies or stays idle past the ttl (`idle_session_timeout`).
  */
-export class PostgresBackend extends StoreBackend<Pool, PostgresLease> implements LockBackend<PostgresLease> {
-  readonly capabilities: Capabilities;
-  readonly mode: 'lease' | 'session';
-  readonly #server: PostgresStore;
-  /** The claims of this backend's mode, chosen once: rows (lease mode) or advisory locks (session mode). */
-  readonly #engine: LeaseEngine<PostgresLease>;
+export class PostgresBackend extends SqlBackend<Pool, PostgresLease, PostgresStore> implements LockBackend<PostgresLease> {
+  protected readonly engine: LeaseEngine<PostgresLease>;
+  protected readonly sessions: SessionLocks<PoolClient, number> | undefined;
   /** Lease mode's engine (undefined in session mode): close() ends its listening connection. */
   readonly #leases: PostgresLeases | undefined;
-  /** Session mode's engine (undefined in lease mode): its waits ride out connects, and close() ends its sessions. */
-  readonly #sessions: SessionLocks<PoolClient, number> | undefined;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: PostgresBackendOptions) {
@@ -121,88 +120,51 @@ export class PostgresBackend extends StoreBackend<Pool, PostgresLease> implement
     const mode = options.mode ?? 'lease';
     const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
-    super({
-      name: 'postgres',
-      commandTimeoutMs,
-      connection: storeClient(options, 'postgresBackend', 'postgres://user@host:port/db', (url) => {
-        if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
-        return new pg.Pool({
-          connectionString: url.href,
-          connectionTimeoutMillis: connectTimeoutMs,
-          max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
-          // TCP keep-alive probes find a peer that vanished without closing the socket.
-          keepAlive: true,
-        });
-      }),
+    const connection = storeClient(options, 'postgresBackend', 'postgres://user@host:port/db', (url) => {
+      if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
+      return new pg.Pool({
+        connectionString: url.href,
+        connectionTimeoutMillis: connectTimeoutMs,
+        max: options.connectionLimit ?? (mode === 'session' ? 200 : 10),
+        // TCP keep-alive probes find a peer that vanished without closing the socket.
+        keepAlive: true,
+      });
     });
-    this.mode = mode;
-    this.capabilities =
-      mode === 'lease'
-        ? {
-            fairness: 'fifo',
-            lease: 'ttl',
-            wake: 'push',
-            minTtlMs: 1,
-            ttlGranularityMs: 1,
-            minToken: true,
-            semaphore: true,
-            readWrite: true,
-          }
-        : // idle_session_timeout is an int of ms; the server's lock manager queues waiters in order.
-          {
-            fairness: 'fifo',
-            lease: 'session',
-            wake: 'push',
-            minTtlMs: 1000,
-            ttlGranularityMs: 1,
-            maxTtlMs: 2 ** 31 - 1,
-            minToken: true,
-          };
     // Advisory locks are per database; the table names their namespace within it.
     const namespace = options.advisoryNamespace ?? createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
-    const server = new PostgresStore(this.client, table, namespace, commandTimeoutMs);
-    storeOf.set(this, server);
-    this.#server = server;
+    const store = new PostgresStore(connection.client, table, namespace, commandTimeoutMs);
+    super({ name: 'postgres', connection, commandTimeoutMs, mode, store, capabilities });
+    storeOf.set(this, store);
     if (mode === 'lease') {
-      const leases = (this.#leases = new PostgresLeases(server, this.inFlight, options.maxPollDelayMs ?? 250));
-      this.#engine = leases;
+      const leases = (this.#leases = new PostgresLeases(store, this.inFlight, options.maxPollDelayMs ?? 250));
+      this.engine = leases;
       this.forceRelease = async (key, owner, space) => {
-        await server.tables.run();
+        await store.tables.run();
         return leases.releaseOwner(Buffer.from(key, 'utf8'), owner, space, 'force release');
       };
     } else {
-      this.#engine = this.#sessions = new SessionLocks(new PostgresSessions(server), 2 * connectTimeoutMs, commandTimeoutMs);
+      this.engine = this.sessions = new SessionLocks(new PostgresSessions(store), 2 * connectTimeoutMs, commandTimeoutMs);
     }
-  }
-
-  /** Shared claims in lease mode only (the capabilities say so): one function call per attempt, see queries.ts. */
-  protected acquireClaim(req: AcquireRequest): Promise<PostgresLease | null> {
-    return this.#engine.acquire(req);
   }
 
   /**
    * `LockBackend.inspect`, one statement (the backend's first call of any kind makes its tables).
-   * Session mode: the holder is whoever holds the key's
-   * advisory lock, shown with the owner and token its grant wrote to the key's row (for the moment
-   * between a grant and that write, the previous holder's); its waiters queue in the server's lock
-   * manager, which does not show their order: `null`.
+   * Session mode: the holder is whoever holds the key's advisory lock, shown with the owner and
+   * token its grant wrote to the key's row (for the moment between a grant and that write, the
+   * previous holder's); its waiters queue in the server's lock manager, which does not show their
+   * order: `null`.
    */
   async inspect(key: string, space: KeySpace): Promise<StoreView> {
     const keyBytes = Buffer.from(key, 'utf8');
-    const { sql } = this.#server;
-    await this.#server.tables.run();
-    const read = async (statement: string, params: unknown[]) => (await this.#server.run('inspect', statement, params)).rows;
-    if (this.#sessions) {
-      const [row] = await read(sql.inspectSession, [keyBytes, this.#server.namespace]);
+    const { store } = this;
+    await store.tables.run();
+    if (this.sessions) {
+      const [row] = await store.rows('inspect', store.sql.inspectSession, [keyBytes, store.namespace]);
       return { holders: row?.['owner'] ? [claimOfRow(row)] : [], waiters: null };
     }
-    if (space === 'shared') return sharedViewOfRows(await read(sql.inspectShared, [keyBytes]));
-    const rows = await read(sql.inspect, [keyBytes]);
+    if (space === 'shared') return sharedViewOfRows(await store.rows('inspect', store.sql.inspectShared, [keyBytes]));
+    const rows = await store.rows('inspect', store.sql.inspect, [keyBytes]);
     return { holders: rows.filter((r) => !r['waiting']).map(claimOfRow), waiters: rows.filter((r) => r['waiting']).map(claimOfRow) };
-  }
-
-  renew(lease: PostgresLease, ttlMs: number): Promise<boolean> {
-    return this.#engine.renew(lease, ttlMs);
   }
 
   /**
@@ -212,42 +174,10 @@ export class PostgresBackend extends StoreBackend<Pool, PostgresLease> implement
    */
   readonly forceRelease: LockBackend['forceRelease'];
 
-  release(lease: PostgresLease): Promise<void> {
-    return this.#engine.release(lease);
-  }
-
-  raiseTokenFloor(lease: PostgresLease, floor: bigint): Promise<boolean> {
-    return this.#engine.raiseTokenFloor(lease, floor);
-  }
-
-  /**
-   * See `LockBackend.tokenFloor`: the counter of the empty key's row (no key is empty), which every
-   * mode's grants are asked to exceed. Session mode rides out connects not had in time, as its
-   * waits do.
-   */
-  tokenFloor(raise = 0n): Promise<bigint> {
-    const server = this.#server;
-    const read = async () => {
-      await server.tables.run();
-      if (raise > 0n) await server.run('token floor', server.sql.liftStoreFloor, [raise.toString()]);
-      const { rows } = await server.run('token floor', server.sql.storeFloor, []);
-      return BigInt(String(rows[0]?.['token'] ?? 0));
-    };
-    return this.#sessions ? this.#sessions.ridingOut(read) : read();
-  }
-
-  /** See `LockBackend.tokenCeiling`: the largest counter of either table (a scan of each). */
-  async tokenCeiling(): Promise<bigint> {
-    await this.#server.tables.run();
-    const { rows } = await this.#server.run('token ceiling', this.#server.sql.tokenCeiling, []);
-    return BigInt(String(rows[0]?.['ceiling'] ?? 0));
-  }
-
-  /** Ends the sessions of locks still held (the server frees them) and the listening connection, then the pool it made. */
-  protected async closeStore(): Promise<void> {
-    this.#sessions?.close();
+  /** Ends the listening connection, then what every SQL backend ends. */
+  protected override async closeStore(): Promise<void> {
     await this.#leases?.close();
-    await this.connection.end((pool) => pool.end());
+    await super.closeStore();
   }
 }
 

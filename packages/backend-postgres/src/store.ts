@@ -3,14 +3,17 @@
 import { createHash } from 'node:crypto';
 import { BackendUnavailableError } from '@deadbolt/core';
 import { answerWithin, backendFailure, Once } from '@deadbolt/core/backend';
-import { StrandedConnections } from '@deadbolt/core/sql';
+import { StrandedConnections, type SqlStore } from '@deadbolt/core/sql';
 import pg, { type Pool, type PoolClient, type QueryResultRow } from 'pg';
 import * as queries from './queries.js';
 
 /** Every statement of queries.ts with this backend's names in place. */
 export type Statements = Record<keyof typeof queries, string>;
 
-export class PostgresStore {
+/** The lock tables, the notify function and the pool's connections of one backend (`SqlStore` for `SqlBackend`). */
+export class PostgresStore implements SqlStore {
+  /** The floor's row is the empty key's, named in the statements themselves. */
+  readonly floorRow = [];
   readonly name = 'postgres';
   readonly client: Pool;
   readonly sql: Statements;
@@ -110,6 +113,11 @@ export class PostgresStore {
   /** One statement on a pooled connection, bounded by the command timeout. @throws typed errors */
   run(operation: string, statement: string, params: unknown[]): Promise<pg.QueryResult<QueryResultRow>> {
     return this.borrow(operation, (client) => this.on(client, statement, params));
+  }
+
+  /** `run` for a statement's rows. @throws typed errors */
+  async rows(operation: string, statement: string, params: unknown[]): Promise<QueryResultRow[]> {
+    return (await this.run(operation, statement, params)).rows;
   }
 
   /** `fn` on a pooled connection, given back after (destroyed if it failed). @throws typed errors */

@@ -186,8 +186,6 @@ export class RedisBackend extends StoreBackend<RedisClient, RedisLease> implemen
       fairness: fifo ? 'fifo' : 'none',
       lease: 'ttl',
       wake: 'push',
-      minTtlMs: 1,
-      ttlGranularityMs: 1,
       minToken: true,
       semaphore: true,
       readWrite: true,

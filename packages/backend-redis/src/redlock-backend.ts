@@ -2,7 +2,6 @@
 // majority rule (attempt, tokens, give-backs on the minority, drift) is one piece read top to bottom.
 import { BackendUnavailableError, InvalidArgumentError, type Capabilities, type ClaimInfo, type LockBackend } from '@deadbolt/core';
 import {
-  describe,
   InFlight,
   pollForLease,
   readOptions,
@@ -66,9 +65,8 @@ const nodeUrl = rules.url(['redis', 'rediss']);
 type RedlockNode = StoreUrl | Redis;
 const nodesRule: Rule<RedlockNode[]> = {
   check(value, name) {
-    if (!Array.isArray(value) || value.length === 0 || value.length > 99) {
-      throw new InvalidArgumentError(`${name} must be an array of 1 to 99 redis:// urls or ioredis clients, got ${describe(value)}`);
-    }
+    if (!Array.isArray(value) || value.length === 0 || value.length > 99)
+      return rules.refuse(name, 'an array of 1 to 99 redis:// urls or ioredis clients', value);
     const seen = new Set<string>();
     return value.map((node: unknown, i) => {
       const read = node instanceof Redis ? node : nodeUrl.check(node, `${name}[${i}]`);
@@ -183,8 +181,6 @@ export class RedlockBackend implements LockBackend<RedlockLease> {
       fairness: 'none',
       lease: 'ttl',
       wake: 'poll',
-      minTtlMs: 1,
-      ttlGranularityMs: 1,
       maxTtlMs: maxTtl,
       minToken: true,
     };

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { backendOf } from '@deadbolt/core/testing';
+import { backendOf, MUTEX } from '@deadbolt/core/testing';
 import { createLocker } from '@deadbolt/core';
 import {
   abortedWithin,
@@ -16,7 +16,6 @@ import { redisBackend, type RedisBackend } from '@deadbolt/redis';
 import { keysFor, sharedKeysFor } from '@deadbolt/redis/testing';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { MUTEX } from '@deadbolt/core/backend';
 
 const url = matrixUrl('redis');
 const admin = new Redis(url);

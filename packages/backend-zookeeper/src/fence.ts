@@ -9,7 +9,7 @@ import { readOptions, rules, sleep, StoreFence, type Rules } from '@deadbolt/cor
 import { call, ensurePath } from './nodes.js';
 import type { Session, ZooKeeperSessions } from './sessions.js';
 import { Code, CreateMode, type Stat } from './zookeeper-client.js';
-import { openSessions, pathRule } from './zookeeper-backend.js';
+import { ensembleRules, openSessions } from './zookeeper-backend.js';
 
 /** Options of `zookeeperFence`: where the fenced resources are kept. Unknown names and bad values are `InvalidArgumentError` before any connection. */
 export interface ZooKeeperFenceOptions {
@@ -27,10 +27,7 @@ export interface ZooKeeperFenceOptions {
 
 /** How each option of `zookeeperFence` is checked. */
 export const zookeeperFenceOptionRules = {
-  url: rules.required(rules.url(['zookeeper'])),
-  namespace: pathRule,
-  root: rules.alias('namespace', pathRule),
-  connectTimeoutMs: rules.ms(),
+  ...ensembleRules,
   sessionTimeoutMs: rules.wholeMs(1000),
 } satisfies Rules<ZooKeeperFenceOptions>;
 

@@ -62,8 +62,8 @@ export interface ZooKeeperBackendOptions {
 
 export interface ZooKeeperLease extends Lease {
   readonly path: string;
-  /** A mutex's, or a shared claim's (a semaphore permit or read-write lock: its node lives under the shared key's). */
-  readonly space: KeySpace;
+  /** How its queue grants and lifts its floor: a mutex's, or a shared claim's (a semaphore permit or read-write lock). */
+  readonly shape: QueueShape;
   /** Our node's creation zxid; the token is this plus the key's offset at the grant. */
   readonly zxid: bigint;
   readonly offset: bigint;
@@ -95,12 +95,17 @@ export function openSessions(url: StoreUrl, connectTimeoutMs: number): ZooKeeper
   return new ZooKeeperSessions(hosts, auth, connectTimeoutMs);
 }
 
-/** How each option of `zookeeperBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
-export const zookeeperOptionRules = {
+/** The rules of where the ensemble is and which part of it is ours: the backend's and the fence's. */
+export const ensembleRules = {
   url: rules.required(rules.url(['zookeeper'])),
   namespace: pathRule,
   root: rules.alias('namespace', pathRule),
   connectTimeoutMs: rules.ms(),
+};
+
+/** How each option of `zookeeperBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
+export const zookeeperOptionRules = {
+  ...ensembleRules,
   maxSessionTimeoutMs: rules.wholeMs(1000),
 } satisfies Rules<ZooKeeperBackendOptions>;
 
@@ -109,10 +114,14 @@ interface QueueShape {
   readonly parent: string;
   /** Our node's name before the owner id; `lock-` for a mutex, `lock-<S|X><limit>-` for a shared claim. */
   readonly prefix: string;
+  /** Creates our node `name` under `parent`; its path. */
+  readonly join: (session: Session, name: string) => Promise<string>;
   /** May the claim at `index` of `queue` (in sequence order) be granted? */
   readonly granted: (queue: readonly string[], index: number) => boolean;
-  /** A shared claim (joins by `joinShared` in nodes.ts, waits for any change to the queue): its key and limit. */
-  readonly shared?: { readonly key: string; readonly limit: number };
+  /** Resolves when the claim at `index` of `queue` (not granted) may have become grantable. */
+  readonly waitTurn: (session: Session, queue: readonly string[], index: number, signal: AbortSignal) => Promise<void>;
+  /** `LockBackend.raiseTokenFloor` of a lease of this shape. */
+  readonly raiseFloor: (lease: ZooKeeperLease, floor: bigint) => Promise<boolean>;
 }
 
 /** What `@deadbolt/zookeeper/testing` (testing.ts) reads of each backend: not part of its API. */
@@ -149,7 +158,6 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     // The server bounds session timeouts to [minSessionTimeout, maxSessionTimeout] (2 and 20 ticks
     // by default); a ttl outside its bounds is refused when the session connects.
     minTtlMs: 1000,
-    ttlGranularityMs: 1,
     semaphore: true,
     readWrite: true,
   };
@@ -191,13 +199,24 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
   acquire(req: AcquireRequest): Promise<ZooKeeperLease | null> {
     const space = keySpace(req);
     const parent = this.#parentOf(req.key, space);
-    if (space === 'mutex') return this.#acquire(req, { parent, prefix: NODE_PREFIX, granted: (queue, index) => index === 0 });
+    if (space === 'mutex')
+      return this.#acquire(req, {
+        parent,
+        prefix: NODE_PREFIX,
+        join: (session, name) => createNode(session, parent, name),
+        granted: (queue, index) => index === 0,
+        waitTurn: (session, queue, index, signal) => gone(session, `${parent}/${queue[index - 1]}`, signal),
+        raiseFloor: (lease, floor) => this.#raiseMutexFloor(lease, parent, floor),
+      });
+    const shared = { key: req.key, limit: req.limit };
     return this.#acquire(req, {
       parent,
       prefix: `${NODE_PREFIX}${req.mode === 'exclusive' ? 'X' : 'S'}${req.limit}-`,
+      join: (session, name) => joinShared(session, parent, name, shared),
       // Every live claim has our limit (see `joinShared` in nodes.ts).
       granted: (queue, index) => grantable(queue.map(claimOf), index, req.limit),
-      shared: { key: req.key, limit: req.limit },
+      waitTurn: (session, queue, _index, signal) => childrenChanged(session, parent, queue, signal),
+      raiseFloor: (lease, floor) => this.#raiseSharedFloor(lease, parent, floor),
     });
   }
 
@@ -231,9 +250,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     this.#reaper.cancel(parent);
     let path: string | undefined;
     try {
-      path = shape.shared
-        ? await joinShared(session, parent, shape.prefix + req.owner, shape.shared)
-        : await createNode(session, parent, shape.prefix + req.owner);
+      path = await shape.join(session, shape.prefix + req.owner);
       // Pipelined on the session (ZooKeeper answers in order): our node's stat, with a watch that
       // reports its deletion by anyone (an operator, a test) as a loss once we hold it, and the queue.
       let acquiredAt = performance.now();
@@ -262,12 +279,11 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
           this.#reaper.later(session, parent);
           return null;
         }
-        if (shape.shared) await childrenChanged(session, parent, queue, req.signal);
-        else await gone(session, `${parent}/${queue[index - 1]}`, req.signal);
+        await shape.waitTurn(session, queue, index, req.signal);
         acquiredAt = performance.now();
         ({ queue, offset } = await children(session, parent));
       }
-      return this.#lease(req, session, path, zxidOf(stat), offset, acquiredAt, deleted.signal, shape.shared !== undefined);
+      return this.#lease(req, session, path, zxidOf(stat), offset, acquiredAt, deleted.signal, shape);
     } catch (error) {
       // A cancelled, timed-out or failed waiter takes its node away before reporting; when the
       // session is gone, the server deletes the node with it.
@@ -291,15 +307,17 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     return !!stat && zxidOf(stat) === l.zxid && !l.lost.aborted;
   }
 
+  /** See `LockBackend.raiseTokenFloor`: as the lease's queue shape does it (a mutex's floor, or a shared key's). */
+  raiseTokenFloor(lease: ZooKeeperLease, floor: bigint): Promise<boolean> {
+    return lease.shape.raiseFloor(lease, floor);
+  }
+
   /**
-   * See `LockBackend.raiseTokenFloor`. Later holders' nodes are newer than ours (higher zxid), so an
-   * offset of `floor - our zxid` puts every later token above `floor`; set in one multi-op with a
-   * check that our node (so our hold: nobody is granted before it goes) still exists.
+   * A mutex's floor. Later holders' nodes are newer than ours (higher zxid), so an offset of
+   * `floor - our zxid` puts every later token above `floor`; set in one multi-op with a check that
+   * our node (so our hold: nobody is granted before it goes) still exists.
    */
-  async raiseTokenFloor(lease: ZooKeeperLease, floor: bigint): Promise<boolean> {
-    const l = lease;
-    const parent = l.path.slice(0, l.path.lastIndexOf('/'));
-    if (l.space === 'shared') return this.#raiseSharedFloor(l, parent, floor);
+  async #raiseMutexFloor(l: ZooKeeperLease, parent: string, floor: bigint): Promise<boolean> {
     const result = await call<unknown[]>(
       l.session,
       'raise token floor',
@@ -497,7 +515,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
     offset: bigint,
     acquiredAt: number,
     deleted: AbortSignal,
-    shared: boolean,
+    shape: QueueShape,
   ): ZooKeeperLease {
     const lost = new AbortController();
     const onLost = (source: AbortSignal) => () => lost.abort(source.reason);
@@ -527,7 +545,7 @@ export class ZooKeeperBackend implements LockBackend<ZooKeeperLease> {
       session,
       lost: lost.signal,
       stopWatching,
-      space: shared ? 'shared' : 'mutex',
+      shape,
     };
   }
 }

@@ -3,26 +3,14 @@
 // `@deadbolt/core` (which a backend also imports: `LockBackend`, the errors). The contract itself
 // is backend.ts; the rest is written once here so that no backend writes it again: option rules,
 // error helpers, key checks, waiting, polling, timers.
-export {
-  fullCapabilities,
-  keySpace,
-  MUTEX,
-  type AcquireRequest,
-  type Claim,
-  type KeySpace,
-  type Lease,
-  type LeaseEngine,
-  type StoreView,
-} from './kit/backend.js';
+export { keySpace, type AcquireRequest, type Claim, type KeySpace, type Lease, type LeaseEngine, type StoreView } from './kit/backend.js';
 export { backendFailure } from './api/errors.js';
 export { StoreFence } from './kit/fence.js';
 export { StoreBackend, type StoreBackendParts } from './kit/store-backend.js';
 export { grantable, sharedView } from './kit/shared.js';
 export {
-  describe,
   readOptions,
   rules,
-  unknownOption,
   storeClient,
   type StoreClient,
   type ReadOptions,
@@ -30,7 +18,7 @@ export {
   type Rules,
   type StoreUrl,
 } from './kit/options.js';
-export { LeaseKeeper, safeLifetime } from './lease/lease-keeper.js';
+export { LeaseKeeper } from './lease/lease-keeper.js';
 export { Once } from './kit/once.js';
 export { after, answerDeadline, answerWithin, raceSignal, stillStands, wallMicros, type Timer } from './kit/time.js';
 export {

@@ -8,3 +8,4 @@ export { checkFenceToken, fencedTransaction, type SqlConnections } from './kit/f
 export { SessionLocks, type BlockedWait, type SessionDialect, type SessionLease } from './sql/session-locks.js';
 export { claimOfRow, grantableBehind, sharedViewOfRows } from './kit/shared.js';
 export { StrandedConnections } from './sql/stranded.js';
+export { SqlBackend, type SqlBackendParts, type SqlPool, type SqlStore } from './sql/sql-backend.js';

@@ -4,6 +4,7 @@
 // under a locker (a test reaches the store through it), wrappers that watch or change what reaches a
 // store, and the hooks through which a backend shows its tests what is not its API.
 export { backendOf, optionRules } from './api/locker.js';
+export { fullCapabilities, MUTEX } from './kit/backend.js';
 export { aliasesOf } from './kit/options.js';
 export { TestingHooks } from './kit/testing-hooks.js';
 export { observeBackend, wrapBackend, type BackendMethod } from './stores/wrap.js';

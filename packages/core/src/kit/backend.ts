@@ -147,10 +147,10 @@ export interface Capabilities {
   readonly lease: 'ttl' | 'session';
   /** `push`: a waiter is told when the key frees up. `poll`: it re-checks on a backoff. */
   readonly wake: 'push' | 'poll';
-  /** Smallest accepted `ttlMs`. */
-  readonly minTtlMs: number;
-  /** `ttlMs` must be a whole multiple of this (1 for milliseconds, 1000 for seconds). */
-  readonly ttlGranularityMs: number;
+  /** Smallest accepted `ttlMs`. Optional: default 1. */
+  readonly minTtlMs?: number;
+  /** `ttlMs` must be a whole multiple of this (1000 for a store that counts in seconds). Optional: default 1. */
+  readonly ttlGranularityMs?: number;
   /** Largest accepted `ttlMs`. Optional: default `DEFAULT_MAX_TTL_MS`. */
   readonly maxTtlMs?: number;
   /** Holders in other processes are excluded. Optional: default true (false only for the in-process memory backend). */
@@ -170,6 +170,8 @@ export interface Capabilities {
 export const DEFAULT_MAX_TTL_MS = 365 * 24 * 60 * 60 * 1000;
 const OPTIONAL_CAPABILITIES = {
   fencing: 'strict',
+  minTtlMs: 1,
+  ttlGranularityMs: 1,
   crossProcess: true,
   maxTtlMs: DEFAULT_MAX_TTL_MS,
   minToken: false,

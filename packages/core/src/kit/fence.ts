@@ -7,47 +7,12 @@ import { InvalidArgumentError, noAnswer, StaleTokenError } from '../api/errors.j
 import { describe, ms, readOptions, signal, type Rules } from './options.js';
 import { answerDeadline, raceSignal } from './time.js';
 import { validateKey } from '../api/validate.js';
+import type { Fence, FencedValue, FenceWriteOptions } from '../api/types.js';
+
+export type { Fence, FencedValue, FenceWriteOptions };
 
 /** The highest token a fence accepts plus one: every store keeps tokens below it exactly (38 decimal digits). */
 export const FENCE_TOKEN_LIMIT = 10n ** 38n;
-
-/** What a fenced resource holds: the last accepted value and the token it was written with. */
-export interface FencedValue {
-  readonly value: string;
-  readonly token: bigint;
-}
-
-/**
- * Values in a store guarded by fencing tokens: a write is accepted when its token is at least the
- * highest one the resource has accepted (the current holder may write as often as it likes, with
- * its one token), and refused with `StaleTokenError` when it is lower. The check and the write are
- * one atomic step in the store, so a stale write can never land between them.
- *
- * Pass a lock's `token` (`lock.token`): tokens rise with every grant of a key, so once a newer
- * holder has written, every write of an older one is refused. Use one resource per lock key (or a
- * resource guarded by exactly one key): tokens of different keys are not comparable.
- */
-export interface Fence {
-  /**
-   * Writes `value` to `resource` with `token`.
-   * @throws InvalidArgumentError for a bad resource (the lock key rules), a token that is not a
-   *   bigint in [0, FENCE_TOKEN_LIMIT), a value no store can keep (see `checkFencedWrite`) or bad
-   *   options, before any I/O; StaleTokenError when the resource has accepted a higher token
-   *   (nothing written); BackendUnavailableError / BackendError when the store fails, and
-   *   BackendUnavailableError when the write did not finish within `options.timeoutMs`, or the
-   *   signal's reason when it aborts (the write may or may not have landed: read it back, or
-   *   write again with the same token, which is safe). Contention never fails a write: a store
-   *   whose check-and-write is optimistic tries again until the deadline.
-   */
-  write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void>;
-  /**
-   * The last value written to `resource` and its token; null if it was never written.
-   * @throws InvalidArgumentError for a bad resource; BackendUnavailableError / BackendError.
-   */
-  read(resource: string): Promise<FencedValue | null>;
-  /** Closes what the fence opened (a client it was given stays open). Never throws. */
-  close(): Promise<void>;
-}
 
 /**
  * Checks a fenced write's arguments before any I/O.
@@ -62,17 +27,6 @@ export function checkFencedWrite(resource: unknown, token: unknown, value: unkno
   if (!value.isWellFormed())
     throw new InvalidArgumentError('value must be well-formed Unicode: it holds a lone UTF-16 surrogate, which stores keep as U+FFFD');
   if (value.includes('\u0000')) throw new InvalidArgumentError('value must not contain U+0000 (PostgreSQL cannot store it in text)');
-}
-
-/** The options of one fenced write (`Fence.write`). */
-export interface FenceWriteOptions {
-  /**
-   * How long the write may take, every retry included; after it the write rejects with
-   * `BackendUnavailableError`. Default `DEFAULT_FENCE_TIMEOUT_MS`.
-   */
-  timeoutMs?: number;
-  /** Aborts the write: it rejects with the signal's reason. */
-  signal?: AbortSignal;
 }
 
 /** How long a fenced write may take by default: 10 s. */

@@ -4,7 +4,7 @@
  * an own property only (a value inherited from `Object.prototype`, say a polluted `timeoutMs`, is
  * never honoured), checks its type and range, and throws `InvalidArgumentError` naming the option.
  * Each rule also lists values it must refuse (`hostile`), which the conformance suite feeds to every
- * factory and entry point.
+ * factory and entry point. Long because every rule any backend needs lives here, written once.
  */
 import { InvalidArgumentError, keepSecret } from '../api/errors.js';
 import { MAX_TIMER_MS } from './time.js';
@@ -152,6 +152,7 @@ export function describe(value: unknown): string {
   return `a value of type ${typeof value}`;
 }
 
+/** Refuses `value` of option `name`: InvalidArgumentError saying what was `wanted` and what came (never the value itself). */
 const refuse = (name: string, wanted: string, value: unknown): never => {
   throw new InvalidArgumentError(`${name} must be ${wanted}, got ${describe(value)}`);
 };
@@ -432,8 +433,12 @@ export const rules = {
   oneOf,
   /** `wholeMs(min = 1)`: a whole number of ms from `min` up to Node's timer range. */
   wholeMs,
+  /** `refuse(name, wanted, value)`: throws InvalidArgumentError `<name> must be <wanted>, got <what value is>`, for a rule of a backend's own. */
+  refuse,
   /** `required(rule)`: an option that must be given, checked by `rule`. */
   required,
+  /** `unknownOption(name, known, where)`: the message `readOptions` gives for an option `where` does not take, for a reader of its own (the CLI's flags). */
+  unknownOption,
   /** A plain object of further settings passed on as they are (a driver's own options). */
   settings,
   /** `share(min, below)`: a number (fractions allowed) from `min` up to, but not including, `below`. */

@@ -37,6 +37,8 @@ export function renewalRetryMs(ttlMs: number, leftMs: number): number {
  * (with the last renewal error as the reason, if there was one).
  */
 export class LeaseKeeper {
+  /** How long a lease of `ttlMs` may be counted on from its (re)start here: its ttl less the drift allowance (`safeLifetime`). */
+  static readonly safeLifetime = safeLifetime;
   /** Aborted when the wait is, or the lease is lost (not when the keeper is stopped). */
   readonly signal: AbortSignal;
   readonly #controller = new AbortController();

@@ -9,7 +9,7 @@ import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
 import { after, answerWithin, nodeDelay, noop, type Timer } from '../kit/time.js';
 import { validateTtl } from '../api/validate.js';
 import { DONE } from '../kit/wait.js';
-import type { Lease, LockBackend } from '../kit/backend.js';
+import type { Capabilities, Lease, LockBackend } from '../kit/backend.js';
 import type { Lock } from '../api/types.js';
 
 /** What a handle needs of the locker that made it. */
@@ -26,6 +26,8 @@ export interface HandleSettings {
   readonly operationTimeoutMs: number;
   /** Events give keys hashed (LockerOptions.redactKeys). */
   readonly redactKeys: boolean;
+  /** The backend's capabilities, every default filled in: `extend` checks its ttl against them. */
+  readonly capabilities: Required<Capabilities>;
 }
 
 /** A hold's ttl (what this process counts on) and lock-delay (what the store keeps on top of it). */
@@ -169,8 +171,8 @@ export class LockHandle implements Lock {
   }
 
   async #extend(ttlMs: number): Promise<void> {
-    validateTtl(ttlMs, this.#locker.backend.capabilities);
-    if (this.#delayMs > 0) validateTtl(ttlMs + this.#delayMs, this.#locker.backend.capabilities, 'ttlMs + lockDelayMs');
+    validateTtl(ttlMs, this.#settings.capabilities);
+    if (this.#delayMs > 0) validateTtl(ttlMs + this.#delayMs, this.#settings.capabilities, 'ttlMs + lockDelayMs');
     this.#checkExpiry();
     this.#throwUnlessHeld('');
     const ok = await this.#refresh(ttlMs, 'renew');
@@ -187,6 +189,19 @@ export class LockHandle implements Lock {
       ? diagnostics.release.tracePromise(() => this.#release(), { ...this.#event(), heldMs: performance.now() - this.#lease.acquiredAt })
       : this.#release();
     return this.#released;
+  }
+
+  /**
+   * Stops tending the lease and leaves it to the store to expire at its ttl: no renewal, no
+   * release, and the locker's close() leaves it alone. For a claim meant to outlive this process
+   * on a ttl store (a job's run marker, election.ts); not part of the `Lock` API.
+   */
+  abandon(): void {
+    if (this.#state !== 'held') return;
+    this.#state = 'released';
+    this.#released = this.#storeReleased = DONE;
+    this.#stopTimers();
+    this.#locker.forget(this);
   }
 
   /** What every event about this lease says (diagnostics.ts). */

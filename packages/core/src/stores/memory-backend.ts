@@ -60,6 +60,23 @@ interface KeyState {
   kept: boolean;
 }
 
+/**
+ * Arms `entry`'s timer for its expiry (1 ms past it, so that `now >= expiresAt` holds when it
+ * fires); `due` runs then unless the timer was cleared or armed again. Unref'd: a lease nobody
+ * waits for must not keep the process alive.
+ */
+function armExpiry(entry: { timer: NodeJS.Timeout | undefined; readonly expiresAt: number }, due: () => void): void {
+  clearTimeout(entry.timer);
+  entry.timer = setTimeout(
+    () => {
+      entry.timer = undefined;
+      due();
+    },
+    Math.max(0, entry.expiresAt - performance.now()) + 1,
+  );
+  entry.timer.unref();
+}
+
 /** How many freed entries the lock table keeps for reuse (see `MemoryLockStore.#dropIfUnused`). */
 const KEPT_FREE = 1024;
 
@@ -324,18 +341,12 @@ export class MemoryLockStore {
   }
 
   #armClaimExpiry(key: string, claim: Claim): void {
-    clearTimeout(claim.timer);
-    claim.timer = setTimeout(
-      () => {
-        claim.timer = undefined;
-        const state = this.#shared.get(key);
-        if (!state?.claims.includes(claim)) return;
-        if (performance.now() >= claim.expiresAt) this.#dropClaim(key, state, claim);
-        else if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
-      },
-      Math.max(0, claim.expiresAt - performance.now()) + 1,
-    );
-    claim.timer.unref();
+    armExpiry(claim, () => {
+      const state = this.#shared.get(key);
+      if (!state?.claims.includes(claim)) return;
+      if (performance.now() >= claim.expiresAt) this.#dropClaim(key, state, claim);
+      else if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
+    });
   }
 
   /** Leases end lazily: whoever looks at a key first after its expiry frees it. */
@@ -365,18 +376,12 @@ export class MemoryLockStore {
 
   /** Hand the key to the next waiter when the holder's lease runs out. */
   #armExpiry(key: string, holder: Holder): void {
-    clearTimeout(holder.timer);
-    holder.timer = setTimeout(
-      () => {
-        holder.timer = undefined;
-        const state = this.#keys.get(key);
-        if (state?.holder !== holder) return;
-        if (performance.now() >= holder.expiresAt) this.#vacate(key, state);
-        else this.#armExpiry(key, holder);
-      },
-      Math.max(0, holder.expiresAt - performance.now()) + 1,
-    );
-    holder.timer.unref();
+    armExpiry(holder, () => {
+      const state = this.#keys.get(key);
+      if (state?.holder !== holder) return;
+      if (performance.now() >= holder.expiresAt) this.#vacate(key, state);
+      else this.#armExpiry(key, holder);
+    });
   }
 
   #vacate(key: string, state: KeyState): void {
@@ -431,8 +436,6 @@ export class MemoryBackend implements LockBackend<MemoryLease> {
     fairness: 'fifo',
     lease: 'ttl',
     wake: 'push',
-    minTtlMs: 1,
-    ttlGranularityMs: 1,
     crossProcess: false,
     minToken: true,
     semaphore: true,
