@@ -7,6 +7,7 @@ import type { ChildBackendConfig, ChildHolder } from './children.js';
 import type { Address } from './fault-proxy.js';
 import type { FencedRegister } from './register.js';
 import type { Fence } from '@deadbolt/core';
+import type { Expect } from './expect.js';
 
 /** Fault injection and inspection a backend offers the suite. */
 export interface ConformanceHarness {
@@ -61,14 +62,18 @@ export interface ConformanceOptions {
    * the same `{ module, export, options }` as `child`, for the fence's factory. Behaviour 36.
    */
   fence?: ChildBackendConfig;
-  /** A backend pointed at a closed port (behaviour 15). Required for every backend that does I/O. */
-  createUnreachableBackend?: () => LockBackend | Promise<LockBackend>;
+  /**
+   * A backend pointed at a closed port (behaviour 15). `null` only where no store can be down (a
+   * store in this process): the three options that end in `null` must be stated, so a suite cannot
+   * leave out the behaviours that need them by forgetting one; those it states `null` are n/a.
+   */
+  createUnreachableBackend: (() => LockBackend | Promise<LockBackend>) | null;
   /**
    * The real store's address and a factory for a backend that connects to another address: the
-   * fault behaviours (18–20) put the suite's `FaultProxy` there. Required for every backend that
-   * does I/O.
+   * fault behaviours (18–20, 30, 35) put the suite's `FaultProxy` there. `null` where there is no
+   * network between client and store, or a run cannot put a proxy there (`deadbolt check`).
    */
-  network?: {
+  network: {
     /** The store's address; several for a store of several nodes (one proxy listener each). */
     store: Address | readonly Address[];
     /**
@@ -76,19 +81,20 @@ export interface ConformanceOptions {
      * address; `extra` holds options to add to the backend's own (`{ connectTimeoutMs }`, 30).
      */
     createBackend: (via: Address, all: readonly Address[], extra?: { connectTimeoutMs?: number }) => LockBackend | Promise<LockBackend>;
-  };
+  } | null;
   /**
    * The backend's factory, the option rules it reads with (its package exports them) and a set of
    * options that work, pointed at `address` (a fault proxy in front of the store): behaviour 35
-   * feeds every option each of its rule's hostile values. Required for every backend package.
+   * feeds every option each of its rule's hostile values. `null` where the run has none to feed (a
+   * migration's pair, a store in this process, `deadbolt check`): 35 then checks core's entry points only.
    */
-  factory?: {
+  factory: {
     /** The backend factory; throws `InvalidArgumentError` for bad options. */
     create: (options: unknown) => LockBackend;
     rules: Readonly<Record<string, Rule<unknown>>>;
     /** Options that work, pointed at `address`. */
     valid: (address: Address) => Record<string, unknown>;
-  };
+  } | null;
   /** A backend on the same store in another namespace (table, prefix, keyspace, root, lock table): 31b. */
   createBackendInOtherNamespace?: () => LockBackend | Promise<LockBackend>;
   /** A backend whose store URL carries `user` and `password`, pointed at `address`: 34. */
@@ -116,8 +122,32 @@ export interface ConformanceOptions {
 
 export type TestFn = (name: string, fn: () => Promise<void>, timeout?: number) => void;
 
+/**
+ * What the suite registers its tests with and asserts through: vitest's `describe`, `it`, `expect`,
+ * `beforeEach` and `afterEach` as they are, or another runner's of the same shape. Without one,
+ * the suite takes vitest's, or its own runner's while that runs it (`deadbolt check`).
+ */
+export interface TestRunner {
+  /** A body of tests, which may be async: tests registered after an await belong to it. */
+  describe(name: string, fn: () => void | Promise<void>): void;
+  /** A test with an optional timeout in ms; `it.skip` lists a test as skipped (a behaviour that does not apply). */
+  readonly it: {
+    (name: string, fn: () => unknown, timeout?: number): void;
+    /** Lists the test as skipped without running it. */
+    skip(name: string, fn: () => unknown): void;
+  };
+  /** The assertions: `expect(actual, message?)` with `toBe`, `toEqual` and the rest of `Matchers`, `expect.poll`, `expect.fail`. */
+  readonly expect: Expect;
+  /** Runs before each test of the describe it is called in. */
+  beforeEach(fn: () => unknown, timeout?: number): void;
+  /** Runs after each test of the describe it is called in, even after a failure. */
+  afterEach(fn: () => unknown, timeout?: number): void;
+}
+
 /** What the suite shares with each group of behaviours. */
 export interface SuiteContext {
+  /** What the group registers its tests with and asserts through. */
+  readonly runner: TestRunner;
   readonly options: ConformanceOptions;
   readonly harness: ConformanceHarness;
   /** The backend's, every optional field filled in from its default. */
@@ -125,11 +155,15 @@ export interface SuiteContext {
   /** The suite's lease length, and its default renewal period (T / 3). */
   readonly T: number;
   readonly renewMs: number;
+  /** `ms` rounded up to a whole number of the backend's ttl steps (`ttlGranularityMs`): a ttl or lock-delay it accepts. */
+  roundTtl(ms: number): number;
   readonly lockers: Locker[];
   /** A key no other test uses (`label` shows in it). */
   freshKey(label?: string): string;
   /** A locker on a new backend, closed after the test. */
   makeLocker(options?: LockerOptions): Promise<Locker>;
+  /** `makeLocker()` after `first` ran once on it (what it got is released): its connection is made before a test's clock starts. */
+  warmLocker(first: (locker: Locker) => Promise<{ release(): Promise<unknown> } | null>): Promise<Locker>;
   /** A child process holding a locker of its own (`ChildHolder`), killed after the test. @throws when no child config was given. */
   spawnChild(options?: LockerOptions, env?: Record<string, string>, config?: ChildBackendConfig): Promise<ChildHolder>;
   /** A test listed `n/a` with `skipReason()`'s answer when it gives one. */

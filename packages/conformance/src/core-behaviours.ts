@@ -4,11 +4,11 @@
  */
 import type { Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { expectSoon, stallsFromNow, timerLateness } from './helpers.js';
 
 export function defineCoreBehaviours(ctx: SuiteContext): void {
+  const { describe, it, expect } = ctx.runner;
   const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, counter } = ctx;
 
   describe('core', () => {

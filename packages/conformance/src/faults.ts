@@ -6,9 +6,8 @@
  * staged inline, so a failing one reads on its own.
  */
 import { createLocker, type Lock, type LockBackend, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
-import { MUTEX, sleep, type Lease } from '@deadbolt/core/backend';
-import { wrapBackend } from '@deadbolt/core/testing';
-import { afterEach, describe, expect, it } from './harness.js';
+import { sleep, type Lease } from '@deadbolt/core/backend';
+import { MUTEX, wrapBackend } from '@deadbolt/core/testing';
 import { FaultProxy } from './fault-proxy.js';
 import type { SuiteContext } from './context.js';
 import { abortedWithin, stallsFromNow, timerLateness } from './helpers.js';
@@ -100,15 +99,26 @@ const asPermit: Taking = {
 };
 
 export function defineFaultBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, itWhen, hookIt } = ctx;
+  const { describe, it, expect, afterEach } = ctx.runner;
+  const { options, harness, capabilities, T, renewMs, roundTtl, freshKey, makeLocker, itWhen, hookIt } = ctx;
   const granularity = capabilities.ttlGranularityMs;
-  const roundTtl = (ms: number) => Math.ceil(ms / granularity) * granularity;
   /** A ttl of at least `atLeastMs` (and T), within what the backend accepts. */
   const longTtl = (atLeastMs: number) => roundTtl(Math.min(Math.max(T, atLeastMs), capabilities.maxTtlMs));
   const proxies: FaultProxy[] = [];
 
   const netIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(() => (options.network ? undefined : 'no network between client and store'), name, fn, timeout);
+  /** A network behaviour for a lock (`lockName`), and again for the one permit of a semaphore of limit 1 where the backend has semaphores. */
+  const netItTwice = (lockName: string, permitName: string, fn: (how: Taking) => Promise<void>, timeout: number) => {
+    netIt(lockName, () => fn(asLock), timeout);
+    itWhen(
+      () =>
+        !options.network ? 'no network between client and store' : capabilities.semaphore ? undefined : 'the backend has no semaphores',
+      permitName,
+      () => fn(asPermit),
+      timeout,
+    );
+  };
 
   const startProxy = async () => {
     const proxy = await FaultProxy.start(options.network!.store);
@@ -117,6 +127,14 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
   };
 
   const track = (locker: Locker) => (ctx.lockers.push(locker), locker);
+
+  /** `lock` (a wait's grant) is held, with a token above `before` when given, and nobody else can take `key`; then it is released. */
+  async function heldAloneThenReleased(lock: Lock, key: string, before?: bigint): Promise<void> {
+    expect(lock.held).toBe(true);
+    if (before !== undefined) expect(lock.token).toBeGreaterThan(before);
+    expect(await (await makeLocker()).tryLock(key), 'another client took the key the wait was granted').toBeNull();
+    await lock.release();
+  }
 
   async function makeLockerVia(proxy: FaultProxy, lockerOptions: LockerOptions = {}): Promise<Locker> {
     return track(createLocker(await options.network!.createBackend(proxy.address, proxy.addresses), { ttlMs: T, ...lockerOptions }));
@@ -236,9 +254,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       const { value: lock, error, at } = await waiting;
       expect(error, `the wait failed after connection resets\n${timeline()}`).toBeUndefined();
       if (promptMs !== undefined) expect(at - releasedAt, `ms from the release to the grant\n${timeline()}`).toBeLessThanOrEqual(promptMs);
-      expect(lock!.held).toBe(true);
-      expect(await (await makeLocker()).tryLock(key)).toBeNull();
-      await lock!.release();
+      await heldAloneThenReleased(lock!, key);
     };
 
     netIt(
@@ -277,10 +293,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
         expect(error, 'the wait failed after a short silence').toBeUndefined();
         const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
         expect(at - releasedAt).toBeLessThanOrEqual(bound);
-        expect(lock!.held).toBe(true);
-        expect(lock!.token).toBeGreaterThan(held.token);
-        expect(await (await makeLocker()).tryLock(key)).toBeNull();
-        await lock!.release();
+        await heldAloneThenReleased(lock!, key, held.token);
       },
       60_000,
     );
@@ -301,10 +314,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
         // A request timeout or two of any backend's defaults (Cassandra's 8 s is the longest; a Redis
         // Cluster client may meet a second stranded connection when it refreshes its slot map).
         expect(at - started, 'ms to notice stranded connections and be granted on new ones').toBeLessThanOrEqual(16_000);
-        expect(lock!.held).toBe(true);
-        expect(lock!.token).toBeGreaterThan(before[0]!.token);
-        expect(await (await makeLocker()).tryLock(key)).toBeNull();
-        await lock!.release();
+        await heldAloneThenReleased(lock!, key, before[0]!.token);
       },
       60_000,
     );
@@ -330,10 +340,7 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
         // the store shows it granted, and gives that answer a request timeout more to arrive.
         const bound = 20_000 + (capabilities.lease === 'session' ? T : 0);
         expect(at - releasedAt, 'ms from the release to the grant of a stranded waiter').toBeLessThanOrEqual(bound);
-        expect(lock!.held).toBe(true);
-        expect(lock!.token).toBeGreaterThan(held.token);
-        expect(await (await makeLocker()).tryLock(key)).toBeNull();
-        await lock!.release();
+        await heldAloneThenReleased(lock!, key, held.token);
       },
       90_000,
     );
@@ -373,17 +380,10 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await next.release();
     }
 
-    netIt(
+    netItTwice(
       "19g. a wait given up while the store is out of reach leaves no place in line: once it is back, the next client is granted at once, not after the waiter's ttl",
-      () => placeLeftBehind(asLock),
-      90_000,
-    );
-
-    itWhen(
-      () =>
-        !options.network ? 'no network between client and store' : capabilities.semaphore ? undefined : 'the backend has no semaphores',
       '19h. the same for a wait for the one permit of a semaphore of limit 1',
-      () => placeLeftBehind(asPermit),
+      placeLeftBehind,
       90_000,
     );
 
@@ -425,17 +425,10 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
       await next.release();
     }
 
-    netIt(
+    netItTwice(
       '19b. lost replies: a wait whose grant landed but whose answer was held fails typed or ends holding alone, with a larger token',
-      () => lostReplies(asLock),
-      120_000,
-    );
-
-    itWhen(
-      () =>
-        !options.network ? 'no network between client and store' : capabilities.semaphore ? undefined : 'the backend has no semaphores',
       '19c. lost replies, semaphores: the same for the one permit of a semaphore of limit 1',
-      () => lostReplies(asPermit),
+      lostReplies,
       120_000,
     );
 

@@ -4,10 +4,10 @@
  * renewing or was paused (SIGSTOP) past its lease with a write on its way; a resource at its first
  * version, a crowd of writers and every kind of string keep that promise too.
  */
-import { describe, expect } from './harness.js';
 import type { SuiteContext } from './context.js';
 
 export function defineFenceBehaviours(ctx: SuiteContext): void {
+  const { describe, expect } = ctx.runner;
   const { options, T, freshKey, makeLocker, makeFence, spawnChild, itWhen, capabilities } = ctx;
   const noFence = () => (options.fence ? undefined : 'no fence for this store');
 

@@ -21,7 +21,6 @@ import {
 } from '@deadbolt/core';
 import { sleep, type Rule } from '@deadbolt/core/backend';
 import { aliasesOf, optionRules } from '@deadbolt/core/testing';
-import { afterEach, describe, expect, it } from './harness.js';
 import { countingBackend, withoutFloorRead } from './counting.js';
 import type { SuiteContext } from './context.js';
 import { FaultProxy, type Address } from './fault-proxy.js';
@@ -40,6 +39,7 @@ interface LongHold {
 }
 
 export function defineHardeningBehaviours(ctx: SuiteContext): void {
+  const { describe, it, expect, afterEach } = ctx.runner;
   const { options, harness, capabilities, T, freshKey, makeLocker, makeFence, itWhen } = ctx;
   const proxies: FaultProxy[] = [];
   const startProxy = async (target: Address | readonly Address[] = options.network!.store) => {

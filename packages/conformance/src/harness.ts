@@ -6,6 +6,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { expect as ownExpect, type AsymmetricMatcher, type Expect, type Matchers } from './expect.js';
 import { ownDescribe, ownHook, ownIt, ownRunnerActive, type HookKind } from './own-runner.js';
+import type { TestRunner } from './context.js';
 
 type Vitest = typeof import('vitest');
 /** Vitest, once looked for: undefined where it is not installed beside this package (the CLI's install). */
@@ -74,3 +75,6 @@ export const expect: Expect = Object.assign((actual: unknown, message?: string) 
   stringMatching: (pattern: RegExp | string): AsymmetricMatcher => current().stringMatching(pattern),
   poll: (read: () => unknown, options?: { timeout?: number; interval?: number }): Matchers<Promise<void>> => current().poll(read, options),
 });
+
+/** The runner the suite uses unless given another: each call goes to vitest, or to the suite's own runner while that runs it. */
+export const defaultRunner: TestRunner = { describe, it, expect, beforeEach, afterEach };

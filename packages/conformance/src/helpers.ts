@@ -2,7 +2,7 @@
 import { createLocker, type Inspection, type Lock, type LockBackend, type Locker, type LockerOptions } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { isDeepStrictEqual } from 'node:util';
+import { inspect, isDeepStrictEqual } from 'node:util';
 import { afterEach, expect } from './harness.js';
 import { FaultProxy } from './fault-proxy.js';
 import { storeAddress, viaUrl } from './test-matrix.js';
@@ -80,8 +80,8 @@ function watchLoop(): () => { longestMs: number; totalMs: number } {
 }
 
 /**
- * Resolves once `read()` deep-equals `expected`; fails the calling test if it still does not after
- * `ms`. For what a backend removes just behind a rejection: core waits up to 50 ms for an aborted
+ * Resolves once `read()` deep-equals `expected`; rejects with an Error showing both if it still does
+ * not after `ms` (which fails the calling test under any runner). For what a backend removes just behind a rejection: core waits up to 50 ms for an aborted
  * wait's cleanup and then keeps the caller's deadline, so on a loaded store the cleanup's answer
  * can come a little after the caller heard the abort.
  */
@@ -92,7 +92,8 @@ export async function expectSoon<T>(read: () => Promise<T>, expected: T, ms = 10
     await sleep(10);
     seen = await read();
   }
-  expect(seen).toEqual(expected);
+  if (!isDeepStrictEqual(seen, expected))
+    throw new Error(`expected ${inspect(expected)} within ${ms} ms; the last read gave ${inspect(seen)}`);
 }
 
 /** Resolves once `lock.signal` aborts (at once if it already has); rejects if it has not within `ms`. */

@@ -1,6 +1,6 @@
 /** @module @deadbolt/conformance */
-export { defineConformanceSuite } from './suite.js';
-export type { ConformanceHarness, ConformanceOptions, SuiteContext } from './context.js';
+export { conformanceGroups, defineConformanceSuite, type ConformanceGroup, type SuiteSettings } from './suite.js';
+export type { ConformanceHarness, ConformanceOptions, SuiteContext, TestRunner } from './context.js';
 export {
   abortedWithin,
   closeLockersAfterEach,

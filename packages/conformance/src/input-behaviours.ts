@@ -4,13 +4,14 @@
  */
 import { createLocker, type LockBackend, type LockerOptions } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
+import type { Expect } from './expect.js';
 import { ChildHolder } from './children.js';
 import { countingBackend, withoutFloorRead } from './counting.js';
 import { untyped } from './helpers.js';
 
 export function defineInputBehaviours(ctx: SuiteContext): void {
+  const { describe, it, expect } = ctx.runner;
   const { options, harness, capabilities, T, lockers, freshKey, makeLocker, spawnChild, itWhen } = ctx;
 
   /** A locker (closed after the test) on the backend pointed at a closed port (behaviours 15, 15b). */
@@ -75,7 +76,7 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
           ),
         ];
         expect(performance.now() - started).toBeLessThan(25_000);
-        for (const error of failures) expectPlaceAndCause(backend, error);
+        for (const error of failures) expectPlaceAndCause(expect, backend, error);
       },
       60_000,
     );
@@ -95,7 +96,7 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
           (error: unknown) => error,
         );
         expect(performance.now() - started, String(error)).toBeLessThan(graceMs + operationTimeoutMs);
-        expectPlaceAndCause(backend, error);
+        expectPlaceAndCause(expect, backend, error);
       },
       60_000,
     );
@@ -176,7 +177,7 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
  * the words of the failure (not of a driver option the user never set). A migration passes on its
  * stores' errors: each names the store it came from.
  */
-function expectPlaceAndCause(backend: LockBackend, error: unknown): void {
+function expectPlaceAndCause(expect: Expect, backend: LockBackend, error: unknown): void {
   expect(backend.address, 'a backend made from a URL knows its servers').toBeDefined();
   const places = [backend, ...((backend as { stores?: readonly LockBackend[] }).stores ?? [])];
   const place = places.find((p) => p.name === (error as { backend?: string }).backend);

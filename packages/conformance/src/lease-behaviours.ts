@@ -4,12 +4,13 @@
  */
 import { sleep } from '@deadbolt/core/backend';
 import { backendOf } from '@deadbolt/core/testing';
-import { describe, expect, it } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { abortedWithin, expectSoon } from './helpers.js';
 
 export function defineLeaseBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, crossProcessIt, hookIt, register } = ctx;
+  const { describe, it, expect } = ctx.runner;
+  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, warmLocker, spawnChild, crossProcessIt, hookIt, register } =
+    ctx;
 
   describe('lease', () => {
     it('8. renewal: a live holder keeps the lock for 5 × ttl; contenders stay out', async () => {
@@ -46,9 +47,9 @@ export function defineLeaseBehaviours(ctx: SuiteContext): void {
       '9a. crash: a kill -9ed holder is replaced after its lease, never before',
       async () => {
         const key = freshKey();
+        const b = await warmLocker((l) => l.tryLock(key));
         const child = await spawnChild();
         await child.lock(key);
-        const b = await makeLocker();
         const killedAt = performance.now();
         await child.kill();
         const lock = await b.lock(key, { timeoutMs: 3 * T + 5000 });

@@ -75,6 +75,10 @@ export function migrationSuiteOptions(
     ttlMs: Math.max(from.ttlMs ?? 0, to.ttlMs ?? 0) || undefined,
     garbageCycles: Math.min(from.garbageCycles ?? 10_000, to.garbageCycles ?? 10_000),
     exclusionRounds: Math.min(from.exclusionRounds ?? 30, to.exclusionRounds ?? 30),
+    createUnreachableBackend: null,
+    network: null,
+    // A pair has no factory of its own: each store's is fed by that store's own suite.
+    factory: null,
   };
   const fence = to.fence ?? from.fence;
   if (fence) options.fence = fence;

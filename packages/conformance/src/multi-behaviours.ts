@@ -6,7 +6,6 @@
  */
 import { createLocker, MAX_LOCK_ALL_KEYS, SelfDeadlockError, type Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { describe, expect, it } from './harness.js';
 import { countingBackend } from './counting.js';
 import type { SuiteContext } from './context.js';
 import { abortedWithin, untyped } from './helpers.js';
@@ -16,9 +15,10 @@ type Hold = [number, number];
 const overlaps = (a: Hold, b: Hold) => a[0] < b[1] && b[0] < a[1];
 
 export function defineMultiBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, crossProcessIt, hookIt } = ctx;
+  const { describe, it, expect } = ctx.runner;
+  const { options, harness, capabilities, T, renewMs, roundTtl, freshKey, makeLocker, spawnChild, crossProcessIt, hookIt } = ctx;
   // A lock-delay the backend accepts on top of T (whole seconds where ttls are), long enough to measure.
-  const D = Math.ceil(1500 / capabilities.ttlGranularityMs) * capabilities.ttlGranularityMs;
+  const D = roundTtl(1500);
 
   describe('multi-key locks and reentrancy', () => {
     it('27a. lockAll: callers locking overlapping key sets in opposite orders (processes and in-process) never deadlock and never overlap', async () => {

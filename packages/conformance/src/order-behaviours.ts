@@ -3,12 +3,13 @@
  * tokens across holders, stores and floors; FIFO order and no starvation under contention.
  */
 import { BackendUnavailableError, createLocker } from '@deadbolt/core';
-import { MUTEX, sleep } from '@deadbolt/core/backend';
-import { describe, expect, it } from './harness.js';
+import { sleep } from '@deadbolt/core/backend';
+import { MUTEX } from '@deadbolt/core/testing';
 import type { SuiteContext } from './context.js';
 import { retryFor } from './test-matrix.js';
 
 export function defineOrderBehaviours(ctx: SuiteContext): void {
+  const { describe, it, expect } = ctx.runner;
   const { options, harness, capabilities, T, freshKey, makeLocker, spawnChild, itWhen, crossProcessIt, hookIt, register, probeFloor } = ctx;
 
   describe('fencing', () => {

@@ -6,7 +6,6 @@
  */
 import { createLocker, LimitMismatchError, LockUpgradeError, MAX_SEMAPHORE_LIMIT, type Lock, type Locker } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { describe, expect } from './harness.js';
 import type { SuiteContext } from './context.js';
 import { countingBackend } from './counting.js';
 import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
@@ -27,7 +26,23 @@ function maxOverlap(holds: Hold[]): number {
 }
 
 export function defineSharedBehaviours(ctx: SuiteContext): void {
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, spawnChild, itWhen, probeFloor, semIt, rwIt } = ctx;
+  const { describe, expect } = ctx.runner;
+  const {
+    options,
+    harness,
+    capabilities,
+    T,
+    renewMs,
+    roundTtl,
+    freshKey,
+    makeLocker,
+    warmLocker,
+    spawnChild,
+    itWhen,
+    probeFloor,
+    semIt,
+    rwIt,
+  } = ctx;
   const semProcIt = (name: string, fn: () => Promise<void>, timeout?: number) =>
     itWhen(
       () => (!capabilities.semaphore ? 'the backend has no semaphores' : capabilities.crossProcess ? undefined : 'in-process backend'),
@@ -120,9 +135,9 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       "25c. crash: a kill -9ed holder's permit returns after its lease, never before",
       async () => {
         const key = freshKey();
+        const b = await warmLocker((l) => l.semaphore(key, { limit: 1 }).tryAcquire());
         const child = await spawnChild();
         await child.acquireShared(key, { limit: 1 });
-        const b = await makeLocker();
         const killedAt = performance.now();
         await child.kill();
         expect(await b.semaphore(key, { limit: 1 }).tryAcquire()).toBeNull();
@@ -503,9 +518,9 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       "26f. crash: a kill -9ed writer's lock returns after its lease, and a kill -9ed queued writer blocks readers no longer than its ttl",
       async () => {
         const key = freshKey();
+        const b = await warmLocker((l) => l.readWriteLock(key).tryRead());
         const child = await spawnChild();
         await child.acquireShared(key, 'write');
-        const b = await makeLocker();
         const killedAt = performance.now();
         await child.kill();
         const r = await b.readWriteLock(key).read({ timeoutMs: 3 * T + 5000 });
@@ -529,7 +544,7 @@ export function defineSharedBehaviours(ctx: SuiteContext): void {
       const key = freshKey();
       const [a, b] = [await makeLocker(), await makeLocker()];
       const step = capabilities.ttlGranularityMs;
-      const longer = Math.min(Math.ceil((2 * T) / step) * step, Math.floor(capabilities.maxTtlMs / step) * step);
+      const longer = Math.min(roundTtl(2 * T), Math.floor(capabilities.maxTtlMs / step) * step);
       const extend = async (lock: Lock) => {
         // A lease that is a session of fixed length may refuse a new length (as in 20a); it stays held.
         const error = await lock.extend(longer).then(

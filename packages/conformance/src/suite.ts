@@ -1,8 +1,8 @@
 import { createLocker, MigratingBackend, type Capabilities, type Fence, type Locker, type LockerOptions } from '@deadbolt/core';
-import { fullCapabilities } from '@deadbolt/core/backend';
-import { afterEach, beforeEach, describe, expect, it } from './harness.js';
+import { fullCapabilities } from '@deadbolt/core/testing';
+import { defaultRunner } from './harness.js';
 import { ChildHolder } from './children.js';
-import type { ConformanceHarness, ConformanceOptions } from './context.js';
+import type { ConformanceHarness, ConformanceOptions, SuiteContext, TestRunner } from './context.js';
 import { defineCoreBehaviours } from './core-behaviours.js';
 import { defineFaultBehaviours } from './faults.js';
 import { defineInputBehaviours } from './input-behaviours.js';
@@ -13,16 +13,65 @@ import { defineHardeningBehaviours } from './hardening.js';
 import { defineSharedBehaviours } from './shared-behaviours.js';
 import { defineFenceBehaviours } from './fence-behaviours.js';
 import { defineInspectBehaviours } from './inspect-behaviours.js';
+import { defineElectionBehaviours } from './election-behaviours.js';
 import { fenceFromConfig } from './migration-child.js';
 import { FencedRegister } from './register.js';
 
 /**
- * Registers the whole conformance suite (behaviours 1–37, listed in the package's README) for one backend with
- * vitest. Groups switch on by the backend's capabilities; a behaviour that does not apply is listed
- * as skipped with its reason, so reports show it as not applicable rather than passed.
+ * The suite's groups of behaviours by name, in the order it registers them; each takes the
+ * `SuiteContext` the suite builds for a backend, whose `runner` it registers its tests with.
  */
-export function defineConformanceSuite(options: ConformanceOptions): void {
+export const conformanceGroups = {
+  /** 1–7: exclusion, tryLock, timeouts, aborts, release, many keys, odd keys. */
+  core: defineCoreBehaviours,
+  /** 8–11: renewal, crashes, pauses, lost claims. */
+  lease: defineLeaseBehaviours,
+  /** 12–13: fencing tokens and fairness. */
+  order: defineOrderBehaviours,
+  /** 14–17 and 15b: bad input, an unreachable store, close, garbage. */
+  input: defineInputBehaviours,
+  /** 18–24: the faults production has (resets, silences, late answers, clocks, stalls). */
+  faults: defineFaultBehaviours,
+  /** 25–26: semaphores and read-write locks. */
+  shared: defineSharedBehaviours,
+  /** 27–28: multi-key locks, reentrancy, lock-delay. */
+  multi: defineMultiBehaviours,
+  /** 36: fenced writes in the store. */
+  fence: defineFenceBehaviours,
+  /** 37: introspection. */
+  inspect: defineInspectBehaviours,
+  /** 38–39: leader election and once-per-fleet jobs. */
+  election: defineElectionBehaviours,
+  /** 29–35: what an outside audit showed the suite could not see. */
+  hardening: defineHardeningBehaviours,
+} as const satisfies Record<string, (ctx: SuiteContext) => void>;
+
+/** A group of behaviours (`conformanceGroups`). */
+export type ConformanceGroup = keyof typeof conformanceGroups;
+
+/** How `defineConformanceSuite` runs: with which test runner, and which groups. */
+export interface SuiteSettings {
+  /** What the suite registers its tests with and asserts through. Default: vitest's, or the suite's own runner's under `deadbolt check`. */
+  runner?: TestRunner;
+  /** The groups to register (the capability check always runs). Default: every group. */
+  groups?: readonly ConformanceGroup[];
+}
+
+/**
+ * Registers the conformance suite (behaviours 1–39, listed in the package's README) for one backend
+ * with the test runner: every group, or those `settings.groups` names. Groups switch on by the
+ * backend's capabilities; a behaviour that does not apply is listed as skipped with its reason, so
+ * reports show it as not applicable rather than passed. @throws Error for a group name it does not
+ * know, before anything is registered.
+ */
+export function defineConformanceSuite(options: ConformanceOptions, settings: SuiteSettings = {}): void {
   const { harness } = options;
+  const runner = settings.runner ?? defaultRunner;
+  const { describe, it, expect, beforeEach, afterEach } = runner;
+  const groups = settings.groups ?? (Object.keys(conformanceGroups) as ConformanceGroup[]);
+  const unknown = groups.filter((name) => !Object.hasOwn(conformanceGroups, name));
+  if (unknown.length > 0)
+    throw new Error(`unknown conformance groups: ${unknown.join(', ')} (known: ${Object.keys(conformanceGroups).join(', ')})`);
   let capabilities: Required<Capabilities>;
   let probeHasFloor = false;
   let dualMigration = false;
@@ -38,6 +87,17 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   async function makeLocker(lockerOptions: LockerOptions = {}): Promise<Locker> {
     const locker = createLocker(await options.createBackend(), { ttlMs: ttl(), ...lockerOptions });
     lockers.push(locker);
+    return locker;
+  }
+
+  /**
+   * A locker whose backend has already done `first` once (and let go of what it got), so its
+   * connection and scripts are ready: a crash test that starts its clock at a kill then measures
+   * the lease, not a cold connection made inside it under load.
+   */
+  async function warmLocker(first: (locker: Locker) => Promise<{ release(): Promise<unknown> } | null>): Promise<Locker> {
+    const locker = await makeLocker();
+    await (await first(locker))?.release();
     return locker;
   }
 
@@ -71,10 +131,11 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
   const counter = { value: 0 };
   let currentRegister = new FencedRegister<string>();
 
+  /** `ms` rounded up to a whole number of the backend's ttl steps (whole seconds on Cassandra). */
+  const roundTtl = (ms: number) => Math.ceil(ms / capabilities.ttlGranularityMs) * capabilities.ttlGranularityMs;
+
   function ttl(): number {
-    const granularity = capabilities.ttlGranularityMs;
-    const wanted = Math.max(options.ttlMs ?? 1000, capabilities.minTtlMs);
-    return Math.ceil(wanted / granularity) * granularity;
+    return roundTtl(Math.max(options.ttlMs ?? 1000, capabilities.minTtlMs));
   }
 
   /** A test that applies only when `skipReason` is undefined; otherwise listed as `[n/a: reason]`. */
@@ -140,15 +201,18 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       }
     });
 
-    const context = {
+    const context: SuiteContext = {
+      runner,
       options,
       harness,
       freshKey,
       makeLocker,
+      warmLocker,
       spawnChild,
       lockers,
       T,
       renewMs,
+      roundTtl,
       capabilities,
       itWhen,
       crossProcessIt,
@@ -161,15 +225,6 @@ export function defineConformanceSuite(options: ConformanceOptions): void {
       probeFloor: () => probeHasFloor,
       dualMigration,
     };
-    defineCoreBehaviours(context);
-    defineLeaseBehaviours(context);
-    defineOrderBehaviours(context);
-    defineInputBehaviours(context);
-    defineFaultBehaviours(context);
-    defineSharedBehaviours(context);
-    defineMultiBehaviours(context);
-    defineFenceBehaviours(context);
-    defineInspectBehaviours(context);
-    defineHardeningBehaviours(context);
+    for (const group of groups) conformanceGroups[group](context);
   });
 }

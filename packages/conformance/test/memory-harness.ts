@@ -13,6 +13,10 @@ export function memorySuiteOptions(name = 'memory'): ConformanceOptions {
     createBackend: () => memoryBackend({ store }),
     createBackendInOtherNamespace: () => memoryBackend({ store: other }),
     ttlMs: 300,
+    // In this process: no store to be down, no network to fault, no factory of a store behind one.
+    createUnreachableBackend: null,
+    network: null,
+    factory: null,
     fence: { module: import.meta.resolve('@deadbolt/core'), export: 'memoryFence' },
     harness: {
       inspect: async (key) => {
