@@ -14,13 +14,21 @@ export {
 } from './api/diagnostics.js';
 export type {
   ClaimInfo,
+  ElectOptions,
   Inspection,
+  JobContext,
+  Leader,
+  LeaderChange,
+  Leadership,
   Lock,
   Locker,
   LockerOptions,
   LockOptions,
   MultiLock,
+  ObserveOptions,
   ReadWriteLock,
+  RunOnceOptions,
+  RunOnceResult,
   Semaphore,
   TryLockOptions,
 } from './api/types.js';

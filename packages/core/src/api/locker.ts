@@ -38,7 +38,9 @@ import type { Inspection, Lock, Locker, LockerOptions, LockOptions, MultiLock, R
 import { answerDeadline, answerWithin, race, raceSignal, noop, settleWithin, type Timer } from '../kit/time.js';
 import { StoreFloor } from './token-floor.js';
 import { waitOnConnections } from '../kit/wait.js';
-import { count, flag, ms, noPrototype, readOptions, signal as signalRule, wait as waitRule, type Rules } from '../kit/options.js';
+import { count, flag, instance, ms, noPrototype, readOptions, signal as signalRule, wait as waitRule, type Rules } from '../kit/options.js';
+import type { Fence } from '../kit/fence.js';
+import { elect, leader, observe, runOnce, type ElectionHost } from './election.js';
 import { validateKey, validateKeys, validateTtl } from './validate.js';
 
 /** How each option of `createLocker` is checked (see options.ts); `ttlMs` then against the backend. */
@@ -52,6 +54,11 @@ const LOCKER_RULES = {
   reentrant: flag,
   lockDelayMs: count(0),
   redactKeys: flag,
+  fence: instance(
+    (v): v is Fence =>
+      typeof v === 'object' && v !== null && typeof (v as Fence).write === 'function' && typeof (v as Fence).read === 'function',
+    'a Fence (with write and read)',
+  ),
 } satisfies Rules<LockerOptions>;
 
 /** How a waiting call's options are checked (`lock`, `lockAll`, `acquire`, `read`, `write`, the `with…` helpers). */
@@ -128,7 +135,7 @@ export function backendOf(locker: Locker): LockBackend {
   return locker.backend;
 }
 
-class DefaultLocker implements Locker {
+class DefaultLocker implements Locker, ElectionHost {
   readonly backend: LockBackend;
   readonly #ttlMs: number;
   /** The backend's capabilities with their defaults, read once (a backend sets them when it is made). */
@@ -161,6 +168,9 @@ class DefaultLocker implements Locker {
   /** A grant that arrived after its acquisition stopped waiting goes back; if that fails it expires on its own. */
   readonly #giveBack = (late: Lease | null) => void (late && this.backend.release(late).catch(noop));
   #closed: Promise<void> | undefined;
+  /** Elections and jobs (election.ts): the fence the leader's value is published in, and this locker's campaigns. */
+  readonly fence: Fence | undefined;
+  readonly campaigns = new Map<string, () => boolean>();
 
   constructor(backend: LockBackend, raw: LockerOptions | undefined) {
     if (!backend || typeof backend !== 'object' || typeof backend.acquire !== 'function') {
@@ -180,11 +190,13 @@ class DefaultLocker implements Locker {
       autoRenew: options.autoRenew ?? true,
       operationTimeoutMs,
       redactKeys: options.redactKeys ?? false,
+      capabilities: this.#capabilities,
     };
     this.#timeoutMs = options.timeoutMs ?? Infinity;
     this.#unavailableGraceMs = options.unavailableGraceMs ?? DEFAULT_UNAVAILABLE_GRACE_MS;
     this.#reentrant = options.reentrant ?? false;
     this.#lockDelayMs = options.lockDelayMs ?? 0;
+    this.fence = options.fence;
     this.#defaultTerms = this.#leaseOf(NO_OPTIONS);
     // Every waiter without a deadline of its own listens to this one signal; that is not a leak
     // (each listener goes when its wait ends), so lift Node's warning threshold of 10.
@@ -376,6 +388,25 @@ class DefaultLocker implements Locker {
       return seen.holders.some((h) => h.owner === owner) && backend.forceRelease!(key, owner, space);
     };
     return this.#operatorCall('force release', backend.forceRelease && backend.inspect && free, "cannot free another client's lock");
+  }
+
+  // Elections and jobs (election.ts), on this locker's own lock, tryLock and inspect.
+  readonly elect: Locker['elect'] = (name, options) => elect(this, name, options, false) as ReturnType<Locker['elect']>;
+  readonly tryElect: Locker['tryElect'] = (name, options) => elect(this, name, options, true);
+  readonly leader: Locker['leader'] = (name) => leader(this, name);
+  readonly observe: Locker['observe'] = (name, options) => observe(this, name, options);
+  readonly runOnce: Locker['runOnce'] = (name, job, options) => runOnce(this, name, job, options);
+
+  get capabilities(): Required<Capabilities> {
+    return this.#capabilities;
+  }
+
+  get timeoutMs(): number {
+    return this.#timeoutMs;
+  }
+
+  get operationTimeoutMs(): number {
+    return this.#settings.operationTimeoutMs;
   }
 
   /**

@@ -1,5 +1,6 @@
-// The user API's types: what a locker, a lock and the families promise. A leaf module (it imports
-// nothing), so every part of core can name them without a cycle.
+// The user API's types: what a locker, a lock, the families, fences, elections and once-per-fleet
+// jobs promise. A leaf module (it imports nothing), so every part of core can name them without a
+// cycle.
 
 /** Defaults for every lock a locker takes. */
 export interface LockerOptions {
@@ -52,6 +53,14 @@ export interface LockerOptions {
    * carry what traces must not (user ids, emails). Default false.
    */
   redactKeys?: boolean;
+  /**
+   * Where `elect` publishes the leader's value and `leader` / `observe` read it: a `Fence` on a
+   * store every candidate and observer reaches (usually the lock store's own, `redisFence({ url })`
+   * beside `redisBackend({ url })`). The value is written with the term's fencing token, so a
+   * leader whose term has ended cannot overwrite its successor's. The locker does not close it.
+   * Without it those three reject with InvalidArgumentError; locks and `runOnce` do not need it.
+   */
+  fence?: Fence;
 }
 
 /** Options of one acquisition (`lock`, `withLock`, a semaphore's or read-write lock's waits); unknown names are `InvalidArgumentError`. */
@@ -285,6 +294,44 @@ export interface Locker extends AsyncDisposable {
    */
   forceRelease(key: string, owner: string, options?: { shared?: boolean }): Promise<boolean>;
   /**
+   * Campaigns in election `name` until elected: candidates wait in line (FIFO where the store's
+   * locks are), one term at a time. The term is the lock `name` (its token is the term's); the
+   * value is published in the locker's `fence` under resource `name + '#deadbolt-leader'`.
+   * @throws InvalidArgumentError (before any I/O: a bad name or value, bad options, no `fence` on
+   * the locker); SelfDeadlockError when this locker already campaigns or leads in `name`;
+   * LockTimeoutError; the signal's reason; LockerClosedError; StaleTokenError,
+   * BackendUnavailableError, BackendError (nothing is held then).
+   */
+  elect(name: string, options: ElectOptions): Promise<Leadership>;
+  /** One attempt at `elect`: a Leadership, or null when someone leads. Throws as `elect`. */
+  tryElect(name: string, options: Omit<ElectOptions, 'timeoutMs'>): Promise<Leadership | null>;
+  /**
+   * Who leads election `name` now, or null when nobody does: the lock's holder read from the store
+   * and the value it published (a snapshot, stale as soon as it is read).
+   * @throws InvalidArgumentError (before any I/O) for a bad name, no `fence`, or a backend that
+   * cannot inspect; LockerClosedError; BackendUnavailableError; BackendError.
+   */
+  leader(name: string): Promise<Leader | null>;
+  /**
+   * Every change of election `name`'s leader, in order, read every `intervalMs` until `signal`
+   * aborts: the first item is the leader now. A term too short to be seen between two reads is
+   * counted in the next change's `missedTerms`, never silently skipped.
+   * @throws (from the iteration) what `leader` throws; a store failure ends the iteration.
+   */
+  observe(name: string, options?: ObserveOptions): AsyncIterableIterator<LeaderChange>;
+  /**
+   * Runs `job` at most once across every process that calls this for `name` in the same window
+   * (ShedLock's rule): the claim is the lock `name`, kept while the job runs; a call that finds it
+   * taken skips with `busy`, or `ran-recently` for `lockAtLeastForMs` after a run started (marked
+   * by the lock `name + '#deadbolt-ran'`, which the store expires). A job that throws is marked
+   * the same way and its error rethrown.
+   * @throws InvalidArgumentError (before any I/O: a bad name, a job that is not a function, bad
+   * options, `lockAtLeastForMs` above `lockAtMostForMs`); LockerClosedError; BackendUnavailableError,
+   * BackendError (the job did not run); what the job throws; LockLostError when the claim was lost
+   * before the job settled (its result is not reported as done).
+   */
+  runOnce<T>(name: string, job: (context: JobContext) => Promise<T> | T, options: RunOnceOptions): Promise<RunOnceResult<T>>;
+  /**
    * Reject pending waits with LockerClosedError, release held locks, close the backend. Finishes
    * within two operation timeouts even when the store has gone silent.
    * Idempotent. @throws the first release or close error, after everything was attempted.
@@ -318,4 +365,161 @@ export interface MultiLock extends AsyncDisposable {
    * @throws the first member's failure, after every member was tried (the others are released).
    */
   release(): Promise<void>;
+}
+
+/** Options of `Locker.elect`; unknown names are `InvalidArgumentError`. */
+export interface ElectOptions {
+  /** What this candidate publishes while it leads (its id, its address): any string up to 64 KiB of UTF-8. */
+  value: string;
+  /** The term's lease: how long a leader that stopped (killed, partitioned) keeps the term. Default the locker's `ttlMs`. */
+  ttlMs?: number;
+  /** Give up campaigning after this long with `LockTimeoutError`. Default the locker's `timeoutMs`. */
+  timeoutMs?: number;
+  /** Stop campaigning: `elect` rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/**
+ * A term of leadership (`Locker.elect`): held until `resign()`, or until the term's lease is lost,
+ * when `signal` aborts. Dispose it (`await using`) to resign.
+ */
+export interface Leadership extends AsyncDisposable {
+  /** The election's name. */
+  readonly name: string;
+  /** The term's fencing token: strictly above every earlier term's. Pass it to the fences of what the leader writes. */
+  readonly token: bigint;
+  /** The term's number: one more than the term before it that published a value (1 for the first). */
+  readonly term: number;
+  /** The value this leader published last (`proclaim`). */
+  readonly value: string;
+  /** Aborted with `LockLostError` the moment the term is lost (as `Lock.signal`); not on `resign()`. */
+  readonly signal: AbortSignal;
+  /** True while the term is held (not resigned, not lost). */
+  readonly held: boolean;
+  /**
+   * Publishes `value` in place of the last one, in the same term (with its token, so it is refused
+   * once a later term has published).
+   * @throws InvalidArgumentError for a bad value (before any I/O); NotOwnerError after `resign()`;
+   * LockLostError when the term is lost; StaleTokenError when a later term has published;
+   * BackendUnavailableError / BackendError when the fence's store fails.
+   */
+  proclaim(value: string): Promise<void>;
+  /**
+   * Ends the term: the next candidate in line is elected at once, not after a ttl. Idempotent.
+   * @throws BackendError / BackendUnavailableError when the store fails (the term then ends when its lease runs out).
+   */
+  resign(): Promise<void>;
+}
+
+/** Who leads an election now (`Locker.leader`). */
+export interface Leader {
+  /** The leader's published value; `null` in the moment between its election and its first publication (or a store that does not report holders' tokens). */
+  readonly value: string | null;
+  /** The term's fencing token; `null` only with `value` on a store that shows no holder's token (a migration's dual phase). */
+  readonly token: bigint | null;
+  /** The term's number (`Leadership.term`); `null` with `value`. */
+  readonly term: number | null;
+  /**
+   * How long this term has lasted, by the leader's wall clock at its election and this process's
+   * now: a skew between the two shows here (never used for any decision). `null` with `value`.
+   */
+  readonly sinceMs: number | null;
+}
+
+/** One change seen by `Locker.observe`: a new term, a new value in the same term, or no leader. */
+export interface LeaderChange {
+  /** The leader now; `null` when nobody leads. */
+  readonly leader: Leader | null;
+  /**
+   * Terms that began and ended between this change and the one before it, unseen (observe reads
+   * every `intervalMs`; a shorter term can pass between two reads). Counted from the terms'
+   * numbers, so never guessed; 0 when none was missed or it cannot be known (the first change).
+   */
+  readonly missedTerms: number;
+}
+
+/** Options of `Locker.observe`; unknown names are `InvalidArgumentError`. */
+export interface ObserveOptions {
+  /** Ends the iteration (it then returns, without an error). */
+  signal?: AbortSignal;
+  /** How often the store is read. Default 1 000 ms. */
+  intervalMs?: number;
+}
+
+/** Options of `Locker.runOnce`; unknown names are `InvalidArgumentError`. */
+export interface RunOnceOptions {
+  /**
+   * The job's claim lasts at most this long after its runner stopped renewing it (killed, paused,
+   * partitioned): the claim's lease. A ttl the backend accepts.
+   */
+  lockAtMostForMs: number;
+  /**
+   * After a run started, later calls skip (`ran-recently`) for at least this long, even when the
+   * job finished sooner: a runner whose clock or scheduler fires a little late does not run the
+   * window's job again. At most `lockAtMostForMs`. Default 0.
+   */
+  lockAtLeastForMs?: number;
+  /** Abort the attempt to claim the job (not the job itself: it gets the claim's `signal`). */
+  signal?: AbortSignal;
+}
+
+/** What a job run by `Locker.runOnce` is given. */
+export interface JobContext {
+  /** The claim's fencing token: pass it to the fences of what the job writes. */
+  readonly token: bigint;
+  /** Aborted with `LockLostError` when the job's claim is lost mid-run. */
+  readonly signal: AbortSignal;
+}
+
+/** What `Locker.runOnce` did: ran the job (and what it returned), or skipped it, and why. */
+export type RunOnceResult<T> =
+  { readonly ran: true; readonly result: T; readonly token: bigint } | { readonly ran: false; readonly reason: 'busy' | 'ran-recently' };
+
+/** What a fenced resource holds: the last accepted value and the token it was written with. */
+export interface FencedValue {
+  readonly value: string;
+  readonly token: bigint;
+}
+
+/**
+ * Values in a store guarded by fencing tokens: a write is accepted when its token is at least the
+ * highest one the resource has accepted (the current holder may write as often as it likes, with
+ * its one token), and refused with `StaleTokenError` when it is lower. The check and the write are
+ * one atomic step in the store, so a stale write can never land between them.
+ *
+ * Pass a lock's `token` (`lock.token`): tokens rise with every grant of a key, so once a newer
+ * holder has written, every write of an older one is refused. Use one resource per lock key (or a
+ * resource guarded by exactly one key): tokens of different keys are not comparable.
+ */
+export interface Fence {
+  /**
+   * Writes `value` to `resource` with `token`.
+   * @throws InvalidArgumentError for a bad resource (the lock key rules), a token that is not a
+   *   bigint in [0, FENCE_TOKEN_LIMIT), a value no store can keep (see `checkFencedWrite`) or bad
+   *   options, before any I/O; StaleTokenError when the resource has accepted a higher token
+   *   (nothing written); BackendUnavailableError / BackendError when the store fails, and
+   *   BackendUnavailableError when the write did not finish within `options.timeoutMs`, or the
+   *   signal's reason when it aborts (the write may or may not have landed: read it back, or
+   *   write again with the same token, which is safe). Contention never fails a write: a store
+   *   whose check-and-write is optimistic tries again until the deadline.
+   */
+  write(resource: string, token: bigint, value: string, options?: FenceWriteOptions): Promise<void>;
+  /**
+   * The last value written to `resource` and its token; null if it was never written.
+   * @throws InvalidArgumentError for a bad resource; BackendUnavailableError / BackendError.
+   */
+  read(resource: string): Promise<FencedValue | null>;
+  /** Closes what the fence opened (a client it was given stays open). Never throws. */
+  close(): Promise<void>;
+}
+
+/** The options of one fenced write (`Fence.write`). */
+export interface FenceWriteOptions {
+  /**
+   * How long the write may take, every retry included; after it the write rejects with
+   * `BackendUnavailableError`. Default `DEFAULT_FENCE_TIMEOUT_MS`.
+   */
+  timeoutMs?: number;
+  /** Aborts the write: it rejects with the signal's reason. */
+  signal?: AbortSignal;
 }

@@ -1,4 +1,4 @@
-import { DEFAULT_MAX_TTL_MS, type Capabilities } from '../kit/backend.js';
+import type { Capabilities } from '../kit/backend.js';
 import { InvalidArgumentError } from './errors.js';
 import { describe } from '../kit/options.js';
 
@@ -30,14 +30,14 @@ export function validateKey(key: unknown, name = 'key'): asserts key is string {
  * @throws InvalidArgumentError unless `ttlMs` is a safe integer between the backend's minimum and
  * maximum and a whole multiple of its granularity.
  */
-export function validateTtl(ttlMs: unknown, caps: Capabilities, name = 'ttlMs'): number {
+export function validateTtl(ttlMs: unknown, caps: Required<Capabilities>, name = 'ttlMs'): number {
   if (typeof ttlMs !== 'number' || !Number.isSafeInteger(ttlMs) || ttlMs <= 0) {
     throw new InvalidArgumentError(`${name} must be a positive safe integer (milliseconds), got ${describe(ttlMs)}`);
   }
   if (ttlMs < caps.minTtlMs) {
     throw new InvalidArgumentError(`${name} must be at least ${caps.minTtlMs} ms on this backend, got ${ttlMs}`);
   }
-  const max = caps.maxTtlMs ?? DEFAULT_MAX_TTL_MS;
+  const max = caps.maxTtlMs;
   if (ttlMs > max) throw new InvalidArgumentError(`${name} must be at most ${max} ms on this backend, got ${ttlMs}`);
   if (ttlMs % caps.ttlGranularityMs !== 0) {
     throw new InvalidArgumentError(`${name} must be a multiple of ${caps.ttlGranularityMs} ms on this backend, got ${ttlMs}`);

@@ -1,0 +1,36 @@
+// One runner of run-once-fleet.test.ts, a process of its own: a locker and a fence on the store the
+// test names, and a clock `skewMs` ahead of the machine's (it fires that much early). At the start
+// of each window it calls runOnce for the fleet's job, which writes the window's number through the
+// fence with its claim's token, and prints one JSON line per window saying what it did.
+import { createLocker } from '@deadbolt/core';
+
+const settings = JSON.parse(process.argv[2]);
+const { backend, fence, job, windows, windowMs, startAt, skewMs, jitterMs, lockAtMostForMs, lockAtLeastForMs } = settings;
+const make = async ({ module, export: name, options }) => (await import(module))[name](options);
+const locker = createLocker(await make(backend), { ttlMs: lockAtMostForMs });
+const log = await make(fence);
+// Connected before the first window, so a cold connection does not make this runner late.
+await (await locker.tryLock(`${job}/warm-up`))?.release();
+await log.read(`${job}/log`);
+for (let window = 0; window < windows; window++) {
+  const due = startAt + window * windowMs - skewMs + Math.random() * jitterMs;
+  if (Date.now() > due + windowMs / 4) {
+    console.log(JSON.stringify({ window, late: true }));
+    continue;
+  }
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, due - Date.now())));
+  const outcome = await locker.runOnce(
+    job,
+    async ({ token }) => {
+      await log.write(`${job}/log`, token, String(window));
+      return String(token);
+    },
+    { lockAtMostForMs, lockAtLeastForMs },
+  );
+  console.log(JSON.stringify({ window, ...outcome }, (_, v) => (typeof v === "bigint" ? String(v) : v)));
+}
+// A fleet's runners outlive their windows: on a store whose leases are sessions (ZooKeeper), a
+// locker closed inside a window gives its window's lock back with its session.
+await new Promise((resolve) => setTimeout(resolve, Math.max(0, startAt + windows * windowMs - Date.now())));
+await locker.close();
+await log.close();
