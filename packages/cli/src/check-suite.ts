@@ -31,5 +31,8 @@ defineConformanceSuite({
   // The same store options on a port nothing listens on: the client's side of behaviour 15.
   createUnreachableBackend: () => backendFor(url.replace(/^([a-z][a-z0-9+.-]*:\/\/)(?:[^@/?]*@)?[^/?]*/i, '$1127.0.0.1:1')),
   child: { module: import.meta.resolve('./stores.js'), export: 'backendFor', options: url },
+  // No proxy is put in front of your store, and the factories' hostile options are the project's own tests'.
+  network: null,
+  factory: null,
   harness: { inspect: (key) => owners(key, 'mutex'), inspectShared: (key) => owners(key, 'shared') },
 });

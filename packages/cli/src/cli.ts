@@ -1,15 +1,16 @@
 // The `deadbolt` command: parses the command line (node:util's parseArgs), runs the command, and
 // turns every failure into one line on stderr and an exit code (exit.ts), never a stack trace.
 import { createRequire } from 'node:module';
-import { constants } from 'node:os';
+import { constants, hostname } from 'node:os';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { unknownOption } from '@deadbolt/core/backend';
+import { rules } from '@deadbolt/core/backend';
 import { CliError, describeError, EXIT, exitCodeOf } from './exit.js';
 import { asJson, asText, inspect } from './inspect.js';
 import { asTable, check } from './check.js';
 import { bench, benchTable } from './bench.js';
 import { release } from './release.js';
 import { run, type RunRequest } from './run.js';
+import { elect, leader, leaderJson, leaderText, observe } from './elect.js';
 import { STORES } from './stores.js';
 
 const SCHEMES = Object.keys(STORES).join(', ');
@@ -24,6 +25,9 @@ Commands:
   run KEY [options] -- COMMAND [ARGS...]   run a command while holding a lock
   inspect KEY [options]                    show who holds a key and who waits
   release KEY --force [options]            free a lock someone else holds (a stuck holder)
+  elect NAME [options] -- COMMAND [ARGS...] run a command while this process leads election NAME
+  leader NAME [options]                    show who leads election NAME
+  observe NAME [options]                   print each change of election NAME's leader
   check [URL]                              run the conformance suite against your store
   bench [URL...]                           time locking on one or more stores, side by side
   -V, --version                            print the version
@@ -34,6 +38,54 @@ backend's options, e.g. postgres://user@host/db?mode=session, cassandra://host/k
 
 Exit codes: the command's own (run); 1 a behaviour failed (check); 64 bad usage; 69 store unavailable; 70 store error;
 75 key busy or wait over (-E sets another); 76 lock lost while the command ran; 127 command not found.
+`,
+  elect: `Usage: deadbolt elect NAME [options] -- COMMAND [ARGS...]
+       deadbolt elect NAME [options] -c 'SHELL COMMAND'
+
+Campaigns in election NAME (candidates wait in line), and once elected runs COMMAND while this
+process leads, publishing --value as the leader's value in the store's fence. As "deadbolt run"
+does with a lock: COMMAND's environment has DEADBOLT_KEY (NAME), DEADBOLT_TOKEN (the term's fencing
+token) and DEADBOLT_TERM (the term's number); signals are passed on to its process group; if the
+term is lost, the group gets SIGTERM, then SIGKILL after --grace. When COMMAND ends, deadbolt
+resigns (the next candidate is elected at once) and exits with its code. The term is the lock NAME.
+
+Options:
+  -u, --url URL                 the store (default: $DEADBOLT_URL); not redlock://
+  -v, --value TEXT              the value to publish (default: this host's name and process id)
+      --again                   after a lost term, campaign again and run COMMAND again
+  -n, --nonblock                one attempt: exit 75 (or -E) at once if someone leads
+  -w, --wait, --timeout SECS    give up campaigning after SECS: exit 75 (or -E)
+  -E, --conflict-exit-code N    exit code for -n and -w (default 75)
+  -t, --ttl SECS                the term's lease (default 15): how long a crashed leader leads on
+  -g, --grace SECS              time between SIGTERM and SIGKILL after a loss (default 10)
+  -c, --command STRING          run STRING with /bin/sh -c
+  -h, --help                    this help
+
+Exit: COMMAND's code; 75 not elected (-n, -w); 76 the term was lost (without --again).
+`,
+  leader: `Usage: deadbolt leader NAME [options]
+
+Shows who leads election NAME: the value it published, its term and fencing token, and for how
+long (by the leader's clock and this one's). Reads only.
+
+Options:
+  -u, --url URL      the store (default: $DEADBOLT_URL)
+      --json         JSON (null when nobody leads; tokens as decimal strings)
+  -h, --help         this help
+`,
+  observe: `Usage: deadbolt observe NAME [options]
+
+Prints the leader of election NAME, then one line at each change (a new term, a new value, nobody
+leading), until interrupted. A term too short to be seen between two reads is counted ("missed 2
+terms"), never skipped silently.
+
+Options:
+  -u, --url URL          the store (default: $DEADBOLT_URL)
+      --interval SECS    how often the store is read (default 1)
+      --json             one JSON object per line: { leader, missedTerms }
+  -h, --help             this help
+
+Exit: 128 + n when stopped by signal n.
 `,
   run: `Usage: deadbolt run KEY [options] -- COMMAND [ARGS...]
        deadbolt run KEY [options] -c 'SHELL COMMAND'
@@ -143,21 +195,25 @@ Exit: 0; 1 if a store let two clients hold the key at once; 69 a store cannot be
 };
 
 const URL_OPTION = { url: { type: 'string', short: 'u' }, help: { type: 'boolean', short: 'h' } } as const;
-const RUN_OPTIONS = {
+/** The flags of a command run under a hold (`run`'s lock, `elect`'s term): the wait, the lease, the command. */
+const HOLD_OPTIONS = {
   ...URL_OPTION,
   nonblock: { type: 'boolean', short: 'n' },
   wait: { type: 'string', short: 'w' },
   timeout: { type: 'string' },
   'conflict-exit-code': { type: 'string', short: 'E' },
+  ttl: { type: 'string', short: 't' },
+  grace: { type: 'string', short: 'g' },
+  command: { type: 'string', short: 'c' },
+} as const satisfies ParseArgsConfig['options'];
+const RUN_OPTIONS = {
+  ...HOLD_OPTIONS,
   // Parsed only to be refused with the reason (a flock user's -s would not exclude "run KEY").
   shared: { type: 'boolean', short: 's' },
   exclusive: { type: 'boolean', short: 'x' },
   read: { type: 'boolean' },
   write: { type: 'boolean' },
   limit: { type: 'string', short: 'l' },
-  ttl: { type: 'string', short: 't' },
-  grace: { type: 'string', short: 'g' },
-  command: { type: 'string', short: 'c' },
   verbose: { type: 'boolean' },
 } as const satisfies ParseArgsConfig['options'];
 const CHECK_OPTIONS = {
@@ -180,6 +236,13 @@ const BENCH_OPTIONS = {
   hold: { type: 'string' },
   json: { type: 'boolean' },
 } as const satisfies ParseArgsConfig['options'];
+const ELECT_OPTIONS = {
+  ...HOLD_OPTIONS,
+  value: { type: 'string', short: 'v' },
+  again: { type: 'boolean' },
+} as const satisfies ParseArgsConfig['options'];
+const LEADER_OPTIONS = { ...URL_OPTION, json: { type: 'boolean' } } as const satisfies ParseArgsConfig['options'];
+const OBSERVE_OPTIONS = { ...LEADER_OPTIONS, interval: { type: 'string' } } as const satisfies ParseArgsConfig['options'];
 const INSPECT_OPTIONS = {
   ...URL_OPTION,
   shared: { type: 'boolean', short: 's' },
@@ -208,7 +271,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (command === 'release') return await releaseCommand(rest);
     if (command === 'check') return await checkCommand(rest);
     if (command === 'bench') return await benchCommand(rest);
-    throw usage(`unknown command "${command}" (run, inspect, release, check, bench; deadbolt --help)`);
+    if (command === 'elect') return await electCommand(rest);
+    if (command === 'leader') return await leaderCommand(rest);
+    if (command === 'observe') return await observeCommand(rest);
+    throw usage(`unknown command "${command}" (run, inspect, release, check, bench, elect, leader, observe; deadbolt --help)`);
   } catch (error) {
     process.stderr.write(`deadbolt: ${describeError(error)}\n`);
     return exitCodeOf(error);
@@ -223,10 +289,7 @@ async function runCommand(argv: readonly string[]): Promise<number> {
   const [key, ...extra] = positionals;
   if (key === undefined) throw usage('run needs a KEY (deadbolt run --help)');
   if (extra.length > 0) throw usage(`put the command after "--": deadbolt run ${key} -- ${extra.join(' ')}`);
-  const given = split < 0 ? [] : argv.slice(split + 1);
-  if (values.command !== undefined && given.length > 0) throw usage('give the command with -c or after "--", not both');
-  const command = values.command !== undefined ? ['/bin/sh', '-c', values.command] : given;
-  if (command.length === 0) throw usage('run needs a command: deadbolt run KEY -- COMMAND [ARGS...]');
+  const command = commandOf(argv, 'run', values.command);
   if (values.shared)
     throw usage(
       'run has no -s: the lock KEY has no shared form, so a -s reader would not exclude a plain "run KEY" writer; use --read and --write (the read-write lock KEY), or -l N (N holders at once)',
@@ -235,23 +298,91 @@ async function runCommand(argv: readonly string[]): Promise<number> {
     Boolean,
   );
   if (modes.length > 1) throw usage(`${modes.join(' and ')} exclude each other`);
-  const wait = values.wait ?? values.timeout;
   const request: RunRequest = {
-    url: storeUrl(values.url),
-    key,
+    ...holdTerms(values, key),
     command,
-    nonblock: values.nonblock ?? false,
-    timeoutMs: wait === undefined ? Infinity : seconds(wait, '-w') * 1000,
     kind:
       values.limit !== undefined
         ? { type: 'permit', limit: whole(values.limit, '-l', 1) }
         : { type: values.read ? 'read' : values.write ? 'write' : 'mutex' },
-    ttlMs: values.ttl === undefined ? undefined : Math.round(seconds(values.ttl, '--ttl') * 1000),
-    graceMs: seconds(values.grace ?? '10', '--grace') * 1000,
-    conflictCode: values['conflict-exit-code'] === undefined ? EXIT.busy : whole(values['conflict-exit-code'], '-E', 0, 255),
     verbose: values.verbose ?? false,
   };
   return run(request);
+}
+
+/** The store, the wait and the lease of a command run under a hold (`HOLD_OPTIONS`), for `key`. @throws CliError for a bad value. */
+function holdTerms(values: { [F in keyof typeof HOLD_OPTIONS]?: string | boolean }, key: string) {
+  const text = (flag: keyof typeof HOLD_OPTIONS) => values[flag] as string | undefined;
+  const wait = text('wait') ?? text('timeout');
+  const ttl = text('ttl');
+  const conflict = text('conflict-exit-code');
+  return {
+    url: storeUrl(text('url')),
+    key,
+    nonblock: values.nonblock === true,
+    timeoutMs: wait === undefined ? Infinity : seconds(wait, '-w') * 1000,
+    ttlMs: ttl === undefined ? undefined : Math.round(seconds(ttl, '--ttl') * 1000),
+    graceMs: seconds(text('grace') ?? '10', '--grace') * 1000,
+    conflictCode: conflict === undefined ? EXIT.busy : whole(conflict, '-E', 0, 255),
+  };
+}
+
+/** The command after `--` or given with `-c`, and the arguments before `--`. @throws CliError for neither or both. */
+function commandOf(argv: readonly string[], name: string, inline: string | undefined): string[] {
+  const split = argv.indexOf('--');
+  const given = split < 0 ? [] : argv.slice(split + 1);
+  if (inline !== undefined && given.length > 0) throw usage('give the command with -c or after "--", not both');
+  const command = inline !== undefined ? ['/bin/sh', '-c', inline] : given;
+  if (command.length === 0) throw usage(`${name} needs a command: deadbolt ${name} KEY -- COMMAND [ARGS...]`);
+  return command;
+}
+
+async function electCommand(argv: readonly string[]): Promise<number> {
+  const split = argv.indexOf('--');
+  const { values, positionals } = parse(split < 0 ? argv : argv.slice(0, split), ELECT_OPTIONS, 'elect');
+  if (values.help) return help('elect');
+  const [name, ...extra] = positionals;
+  if (name === undefined) throw usage('elect needs a NAME (deadbolt elect --help)');
+  if (extra.length > 0) throw usage(`put the command after "--": deadbolt elect ${name} -- ${extra.join(' ')}`);
+  return elect({
+    ...holdTerms(values, name),
+    value: values.value ?? `${hostname()} pid ${process.pid}`,
+    command: commandOf(argv, 'elect', values.command),
+    again: values.again ?? false,
+  });
+}
+
+async function leaderCommand(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parse(argv, LEADER_OPTIONS, 'leader');
+  if (values.help) return help('leader');
+  if (positionals.length !== 1) throw usage('leader needs one NAME (deadbolt leader --help)');
+  const now = await leader(storeUrl(values.url), positionals[0]!);
+  process.stdout.write(`${values.json ? leaderJson(now) : leaderText(positionals[0]!, now)}\n`);
+  return 0;
+}
+
+async function observeCommand(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parse(argv, OBSERVE_OPTIONS, 'observe');
+  if (values.help) return help('observe');
+  if (positionals.length !== 1) throw usage('observe needs one NAME (deadbolt observe --help)');
+  const name = positionals[0]!;
+  const intervalMs = positiveSeconds(values.interval ?? '1', '--interval') * 1000;
+  const stop = new AbortController();
+  let stoppedBy: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals) => ((stoppedBy = signal), stop.abort());
+  const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+  for (const signal of signals) process.once(signal, onSignal);
+  try {
+    await observe(storeUrl(values.url), name, intervalMs, stop.signal, ({ leader: now, missedTerms }) => {
+      const missed = missedTerms > 0 ? ` (missed ${missedTerms} term${missedTerms === 1 ? '' : 's'})` : '';
+      process.stdout.write(
+        values.json ? `{"leader":${leaderJson(now)},"missedTerms":${missedTerms}}\n` : `${leaderText(name, now)}${missed}\n`,
+      );
+    });
+  } finally {
+    for (const signal of signals) process.off(signal, onSignal);
+  }
+  return stoppedBy ? 128 + (constants.signals[stoppedBy] ?? 0) : 0;
 }
 
 async function inspectCommand(argv: readonly string[]): Promise<number> {
@@ -326,7 +457,7 @@ function parse<O extends NonNullable<ParseArgsConfig['options']>>(args: readonly
     const unknown = /^Unknown option '--([^'=]+)'/.exec((error as Error).message)?.[1];
     if (unknown !== undefined)
       throw usage(
-        `${unknownOption(
+        `${rules.unknownOption(
           `--${unknown}`,
           Object.keys(options).map((name) => `--${name}`),
           `deadbolt ${command}`,

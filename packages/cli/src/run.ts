@@ -49,46 +49,60 @@ export async function run(req: RunRequest): Promise<number> {
       const seconds = ((performance.now() - started) / 1000).toFixed(3);
       process.stderr.write(`deadbolt: took ${req.key} in ${seconds} s, fencing token ${lock.token}\n`);
     }
-    return await holding(lock, req);
+    return await holding(lock, req, { DEADBOLT_OWNER: lock.owner });
   } finally {
     await locker.close().catch((error: unknown) => warn(`closing the store's connections: ${describeError(error)}`));
   }
 }
 
 /** The lock, or a CliError with the conflict code; a signal meanwhile ends the wait (exit 128 + its number). */
-async function take(locker: Locker, req: RunRequest): Promise<Lock> {
+function take(locker: Locker, req: RunRequest): Promise<Lock> {
+  const { kind, key, nonblock } = req;
+  return waitFor(req, (options) => {
+    if (kind.type === 'permit') {
+      const semaphore = locker.semaphore(key, { limit: kind.limit });
+      return nonblock ? semaphore.tryAcquire(options) : semaphore.acquire(options);
+    }
+    if (kind.type === 'read') return nonblock ? locker.readWriteLock(key).tryRead(options) : locker.readWriteLock(key).read(options);
+    if (kind.type === 'write') return nonblock ? locker.readWriteLock(key).tryWrite(options) : locker.readWriteLock(key).write(options);
+    return nonblock ? locker.tryLock(key, options) : locker.lock(key, options);
+  });
+}
+
+/** How long a wait may last, and what a wait that comes to nothing exits with. */
+export type WaitTerms = Pick<RunRequest, 'key' | 'nonblock' | 'timeoutMs' | 'conflictCode'>;
+
+/**
+ * What `attempt` gets (given the wait's signal and, unless one attempt, its timeout), or a
+ * CliError with the conflict code when it gets nothing or times out; a signal meanwhile ends the
+ * wait (exit 128 + its number).
+ */
+export async function waitFor<T>(
+  req: WaitTerms,
+  attempt: (options: { signal: AbortSignal; timeoutMs?: number }) => Promise<T | null>,
+): Promise<T> {
   const interrupted = new AbortController();
   const onSignal = (signal: NodeJS.Signals) =>
     interrupted.abort(new CliError(`interrupted by ${signal} while waiting for ${req.key}`, 128 + constants.signals[signal]));
   for (const signal of INTERRUPTS) process.on(signal, onSignal);
   try {
-    const options = { signal: interrupted.signal, ...(req.nonblock ? {} : { timeoutMs: req.timeoutMs }) };
-    const { kind, key, nonblock } = req;
-    let lock: Lock | null;
+    let got: T | null;
     try {
-      if (kind.type === 'permit') {
-        const semaphore = locker.semaphore(key, { limit: kind.limit });
-        lock = await (nonblock ? semaphore.tryAcquire(options) : semaphore.acquire(options));
-      } else if (kind.type === 'read') {
-        lock = await (nonblock ? locker.readWriteLock(key).tryRead(options) : locker.readWriteLock(key).read(options));
-      } else if (kind.type === 'write') {
-        lock = await (nonblock ? locker.readWriteLock(key).tryWrite(options) : locker.readWriteLock(key).write(options));
-      } else {
-        lock = await (nonblock ? locker.tryLock(key, options) : locker.lock(key, options));
-      }
+      got = await attempt({ signal: interrupted.signal, ...(req.nonblock ? {} : { timeoutMs: req.timeoutMs }) });
     } catch (error) {
       if ((error as { code?: string }).code !== 'LOCK_TIMEOUT') throw error;
       throw new CliError(`${req.key} is still held after ${req.timeoutMs / 1000} s`, req.conflictCode);
     }
-    if (!lock) throw new CliError(`${req.key} is held`, req.conflictCode);
-    return lock;
+    if (got === null) throw new CliError(`${req.key} is held`, req.conflictCode);
+    return got;
   } finally {
     for (const signal of INTERRUPTS) process.off(signal, onSignal);
   }
 }
 
 /**
- * Runs the command under `lock`, then releases it. Resolves the command's exit code, or EXIT.lost.
+ * Runs the command under `lock` (a lock, or an election's term), then releases it. Resolves the
+ * command's exit code, or EXIT.lost. Its environment has DEADBOLT_KEY, DEADBOLT_TOKEN and `env`.
  *
  * The command starts as the leader of a process group (and session) of its own, and everything
  * it starts stays in that group unless it leaves on purpose (`setsid`, `setpgid`: a daemon that
@@ -96,12 +110,16 @@ async function take(locker: Locker, req: RunRequest): Promise<Lock> {
  * process of the group is gone, not only the command itself: a shell's child (`-c 'a; b &'`, a
  * pipeline) keeps the lock while it runs, and is stopped with the rest when the lock is lost.
  */
-async function holding(lock: Lock, req: RunRequest): Promise<number> {
+export async function holding(
+  lock: Pick<Lock, 'token' | 'signal' | 'release'>,
+  req: Pick<RunRequest, 'key' | 'command' | 'graceMs'>,
+  env: Readonly<Record<string, string>>,
+): Promise<number> {
   const [program, ...args] = req.command;
   const child = spawn(program!, args, {
     stdio: 'inherit',
     detached: true,
-    env: { ...process.env, DEADBOLT_KEY: req.key, DEADBOLT_TOKEN: lock.token.toString(), DEADBOLT_OWNER: lock.owner },
+    env: { ...process.env, DEADBOLT_KEY: req.key, DEADBOLT_TOKEN: lock.token.toString(), ...env },
   });
   const group = child.pid;
   const signalGroup = (signal: NodeJS.Signals) => {

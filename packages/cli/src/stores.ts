@@ -1,13 +1,21 @@
 // The store a URL names, as a backend: the scheme picks the package, the query's `name=value`
 // pairs are that backend's options (checked by the package's own option rules), the rest of the
 // URL is its `url`. Each package is loaded only when its scheme is used.
-import { InvalidArgumentError, type LockBackend } from '@deadbolt/core';
+import { InvalidArgumentError, type Fence, type LockBackend } from '@deadbolt/core';
 import { sleep, type Rule } from '@deadbolt/core/backend';
 import type { Redis, Cluster } from 'ioredis';
 
+/** A factory of the package and the rules of its options. */
+interface Factory<T> {
+  create: (options: Record<string, unknown>) => T;
+  rules: Readonly<Record<string, Rule<unknown>>>;
+}
+
 interface Store {
   /** The backend's factory and option rules, from its package. */
-  load(): Promise<{ create: (options: Record<string, unknown>) => LockBackend; rules: Readonly<Record<string, Rule<unknown>>> }>;
+  load(): Promise<Factory<LockBackend>>;
+  /** The package's fence (elections publish their leader's value in it); none for Redlock's independent nodes. */
+  fence?(): Promise<Factory<Fence>>;
   /** The factory's options for the URL without its query (`base`, in the package's own scheme). */
   options(base: string): Record<string, unknown>;
   /**
@@ -67,12 +75,27 @@ const redisScratch: Store['scratch'] = {
   },
 };
 
+/**
+ * A SQL store's fence options from its URL's: the URL's `namespace` (or `table`) names the lock
+ * table, so the fence takes `<that>_fences` beside it (its own table, apart from another
+ * namespace's), not the lock table itself.
+ */
+function fenceTable(options: Record<string, unknown>): Record<string, unknown> {
+  const { namespace, table, ...rest } = options;
+  const locks = namespace ?? table;
+  return locks === undefined ? rest : { ...rest, namespace: `${String(locks)}_fences` };
+}
+
 const withUrl = (scheme?: string) => (base: string) => ({ url: scheme ? base.replace(/^[a-z]+:/i, `${scheme}:`) : base });
 
 const redis: Store = {
   load: async () => {
     const { redisBackend, redisOptionRules } = await import('@deadbolt/redis');
     return { create: (o) => redisBackend(o), rules: redisOptionRules };
+  },
+  fence: async () => {
+    const { redisFence, redisFenceOptionRules } = await import('@deadbolt/redis');
+    return { create: (o) => redisFence(o), rules: redisFenceOptionRules };
   },
   options: withUrl(),
   scratch: redisScratch,
@@ -81,6 +104,10 @@ const mysql: Store = {
   load: async () => {
     const { mysqlBackend, mysqlOptionRules } = await import('@deadbolt/mysql');
     return { create: (o) => mysqlBackend(o), rules: mysqlOptionRules };
+  },
+  fence: async () => {
+    const { mysqlFence, mysqlFenceOptionRules } = await import('@deadbolt/mysql');
+    return { create: (o) => mysqlFence(fenceTable(o)), rules: mysqlFenceOptionRules };
   },
   options: withUrl('mysql'),
   scratch: sqlScratch(async (backend, prefix) => {
@@ -100,6 +127,10 @@ const postgres: Store = {
   load: async () => {
     const { postgresBackend, postgresOptionRules } = await import('@deadbolt/postgres');
     return { create: (o) => postgresBackend(o), rules: postgresOptionRules };
+  },
+  fence: async () => {
+    const { postgresFence, postgresFenceOptionRules } = await import('@deadbolt/postgres');
+    return { create: (o) => postgresFence(fenceTable(o)), rules: postgresFenceOptionRules };
   },
   options: withUrl('postgres'),
   scratch: sqlScratch(async (backend, prefix) => {
@@ -161,6 +192,10 @@ export const STORES: Readonly<Record<string, Store>> = {
       const { zookeeperBackend, zookeeperOptionRules } = await import('@deadbolt/zookeeper');
       return { create: (o) => zookeeperBackend(o as never), rules: zookeeperOptionRules };
     },
+    fence: async () => {
+      const { zookeeperFence, zookeeperFenceOptionRules } = await import('@deadbolt/zookeeper');
+      return { create: (o) => zookeeperFence(o as never), rules: zookeeperFenceOptionRules };
+    },
     options: withUrl(),
     scratch: {
       url: (url, id) => withOptions(url, { namespace: `/deadbolt-check-${id}`, root: undefined }),
@@ -168,7 +203,8 @@ export const STORES: Readonly<Record<string, Store>> = {
         const { ZooKeeperBackend } = await import('@deadbolt/zookeeper');
         const { session } = await import('@deadbolt/zookeeper/testing');
         if (!(backend instanceof ZooKeeperBackend)) throw new Error('not a ZooKeeper backend');
-        const { client } = await session(backend, backend.capabilities.minTtlMs * 10);
+        // A session of 10 s: ZooKeeper's default bounds take it, and the purge needs far less.
+        const { client } = await session(backend, 10_000);
         const root = `/deadbolt-check-${id}`;
         const call = <T>(start: (cb: (error: { getCode(): number } | null, value: T) => void) => void) =>
           new Promise<T | undefined>((resolve, reject) =>
@@ -200,6 +236,10 @@ export const STORES: Readonly<Record<string, Store>> = {
       const { etcdBackend, etcdOptionRules } = await import('@deadbolt/etcd');
       return { create: (o) => etcdBackend(o), rules: etcdOptionRules };
     },
+    fence: async () => {
+      const { etcdFence, etcdFenceOptionRules } = await import('@deadbolt/etcd');
+      return { create: (o) => etcdFence(o), rules: etcdFenceOptionRules };
+    },
     options: withUrl(),
     scratch: {
       url: (url, id) => withOptions(url, { namespace: `deadbolt-check/${id}/`, prefix: undefined }),
@@ -216,15 +256,19 @@ export const STORES: Readonly<Record<string, Store>> = {
       const { cassandraBackend, cassandraOptionRules } = await import('@deadbolt/cassandra');
       return { create: (o) => cassandraBackend(o), rules: cassandraOptionRules };
     },
+    fence: async () => {
+      const { cassandraFence, cassandraFenceOptionRules } = await import('@deadbolt/cassandra');
+      return { create: (o) => cassandraFence(o), rules: cassandraFenceOptionRules };
+    },
     options: withUrl(),
     scratch: {
       // The keyspace is the URL's path: the check's takes its place (an option beside a path that
       // names another keyspace is refused by the backend, so it cannot silently lose to the path).
       url: (url, id) => withOptions(withPath(url, `deadbolt_check_${id}`), { namespace: undefined, keyspace: undefined }),
       async purge(backend, id) {
-        const { CassandraBackend } = await import('@deadbolt/cassandra');
+        const { CassandraBackend, dropSchema } = await import('@deadbolt/cassandra');
         if (!(backend instanceof CassandraBackend)) throw new Error('not a Cassandra backend');
-        await backend.client.execute(`DROP KEYSPACE IF EXISTS deadbolt_check_${id}`);
+        await dropSchema(backend.client, `deadbolt_check_${id}`);
         return `keyspace deadbolt_check_${id}`;
       },
     },
@@ -276,12 +320,35 @@ export function withOptions(url: string, set: Readonly<Record<string, string | u
  */
 export async function backendFor(url: string): Promise<LockBackend> {
   const store = storeOf(url);
+  return made(url, store, await store.load(), false);
+}
+
+/**
+ * The fence of the store at `url` (where `deadbolt elect` publishes the leader's value): its
+ * options from the query, those of the backend's it has (the namespace, timeouts); the backend's
+ * own (a mode, an algorithm) are not its. @throws InvalidArgumentError for a store without one
+ * (Redlock's independent nodes) or a value it refuses (before any I/O).
+ */
+export async function fenceFor(url: string): Promise<Fence> {
+  const store = storeOf(url);
+  if (!store.fence)
+    throw new InvalidArgumentError(`the ${schemeOf(url)} store has no fence: elections need one store to publish their leader in`);
+  const backend = await store.load();
+  const fence = await store.fence();
+  // An option of the backend's that the fence does not have is the backend's business.
+  const known = (name: string) => Object.hasOwn(fence.rules, name) || !Object.hasOwn(backend.rules, name);
+  return made(url, store, fence, known);
+}
+
+/** `factory`'s product for `url`: its options from the URL's base and query (`keep`: which query options are its). */
+function made<T>(url: string, store: Store, factory: Factory<T>, keep: ((name: string) => boolean) | false): T {
   const scheme = schemeOf(url);
   const query = url.indexOf('?');
   const base = query < 0 ? url : url.slice(0, query);
-  const { create, rules } = await store.load();
+  const { create, rules } = factory;
   const options: Record<string, unknown> = store.options(base);
   for (const [name, text] of new URLSearchParams(query < 0 ? '' : url.slice(query + 1))) {
+    if (keep && !keep(name)) continue;
     const rule = Object.hasOwn(rules, name) ? rules[name] : undefined;
     if (!rule || Object.hasOwn(options, name) || name === 'client')
       throw new InvalidArgumentError(`the ${scheme} store has no option "${name}" that a URL can set`);

@@ -1,10 +1,11 @@
 // The `deadbolt` binary as a shell runs it (the built dist/main.js in a child process), against the
 // test-matrix servers: exit codes, the command's environment, signals passed on, the command
 // stopped when its lock is lost, waits given up, `inspect` on a free, held and contended key
-// on every store, `bench`, and `release --force`. About 55 s, most of it Cassandra's and the waits' own time.
+// on every store, `bench`, `release --force`, and `elect`, `leader` and `observe` on Redis and
+// ZooKeeper. About 60 s, most of it Cassandra's and the waits' own time.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -358,6 +359,81 @@ describe('deadbolt run', () => {
     expect((await cli(['run', '-l', '2', '-n', sem, '--', 'true'])).code).toBe(75);
     for (const p of permits) p.child.kill('SIGTERM');
     await Promise.all(permits.map((p) => p.done));
+  });
+});
+
+describe('deadbolt elect, leader and observe', () => {
+  it.each([
+    ['redis', REDIS],
+    ['zookeeper', matrixUrl('zookeeper')],
+  ])(
+    '%s: the command runs while this process leads, with its term and token; a second candidate waits, -n is 75; leader and observe show each term',
+    async (_name, url) => {
+      const name = freshKey();
+      const observer = deadbolt(['observe', name, '-u', url, '--interval', '0.1', '--json']);
+      await once(observer.child.stdout!, 'data'); // its first line: nobody leads yet
+      const first = join(dir, `${keySeq}.first`);
+      const go = join(dir, `${keySeq}.go`);
+      const leading = deadbolt([
+        'elect',
+        name,
+        '-u',
+        url,
+        '-v',
+        'first',
+        '--',
+        'sh',
+        '-c',
+        `echo "$DEADBOLT_TERM $DEADBOLT_TOKEN" > ${first}; while [ ! -e ${go} ]; do sleep 0.05; done`,
+      ]);
+      const [term, token] = (await fileSoon(first)).trim().split(' ');
+      expect(term).toBe('1');
+      const shown = await cli(['leader', name, '-u', url, '--json']);
+      expect(shown.code, shown.stderr).toBe(0);
+      expect(JSON.parse(shown.stdout)).toMatchObject({ value: 'first', term: 1, token });
+      expect((await cli(['leader', name, '-u', url])).stdout).toMatch(new RegExp(`^${name}: first \\(term 1, token ${token}, for `));
+      const busy = await cli(['elect', name, '-u', url, '-n', '--', 'true']);
+      expect(busy.code, busy.stderr).toBe(75);
+      const second = join(dir, `${keySeq}.second`);
+      const waiting = deadbolt(['elect', name, '-u', url, '-v', 'second', '--', 'sh', '-c', `echo "$DEADBOLT_TERM" > ${second}; exit 3`]);
+      await new Promise((r) => setTimeout(r, 500));
+      writeFileSync(go, '');
+      expect((await leading.done).code).toBe(0);
+      expect((await waiting.done).code, "the command's own code").toBe(3);
+      expect(readFileSync(second, 'utf8')).toBe('2\n');
+      expect(JSON.parse((await cli(['leader', name, '-u', url, '--json'])).stdout)).toBeNull();
+      observer.child.kill('SIGINT');
+      const watched = await observer.done;
+      expect(watched.code, watched.stderr).toBe(130);
+      const changes = watched.stdout
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as { leader: { value: string; term: number } | null; missedTerms: number });
+      expect(changes[0]).toEqual({ leader: null, missedTerms: 0 });
+      expect(changes.find((c) => c.leader?.term === 1)?.leader?.value).toBe('first');
+      // Term 2 was short: seen, or counted as missed.
+      const seenSecond = changes.some((c) => c.leader?.term === 2);
+      expect(seenSecond || changes.some((c) => c.missedTerms === 1), watched.stdout).toBe(true);
+      expect(changes.at(-1)!.leader).toBeNull();
+    },
+    60_000,
+  );
+
+  it('bad usage is 64 before any store is contacted; redlock has no fence', async () => {
+    for (const args of [
+      ['elect'],
+      ['elect', 'n'],
+      ['elect', 'n', 'extra', '--', 'true'],
+      ['leader'],
+      ['observe', 'n', '--interval', '0'],
+    ]) {
+      const ran = await cli(args, { DEADBOLT_URL: 'redis://127.0.0.1:1' });
+      expect(ran.code, `${args.join(' ')}: ${ran.stderr}`).toBe(64);
+      expectOneLine(ran);
+    }
+    const redlock = await cli(['leader', 'n', '-u', 'redlock://127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381']);
+    expect(redlock.code).toBe(64);
+    expect(redlock.stderr).toMatch(/no fence/);
   });
 });
 
