@@ -4,7 +4,7 @@
  * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
- * 7 a contended semaphore, 8 a read-heavy read-write lock, 9 a fenced write beside a plain one, 10 scenarios
+ * 7 a contended semaphore, 8 a read-heavy read-write lock, 9 a fenced write beside a plain one, 11 elections and runOnce, 10 scenarios
  * 1 and 4 again beside a CPU-burning neighbour (a busy host; with --full, or when --scenarios names it). Writes
  * bench-results/<time>/{results.json, summary.md, report.html}. One long file: the order of
  * the run (which subjects, interleaved how) and each scenario's table, in the order the report has.
@@ -34,6 +34,7 @@ import {
   type UncontendedEntry,
   type UncontendedResult,
 } from './scenarios.js';
+import { electionCost, electionLines, electionStores, type ElectionResult } from './elections.js';
 import { fenceCost, fenceCostLines, fenceStores, type FenceCostResult } from './fences.js';
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
@@ -86,7 +87,7 @@ const chosen = args.scenarios?.split(',').map((s) => s.trim());
  * host (10, scenarios 1 and 4 a second time) is left to --full to keep the quick run near ten minutes.
  */
 const runs = (n: number) => (chosen ? chosen.includes(String(n)) : n !== 10 || full);
-const SCENARIOS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10'];
+const SCENARIOS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11'];
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
 // 16: the semaphore and read-write rows' own count (scenarios 7 and 8 are set against the mutex there).
@@ -184,6 +185,7 @@ const steps =
   count(6, migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length) +
   count(5, mostPerStore) +
   count(9, up.filter((store) => fenceStores.includes(store)).length) +
+  count(11, up.filter((store) => electionStores.includes(store)).length) +
   count(2, thesisSubjects.length * 3);
 let done = 0;
 const startedAt = performance.now();
@@ -430,6 +432,16 @@ for (const store of up.filter((store) => runs(9) && fenceStores.includes(store))
     `scenario 9: ${store}: ${fenceWrites} plain and ${fenceWrites} fenced writes`,
     () => fenceCost(store, fenceWrites, rounds),
     fenceResults,
+  );
+}
+const electionResults: ElectionResult[] = [];
+// Each failover waits out a 4 s ttl: two per store in the quick run.
+const [elections, failovers, jobCalls] = full ? [500, 10, 2000] : [50, 2, 200];
+for (const store of up.filter((store) => runs(11) && electionStores.includes(store))) {
+  await step(
+    `scenario 11: ${store}: ${elections} handovers, ${failovers} failovers, ${jobCalls} runOnce calls`,
+    () => electionCost(store, elections, failovers, jobCalls),
+    electionResults,
   );
 }
 const thesisResults: ThesisResult[] = [];
@@ -784,6 +796,7 @@ const thesisOriginal: Record<string, Record<number, [number, number]>> = {
   'deadbolt cassandra queue': { 1: [15, 39], 3: [56, 537], 5: [106, 605] },
 };
 if (runs(9)) lines.push(...(fenceResults.length ? fenceCostLines(fenceResults, fenceWrites) : [noStore, '']));
+if (runs(11)) lines.push(...(electionResults.length ? electionLines(electionResults, elections, failovers, jobCalls) : [noStore, '']));
 if (runs(2)) {
   lines.push(`## Scenario 2: the thesis experiment (${thesisCount} acquisitions per process, one key, empty critical section)`, '');
   if (!thesisResults.length) lines.push(noStore, '');
@@ -868,6 +881,7 @@ writeFileSync(
       },
       longHolds: longHoldResults,
       fences: fenceResults,
+      elections: electionResults,
       thesis: thesisResults,
       failures,
       timeline,

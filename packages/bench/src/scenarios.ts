@@ -2,7 +2,7 @@
 // or open/result pair per scenario. Long: one scenario after another.
 import { createLocker, type Lock } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
-import { observeBackend } from '@deadbolt/core/testing';
+import { fullCapabilities, observeBackend } from '@deadbolt/core/testing';
 import { claimsIn } from './loss.js';
 import { jain, summarize, type Summary } from './stats.js';
 import { clientCpuSeconds, type StoreProbe } from './stores.js';
@@ -534,7 +534,7 @@ function abortTime(signal: AbortSignal, limitMs: number): Promise<number | undef
  */
 export async function longHolds(subject: Subject, locks: number, holdMs: number, probe: StoreProbe): Promise<LongHoldResult> {
   const backend = subject.backend!();
-  const { minTtlMs, ttlGranularityMs } = backend.capabilities;
+  const { minTtlMs, ttlGranularityMs } = fullCapabilities(backend.capabilities);
   const ttlMs = Math.ceil(Math.max(2000, minTtlMs) / ttlGranularityMs) * ttlGranularityMs;
   let renewals = 0;
   const counted = observeBackend(backend, (method) => {

@@ -3,7 +3,8 @@
 // subject, side by side so that they stay comparable.
 import { matrixUrl } from '@deadbolt/conformance/test-matrix';
 import { createLocker, memoryBackend, MemoryLockStore, migratingBackend, type Lock, type LockBackend, type Locker } from '@deadbolt/core';
-import { fullCapabilities, sleep } from '@deadbolt/core/backend';
+import { sleep } from '@deadbolt/core/backend';
+import { fullCapabilities } from '@deadbolt/core/testing';
 import { etcdBackend } from '@deadbolt/etcd';
 import { mysqlBackend } from '@deadbolt/mysql';
 import { postgresBackend } from '@deadbolt/postgres';

@@ -163,7 +163,7 @@ describe('bench', () => {
     // A misspelt store or scenario: refused with the valid values, not a run of empty tables.
     for (const [flag, value, valid] of [
       ['--only', 'memroy', 'memory, redis'],
-      ['--scenarios', '1,11', '1, 2, 3'],
+      ['--scenarios', '1,12', '1, 2, 3'],
     ]) {
       const wrong = await run(process.execPath, [cli, flag!, value!], { timeout: 60_000 }).catch(
         (error: { code: number; stderr: string }) => error,
