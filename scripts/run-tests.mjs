@@ -47,6 +47,8 @@ const LANES = {
     'test/packaging.test.ts',
     // The guides' examples compiled and their links checked (about 25 s), here for the same reason.
     'test/docs.test.ts',
+    // runOnce across five runner processes on three stores (about 67 s), here for the same reason.
+    'test/run-once-fleet.test.ts',
   ],
   sql: [
     'packages/backend-postgres/test/conformance.test.ts',

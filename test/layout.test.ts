@@ -138,7 +138,6 @@ describe('source layout', () => {
 const TOOLKIT = [
   'InFlight',
   'LeaseKeeper',
-  'MUTEX',
   'Once',
   'QueuePlace',
   'ReleaseNotifier',
@@ -150,20 +149,16 @@ const TOOLKIT = [
   'answerWithin',
   'backendFailure',
   'connectionRefused',
-  'describe',
-  'fullCapabilities',
   'grantable',
   'keySpace',
   'pollForLease',
   'raceSignal',
   'readOptions',
   'rules',
-  'safeLifetime',
   'sharedView',
   'sleep',
   'stillStands',
   'storeClient',
-  'unknownOption',
   'waiterCadence',
   'wallMicros',
 ];
@@ -171,6 +166,7 @@ const TOOLKIT = [
 /** `@deadbolt/core/sql`'s names (its types aside), sorted. */
 const SQL_KIT = [
   'SessionLocks',
+  'SqlBackend',
   'StrandedConnections',
   'checkFenceToken',
   'claimOfRow',
