@@ -222,7 +222,7 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
     });
 
     fifoIt(
-      '13b. 1000 contended acquisitions by 5 clients: max wait ≤ 2 × clients hold+handoffs, no starvation',
+      '13b. 1000 contended acquisitions by 5 clients: no wait sees more than 2 × clients later askers granted first',
       async () => {
         const key = freshKey();
         const clients = await Promise.all([1, 2, 3, 4, 5].map(() => makeLocker()));
@@ -243,23 +243,19 @@ export function defineOrderBehaviours(ctx: SuiteContext): void {
             }
           }),
         );
-        // A wait is measured in hold+handoff periods: the grants to others while it waited. Counting
-        // them, rather than milliseconds, keeps the bound exact when the test process itself stalls.
-        const grants = waits.map((w) => w[1]).sort((x, y) => x - y);
-        const grantsBefore = (t: number) => {
-          let lo = 0;
-          let hi = grants.length;
-          while (lo < hi) {
-            const mid = (lo + hi) >> 1;
-            if (grants[mid]! < t) lo = mid + 1;
-            else hi = mid;
-          }
-          return lo;
-        };
-        const overtakes = waits.map(([asked, granted]) => grantsBefore(granted) - grantsBefore(asked));
+        // A wait is measured in hold+handoff periods, counted as the grants to others that asked
+        // after it: the ones FIFO forbids. Counting grants rather than milliseconds keeps the bound
+        // exact when the test process itself stalls. Grants to clients that asked first are not
+        // counted: a request that took long to reach the store's queue (on a loaded machine, a MySQL
+        // session-mode wait saw 11 grants in 293 ms) sees a round of those before it joins, and that
+        // is the request's latency, not the store's order. A store that does
+        // not grant in order shows hundreds of later askers served first.
+        const overtakes = waits.map(([asked, granted]) => waits.filter(([a, g]) => a > asked && g < granted).length);
         const worst = Math.max(...overtakes);
         const worstMs = Math.max(...waits.map(([a, g]) => g - a));
-        expect(worst, `worst wait saw ${worst} other grants (${worstMs.toFixed(1)} ms)`).toBeLessThanOrEqual(2 * clients.length);
+        expect(worst, `a wait saw ${worst} later askers granted first (longest wait ${worstMs.toFixed(1)} ms)`).toBeLessThanOrEqual(
+          2 * clients.length,
+        );
       },
       120_000,
     );
