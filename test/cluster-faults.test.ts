@@ -8,7 +8,7 @@
 // table to test-matrix/results/clusters.md (clusters-long.md in the long profile). 13-30 s per
 // scenario (a Sentinel heal waits for the old primary's demotion); the four clusters run side by
 // side, each its scenarios in turn, after the lanes, on a machine of their own ("cluster fault"):
-// about 9 minutes.
+// about 9 minutes, the Sentinel's the longest. Leader elections run the same way, as a workload.
 import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { promisify } from 'node:util';
@@ -142,6 +142,8 @@ interface Workload {
   readonly name: string;
   readonly model: KeyModel;
   readonly fenced: boolean;
+  /** Its lockers publish a leader's value in the fence (`LockerOptions.fence`). */
+  readonly elects?: boolean;
   take(i: number): Pick<WorkerOptions, 'take' | 'mode'>;
 }
 const workloads: Workload[] = [
@@ -161,6 +163,27 @@ const workloads: Workload[] = [
         ? { mode: 'shared', take: (l: Locker, k: string, t: number) => l.readWriteLock(k).read({ timeoutMs: t }) }
         : { take: (l: Locker, k: string, t: number) => l.readWriteLock(k).write({ timeoutMs: t }) },
   },
+  {
+    // Four candidates, each term a hold: elected (its record written with the term's token), the
+    // register written with that token, resigned. One leader at a time, terms' tokens rising, and a
+    // deposed leader's writes refused, judged as the mutex's.
+    name: 'leader election, fenced register',
+    model: { kind: 'mutex' },
+    fenced: true,
+    elects: true,
+    take: (i) => ({
+      take: async (l: Locker, k: string, t: number) => {
+        const term = await l.elect(k, { value: `candidate ${i}`, timeoutMs: t });
+        return {
+          get held() {
+            return term.held;
+          },
+          token: term.token,
+          release: () => term.resign(),
+        };
+      },
+    }),
+  },
 ];
 
 const [killed, paused, rolling, cutOff, slowed, partitioned, stutters, handedOver, restartedEmpty] = faults as [
@@ -174,9 +197,15 @@ const [killed, paused, rolling, cutOff, slowed, partitioned, stutters, handedOve
   Fault,
   Fault,
 ];
-const [mutex] = workloads as [Workload];
-/** Every workload under each of `some` faults. */
-const each = (some: readonly Fault[], under: readonly Workload[] = workloads) => some.map((f) => [f, under] as const);
+const [mutex, , , election] = workloads as [Workload, Workload, Workload, Workload];
+/** Every lock workload (or those `under`) under each of `some` faults. */
+const each = (some: readonly Fault[], under: readonly Workload[] = workloads.filter((w) => !w.elects)) =>
+  some.map((f) => [f, under] as const);
+/**
+ * Elections under the store's leader killed and paused: the faults that end terms. About 35 s a
+ * cluster, on clusters whose run is shorter than the Sentinel's (which sets the phase's length).
+ */
+const elections = each([killed, paused], [election]);
 const asynchronous =
   'replication is asynchronous: a grant the promoted replica had not received is lost in the failover, and a primary cut off from its Sentinels grants on until they demote it';
 const emptied =
@@ -197,14 +226,14 @@ const stores: Record<string, Store> = {
     backend: (url) => etcdBackend({ url }),
     fence: (url) => etcdFence({ url }),
     // etcd cannot restart a member empty (it must be removed and added again).
-    plan: each([killed, paused, rolling, cutOff, slowed, partitioned, stutters, handedOver]),
+    plan: [...each([killed, paused, rolling, cutOff, slowed, partitioned, stutters, handedOver]), ...elections],
   },
   zookeeper: {
     cluster: 'zookeeper-ensemble',
     backend: (url) => zookeeperBackend({ url }),
     fence: (url) => zookeeperFence({ url }),
     // ZooKeeper cannot hand its lead over; restarting the leader is its election.
-    plan: each([killed, paused, rolling, cutOff, slowed, partitioned, stutters, restartedEmpty]),
+    plan: [...each([killed, paused, rolling, cutOff, slowed, partitioned, stutters, restartedEmpty]), ...elections],
   },
   // The fenced register lives in PostgreSQL: a Redis fence would lose its highest token in the
   // same failover that loses the lock.
@@ -221,6 +250,8 @@ const stores: Record<string, Store> = {
     cluster: 'redis-sentinel',
     backend: sentinelBackend({ syncReplicas: 1 }),
     fence: () => postgresFence({ url: matrixUrl('postgres') }),
+    // No elections here: they are the mutex's lock with a record in the fence (PostgreSQL here), and
+    // this cluster's run is the longest of the four already.
     plan: each([killed, paused, cutOff, slowed, partitioned, stutters, handedOver, restartedEmpty], [mutex]),
     overlapsExpected: (fault) => (fault === restartedEmpty ? emptied : undefined),
   },
@@ -231,7 +262,7 @@ const stores: Record<string, Store> = {
     cluster: 'pgbouncer',
     backend: (url) => postgresBackend({ url }),
     fence: (url) => postgresFence({ url }),
-    plan: each([killed, paused, cutOff, slowed, partitioned, stutters]),
+    plan: [...each([killed, paused, cutOff, slowed, partitioned, stutters]), ...elections],
   },
   'postgres via PgBouncer (session pooling), session mode': {
     cluster: 'pgbouncer',
@@ -304,12 +335,13 @@ async function scenario(storeName: string, fault: Fault, workload: Workload): Pr
   const proxied = Object.fromEntries(members.map((m, i) => [`${m.host}:${m.port}`, through[sentinels.length + i]!]));
   const recorder = new HistoryRecorder();
   const key = `cluster/${storeName}/${Math.random().toString(36).slice(2)}`;
+  const fence = workload.fenced ? store.fence(url) : undefined;
   const lockers = [0, 1, 2, 3].map((i) =>
     createLocker(i === 3 ? store.backend(viaProxy, proxied) : store.backend(url), {
       ttlMs: TTL_MS,
+      ...(workload.elects ? { fence } : {}),
     }),
   );
-  const fence = workload.fenced ? store.fence(url) : undefined;
   const stop = new AbortController();
   try {
     // Connected, and the store's tables made, before the history starts: a first use on a fresh

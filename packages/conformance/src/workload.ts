@@ -26,8 +26,11 @@ export interface WorkerOptions {
   readonly timeoutMs: number;
   /** The worker stops taking the key once this aborts. */
   readonly stop: AbortSignal;
-  /** How to take the key (default `locker.lock`): a permit or a read or write lock for the other families. */
-  readonly take?: (locker: Locker, key: string, timeoutMs: number) => Promise<Lock>;
+  /**
+   * How to take the key (default `locker.lock`): a permit or a read or write lock for the other
+   * families, or a term of an election (a `Leadership` whose `release` resigns).
+   */
+  readonly take?: (locker: Locker, key: string, timeoutMs: number) => Promise<Pick<Lock, 'held' | 'token' | 'release'>>;
   /** Logged with each grant: `shared` for a read lock. */
   readonly mode?: 'exclusive' | 'shared';
 }
@@ -48,7 +51,7 @@ export async function runWorker(worker: HistoryWorker, locker: Locker, options: 
   let step = 0;
   while (!stop.aborted) {
     const asked = worker.invoke('acquire', key);
-    let lock: Lock;
+    let lock: Pick<Lock, 'held' | 'token' | 'release'>;
     try {
       lock = await take(locker, key, timeoutMs);
     } catch (error) {
