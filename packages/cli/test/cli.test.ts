@@ -1,7 +1,7 @@
 // The `deadbolt` binary as a shell runs it (the built dist/main.js in a child process), against the
 // test-matrix servers: exit codes, the command's environment, signals passed on, the command
 // stopped when its lock is lost, waits given up, `inspect` on a free, held and contended key
-// on every store, `bench`, `release --force`, and `elect`, `leader` and `observe` on Redis and
+// on every store, `bench`, `release --force`, and `elect` (`--again` after a lost term), `leader` and `observe` on Redis and
 // ZooKeeper. About 60 s, most of it Cassandra's and the waits' own time.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -418,6 +418,49 @@ describe('deadbolt elect, leader and observe', () => {
     },
     60_000,
   );
+
+  it('--again: a lost term stops the command (SIGTERM) and the process campaigns again, the next term with a higher token', async () => {
+    const admin = new Redis(REDIS);
+    try {
+      const name = freshKey();
+      const log = join(dir, `${keySeq}.terms`);
+      const leading = deadbolt([
+        'elect',
+        name,
+        '-u',
+        REDIS,
+        '-t',
+        '3',
+        '-g',
+        '1',
+        '--again',
+        '--',
+        'sh',
+        '-c',
+        `echo "$DEADBOLT_TERM $DEADBOLT_TOKEN" >> ${log}; trap 'echo TERM >> ${log}; exit 0' TERM; while true; do sleep 0.05; done`,
+      ]);
+      await fileSoon(log);
+      const [claim] = await admin.keys(`deadbolt:{*}lock:${name}`);
+      expect(claim, 'the term is a lock of the election name').toBeDefined();
+      await admin.del(claim!);
+      const deadline = performance.now() + 20_000;
+      while (readFileSync(log, 'utf8').trim().split('\n').length < 3 && performance.now() < deadline)
+        await new Promise((r) => setTimeout(r, 50));
+      leading.child.kill('SIGTERM');
+      const ran = await leading.done;
+      const [first, stopped, second] = readFileSync(log, 'utf8').trim().split('\n');
+      expect(stopped, ran.stderr).toBe('TERM');
+      const [term1, token1] = first!.split(' ');
+      const [term2, token2] = second!.split(' ');
+      expect(term1).toBe('1');
+      expect(term2).toBe('2');
+      expect(BigInt(token2!)).toBeGreaterThan(BigInt(token1!));
+      expect(ran.stderr).toMatch(/campaigning again/);
+      expect(ran.code).not.toBe(76);
+    } finally {
+      admin.disconnect();
+    }
+  }, 60_000);
 
   it('bad usage is 64 before any store is contacted; redlock has no fence', async () => {
     for (const args of [
