@@ -3,14 +3,19 @@
  * `SIGSTOP`ped like a real crashed or paused service. It builds its backend from a module the
  * backend's test names (`ChildBackendConfig`) and uses only the public Locker API.
  */
-import { createLocker, type Fence, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
+import { createLocker, type Fence, type Leadership, type Lock, type Locker, type LockerOptions, type LockOptions } from '@deadbolt/core';
 import { sharedHoldMs, takeShared, type SharedFamily } from './shared-family.js';
 import { backendFromConfig, fenceFromConfig } from './migration-child.js';
 import type { ChildBackendConfig } from './children.js';
 import { ipcChannel, Rpc } from './rpc.js';
 
 let locker: Locker | undefined;
+/** What `init` was given, for the locker `elect` makes with the fence. */
+let made: { config: ChildBackendConfig; lockerOptions: LockerOptions } | undefined;
+/** That locker: its leader's value is published in the fence `openFence` opened. */
+let electing: Locker | undefined;
 const handles = new Map<number, Lock>();
+const terms = new Map<number, Leadership>();
 let nextHandle = 1;
 let working = false;
 let fence: Fence | undefined;
@@ -28,7 +33,29 @@ function handle(id: number): Lock {
 
 const rpc = new Rpc(ipcChannel(process), {
   async init(module: string, exportName: string, options: unknown, lockerOptions: LockerOptions) {
-    locker = createLocker(await backendFromConfig({ module, export: exportName, options }), lockerOptions);
+    made = { config: { module, export: exportName, options }, lockerOptions };
+    locker = createLocker(await backendFromConfig(made.config), lockerOptions);
+  },
+
+  /** A term of election `name`, its value published in the fence `openFence` opened; its loss is emitted as 'lost'. */
+  async elect(name: string, value: string) {
+    if (!fence || !made) throw new Error('elect needs init and openFence first');
+    electing ??= createLocker(await backendFromConfig(made.config), { ...made.lockerOptions, fence });
+    const term = await electing.elect(name, { value });
+    const id = nextHandle++;
+    terms.set(id, term);
+    term.signal.addEventListener('abort', () => rpc.emit('lost', { id, token: term.token }), { once: true });
+    return { id, token: term.token, term: term.term };
+  },
+
+  /** Publishes `value` in term `id`: 'ok', or the error's code (LOCK_LOST once the term ended). */
+  async proclaim(id: number, value: string) {
+    const term = terms.get(id);
+    if (!term) throw new Error(`no term ${id}`);
+    return term.proclaim(value).then(
+      () => 'ok',
+      (error: unknown) => String((error as { code?: unknown }).code ?? error),
+    );
   },
 
   async lock(key: string, options: LockOptions = {}) {

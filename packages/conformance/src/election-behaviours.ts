@@ -1,7 +1,7 @@
 /**
  * Behaviours 38–39 (the conformance README, "leader election and once-per-fleet jobs"): one leader
  * at a time whose terms' tokens rise, a resignation that hands over at once, a leader that stops
- * renewing told of its loss and fenced out, observers that see terms in order or say how many they
+ * renewing (or whose process is paused) told of its loss and fenced out, observers that see terms in order or say how many they
  * missed; a job run once per window, skipped while it runs and for the rest of its window, run
  * again after it, and a job whose claim is lost told so.
  */
@@ -19,7 +19,7 @@ const HANDOVER_MS = 5000;
 
 export function defineElectionBehaviours(ctx: SuiteContext): void {
   const { describe, it, expect } = ctx.runner;
-  const { options, T, freshKey, makeLocker, makeFence, itWhen, roundTtl, capabilities } = ctx;
+  const { options, T, freshKey, makeLocker, makeFence, spawnChild, itWhen, roundTtl, capabilities } = ctx;
   const noFence = () => (options.fence ? undefined : 'no fence for this store');
   const record = (name: string) => `${name}#deadbolt-leader`;
 
@@ -84,6 +84,34 @@ export function defineElectionBehaviours(ctx: SuiteContext): void {
         expect(elected.term).toBe(2);
         await expect(stale.proclaim('still me')).rejects.toMatchObject({ code: 'LOCK_LOST' });
         await expect(fence.write(record(name), stale.token, 'still me')).rejects.toMatchObject({ code: 'STALE_TOKEN' });
+        expectLeader(await next.leader(name), 'next', 2, elected.token);
+        await elected.resign();
+      },
+      60_000,
+    );
+
+    itWhen(
+      () => noFence() ?? (capabilities.crossProcess ? undefined : 'in-process backend'),
+      '38d. a leader process paused (SIGSTOP) past its lease: the next candidate is elected with a higher token; resumed, the old leader is told before it publishes',
+      async () => {
+        const name = freshKey('election');
+        const fence = await makeFence();
+        const child = await spawnChild();
+        const config = options.fence!;
+        await child.rpc.call('openFence', config.module, config.export, config.options);
+        const old = (await child.rpc.call('elect', name, 'paused')) as { id: number; token: bigint; term: number };
+        expect(old.term).toBe(1);
+        child.signal('SIGSTOP');
+        const next = await makeLocker({ fence });
+        const elected = await next.elect(name, { value: 'next', timeoutMs: 3 * T + 5000 });
+        expect(elected.token).toBeGreaterThan(old.token);
+        expect(elected.term).toBe(2);
+        // Sent while the child is stopped: the first thing it does when it runs again, as a
+        // publication it had decided on before the pause would be.
+        const late = child.rpc.call('proclaim', old.id, 'still me');
+        child.signal('SIGCONT');
+        expect(await late).toBe('LOCK_LOST');
+        await child.waitFor('lost', 2 * T + 2000);
         expectLeader(await next.leader(name), 'next', 2, elected.token);
         await elected.resign();
       },
