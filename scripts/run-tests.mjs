@@ -47,7 +47,8 @@ const LANES = {
     'test/packaging.test.ts',
     // The guides' examples compiled and their links checked (about 25 s), here for the same reason.
     'test/docs.test.ts',
-    // runOnce across five runner processes on three stores (about 67 s), here for the same reason.
+    // runOnce across five runner processes on three stores, and the cron-fleet example's three
+    // (about 80 s), here for the same reason.
     'test/run-once-fleet.test.ts',
   ],
   sql: [

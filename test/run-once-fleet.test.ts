@@ -5,16 +5,20 @@
  * with its token. Each window must run exactly once: never twice (the skewed runner's early run
  * keeps the others out for `lockAtLeastForMs`), never skipped while runners are up (the next
  * window's early run comes after that). On Redis and PostgreSQL (ttl leases) and ZooKeeper (a
- * session lease: the window's lock is given back by its runner). About 22 s a store.
+ * session lease: the window's lock is given back by its runner). About 22 s a store. Then the
+ * example app (examples/cron-fleet): three processes on croner's schedule for four slots, its own
+ * tables read afterwards (about 12 s).
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { matrixUrl } from '@deadbolt/conformance';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { scratchNamespace, type StoreKind } from './namespaces.js';
 
 const RUNNER = fileURLToPath(new URL('fleet/runner.mjs', import.meta.url));
+const EXAMPLE = fileURLToPath(new URL('../examples/cron-fleet/dist/main.js', import.meta.url));
 const FENCES: Partial<Record<Exclude<StoreKind, 'memory'>, [string, string]>> = {
   redis: ['@deadbolt/redis', 'redisFence'],
   postgres: ['@deadbolt/postgres', 'postgresFence'],
@@ -32,10 +36,10 @@ interface Line {
   readonly result?: string;
 }
 
-/** Runs one runner to its end; its lines, or its stderr in the error when it fails. */
-function runner(settings: object): Promise<Line[]> {
+/** Runs one process to its end; its lines, or its stderr in the error when it fails. */
+function runner<L = Line>(settings: object, script = RUNNER, env?: NodeJS.ProcessEnv): Promise<L[]> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [RUNNER, JSON.stringify(settings)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [script, JSON.stringify(settings)], { stdio: ['ignore', 'pipe', 'pipe'], env });
     let out = '';
     let err = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -47,7 +51,7 @@ function runner(settings: object): Promise<Line[]> {
             out
               .trim()
               .split('\n')
-              .map((line) => JSON.parse(line) as Line),
+              .map((line) => JSON.parse(line) as L),
           )
         : reject(new Error(`runner exited with ${code}: ${err}`)),
     );
@@ -94,4 +98,38 @@ describe('runOnce across a fleet of processes', () => {
       }
     }, 90_000);
   }
+
+  it('examples/cron-fleet: three processes, 4 slots of 2 s on croner: one run per slot fired, each stored with a higher token', async () => {
+    const url = matrixUrl('postgres');
+    const job = `example/${randomBytes(4).toString('hex')}`;
+    const env = { ...process.env, DATABASE_URL: url, JOB: job, SLOTS: '4', SCHEDULE: '*/2 * * * * *' };
+    type Fired = { slot: string; runner: string; ran?: boolean; reason?: string };
+    const fired = (await Promise.all([0, 1, 2].map(() => runner<Fired>({}, EXAMPLE, env)))).flat();
+    const db = new pg.Client({ connectionString: url });
+    await db.connect();
+    try {
+      const runs = (await db.query('SELECT slot, token::text AS token FROM cron_fleet_runs WHERE job = $1 ORDER BY slot', [job])).rows as {
+        slot: string;
+        token: string;
+      }[];
+      const slots = [...new Set(fired.map((f) => f.slot))].sort();
+      expect(
+        runs.map((r) => r.slot),
+        `one run for each slot fired: ${JSON.stringify(fired)}`,
+      ).toEqual(slots);
+      expect(slots.length).toBeGreaterThanOrEqual(4);
+      for (const f of fired) if (!f.ran) expect(['busy', 'ran-recently']).toContain(f.reason);
+      const tokens = runs.map((r) => BigInt(r.token));
+      tokens.forEach((t, i) => i > 0 && expect(t).toBeGreaterThan(tokens[i - 1]!));
+      const [result] = (await db.query('SELECT slot, token::text AS token FROM cron_fleet_result WHERE job = $1', [job])).rows as {
+        slot: string;
+        token: string;
+      }[];
+      expect(result).toEqual(runs.at(-1));
+    } finally {
+      await db.query('DELETE FROM cron_fleet_runs WHERE job = $1', [job]);
+      await db.query('DELETE FROM cron_fleet_result WHERE job = $1', [job]);
+      await db.end();
+    }
+  }, 60_000);
 });
