@@ -189,6 +189,11 @@ const rpc = new Rpc(ipcChannel(process), {
     return name;
   },
 
+  /** One `runOnce` of a job that returns at once: its window's lock stays behind, left to the store (or to a timer on a session store). */
+  async runOnce(name: string, lockAtLeastForMs: number) {
+    return (await need().runOnce(name, async () => 'done', { lockAtMostForMs: lockAtLeastForMs, lockAtLeastForMs })).ran;
+  },
+
   /** Close the locker and the IPC channel; the process must then exit on its own. */
   async closeAndDetach() {
     await need().close();

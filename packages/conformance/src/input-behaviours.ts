@@ -12,7 +12,7 @@ import { untyped } from './helpers.js';
 
 export function defineInputBehaviours(ctx: SuiteContext): void {
   const { describe, it, expect } = ctx.runner;
-  const { options, harness, capabilities, T, lockers, freshKey, makeLocker, spawnChild, itWhen } = ctx;
+  const { options, harness, capabilities, T, lockers, freshKey, makeLocker, spawnChild, itWhen, roundTtl } = ctx;
 
   /** A locker (closed after the test) on the backend pointed at a closed port (behaviours 15, 15b). */
   const unreachable = async (lockerOptions: LockerOptions) => {
@@ -120,10 +120,14 @@ export function defineInputBehaviours(ctx: SuiteContext): void {
 
     itWhen(
       () => (options.child ? undefined : 'no child config'),
-      '16b. close: the process exits on its own afterwards (no open handles)',
+      '16b. close: the process exits on its own afterwards (no open handles), also after a runOnce whose window is still open',
       async () => {
         const child = await spawnChild();
         await child.lock(freshKey());
+        // A window's lock is left to the store to expire (to a timer of the locker's on a session
+        // store): what the backend made for it while held must still end when the locker closes.
+        expect(await child.rpc.call('runOnce', freshKey('job'), roundTtl(Math.max(3000, T)))).toBe(true);
+        await sleep(500);
         await child.rpc.call('closeAndDetach');
         const exit = await Promise.race([child.exited, sleep(15_000).then(() => 'still running' as const)]);
         expect(exit).toEqual({ code: 0, signal: null });
