@@ -1,5 +1,6 @@
 import { type Capabilities, type LockBackend } from '@deadbolt/core';
 import {
+  answerWithin,
   StoreBackend,
   readOptions,
   rules,
@@ -118,6 +119,7 @@ export class EtcdBackend extends StoreBackend<Etcd3, EtcdLockLease> implements L
     readWrite: true,
   };
   readonly #store: EtcdStore;
+  readonly #commandTimeoutMs: number;
 
   /** @throws InvalidArgumentError for bad options (before connecting). */
   constructor(raw: EtcdBackendOptions) {
@@ -132,6 +134,7 @@ export class EtcdBackend extends StoreBackend<Etcd3, EtcdLockLease> implements L
       ),
     });
     this.#store = new EtcdStore(this.client, options.namespace ?? 'deadbolt/', this.inFlight);
+    this.#commandTimeoutMs = commandTimeoutMs;
     storeOf.set(this, this.#store);
   }
 
@@ -187,7 +190,9 @@ export class EtcdBackend extends StoreBackend<Etcd3, EtcdLockLease> implements L
     return this.#store.tokenCeiling();
   }
 
-  protected closeStore(): Promise<void> {
+  protected async closeStore(): Promise<void> {
+    // The watches' cancels go to etcd, which may not answer: a command's time at most.
+    await answerWithin(this.#store.stopWatches(), this.#commandTimeoutMs, this.name, 'close').catch(() => undefined);
     return this.connection.end((client) => client.close());
   }
 }

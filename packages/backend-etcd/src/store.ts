@@ -109,6 +109,12 @@ export class EtcdStore {
    * nothing else waits for a cancel, a grant least of all.
    */
   readonly #cancelling = new Set<Promise<void>>();
+  /**
+   * The loss watches not stopped yet, each by its `stopWatch`. A lease the locker forgot without a
+   * release (a `runOnce` window left to expire) keeps its watch, and etcd3 keeps a client with a
+   * live watch connected after `close()`: so the backend's close stops them first (`stopWatches`).
+   */
+  readonly #lossWatches = new Set<() => Promise<void>>();
 
   constructor(client: Etcd3, prefix: string, acquiring: InFlight) {
     this.client = client;
@@ -294,13 +300,21 @@ export class EtcdStore {
     let begin: (watcher: Promise<Watcher | undefined>) => void = noop;
     const watcher = new Promise<Watcher | undefined>((resolve) => (begin = resolve));
     timer = after(LOSS_WATCH_DELAY_MS, () => begin(this.lossWatch(path, fromRevision, lost)), true);
-    const stopWatch = () => {
+    const stop = async () => {
+      this.#lossWatches.delete(stop);
       timer?.cancel();
       timer = undefined;
       begin(Promise.resolve(undefined));
-      void watcher.then((w) => w && this.cancel(w));
+      const w = await watcher;
+      if (w) await this.cancel(w);
     };
-    return { watcher, stopWatch };
+    this.#lossWatches.add(stop);
+    return { watcher, stopWatch: () => void stop() };
+  }
+
+  /** Stops every loss watch still running (for the backend's close). */
+  stopWatches(): Promise<unknown> {
+    return Promise.all([...this.#lossWatches].map((stop) => stop()));
   }
 
   async lossWatch(path: string, fromRevision: bigint, lost: AbortController): Promise<Watcher | undefined> {
