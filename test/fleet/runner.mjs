@@ -1,11 +1,12 @@
 // One runner of run-once-fleet.test.ts, a process of its own: a locker and a fence on the store the
 // test names, and a clock `skewMs` ahead of the machine's (it fires that much early). At the start
 // of each window it calls runOnce for the fleet's job, which writes the window's number through the
-// fence with its claim's token, and prints one JSON line per window saying what it did.
+// fence with its claim's token, and prints one JSON line per window saying what it did. Given
+// `dieAfterWindow`, it kills itself (SIGKILL) after that window.
 import { createLocker } from '@deadbolt/core';
 
 const settings = JSON.parse(process.argv[2]);
-const { backend, fence, job, windows, windowMs, startAt, skewMs, jitterMs, lockAtMostForMs, lockAtLeastForMs } = settings;
+const { backend, fence, job, windows, windowMs, startAt, skewMs, jitterMs, lockAtMostForMs, lockAtLeastForMs, dieAfterWindow } = settings;
 const make = async ({ module, export: name, options }) => (await import(module))[name](options);
 const locker = createLocker(await make(backend), { ttlMs: lockAtMostForMs });
 const log = await make(fence);
@@ -28,6 +29,12 @@ for (let window = 0; window < windows; window++) {
     { lockAtMostForMs, lockAtLeastForMs },
   );
   console.log(JSON.stringify({ window, ...outcome }, (_, v) => (typeof v === "bigint" ? String(v) : v)));
+  if (window === dieAfterWindow) {
+    // Killed once its window's run (if it ran it) is past lockAtLeastForMs: a runner that dies
+    // inside its window ends the window early on a store whose leases are sessions.
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, due + lockAtLeastForMs + 500 - Date.now())));
+    process.kill(process.pid, "SIGKILL");
+  }
 }
 // A fleet's runners outlive their windows: on a store whose leases are sessions (ZooKeeper), a
 // locker closed inside a window gives its window's lock back with its session.
