@@ -130,7 +130,10 @@ export function defineElectionBehaviours(ctx: SuiteContext): void {
         const watching = (async () => {
           for await (const change of observer.observe(name, { signal: stop.signal, intervalMs: 25 })) seen.push(change);
         })();
-        await sleep(100);
+        // The first term starts once the observer has read "nobody": a first read slower than a
+        // fixed pause (a loaded machine) saw the first term begun but not yet published.
+        const until = performance.now() + 10_000;
+        while (seen.length === 0 && performance.now() < until) await sleep(10);
         const TERMS = 5;
         for (let i = 1; i <= TERMS; i++) {
           const term = await candidate.elect(name, { value: `term ${i}` });
