@@ -309,6 +309,9 @@ export class EtcdStore {
       if (w) await this.cancel(w);
     };
     this.#lossWatches.add(stop);
+    // Once the key is gone the watch has said all it can: a lease left to expire (a runOnce window)
+    // would otherwise keep one watch for every run until the backend closes.
+    lost.signal.addEventListener('abort', () => void stop(), { once: true });
     return { watcher, stopWatch: () => void stop() };
   }
 
