@@ -31,6 +31,18 @@ function handle(id: number): Lock {
   return lock;
 }
 
+/** 'ok' when `done` fulfils, else its error's code (STALE_TOKEN, LOCK_LOST, …): a refusal the suite reads as an answer. */
+const okOrCode = (done: Promise<unknown>): Promise<string> =>
+  done.then(
+    () => 'ok',
+    (error: unknown) => String((error as { code?: unknown }).code ?? error),
+  );
+
+/** Tells the suite ('lost') when the hold `id`, with `token`, ends by `signal`. */
+function reportLoss(id: number, signal: AbortSignal, token: bigint): void {
+  signal.addEventListener('abort', () => rpc.emit('lost', { id, token }), { once: true });
+}
+
 const rpc = new Rpc(ipcChannel(process), {
   async init(module: string, exportName: string, options: unknown, lockerOptions: LockerOptions) {
     made = { config: { module, export: exportName, options }, lockerOptions };
@@ -44,7 +56,7 @@ const rpc = new Rpc(ipcChannel(process), {
     const term = await electing.elect(name, { value });
     const id = nextHandle++;
     terms.set(id, term);
-    term.signal.addEventListener('abort', () => rpc.emit('lost', { id, token: term.token }), { once: true });
+    reportLoss(id, term.signal, term.token);
     return { id, token: term.token, term: term.term };
   },
 
@@ -52,17 +64,14 @@ const rpc = new Rpc(ipcChannel(process), {
   async proclaim(id: number, value: string) {
     const term = terms.get(id);
     if (!term) throw new Error(`no term ${id}`);
-    return term.proclaim(value).then(
-      () => 'ok',
-      (error: unknown) => String((error as { code?: unknown }).code ?? error),
-    );
+    return okOrCode(term.proclaim(value));
   },
 
   async lock(key: string, options: LockOptions = {}) {
     const lock = await need().lock(key, options);
     const id = nextHandle++;
     handles.set(id, lock);
-    lock.signal.addEventListener('abort', () => rpc.emit('lost', { id, token: lock.token }), { once: true });
+    reportLoss(id, lock.signal, lock.token);
     return { id, token: lock.token, owner: lock.owner };
   },
 
@@ -71,7 +80,7 @@ const rpc = new Rpc(ipcChannel(process), {
     const lock = await takeShared(need(), key, family, options);
     const id = nextHandle++;
     handles.set(id, lock);
-    lock.signal.addEventListener('abort', () => rpc.emit('lost', { id, token: lock.token }), { once: true });
+    reportLoss(id, lock.signal, lock.token);
     return { id, token: lock.token, owner: lock.owner };
   },
 
@@ -164,10 +173,7 @@ const rpc = new Rpc(ipcChannel(process), {
   /** One write through the store's fence: 'ok', or the error's code (STALE_TOKEN when refused). */
   async fenceWrite(resource: string, token: bigint, value: string) {
     if (!fence) throw new Error('no fence opened');
-    return fence.write(resource, token, value).then(
-      () => 'ok',
-      (error: unknown) => String((error as { code?: unknown }).code ?? error),
-    );
+    return okOrCode(fence.write(resource, token, value));
   },
 
   /**
