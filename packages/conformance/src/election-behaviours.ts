@@ -19,7 +19,7 @@ const HANDOVER_MS = 5000;
 
 export function defineElectionBehaviours(ctx: SuiteContext): void {
   const { describe, it, expect } = ctx.runner;
-  const { options, T, freshKey, makeLocker, makeFence, spawnChild, itWhen, roundTtl, capabilities } = ctx;
+  const { options, T, renewMs, freshKey, makeLocker, makeFence, spawnChild, itWhen, roundTtl, capabilities } = ctx;
   const noFence = () => (options.fence ? undefined : 'no fence for this store');
   const record = (name: string) => `${name}#deadbolt-leader`;
 
@@ -112,6 +112,37 @@ export function defineElectionBehaviours(ctx: SuiteContext): void {
         child.signal('SIGCONT');
         expect(await late).toBe('LOCK_LOST');
         await child.waitFor('lost', 2 * T + 2000);
+        expectLeader(await next.leader(name), 'next', 2, elected.token);
+        await elected.resign();
+      },
+      60_000,
+    );
+
+    itWhen(
+      () => noFence() ?? (capabilities.crossProcess ? undefined : 'in-process backend'),
+      '38e. a leader process killed (SIGKILL): the candidate in line is elected within the lease plus one renewal interval, with a higher token',
+      async () => {
+        const name = freshKey('election');
+        const fence = await makeFence();
+        const child = await spawnChild();
+        const config = options.fence!;
+        await child.rpc.call('openFence', config.module, config.export, config.options);
+        const old = (await child.rpc.call('elect', name, 'killed')) as { id: number; token: bigint; term: number };
+        const next = await makeLocker({ fence });
+        const campaign = next.elect(name, { value: 'next', timeoutMs: 3 * T + 5000 });
+        // In line before the kill, as a fleet's standby is.
+        await sleep(300);
+        const stalls = stallsFromNow();
+        const killedAt = performance.now();
+        await child.kill();
+        const elected = await campaign;
+        // The dead leader renewed at most one interval before the kill, so its lease lasts at most
+        // a ttl plus that; a session store may end it at once. The second adds the new term's
+        // publication (two fence calls) on a loaded store.
+        expect(performance.now() - killedAt, 'ms from the kill to the next election').toBeLessThanOrEqual(T + renewMs + 2000 + stalls());
+        expect(elected.token).toBeGreaterThan(old.token);
+        expect(elected.term).toBe(2);
+        await expect(fence.write(record(name), old.token, 'dead')).rejects.toMatchObject({ code: 'STALE_TOKEN' });
         expectLeader(await next.leader(name), 'next', 2, elected.token);
         await elected.resign();
       },
