@@ -32,6 +32,22 @@ export function defineElectionBehaviours(ctx: SuiteContext): void {
     expect(seen?.sinceMs).toBeGreaterThanOrEqual(0);
   }
 
+  /**
+   * A leader in a child process (to be paused or killed) with its value published in the store's
+   * fence, a candidate here with the same fence, and the fence to check writes with.
+   */
+  async function childLeader(value: string) {
+    const name = freshKey('election');
+    const fence = await makeFence();
+    const child = await spawnChild();
+    const config = options.fence!;
+    await child.rpc.call('openFence', config.module, config.export, config.options);
+    const old = (await child.rpc.call('elect', name, value)) as { id: number; token: bigint; term: number };
+    expect(old.term).toBe(1);
+    return { name, fence, child, old, next: await makeLocker({ fence }) };
+  }
+  const crossProcess = () => noFence() ?? (capabilities.crossProcess ? undefined : 'in-process backend');
+
   describe('leader election', () => {
     itWhen(
       noFence,
@@ -91,18 +107,11 @@ export function defineElectionBehaviours(ctx: SuiteContext): void {
     );
 
     itWhen(
-      () => noFence() ?? (capabilities.crossProcess ? undefined : 'in-process backend'),
+      crossProcess,
       '38d. a leader process paused (SIGSTOP) past its lease: the next candidate is elected with a higher token; resumed, the old leader is told before it publishes',
       async () => {
-        const name = freshKey('election');
-        const fence = await makeFence();
-        const child = await spawnChild();
-        const config = options.fence!;
-        await child.rpc.call('openFence', config.module, config.export, config.options);
-        const old = (await child.rpc.call('elect', name, 'paused')) as { id: number; token: bigint; term: number };
-        expect(old.term).toBe(1);
+        const { name, child, old, next } = await childLeader('paused');
         child.signal('SIGSTOP');
-        const next = await makeLocker({ fence });
         const elected = await next.elect(name, { value: 'next', timeoutMs: 3 * T + 5000 });
         expect(elected.token).toBeGreaterThan(old.token);
         expect(elected.term).toBe(2);
@@ -119,16 +128,10 @@ export function defineElectionBehaviours(ctx: SuiteContext): void {
     );
 
     itWhen(
-      () => noFence() ?? (capabilities.crossProcess ? undefined : 'in-process backend'),
+      crossProcess,
       '38e. a leader process killed (SIGKILL): the candidate in line is elected within the lease plus one renewal interval, with a higher token',
       async () => {
-        const name = freshKey('election');
-        const fence = await makeFence();
-        const child = await spawnChild();
-        const config = options.fence!;
-        await child.rpc.call('openFence', config.module, config.export, config.options);
-        const old = (await child.rpc.call('elect', name, 'killed')) as { id: number; token: bigint; term: number };
-        const next = await makeLocker({ fence });
+        const { name, fence, child, old, next } = await childLeader('killed');
         const campaign = next.elect(name, { value: 'next', timeoutMs: 3 * T + 5000 });
         // In line before the kill, as a fleet's standby is.
         await sleep(300);

@@ -2,15 +2,30 @@
  * Behaviours 8–11 (the conformance README, "lease"): renewal, extend, expiry, lost claims and paused
  * holders.
  */
+import { BackendUnavailableError } from '@deadbolt/core';
 import { sleep } from '@deadbolt/core/backend';
 import { backendOf } from '@deadbolt/core/testing';
 import type { SuiteContext } from './context.js';
 import { abortedWithin, expectSoon } from './helpers.js';
+import { retryFor } from './test-matrix.js';
 
 export function defineLeaseBehaviours(ctx: SuiteContext): void {
   const { describe, it, expect } = ctx.runner;
-  const { options, harness, capabilities, T, renewMs, freshKey, makeLocker, warmLocker, spawnChild, crossProcessIt, hookIt, register } =
-    ctx;
+  const {
+    options,
+    harness,
+    capabilities,
+    T,
+    renewMs,
+    freshKey,
+    makeLocker,
+    makeFence,
+    warmLocker,
+    spawnChild,
+    crossProcessIt,
+    hookIt,
+    register,
+  } = ctx;
 
   describe('lease', () => {
     it('8. renewal: a live holder keeps the lock for 5 × ttl; contenders stay out', async () => {
@@ -156,12 +171,16 @@ export function defineLeaseBehaviours(ctx: SuiteContext): void {
 
     hookIt(
       'restartServer',
-      '11c. server restart: the lock is either lost (signal aborted) or still really held',
+      '11c. server restart: a lock, and a leader where the store has a fence, each either lost (signal aborted) or still really held',
       async () => {
         const key = freshKey();
         const a = await makeLocker();
         const b = await makeLocker();
         const lock = await a.lock(key);
+        // A leader beside the lock: a term is a lock whose value is published in the fence.
+        const fence = options.fence ? await makeFence() : undefined;
+        const candidates = fence ? [await makeLocker({ fence }), await makeLocker({ fence })] : [];
+        const term = await candidates[0]?.elect(key + '/leader', { value: 'before' });
         await harness.restartServer!();
         await sleep(renewMs + 1000);
         if (lock.held) {
@@ -173,6 +192,21 @@ export function defineLeaseBehaviours(ctx: SuiteContext): void {
           await next.release();
         }
         await lock.release().catch(() => undefined);
+        if (!term) return;
+        if (term.held) {
+          expect(await candidates[1]!.tryElect(key + '/leader', { value: 'rival' }), 'a second leader').toBeNull();
+        } else {
+          expect(term.signal.reason).toMatchObject({ code: 'LOCK_LOST' });
+          // The next term publishes in the fence, whose connection may still be coming back.
+          const next = await retryFor(
+            30_000,
+            () => candidates[1]!.elect(key + '/leader', { value: 'after', timeoutMs: 3 * T + 5000 }),
+            (e) => e instanceof BackendUnavailableError,
+          );
+          expect(next.token).toBeGreaterThan(term.token);
+          await next.resign();
+        }
+        await term.resign().catch(() => undefined);
       },
       180_000,
     );
