@@ -225,15 +225,18 @@ const stores: Record<string, Store> = {
     cluster: 'etcd-cluster',
     backend: (url) => etcdBackend({ url }),
     fence: (url) => etcdFence({ url }),
-    // etcd cannot restart a member empty (it must be removed and added again).
-    plan: [...each([killed, paused, rolling, cutOff, slowed, partitioned, stutters, handedOver]), ...elections],
+    // etcd cannot restart a member empty (it must be removed and added again). The client's own
+    // links cut off or slowed are the same for every family (one connection carries them): the
+    // mutex alone there, which keeps the run shorter than the Sentinel's.
+    plan: [...each([killed, paused, rolling, partitioned, stutters, handedOver]), ...each([cutOff, slowed], [mutex]), ...elections],
   },
   zookeeper: {
     cluster: 'zookeeper-ensemble',
     backend: (url) => zookeeperBackend({ url }),
     fence: (url) => zookeeperFence({ url }),
-    // ZooKeeper cannot hand its lead over; restarting the leader is its election.
-    plan: [...each([killed, paused, rolling, cutOff, slowed, partitioned, stutters, restartedEmpty]), ...elections],
+    // ZooKeeper cannot hand its lead over; restarting the leader is its election. The client's
+    // links cut off or slowed: the mutex alone, as on etcd.
+    plan: [...each([killed, paused, rolling, partitioned, stutters, restartedEmpty]), ...each([cutOff, slowed], [mutex]), ...elections],
   },
   // The fenced register lives in PostgreSQL: a Redis fence would lose its highest token in the
   // same failover that loses the lock.
@@ -251,8 +254,10 @@ const stores: Record<string, Store> = {
     backend: sentinelBackend({ syncReplicas: 1 }),
     fence: () => postgresFence({ url: matrixUrl('postgres') }),
     // No elections here: they are the mutex's lock with a record in the fence (PostgreSQL here), and
-    // this cluster's run is the longest of the four already.
-    plan: each([killed, paused, cutOff, slowed, partitioned, stutters, handedOver, restartedEmpty], [mutex]),
+    // this cluster's run is the longest of the four already. The faults that move or lose the
+    // primary, which is what waiting for a replica is for; the client's own links cut off, slowed
+    // or stuttering are the same with or without it, and run above.
+    plan: each([killed, paused, partitioned, handedOver, restartedEmpty], [mutex]),
     overlapsExpected: (fault) => (fault === restartedEmpty ? emptied : undefined),
   },
   // PgBouncer in front of PostgreSQL: a fault on the pooler, not on the server. Lease mode through
