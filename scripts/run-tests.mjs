@@ -45,10 +45,8 @@ const LANES = {
     'test/example-backend.test.ts',
     // The packages packed and installed with npm as a user would (about 110 s), in the lane that ends first.
     'test/packaging.test.ts',
-    // The guides' examples compiled and their links checked (about 25 s), here for the same reason.
-    'test/docs.test.ts',
-    // runOnce across five runner processes on three stores, and the cron-fleet example's three
-    // (about 80 s), here for the same reason.
+    // runOnce across five runner processes on each of the six stores at once, and the cron-fleet
+    // example's three (about 100 s), here for the same reason.
     'test/run-once-fleet.test.ts',
   ],
   sql: [
@@ -75,6 +73,8 @@ const LANES = {
     'packages/backend-redis/test/replica.test.ts',
     'packages/backend-redis/test/redis.test.ts',
     'packages/backend-redis/test/readme.test.ts',
+    // The suite's client-facing groups on an iovalkey client (about 40 s).
+    'packages/backend-redis/test/conformance-valkey.test.ts',
     // The command line on every store (about 55 s), in a lane that ends before `other`.
     'packages/cli/test/cli.test.ts',
     // `pnpm demo` on every store (about 30 s; 70 s under the full run's load).
@@ -91,6 +91,8 @@ const LANES = {
     'test/migration-rollout.test.ts',
     'packages/backend-etcd/test/conformance.test.ts',
     'packages/backend-zookeeper/test/conformance.test.ts',
+    // The guides' examples compiled and their links checked (about 25 s).
+    'test/docs.test.ts',
   ],
 };
 

@@ -2,14 +2,83 @@
 // how each is made, kept connected, and closed.
 import { InvalidArgumentError } from '@deadbolt/core';
 import { answerDeadline, type StoreUrl, type Timer } from '@deadbolt/core/backend';
-import { Cluster, Redis, type ClusterOptions, type Command, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, ReplyError, type ClusterOptions, type Command, type RedisOptions } from 'ioredis';
 
 /**
- * A client of yours the backend accepts. Named, so that declarations say `Redis | Cluster` as
- * written: inferred, they print ioredis 6's generic `Redis<"legacy">`, which ioredis 5's types
- * (still in the peer range) do not have.
+ * A client the backend works with, as it types it inside. Named, so that declarations say `Redis |
+ * Cluster` as written: inferred, they print ioredis 6's generic `Redis<"legacy">`, which ioredis 5's
+ * types (still in the peer range) do not have.
  */
 export type RedisClient = Redis | Cluster;
+
+/**
+ * An iovalkey client (`Redis` or `Cluster`, Valkey's fork of ioredis). It has ioredis's API and
+ * the internals the backend uses, but other classes, which TypeScript does not take for ioredis's:
+ * so it is typed by the members the backend checks, and iovalkey, an optional peer, is never
+ * imported.
+ */
+export interface ValkeyClient {
+  /** True for a `Cluster`. */
+  readonly isCluster: boolean;
+  /** `'end'` once quit or disconnected for good: such a client is refused. */
+  readonly status: string;
+  /** Makes the subscriber the backend listens for releases on. */
+  duplicate(...args: never[]): unknown;
+  /** How the backend sends its scripts. */
+  sendCommand(...args: never[]): unknown;
+}
+
+/** A client of yours the backend accepts: ioredis's `Redis` or `Cluster`, or iovalkey's. */
+export type YourRedisClient = RedisClient | ValkeyClient;
+
+/**
+ * Whether `v` is a client the backend can use: an ioredis `Redis` or `Cluster`, or iovalkey's,
+ * told by its shape (iovalkey is not imported for the check; its classes, like ioredis's, are
+ * named EventEmitter at run time): a server's client has the command queue the reply deadlines
+ * read, a Cluster's its nodes.
+ */
+export function isRedisClient(v: unknown): v is RedisClient {
+  if (v instanceof Redis || v instanceof Cluster) return true;
+  if (typeof v !== 'object' || v === null) return false;
+  const c = v as Partial<ValkeyClient> & { nodes?: unknown; options?: unknown };
+  return (
+    typeof c.isCluster === 'boolean' &&
+    typeof c.duplicate === 'function' &&
+    typeof c.sendCommand === 'function' &&
+    typeof c.options === 'object' &&
+    (c.isCluster ? typeof c.nodes === 'function' : 'commandQueue' in c)
+  );
+}
+
+/**
+ * The servers a client of yours was given (`LockBackend.address`): a Cluster's startup nodes, a
+ * Sentinel client's Sentinels, or the one server's `host:port` (a Unix socket's path).
+ */
+export function addressOf(client: RedisClient): string | undefined {
+  const hostPort = (n: { host?: string | undefined; port?: number | undefined }) => `${n.host ?? 'localhost'}:${n.port ?? 6379}`;
+  if (isCluster(client)) {
+    const nodes = (client as unknown as { startupNodes?: unknown }).startupNodes;
+    return Array.isArray(nodes)
+      ? nodes.map((n) => (typeof n === 'string' ? n : hostPort(n as { host?: string; port?: number }))).join(',')
+      : undefined;
+  }
+  const { sentinels, path } = client.options;
+  if (sentinels?.length) return sentinels.map((s) => hostPort({ host: s.host, port: s.port ?? 26379 })).join(',');
+  return path ?? hostPort(client.options);
+}
+
+/**
+ * Whether `error` is an error reply of the server's: redis-errors' `ReplyError`, which ioredis and
+ * iovalkey both throw; told by name too, should two copies of redis-errors be installed.
+ */
+export function isReplyError(error: unknown): boolean {
+  return error instanceof ReplyError || (error instanceof Error && error.name === 'ReplyError');
+}
+
+/** Whether `client` is a Cluster client (ioredis's or iovalkey's: each sets `isCluster`). */
+export function isCluster(client: RedisClient | ValkeyClient): client is Cluster {
+  return client.isCluster;
+}
 
 /**
  * A client for `url` (one server, or a cluster's seed nodes), made as every client deadbolt makes:
@@ -133,7 +202,7 @@ function internalsOf(client: Redis): WatchedClient {
  */
 function watchReplies(client: Redis | Cluster, timeoutMs: number): void {
   replyTimeouts.set(client, timeoutMs);
-  if (client instanceof Cluster) {
+  if (isCluster(client)) {
     client.on('+node', (node: Redis) => watchReplies(node, timeoutMs));
     return;
   }
@@ -229,7 +298,7 @@ const closing = new WeakSet<Redis | Cluster>();
  * reconnects its nodes itself.
  */
 export function keepConnected(client: Redis | Cluster): void {
-  if (!(client instanceof Redis)) return;
+  if (isCluster(client)) return;
   let ended = 0;
   client.on('ready', () => (ended = 0));
   client.on('end', () => {

@@ -5,7 +5,7 @@
 import { StaleTokenError, type FencedValue } from '@deadbolt/core';
 import { readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
 import type { Cluster, Redis } from 'ioredis';
-import { closeRedis, openRedis } from './connection.js';
+import { addressOf, closeRedis, openRedis, type YourRedisClient } from './connection.js';
 import { redisOptionRules } from './redis-backend.js';
 import { RedisStore, Script } from './store.js';
 
@@ -13,8 +13,8 @@ import { RedisStore, Script } from './store.js';
 export interface RedisFenceOptions {
   /** `redis://[user:password@]host:port[/db]`: the fence makes (and closes) a client of its own. */
   url?: string;
-  /** Your own ioredis client (`Redis` or `Cluster`); `close()` leaves it open. Used instead of `url`. */
-  client?: Redis | Cluster;
+  /** Your own ioredis or iovalkey client (`Redis` or `Cluster`); `close()` leaves it open. Used instead of `url`. */
+  client?: YourRedisClient;
   /** With `url`: the URL's hosts are a Redis Cluster's seed nodes. Default false. */
   cluster?: boolean;
   /** What keeps these fences apart from others on the same server: the prefix of their key names (`<namespace>fence:<resource>`). Default `deadbolt:`. */
@@ -63,8 +63,12 @@ export class RedisFence extends StoreFence {
     super('redis');
     const options = readOptions(raw, redisFenceOptionRules, 'redisFence');
     const connectTimeout = options.connectTimeoutMs ?? 2000;
-    this.#connection = storeClient(options, 'redisFence', 'redis://host:port', (url) =>
-      openRedis(url, { cluster: options.cluster ?? false, connectTimeout, commandTimeout: options.commandTimeoutMs ?? 5000 }),
+    this.#connection = storeClient(
+      options,
+      'redisFence',
+      'redis://host:port',
+      (url) => openRedis(url, { cluster: options.cluster ?? false, connectTimeout, commandTimeout: options.commandTimeoutMs ?? 5000 }),
+      addressOf,
     );
     this.client = this.#connection.client;
     this.#prefix = `${options.namespace ?? 'deadbolt:'}fence:`;

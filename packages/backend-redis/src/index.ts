@@ -9,3 +9,4 @@ export {
 } from './redis-backend.js';
 export { RedlockBackend, redlockBackend, type RedlockBackendOptions, type RedlockLease, redlockOptionRules } from './redlock-backend.js';
 export { RedisFence, redisFence, redisFenceOptionRules, type RedisFenceOptions } from './fence.js';
+export type { ValkeyClient, YourRedisClient } from './connection.js';

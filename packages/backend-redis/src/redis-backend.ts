@@ -11,8 +11,8 @@ import {
   type StoreView,
 } from '@deadbolt/core/backend';
 import { TestingHooks } from '@deadbolt/core/testing';
-import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
-import { closeRedis, openRedis, type RedisClient } from './connection.js';
+import type { ClusterOptions, RedisOptions } from 'ioredis';
+import { addressOf, closeRedis, isCluster, isRedisClient, openRedis, type RedisClient, type YourRedisClient } from './connection.js';
 import { RedisClaims, type RedisLease } from './claims.js';
 import { MAX_EXACT_TOKEN, RedisStore, type RedisKeys } from './store.js';
 
@@ -22,8 +22,11 @@ export type { RedisKeys, RedisLease };
 export interface RedisBackendOptions {
   /** `redis://[user:pass@]host:port[/db]`. The backend creates and closes its own connections. */
   url?: string;
-  /** Your own ioredis client (a `Redis` or a `Cluster`); `close()` leaves it open. Used instead of `url`. */
-  client?: Redis | Cluster;
+  /**
+   * Your own client instead of `url`: ioredis's `Redis` or `Cluster`, or iovalkey's (Valkey's fork
+   * of ioredis); `close()` leaves it open. Its own options stand (timeouts, retries, RESP).
+   */
+  client?: YourRedisClient;
   /**
    * `url` names one node of a Redis Cluster: the backend opens an ioredis `Cluster`, which finds
    * the others. Every key one lock touches shares a hash slot, so each script runs on one node.
@@ -101,13 +104,28 @@ export interface RedisBackendOptions {
 /** A key prefix: braces would change the key's hash slot on a cluster. */
 const prefixRule = rules.text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}', 'a{']);
 
+/**
+ * A client of yours: ioredis's or iovalkey's, and not closed for good (a client that was quit or
+ * disconnected fails every command with "Connection is closed."; told here, before any I/O).
+ */
+const clientRule: Rule<RedisClient> = {
+  check(value, name) {
+    const client = rules
+      .instance(isRedisClient, 'an ioredis or iovalkey Redis or Cluster client (node-redis clients are not accepted)')
+      .check(value, name);
+    if (client.status === 'end')
+      throw new InvalidArgumentError(
+        `${name} was closed (its status is 'end'): pass a client that is connected or connects on its first command, or a url`,
+      );
+    return client;
+  },
+  hostile: [null, 'x', 5, {}, []],
+};
+
 /** How each option of `redisBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const redisOptionRules = {
   url: rules.url(['redis', 'rediss']),
-  client: rules.instance(
-    (v): v is RedisClient => v instanceof Redis || v instanceof Cluster,
-    'an ioredis Redis or Cluster client',
-  ) as Rule<RedisClient>,
+  client: clientRule,
   cluster: rules.flag,
   clusterOptions: rules.settings as Rule<Omit<ClusterOptions, 'redisOptions'>>,
   sentinel: rules.text(/^[\w.-]{1,100}$/, "a Sentinel master name (letters, digits, '.', '_', '-')", ['', 'a b', 'x'.repeat(101)]),
@@ -148,7 +166,7 @@ export class RedisBackend extends StoreBackend<RedisClient, RedisLease> implemen
     const commandTimeout = options.commandTimeoutMs ?? 5000;
     const syncReplicas = options.syncReplicas ?? 0;
     const restartGuardMs = options.restartGuardMs ?? 0;
-    const cluster = options.cluster ?? options.client instanceof Cluster;
+    const cluster = options.cluster ?? (options.client !== undefined && isCluster(options.client));
     // WAIT counts the replicas of the connection it is sent on; a Cluster client sends a keyless
     // command to any node, not the one that granted.
     if (syncReplicas > 0 && cluster) throw new InvalidArgumentError('syncReplicas does not work with a Redis Cluster client');
@@ -161,15 +179,20 @@ export class RedisBackend extends StoreBackend<RedisClient, RedisLease> implemen
     super({
       name: 'redis',
       commandTimeoutMs: commandTimeout,
-      connection: storeClient(options, 'redisBackend', 'redis://host:port', (url) =>
-        openRedis(url, {
-          cluster,
-          connectTimeout,
-          commandTimeout,
-          clusterOptions: options.clusterOptions,
-          sentinel: options.sentinel,
-          sentinelOptions: options.sentinelOptions,
-        }),
+      connection: storeClient(
+        options,
+        'redisBackend',
+        'redis://host:port',
+        (url) =>
+          openRedis(url, {
+            cluster,
+            connectTimeout,
+            commandTimeout,
+            clusterOptions: options.clusterOptions,
+            sentinel: options.sentinel,
+            sentinelOptions: options.sentinelOptions,
+          }),
+        addressOf,
       ),
     });
     const fifo = options.fifo ?? true;

@@ -14,7 +14,8 @@ import {
   type StoreUrl,
   type StoreView,
 } from '@deadbolt/core/backend';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { isCluster, isRedisClient, type ValkeyClient } from './connection.js';
 import { RedisBackend, redisOptionRules, storeOf, type RedisBackendOptions, type RedisLease } from './redis-backend.js';
 import type { RedisStore } from './store.js';
 
@@ -22,10 +23,10 @@ import type { RedisStore } from './store.js';
 export interface RedlockBackendOptions {
   /**
    * The independent Redis nodes (not replicas of each other, not one cluster): `redis://` urls,
-   * or your own ioredis clients (`close()` leaves those open). At least 1; use an odd number, 3 or
-   * 5: a lock needs a majority, so 3 nodes ride out one failure and 5 ride out two.
+   * or your own ioredis or iovalkey clients (`close()` leaves those open). At least 1; use an odd
+   * number, 3 or 5: a lock needs a majority, so 3 nodes ride out one failure and 5 ride out two.
    */
-  nodes: readonly (string | Redis)[];
+  nodes: readonly (string | Redis | ValkeyClient)[];
   /** What keeps this backend's locks apart from another's on the same nodes: the prefix of every key. Default `deadbolt:`. Must not contain `{` or `}`. */
   namespace?: string;
   /** Another name for `namespace` (Redis's word for it); give one of the two. */
@@ -56,7 +57,7 @@ export interface RedlockLease extends Lease {
 }
 
 /**
- * The nodes: 1 to 99 `redis://` urls or ioredis clients, no server twice (by host and port, as
+ * The nodes: 1 to 99 `redis://` urls or ioredis (or iovalkey) clients, no server twice (by host and port, as
  * written: two names of one host are not caught). One server named twice would count twice
  * towards the majority, so with 3 nodes it alone could grant a lock.
  */
@@ -66,12 +67,12 @@ type RedlockNode = StoreUrl | Redis;
 const nodesRule: Rule<RedlockNode[]> = {
   check(value, name) {
     if (!Array.isArray(value) || value.length === 0 || value.length > 99)
-      return rules.refuse(name, 'an array of 1 to 99 redis:// urls or ioredis clients', value);
+      return rules.refuse(name, 'an array of 1 to 99 redis:// urls or ioredis (or iovalkey) clients', value);
     const seen = new Set<string>();
     return value.map((node: unknown, i) => {
-      const read = node instanceof Redis ? node : nodeUrl.check(node, `${name}[${i}]`);
-      if (!(read instanceof Redis) && read.hosts.length !== 1) throw new InvalidArgumentError(`${name}[${i}] must name one Redis server`);
-      const { host, port } = read instanceof Redis ? { host: read.options.host ?? 'localhost', port: read.options.port } : read.hosts[0]!;
+      const read = isNodeClient(node) ? node : nodeUrl.check(node, `${name}[${i}]`);
+      if (!isNodeClient(read) && read.hosts.length !== 1) throw new InvalidArgumentError(`${name}[${i}] must name one Redis server`);
+      const { host, port } = isNodeClient(read) ? { host: read.options.host ?? 'localhost', port: read.options.port } : read.hosts[0]!;
       const where = `${host.toLowerCase()}:${port ?? 6379}`;
       if (seen.has(where))
         throw new InvalidArgumentError(
@@ -465,8 +466,13 @@ function nodeName(node: RedisBackend): string {
   return `${host}:${port}`;
 }
 
+/** A client given as a node: ioredis's or iovalkey's single-server `Redis` (a Cluster is no Redlock node). */
+function isNodeClient(node: unknown): node is Redis {
+  return isRedisClient(node) && !isCluster(node);
+}
+
 function redisNode(node: StoreUrl | Redis, options: Omit<RedisBackendOptions, 'url' | 'client'>): RedisBackend {
-  return node instanceof Redis ? new RedisBackend({ client: node, ...options }) : new RedisBackend({ url: node.href, ...options });
+  return isNodeClient(node) ? new RedisBackend({ client: node, ...options }) : new RedisBackend({ url: node.href, ...options });
 }
 
 /**

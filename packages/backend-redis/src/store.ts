@@ -4,8 +4,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { BackendError, BackendUnavailableError } from '@deadbolt/core';
 import { Once, ReleaseNotifier, stillStands } from '@deadbolt/core/backend';
-import { Cluster, Command, ReplyError, type Redis } from 'ioredis';
-import { closeRedis, keepConnected, watchLike, withConnectionError } from './connection.js';
+import { Command, type Cluster, type Redis } from 'ioredis';
+import { closeRedis, isCluster, isReplyError, keepConnected, watchLike, withConnectionError } from './connection.js';
 import {
   ACQUIRE,
   GUARDED_ACQUIRE,
@@ -231,8 +231,8 @@ export class RedisStore {
     const counter = new RegExp(`^${escapeRegExp(this.prefix)}\\{[A-Za-z0-9_-]{22}\\}s?token:`);
     let ceiling = await this.tokenFloor(0n);
     try {
-      if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
-      const primaries = this.client instanceof Cluster ? this.client.nodes('master') : [this.client];
+      if (isCluster(this.client) && this.client.status !== 'ready') await this.#clusterReady(this.client);
+      const primaries = isCluster(this.client) ? this.client.nodes('master') : [this.client];
       for (const node of primaries) {
         const [seconds, micros] = (await node.time()).map(String);
         ceiling = maxOf(ceiling, BigInt(seconds!) * 1_000_000n + BigInt(micros!));
@@ -273,11 +273,11 @@ export class RedisStore {
   /** `eval` with the keys (`numKeys` of them) and the arguments in one list. */
   async #send(operation: string, script: Script, numKeys: number, argv: string[]): Promise<unknown> {
     try {
-      if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
+      if (isCluster(this.client) && this.client.status !== 'ready') await this.#clusterReady(this.client);
       try {
         return await this.#evalsha(script.sha, numKeys, argv);
       } catch (error) {
-        if (!(error instanceof ReplyError) || !String((error as Error).message).startsWith('NOSCRIPT')) throw error;
+        if (!isReplyError(error) || !String((error as Error).message).startsWith('NOSCRIPT')) throw error;
         return await this.client.eval(script.source, numKeys, argv);
       }
     } catch (error) {
@@ -302,7 +302,7 @@ export class RedisStore {
 
   /** The typed error for a failed command: the server's refusal (a reply error), or no answer. */
   failure(operation: string, error: unknown): BackendError | BackendUnavailableError {
-    if (error instanceof ReplyError) return new BackendError(this.name, operation, { cause: error });
+    if (isReplyError(error)) return new BackendError(this.name, operation, { cause: error });
     return new BackendUnavailableError(this.name, operation, { cause: withConnectionError(this.client, error) });
   }
 
@@ -371,10 +371,10 @@ export class RedisStore {
     if (this.#options.allowEviction) return;
     let config: string[];
     try {
-      if (this.client instanceof Cluster && this.client.status !== 'ready') await this.#clusterReady(this.client);
+      if (isCluster(this.client) && this.client.status !== 'ready') await this.#clusterReady(this.client);
       config = (await this.client.config('GET', 'maxmemory*')) as string[]; // name, value, name, value, ...
     } catch (error) {
-      if (error instanceof ReplyError) return; // CONFIG not allowed: cannot check
+      if (isReplyError(error)) return; // CONFIG not allowed: cannot check
       throw this.failure('acquire', error);
     }
     const settings: Record<string, string> = {};
@@ -398,10 +398,9 @@ export class RedisStore {
     // A single-node subscriber subscribes again itself after a reconnect: ioredis's own
     // re-subscription leaves its promise unhandled, and a close before its answer (a backend
     // closed just after a reconnect) then surfaces as an unhandled rejection in the user's process.
-    const subscriber =
-      this.client instanceof Cluster
-        ? this.client.duplicate()
-        : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
+    const subscriber = isCluster(this.client)
+      ? this.client.duplicate()
+      : this.client.duplicate({ maxRetriesPerRequest: 1, lazyConnect: false, autoResubscribe: false });
     subscriber.on('error', () => undefined);
     keepConnected(subscriber);
     watchLike(this.client, subscriber);
@@ -420,7 +419,7 @@ export class RedisStore {
     let ready = 0;
     subscriber.on('ready', () => {
       if (ready++ === 0) return;
-      if (subscriber instanceof Cluster) return this.notifier.notifyAll();
+      if (isCluster(subscriber)) return this.notifier.notifyAll();
       // Once subscribed again; a failure means the connection went again, and its next 'ready' retries.
       subscriber.subscribe(...channels).then(
         () => this.notifier.notifyAll(),

@@ -1,8 +1,13 @@
 /** @module @deadbolt/redis/testing */
 // @deadbolt/redis/testing: what tests, the benchmark and fault drills read of a backend that is not
-// its API: the Redis keys where a lock lives, to read or break them directly.
+// its API: the Redis keys where a lock lives, to read or break them directly; and a backend and a
+// fence on an iovalkey client made from a URL, for the suite's runs on that client (its child
+// processes name a factory and plain options).
+import { createRequire } from 'node:module';
 import type { StoreClaims } from '@deadbolt/core/testing';
-import { storeOf, type RedisBackend } from './redis-backend.js';
+import type { Redis, RedisOptions } from 'ioredis';
+import { RedisFence, type RedisFenceOptions } from './fence.js';
+import { RedisBackend, storeOf, type RedisBackendOptions } from './redis-backend.js';
 import { RedlockBackend } from './redlock-backend.js';
 import type { RedisKeys } from './store.js';
 
@@ -61,5 +66,50 @@ export function claimsOf(backend: RedisBackend): StoreClaims {
       const keys = sharedKeysFor(backend, key);
       await client.multi().zrem(keys.lock, owner).zrem(keys.queue, owner).hdel(keys.deadlines, owner).exec();
     },
+  };
+}
+
+/**
+ * An iovalkey client for `url` set up as a careful application would (connect and command
+ * timeouts, a connection that sends nothing back for 5 s replaced, one reconnect per command,
+ * keep-alive, nothing opened before the first command).
+ * iovalkey is loaded here, on the first call: it is an optional peer. @throws Error when iovalkey
+ * is not installed.
+ */
+function valkeyClient(url: string): Redis {
+  const { Redis: Valkey } = createRequire(import.meta.url)('iovalkey') as { Redis: new (url: string, options: RedisOptions) => Redis };
+  const client = new Valkey(url, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 1,
+    connectTimeout: 2000,
+    commandTimeout: 5000,
+    socketTimeout: 5000,
+    keepAlive: 10_000,
+  });
+  client.on('error', () => undefined);
+  return client;
+}
+
+/**
+ * A Redis backend on an iovalkey client of its own for `options.url`, which it disconnects on
+ * `close()` (a backend leaves a client it was given open). @throws InvalidArgumentError for bad
+ * options; Error when iovalkey is not installed.
+ */
+export function valkeyBackend({ url, ...options }: Omit<RedisBackendOptions, 'client'> & { url: string }): RedisBackend {
+  const client = valkeyClient(url);
+  return Object.assign(new RedisBackend({ ...options, client }), { close: closing(RedisBackend.prototype.close, client) });
+}
+
+/** `valkeyBackend`'s fence: a Redis fence on an iovalkey client of its own. @throws as `valkeyBackend`. */
+export function valkeyFence({ url, ...options }: Omit<RedisFenceOptions, 'client'> & { url: string }): RedisFence {
+  const client = valkeyClient(url);
+  return Object.assign(new RedisFence({ ...options, client }), { close: closing(RedisFence.prototype.close, client) });
+}
+
+/** `close` that disconnects `client` once the backend or fence it is bound to has closed. */
+function closing(close: () => Promise<void>, client: Redis) {
+  return async function (this: object): Promise<void> {
+    await close.call(this);
+    client.disconnect();
   };
 }

@@ -1,7 +1,7 @@
 import type { ConformanceHarness, ConformanceOptions } from '@deadbolt/conformance';
 import { matrixUrl, matrixRestartHook, storeAddress, viaUrl, withCredentials } from '@deadbolt/conformance';
 import { RedisBackend, redisBackend, redisOptionRules, redlockBackend, redlockOptionRules } from '@deadbolt/redis';
-import { claimsOf, keysFor } from '@deadbolt/redis/testing';
+import { claimsOf, keysFor, valkeyBackend } from '@deadbolt/redis/testing';
 import type { LockBackend } from '@deadbolt/core';
 import { Cluster, Redis } from 'ioredis';
 
@@ -28,6 +28,29 @@ export function redisSuiteOptions(fifo = true): ConformanceOptions {
     slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
     child: child(),
     fence: { module: import.meta.resolve('@deadbolt/redis'), export: 'redisFence', options: { url } },
+    harness: redisHarness(url),
+  };
+}
+
+/**
+ * The shared suite's options for the test-matrix Redis reached through an iovalkey client (each
+ * backend and fence on one of its own, `valkeyBackend` and `valkeyFence`), FIFO.
+ */
+export function valkeySuiteOptions(): ConformanceOptions {
+  const url = matrixUrl('redis');
+  const testing = import.meta.resolve('@deadbolt/redis/testing');
+  const child = (options: object = {}) => ({ module: testing, export: 'valkeyBackend', options: { url, ...options } });
+  return {
+    name: 'redis (iovalkey client)',
+    createBackend: () => valkeyBackend({ url }),
+    createUnreachableBackend: () => valkeyBackend({ url: 'redis://127.0.0.1:1' }),
+    network: { store: storeAddress(url), createBackend: (via, _all, extra) => valkeyBackend({ url: viaUrl(url, via), ...extra }) },
+    // redisBackend's option checks run in conformance.test.ts; the client is what differs here.
+    factory: null,
+    createBackendInOtherNamespace: () => valkeyBackend({ url, namespace: 'deadbolt:other:' }),
+    slowPollChild: (ms) => child({ maxPollDelayMs: ms }),
+    child: child(),
+    fence: { module: testing, export: 'valkeyFence', options: { url } },
     harness: redisHarness(url),
   };
 }

@@ -15,6 +15,7 @@ import { clusterUrl } from '@deadbolt/conformance/cluster';
 import { redisBackend, type RedisBackend } from '@deadbolt/redis';
 import { keysFor, sharedKeysFor } from '@deadbolt/redis/testing';
 import { Redis } from 'ioredis';
+import { Redis as Valkey } from 'iovalkey';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const url = matrixUrl('redis');
@@ -481,6 +482,31 @@ describe('redis backend', () => {
     await locker.close();
     expect(await client.ping()).toBe('PONG');
     client.disconnect();
+  });
+
+  it('takes an iovalkey client as an ioredis one, and refuses a closed client or a node-redis one before any I/O', async () => {
+    const valkey = new Valkey(url);
+    try {
+      const backend = redisBackend({ client: valkey });
+      const { host, port } = storeAddress(url);
+      expect(backend.address, 'the servers the client was given, as its errors name them').toBe(`${host}:${port}`);
+      const locker = track(createLocker(backend, { ttlMs: 5000 }));
+      const lock = await locker.lock(key());
+      expect(await admin.get(keysFor(backend, lock.key).lock)).toBe(lock.owner);
+      await lock.release();
+      await locker.close();
+      expect(await valkey.ping(), 'left open').toBe('PONG');
+    } finally {
+      valkey.disconnect();
+    }
+    for (const client of [new Redis(url), new Valkey(url)]) {
+      await client.quit();
+      await once(client, 'end');
+      expect(() => redisBackend({ client })).toThrow(/client was closed \(its status is 'end'\)/);
+    }
+    // node-redis's shape: connect/sendCommand/isOpen, no isCluster.
+    const nodeRedis = { isOpen: true, isReady: true, connect() {}, sendCommand() {}, duplicate() {} };
+    expect(() => redisBackend({ client: nodeRedis as never })).toThrow(/ioredis or iovalkey .*node-redis clients are not accepted/);
   });
 });
 

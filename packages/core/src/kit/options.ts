@@ -333,7 +333,7 @@ export interface StoreClient<C> {
   readonly client: C;
   /** The URL the client was made from; undefined for a client of yours. */
   readonly url: StoreUrl | undefined;
-  /** `LockBackend.address`: the URL's servers, undefined for a client of yours. */
+  /** `LockBackend.address`: the URL's servers, or those a client of yours shows (undefined where it does not). */
   readonly address: string | undefined;
   /** Runs `close` on the client if it is the backend's own; nothing for yours. @throws what `close` throws. */
   end(close: (client: C) => unknown): Promise<void>;
@@ -341,17 +341,20 @@ export interface StoreClient<C> {
 
 /**
  * The client for `options`: exactly one of `url` (then `open(url)` makes the backend's own) and
- * `client` (yours). `urlForm` shows the URL's shape in the error. @throws InvalidArgumentError when
- * both or neither is given; what `open` throws for a URL it cannot take.
+ * `client` (yours, whose servers `addressOf` reads where the driver shows them). `urlForm` shows
+ * the URL's shape in the error. @throws InvalidArgumentError when both or neither is given; what
+ * `open` throws for a URL it cannot take.
  */
 export function storeClient<C>(
   options: { readonly url?: StoreUrl | undefined; readonly client?: C | undefined },
   where: string,
   urlForm: string,
   open: (url: StoreUrl) => C,
+  addressOf?: (client: C) => string | undefined,
 ): StoreClient<C> {
   const { url, client } = options;
-  if (client !== undefined && url === undefined) return { client, url: undefined, address: undefined, end: async () => undefined };
+  if (client !== undefined && url === undefined)
+    return { client, url: undefined, address: addressOf?.(client), end: async () => undefined };
   if (url !== undefined && client === undefined) {
     const own = open(url);
     return {

@@ -27,7 +27,7 @@ export abstract class StoreBackend<C, L extends Lease = Lease> implements LockBa
   /** The backend's name (`LockBackend.name`), as errors and events name it. */
   readonly name: string;
   abstract readonly capabilities: Capabilities;
-  /** The store's servers as given in `url` (none for a client of yours): `LockBackend.address`. */
+  /** The store's servers as given in `url`, or as a client of yours shows them where its backend reads them: `LockBackend.address`. */
   readonly address: string | undefined;
   /** The driver's client: made from `url` (closed by `close()`), or yours (left open). */
   readonly client: C;
