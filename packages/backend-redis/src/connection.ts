@@ -57,7 +57,8 @@ export function isRedisClient(v: unknown): v is RedisClient {
 export function addressOf(client: RedisClient): string | undefined {
   const hostPort = (n: { host?: string | undefined; port?: number | undefined }) => `${n.host ?? 'localhost'}:${n.port ?? 6379}`;
   if (isCluster(client)) {
-    const nodes = (client as unknown as { startupNodes?: unknown }).startupNodes;
+    // The nodes it was made with: a field ioredis's types keep private.
+    const nodes: unknown = Reflect.get(client, 'startupNodes');
     return Array.isArray(nodes)
       ? nodes.map((n) => (typeof n === 'string' ? n : hostPort(n as { host?: string; port?: number }))).join(',')
       : undefined;
