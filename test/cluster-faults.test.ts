@@ -202,10 +202,11 @@ const [mutex, , , election] = workloads as [Workload, Workload, Workload, Worklo
 const each = (some: readonly Fault[], under: readonly Workload[] = workloads.filter((w) => !w.elects)) =>
   some.map((f) => [f, under] as const);
 /**
- * Elections under the store's leader killed and paused: the faults that end terms. About 35 s a
+ * Elections under the store's leader killed, paused, and cut off from the other members while
+ * clients still reach it: the faults that end terms or split who believes what. About 55 s a
  * cluster, on clusters whose run is shorter than the Sentinel's (which sets the phase's length).
  */
-const elections = each([killed, paused], [election]);
+const elections = each([killed, paused, partitioned], [election]);
 const asynchronous =
   'replication is asynchronous: a grant the promoted replica had not received is lost in the failover, and a primary cut off from its Sentinels grants on until they demote it';
 const emptied =
