@@ -104,22 +104,22 @@ export interface RedisBackendOptions {
 /** A key prefix: braces would change the key's hash slot on a cluster. */
 const prefixRule = rules.text(/^[^{}]*$/, 'a string without { or } (they would change the hash slot)', ['{x}', 'a{']);
 
+/** Any ioredis or iovalkey client, closed or not. */
+const anyClient = rules.instance(isRedisClient, 'an ioredis or iovalkey Redis or Cluster client (node-redis clients are not accepted)');
 /**
  * A client of yours: ioredis's or iovalkey's, and not closed for good (a client that was quit or
  * disconnected fails every command with "Connection is closed."; told here, before any I/O).
  */
 const clientRule: Rule<RedisClient> = {
+  ...anyClient,
   check(value, name) {
-    const client = rules
-      .instance(isRedisClient, 'an ioredis or iovalkey Redis or Cluster client (node-redis clients are not accepted)')
-      .check(value, name);
+    const client = anyClient.check(value, name);
     if (client.status === 'end')
       throw new InvalidArgumentError(
         `${name} was closed (its status is 'end'): pass a client that is connected or connects on its first command, or a url`,
       );
     return client;
   },
-  hostile: [null, 'x', 5, {}, []],
 };
 
 /** How each option of `redisBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
