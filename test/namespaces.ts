@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { matrixUrl, type ChildBackendConfig } from '@deadbolt/conformance';
-import { memoryBackend, MemoryLockStore, type LockBackend } from '@deadbolt/core';
+import { BackendUnavailableError, memoryBackend, MemoryLockStore, type LockBackend } from '@deadbolt/core';
 import { backendFor, storeOf } from '../packages/cli/src/stores.js';
 
 /** One main variant of every store the test matrix runs, and memory. */
@@ -50,11 +50,22 @@ export function scratchNamespace(kind: StoreKind): Namespace {
     backend: () => backendFor(url),
     child: { module: STORES_MODULE, export: 'backendFor', options: url },
     async ready() {
-      const backend = await backendFor(url);
-      try {
-        await backend.tokenFloor!();
-      } finally {
-        await backend.close();
+      // A store that is up may still time out the first read after making the tables: on a
+      // loaded machine Cassandra's first SERIAL read of a new keyspace once found no replica in
+      // time. Such a failure (unavailable, not refused) is tried again for up to two minutes; a
+      // store that is down still fails the hook.
+      const deadline = performance.now() + 120_000;
+      for (;;) {
+        const backend = await backendFor(url);
+        try {
+          await backend.tokenFloor!();
+          return;
+        } catch (error) {
+          if (!(error instanceof BackendUnavailableError) || performance.now() > deadline) throw error;
+        } finally {
+          await backend.close();
+        }
+        await new Promise((resolve) => setTimeout(resolve, 1000));
       }
     },
     async purge() {

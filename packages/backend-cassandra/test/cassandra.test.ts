@@ -195,7 +195,10 @@ describe('cassandra backend', () => {
     const [a, b] = [cassandraBackend({ url }), cassandraBackend({ url })];
     try {
       const k = key();
-      const ttlMs = 3000;
+      // Long enough that neither of b's writes falls due on a loaded machine while it waits (its
+      // row's rewrite after a third of its ttl; the grant's own write once half the lease since
+      // its last write has passed): whether the grant writes must be decided by the rule alone.
+      const ttlMs = 20_000;
       const claim = (wait: boolean) => ({
         key: k,
         owner: crypto.randomUUID(),
