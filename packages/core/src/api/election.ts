@@ -8,7 +8,7 @@
 import { InvalidArgumentError, LockTimeoutError, NotOwnerError, SelfDeadlockError } from './errors.js';
 import type { Fence } from '../kit/fence.js';
 import { count, describe, instance, ms, readOptions, signal as signalRule, wait as waitRule, type Rules } from '../kit/options.js';
-import { after, noop } from '../kit/time.js';
+import { now, after, noop } from '../kit/time.js';
 import { sleep } from '../kit/wait.js';
 import { LockHandle } from '../lease/lock-handle.js';
 import { MAX_KEY_BYTES, validateKey } from './validate.js';
@@ -116,7 +116,7 @@ export async function elect(host: ElectionHost, name: string, raw: ElectOptions,
   validateValue(options.value);
   const fence = fenceOf(host, where);
   if (host.campaigns.get(name)?.()) throw new SelfDeadlockError(name);
-  const started = performance.now();
+  const started = now();
   // Counts from here: a second campaign in this locker is refused, not queued behind this one.
   host.campaigns.set(name, () => true);
   let lock: Lock | null;
@@ -138,7 +138,7 @@ export async function elect(host: ElectionHost, name: string, raw: ElectOptions,
     // The caller's deadline bounds the publication too (a store call's own bound otherwise).
     // A single attempt (`tryElect`, a timeout of 0) has a store call's bound for it.
     const timeoutMs = once ? 0 : (options.timeoutMs ?? host.timeoutMs);
-    const leftMs = timeoutMs === 0 ? host.operationTimeoutMs : Math.min(host.operationTimeoutMs, timeoutMs - (performance.now() - started));
+    const leftMs = timeoutMs === 0 ? host.operationTimeoutMs : Math.min(host.operationTimeoutMs, timeoutMs - (now() - started));
     if (leftMs <= 0) throw new LockTimeoutError(name, timeoutMs);
     await fence.write(name + LEADER_RECORD_SUFFIX, lock.token, JSON.stringify(record), { signal: lock.signal, timeoutMs: leftMs });
     const term = new Term(host, fence, name, lock, record);
@@ -259,14 +259,15 @@ async function* changes(
   let last: Leader | null | undefined;
   let accounted = 0;
   while (!signal?.aborted) {
-    const { leader: now, published } = await readLeader(host, name);
-    const over = now?.term != null ? now.term - 1 : published;
+    const { leader: current, published } = await readLeader(host, name);
+    const over = current?.term != null ? current.term - 1 : published;
     const missedTerms = last === undefined ? 0 : Math.max(0, over - accounted);
-    const changed = last === undefined || (now === null) !== (last === null) || now?.token !== last?.token || now?.value !== last?.value;
+    const changed =
+      last === undefined || (current === null) !== (last === null) || current?.token !== last?.token || current?.value !== last?.value;
     accounted = Math.max(accounted, published);
     if (changed || missedTerms > 0) {
-      last = now;
-      yield { leader: now, missedTerms };
+      last = current;
+      yield { leader: current, missedTerms };
     }
     await sleep(intervalMs, signal).catch(noop);
   }
@@ -292,14 +293,14 @@ export async function runOnce<T>(
   let keep = false;
   try {
     if (await ranRecently()) return { ran: false, reason: 'ran-recently' };
-    const started = performance.now();
+    const started = now();
     let outcome: { ok: true; result: T } | { ok: false; error: unknown };
     try {
       outcome = { ok: true, result: await job({ token: claim.token, signal: claim.signal }) };
     } catch (error) {
       outcome = { ok: false, error };
     }
-    keep = !(await markRan(host, marker, atLeastMs - (performance.now() - started), claim));
+    keep = !(await markRan(host, marker, atLeastMs - (now() - started), claim));
     if (!outcome.ok) throw outcome.error;
     // Work finished after the claim was lost was done without it: never report it as done.
     if (claim.signal.aborted) throw claim.signal.reason;
@@ -316,11 +317,11 @@ export async function runOnce<T>(
  * holder, the attempt is made again after a short random pause, for up to the operation timeout.
  */
 async function claimJob(host: ElectionHost, name: string, ttlMs: number, signal: AbortSignal | undefined): Promise<Lock | null> {
-  const until = performance.now() + host.operationTimeoutMs;
+  const until = now() + host.operationTimeoutMs;
   for (;;) {
     const claim = await host.tryLock(name, { ttlMs, signal, reentrant: false });
     if (claim || host.capabilities.fairness === 'fifo') return claim;
-    if ((await host.inspect(name)).holders.length > 0 || performance.now() >= until) return null;
+    if ((await host.inspect(name)).holders.length > 0 || now() >= until) return null;
     await sleep(10 + Math.random() * 40, signal);
   }
 }

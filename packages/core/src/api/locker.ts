@@ -35,7 +35,7 @@ import { renewalDueMs, safeLifetime } from '../lease/lease-keeper.js';
 import { type HandleSettings, HeldHandles, type LeaseTerms, LockHandle } from '../lease/lock-handle.js';
 import { MultiLockHandle, releaseAll } from './multi-lock.js';
 import type { Inspection, Lock, Locker, LockerOptions, LockOptions, MultiLock, ReadWriteLock, Semaphore, TryLockOptions } from './types.js';
-import { answerDeadline, answerWithin, race, raceSignal, noop, settleWithin, type Timer } from '../kit/time.js';
+import { clockStandsIn, now, answerDeadline, answerWithin, race, raceSignal, noop, settleWithin, type Timer } from '../kit/time.js';
 import { StoreFloor } from './token-floor.js';
 import { waitOnConnections } from '../kit/wait.js';
 import { count, flag, instance, ms, noPrototype, readOptions, signal as signalRule, wait as waitRule, type Rules } from '../kit/options.js';
@@ -177,6 +177,13 @@ class DefaultLocker implements Locker, ElectionHost {
       throw new InvalidArgumentError('backend must implement LockBackend');
     }
     const options = readOptions(raw, LOCKER_RULES, 'createLocker');
+    // A store's lease times are on the real clock; while a test clock stands in for it, this
+    // locker's estimates of them would be on the test's.
+    if (clockStandsIn() && fullCapabilities(backend.capabilities).crossProcess) {
+      throw new InvalidArgumentError(
+        'a test locker is open in this process (createTestLocker): close it before making a locker over a real store',
+      );
+    }
     this.backend = backend;
     this.#floor = new StoreFloor(backend);
     this.#capabilities = fullCapabilities(backend.capabilities);
@@ -232,7 +239,7 @@ class DefaultLocker implements Locker, ElectionHost {
     const timeoutMs = call.timeoutMs ?? this.#timeoutMs;
     this.#leaseOf(call);
     call.signal?.throwIfAborted();
-    const started = performance.now();
+    const started = now();
     const taken: Lock[] = [];
     try {
       for (const key of list) {
@@ -242,7 +249,7 @@ class DefaultLocker implements Locker, ElectionHost {
           continue;
         }
         // One deadline for the whole call: each key gets what is left of it (0 stays one attempt).
-        const left = timeoutMs === 0 || timeoutMs === Infinity ? timeoutMs : timeoutMs - (performance.now() - started);
+        const left = timeoutMs === 0 || timeoutMs === Infinity ? timeoutMs : timeoutMs - (now() - started);
         if (left <= 0 && timeoutMs > 0) throw new LockTimeoutError(key, timeoutMs);
         taken.push(await this.wait(key, Object.assign(noPrototype<LockOptions>(), call, { timeoutMs: left })));
       }
@@ -546,19 +553,19 @@ class DefaultLocker implements Locker, ElectionHost {
       ttlMs: ask.terms.ttlMs,
       timeoutMs: ask.timeoutMs,
     };
-    const started = performance.now();
+    const started = now();
     const tally = { attempts: 0 };
     return diagnostics.acquire.tracePromise(
       () =>
         this.#acquireUntraced({ ...ask, tally }).then(
           (handle) => {
-            event.waitedMs = performance.now() - started;
+            event.waitedMs = now() - started;
             event.attempts = tally.attempts;
             if (handle) event.token = handle.token;
             return handle;
           },
           (error: unknown) => {
-            event.waitedMs = performance.now() - started;
+            event.waitedMs = now() - started;
             event.attempts = tally.attempts;
             throw error;
           },
@@ -595,7 +602,7 @@ class DefaultLocker implements Locker, ElectionHost {
    * answer came; the wait may try again), or with the renewal's error (the grant is given back).
    */
   async #renewGrant(lease: Lease, terms: LeaseTerms): Promise<number> {
-    const sentAt = performance.now();
+    const sentAt = now();
     let renewed: boolean;
     try {
       renewed = await this.backend.renew(lease, terms.ttlMs + terms.delayMs);
@@ -660,7 +667,7 @@ class DefaultLocker implements Locker, ElectionHost {
   async #wait(ask: Ask, owner: string): Promise<LockHandle | null> {
     const { key, terms, timeoutMs, signal: userSignal, claim, tally } = ask;
     // Read only for a subscriber to wait-abandoned (one who joins mid-wait hears of later waits).
-    const started = diagnostics.waitAbandoned.hasSubscribers ? performance.now() : undefined;
+    const started = diagnostics.waitAbandoned.hasSubscribers ? now() : undefined;
     const wait = timeoutMs > 0;
     const limitMs = wait ? timeoutMs : this.#settings.operationTimeoutMs;
     // The common case (a wait with no deadline, no caller signal) shares the locker's close signal;
@@ -704,7 +711,7 @@ class DefaultLocker implements Locker, ElectionHost {
           if (tally) tally.attempts++;
           attempt = this.backend.acquire(this.#request(key, who, terms, wait, signal, claim));
           const grant = await (controller ? raceSignal(attempt, signal, this.#giveBack) : race(attempt, this.#failOnClose, this.#giveBack));
-          if (grant && grant.acquiredAt + safeLifetime(terms.ttlMs) - performance.now() < renewalDueMs(terms.ttlMs)) {
+          if (grant && grant.acquiredAt + safeLifetime(terms.ttlMs) - now() < renewalDueMs(terms.ttlMs)) {
             // The grant came so late (a store that held its answer) that this process could count
             // on less than a renewal period of it: renew it before reporting it, or give it up.
             const renewal = this.#renewGrant(grant, terms);
@@ -738,7 +745,7 @@ class DefaultLocker implements Locker, ElectionHost {
               ...eventSource(this.backend),
               family: familyOf(claim),
               reason: signal.reason,
-              waitedMs: performance.now() - started,
+              waitedMs: now() - started,
             });
           throw signal.reason;
         }

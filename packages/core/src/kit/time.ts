@@ -15,6 +15,40 @@ export function wallMicros(): number {
 }
 
 /**
+ * What stands in for the monotonic clock and Node's timers throughout core while a test clock is
+ * installed (`createTestLocker` in `@deadbolt/core/testing`): its time, and timers that fire only
+ * when the test moves it.
+ */
+export interface ClockStandIn {
+  now(): number;
+  after(ms: number, fn: () => void): Timer;
+}
+
+let standIn: ClockStandIn | undefined;
+
+/**
+ * The monotonic clock every lease time in core is read on: `performance.now()`, or the test
+ * clock's time while one is installed. A backend's `acquiredAt` is on the same clock.
+ */
+export function now(): number {
+  return standIn === undefined ? performance.now() : standIn.now();
+}
+
+/**
+ * Installs `clock` in place of the monotonic clock and Node's timers for all of core in this
+ * process (`undefined` puts the real ones back). Timers armed before stay on the clock they were
+ * armed on. Throws nothing.
+ */
+export function setClockStandIn(clock: ClockStandIn | undefined): void {
+  standIn = clock;
+}
+
+/** Whether a test clock stands in for the real one now. */
+export function clockStandsIn(): boolean {
+  return standIn !== undefined;
+}
+
+/**
  * Whether a store's record written at `written.at` (`performance.now()` when the write was sent)
  * with a ttl of at least `written.ttlMs` from its landing is certainly still there, barring a
  * delete: less than half its ttl has passed here (half: room for any difference in clock rates).
@@ -22,7 +56,7 @@ export function wallMicros(): number {
  * trusts it only while this holds, and otherwise writes again.
  */
 export function stillStands(written: { readonly at: number; readonly ttlMs: number }): boolean {
-  return performance.now() - written.at < written.ttlMs / 2;
+  return now() - written.at < written.ttlMs / 2;
 }
 
 /** The longest delay one Node timer can wait. */
@@ -47,12 +81,13 @@ export interface Timer {
  * Waits with ever new delays (each key of a `lockAll` gets what is left of one deadline) would then
  * keep a list and a Node timer per delay until it passed, so making a list once there are many
  * first drops the empty ones (`listFor`): the bookkeeping happens when lists are made, never on the
- * arm-and-cancel path a lock cycle takes. Delays too long for one Node timer chain them. `now`: the
- * caller's `performance.now()`, if it just read it.
+ * arm-and-cancel path a lock cycle takes. Delays too long for one Node timer chain them. `at`: the
+ * caller's `now()`, if it just read it. While a test clock stands in, the timer is the test clock's.
  */
-export function after(ms: number, fn: () => void, unref = false, now = performance.now()): Timer {
+export function after(ms: number, fn: () => void, unref = false, at?: number): Timer {
   if (ms === Infinity) return NEVER;
-  const deadline = now + ms;
+  if (standIn !== undefined) return standIn.after(ms, fn);
+  const deadline = (at ?? performance.now()) + ms;
   const whole = Math.max(1, Math.ceil(ms));
   if (whole > MAX_TIMER_MS) return chained(deadline, fn, unref);
   return listFor(unref ? unrefLists : refLists, whole, unref).add(deadline, fn);

@@ -4,7 +4,7 @@
 import type { Lease } from './backend.js';
 import { BackendUnavailableError, LockerClosedError } from '../api/errors.js';
 import { ownProps } from './options.js';
-import { noop, settleWithin } from './time.js';
+import { after, now, noop, settleWithin } from './time.js';
 
 /**
  * In-process wake-ups by key: a backend calls `notify(key)` when it learns a key was released
@@ -159,7 +159,7 @@ export async function pollForLease<L extends Lease>(
       signal.throwIfAborted();
       woken = false;
       let lease: L | null | 'soon';
-      const startedAt = performance.now();
+      const startedAt = now();
       try {
         lease = await attempt();
         grace.succeeded();
@@ -217,7 +217,7 @@ export async function waitOnConnections<L>(
   const grace = new UnavailableGrace(graceMs, reachedAt);
   let pauseMs = AGAIN_PAUSE_MS;
   for (;;) {
-    const startedAt = performance.now();
+    const startedAt = now();
     try {
       const outcome = await attempt();
       if (outcome !== 'again') return outcome;
@@ -261,7 +261,7 @@ export class UnavailableGrace {
   failed(error: unknown, startedAt: number): void {
     if (!(error instanceof BackendUnavailableError)) throw error;
     if (this.#since !== undefined && this.#reachedAt && this.#reachedAt() > this.#since) this.#since = undefined;
-    this.#since ??= performance.now();
+    this.#since ??= now();
     // At the row's first failure this is 0: a grace of 0 fails it.
     if (Math.max(0, startedAt - this.#since) >= this.#graceMs) throw error;
   }
@@ -275,15 +275,15 @@ export function sleep(ms: number, signal?: AbortSignal, onWakeable?: (wake: () =
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
     const done = () => {
-      clearTimeout(timer);
+      timer.cancel();
       signal?.removeEventListener('abort', onAbort);
       resolve();
     };
     const onAbort = () => {
-      clearTimeout(timer);
+      timer.cancel();
       reject(signal!.reason);
     };
-    const timer = setTimeout(done, ms);
+    const timer = after(ms, done);
     signal?.addEventListener('abort', onAbort, { once: true });
     onWakeable?.(done);
   });
@@ -383,7 +383,7 @@ export class InFlight {
    * caller hears.
    */
   leave(send: () => Promise<unknown>, ttlMs: number): Promise<void> {
-    return this.cleanUp(send, performance.now() + Math.max(ttlMs, MIN_WAITER_PLACE_MS)).catch(noop);
+    return this.cleanUp(send, now() + Math.max(ttlMs, MIN_WAITER_PLACE_MS)).catch(noop);
   }
 
   /**
@@ -404,7 +404,7 @@ export class InFlight {
   }
 
   async #sendLater(send: () => Promise<unknown>, untilMs: number): Promise<void> {
-    for (let pauseMs = 100; performance.now() < untilMs; pauseMs = Math.min(1000, pauseMs * 2)) {
+    for (let pauseMs = 100; now() < untilMs; pauseMs = Math.min(1000, pauseMs * 2)) {
       await sleep(pauseMs, this.#closing.signal).catch(() => undefined);
       try {
         await send();

@@ -10,7 +10,7 @@
 // `LeaseKeeper` keeps a lease that a wait holds before the caller has anything (a migration's
 // first store while it waits for the second, an etcd waiter's lease, which its queued key dies
 // with): nothing else calls the store for that lease meanwhile.
-import { after, type Timer } from '../kit/time.js';
+import { now, after, type Timer } from '../kit/time.js';
 
 /** Drift allowance subtracted from every local lease estimate (as Redlock does: 1 % + 2 ms). */
 export function safeLifetime(ttlMs: number): number {
@@ -70,7 +70,7 @@ export class LeaseKeeper {
     else wait.addEventListener('abort', this.#onWait, { once: true });
     if (storeLost?.aborted) this.#onStoreLost();
     else storeLost?.addEventListener('abort', this.#onStoreLost, { once: true });
-    this.#schedule(this.#since + renewalDueMs(this.#ttlMs) - performance.now());
+    this.#schedule(this.#since + renewalDueMs(this.#ttlMs) - now());
   }
 
   /** The send time of the last confirmed renewal (or the `since` it was given): where the lease's ttl counts from. */
@@ -80,7 +80,7 @@ export class LeaseKeeper {
 
   /** Whether the lease is lost, or no longer surely alive by the estimate. */
   get lost(): boolean {
-    return this.#lost || performance.now() >= this.#end();
+    return this.#lost || now() >= this.#end();
   }
 
   /** Stops renewing; resolves once a renewal in flight has settled (one store call per lease at a time). */
@@ -104,20 +104,16 @@ export class LeaseKeeper {
 
   async #renewOnce(): Promise<void> {
     if (this.#stopped || this.#lost) return;
-    if (performance.now() >= this.#end()) return this.#lose(this.#lastError ?? new Error('the lease was not renewed in time'));
-    this.#timer = after(
-      this.#end() - performance.now(),
-      () => this.#lose(this.#lastError ?? new Error('the lease was not renewed in time')),
-      true,
-    );
-    const sentAt = performance.now();
+    if (now() >= this.#end()) return this.#lose(this.#lastError ?? new Error('the lease was not renewed in time'));
+    this.#timer = after(this.#end() - now(), () => this.#lose(this.#lastError ?? new Error('the lease was not renewed in time')), true);
+    const sentAt = now();
     let ok: boolean;
     try {
       ok = await this.#renew();
     } catch (error) {
       this.#timer.cancel();
       this.#lastError = error;
-      const left = this.#end() - performance.now();
+      const left = this.#end() - now();
       if (left <= 0) return this.#lose(error);
       return this.#schedule(renewalRetryMs(this.#ttlMs, left));
     }
@@ -126,7 +122,7 @@ export class LeaseKeeper {
     if (this.#stopped || this.#lost) return;
     this.#since = sentAt;
     this.#lastError = undefined;
-    this.#schedule(this.#since + renewalDueMs(this.#ttlMs) - performance.now());
+    this.#schedule(this.#since + renewalDueMs(this.#ttlMs) - now());
   }
 
   #lose(reason: unknown): void {

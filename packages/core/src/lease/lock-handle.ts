@@ -6,7 +6,7 @@
 import { diagnostics, eventKey, eventSource, type LeaseEvent } from '../api/diagnostics.js';
 import { asDeadboltError, LockLostError, NotOwnerError } from '../api/errors.js';
 import { renewalDueMs, renewalRetryMs, safeLifetime } from './lease-keeper.js';
-import { after, answerWithin, nodeDelay, noop, type Timer } from '../kit/time.js';
+import { now, after, answerWithin, nodeDelay, noop, type Timer } from '../kit/time.js';
 import { validateTtl } from '../api/validate.js';
 import { DONE } from '../kit/wait.js';
 import type { Capabilities, Lease, LockBackend } from '../kit/backend.js';
@@ -123,7 +123,7 @@ export class LockHandle implements Lock {
     lease: Lease,
     terms: LeaseTerms,
     settings: HandleSettings,
-    now?: number,
+    at?: number,
     since = lease.acquiredAt,
     token = lease.token,
   ) {
@@ -148,7 +148,7 @@ export class LockHandle implements Lock {
         this.#lose(new LockLostError(this.key, `the store reported lock ${JSON.stringify(this.key)} lost`, { cause: lost.reason }));
       lost.addEventListener('abort', this.#onStoreLoss, { once: true });
     }
-    this.#schedule(now);
+    this.#schedule(at);
   }
 
   get signal(): AbortSignal {
@@ -186,7 +186,7 @@ export class LockHandle implements Lock {
 
   release(): Promise<void> {
     this.#released ??= diagnostics.release.hasSubscribers
-      ? diagnostics.release.tracePromise(() => this.#release(), { ...this.#event(), heldMs: performance.now() - this.#lease.acquiredAt })
+      ? diagnostics.release.tracePromise(() => this.#release(), { ...this.#event(), heldMs: now() - this.#lease.acquiredAt })
       : this.#release();
     return this.#released;
   }
@@ -239,11 +239,7 @@ export class LockHandle implements Lock {
    */
   #releaseAfterDelay(): void {
     if (this.#delayedRelease) return;
-    this.#delayedRelease = after(
-      Math.max(0, this.#lostAt + this.#delayMs - performance.now()),
-      () => void this.#releaseInStore().catch(noop),
-      true,
-    );
+    this.#delayedRelease = after(Math.max(0, this.#lostAt + this.#delayMs - now()), () => void this.#releaseInStore().catch(noop), true);
   }
 
   /**
@@ -306,7 +302,7 @@ export class LockHandle implements Lock {
     let sent = 0;
     try {
       return await this.#storeCall(operation, async () => {
-        sentAt = performance.now();
+        sentAt = now();
         sent = ttlMs ?? this.#ttlMs;
         const ok = await this.#locker.backend.renew(this.#lease, sent + this.#delayMs);
         if (ok && this.#state === 'held') {
@@ -334,29 +330,29 @@ export class LockHandle implements Lock {
    * One timer at a time: with auto-renew, the next renewal (the expiry timer is armed only while a
    * renewal is in flight); without it, the expiry of the local estimate.
    */
-  #schedule(now?: number): void {
+  #schedule(at?: number): void {
     this.#stopTimers();
     if (!this.#settings.autoRenew) return this.#armExpiry();
     const interval = renewalDueMs(this.#ttlMs, this.#settings.renewIntervalMs);
     // An interval after the lease's start, not after now: a grant that arrives late (a slow store,
     // a second store in a migration) may already be a third through its ttl, and is renewed at once.
-    now ??= performance.now();
-    this.#scheduleRenew(Math.max(0, Math.min(this.#since + interval, this.#validUntil - 1) - now), now);
+    at ??= now();
+    this.#scheduleRenew(Math.max(0, Math.min(this.#since + interval, this.#validUntil - 1) - at), at);
   }
 
   #armExpiry(): void {
     this.#expiryTimer?.cancel();
     // after() never fires before its deadline on the monotonic clock, so the estimate has run out.
-    this.#expiryTimer = after(Math.max(0, this.#validUntil - performance.now()), () => this.#checkExpiry(), true);
+    this.#expiryTimer = after(Math.max(0, this.#validUntil - now()), () => this.#checkExpiry(), true);
   }
 
-  #scheduleRenew(delayMs: number, now?: number): void {
+  #scheduleRenew(delayMs: number, at?: number): void {
     this.#renewTimer?.cancel();
     // Rounded down to one of 32 steps per doubling (at most 3 % early): `after` shares one Node
     // timer among the timers of one whole-millisecond delay, and a delay counted from the grant
     // varies with each grant's round trip, so on a loaded machine nearly every lock of a busy loop
     // made a delay, and a Node timer, of its own.
-    this.#renewTimer = after(nodeDelay(delayMs), () => void this.#renew(), true, now);
+    this.#renewTimer = after(nodeDelay(delayMs), () => void this.#renew(), true, at);
   }
 
   async #renew(): Promise<void> {
@@ -370,7 +366,7 @@ export class LockHandle implements Lock {
       if (this.#state !== 'held') return;
       // Keep trying while the lease may still be ours; the armed expiry timer declares it lost.
       this.#lastRenewError = error;
-      const left = this.#validUntil - performance.now();
+      const left = this.#validUntil - now();
       if (diagnostics.renewalFailed.hasSubscribers)
         diagnostics.renewalFailed.publish({ ...this.#event(), error, leftMs: Math.max(0, left) });
       this.#scheduleRenew(renewalRetryMs(this.#ttlMs, left));
@@ -386,7 +382,7 @@ export class LockHandle implements Lock {
   }
 
   #checkExpiry(): void {
-    if (this.#state !== 'held' || performance.now() < this.#validUntil) return;
+    if (this.#state !== 'held' || now() < this.#validUntil) return;
     const cause = this.#lastRenewError;
     this.#lose(
       new LockLostError(
@@ -406,7 +402,7 @@ export class LockHandle implements Lock {
   #lose(error: LockLostError): void {
     if (this.#state !== 'held') return;
     this.#state = 'lost';
-    this.#lostAt = performance.now();
+    this.#lostAt = now();
     this.#stopTimers();
     this.#locker.forget(this);
     this.#lostReason = error;

@@ -15,6 +15,7 @@ import { LimitMismatchError, LockerClosedError } from '../api/errors.js';
 import { instance, readOptions, type Rules } from '../kit/options.js';
 import { grantable, sharedView } from '../kit/shared.js';
 import { DONE } from '../kit/wait.js';
+import { after, now, type Timer } from '../kit/time.js';
 
 /** A memory lease: a mutex's, or a shared claim's (a semaphore permit or read-write lock). */
 export interface MemoryLease extends Lease {
@@ -30,7 +31,7 @@ interface Claim {
   grant: ((lease: MemoryLease) => void) | undefined;
   /** Set when granted. */
   token: bigint | undefined;
-  timer: NodeJS.Timeout | undefined;
+  timer: Timer | undefined;
 }
 
 interface SharedState {
@@ -45,7 +46,7 @@ interface Holder {
   /** performance.now() at which the lease ends. */
   expiresAt: number;
   /** Armed only while someone waits: an uncontended lock costs no timer. */
-  timer: NodeJS.Timeout | undefined;
+  timer: Timer | undefined;
 }
 
 interface Waiter {
@@ -65,16 +66,16 @@ interface KeyState {
  * fires); `due` runs then unless the timer was cleared or armed again. Unref'd: a lease nobody
  * waits for must not keep the process alive.
  */
-function armExpiry(entry: { timer: NodeJS.Timeout | undefined; readonly expiresAt: number }, due: () => void): void {
-  clearTimeout(entry.timer);
-  entry.timer = setTimeout(
+function armExpiry(entry: { timer: Timer | undefined; readonly expiresAt: number }, due: () => void): void {
+  entry.timer?.cancel();
+  entry.timer = after(
+    Math.max(0, entry.expiresAt - now()) + 1,
     () => {
       entry.timer = undefined;
       due();
     },
-    Math.max(0, entry.expiresAt - performance.now()) + 1,
+    true,
   );
-  entry.timer.unref();
 }
 
 /** How many freed entries the lock table keeps for reuse (see `MemoryLockStore.#dropIfUnused`). */
@@ -143,8 +144,8 @@ export class MemoryLockStore {
   /** `LockBackend.acquire` for a mutex: a grant at once, or, for a wait, when the key frees; null for a busy one-shot attempt. Rejects with `req.signal.reason` on abort. */
   acquire(req: AcquireRequest): Promise<MemoryLease | null> {
     req.signal.throwIfAborted();
-    const now = this.acquireNow(req);
-    if (now !== undefined) return Promise.resolve(now);
+    const answer = this.acquireNow(req);
+    if (answer !== undefined) return Promise.resolve(answer);
     const state = this.#state(req.key);
     return new Promise((resolve, reject) => {
       const onAbort = () => {
@@ -172,11 +173,11 @@ export class MemoryLockStore {
     const state = this.#keys.get(lease.key);
     const holder = state?.holder;
     if (!holder || holder.owner !== lease.owner) return false;
-    if (performance.now() >= holder.expiresAt) {
+    if (now() >= holder.expiresAt) {
       this.#vacate(lease.key, state);
       return false;
     }
-    holder.expiresAt = performance.now() + ttlMs;
+    holder.expiresAt = now() + ttlMs;
     if (holder.timer) this.#armExpiry(lease.key, holder);
     return true;
   }
@@ -263,8 +264,8 @@ export class MemoryLockStore {
 
   /** `LockBackend.inspect`: the key's live holders and waiters (a waiter lives as long as its process: no ttl). */
   view(key: string, space: KeySpace): StoreView {
-    const now = performance.now();
-    const left = (expiresAt: number) => (expiresAt === Infinity ? null : Math.max(0, expiresAt - now));
+    const at = now();
+    const left = (expiresAt: number) => (expiresAt === Infinity ? null : Math.max(0, expiresAt - at));
     if (space === 'shared') {
       this.#expireShared(key);
       const state = this.#shared.get(key);
@@ -302,7 +303,7 @@ export class MemoryLockStore {
     this.#expireShared(lease.key);
     const claim = this.#shared.get(lease.key)?.claims.find((c) => c.req.owner === lease.owner && !c.grant);
     if (!claim) return false;
-    claim.expiresAt = performance.now() + ttlMs;
+    claim.expiresAt = now() + ttlMs;
     return true;
   }
 
@@ -310,7 +311,7 @@ export class MemoryLockStore {
     const { req } = claim;
     if (req.minToken !== undefined && req.minToken > this.#lastToken + 1n) this.#lastToken = req.minToken - 1n;
     const token = ++this.#lastToken;
-    const acquiredAt = performance.now();
+    const acquiredAt = now();
     claim.expiresAt = acquiredAt + req.ttlMs;
     claim.grant = undefined;
     claim.token = token;
@@ -322,7 +323,7 @@ export class MemoryLockStore {
   #dropClaim(key: string, state: SharedState, claim: Claim): void {
     const i = state.claims.indexOf(claim);
     if (i < 0) return;
-    clearTimeout(claim.timer);
+    claim.timer?.cancel();
     state.claims.splice(i, 1);
     state.claims.forEach((c, index) => {
       if (c.grant && grantable(state.claims, index, state.limit)) {
@@ -336,22 +337,22 @@ export class MemoryLockStore {
   #expireShared(key: string): void {
     const state = this.#shared.get(key);
     if (!state) return;
-    const now = performance.now();
-    for (const c of state.claims.filter((c) => now >= c.expiresAt)) this.#dropClaim(key, state, c);
+    const at = now();
+    for (const c of state.claims.filter((c) => at >= c.expiresAt)) this.#dropClaim(key, state, c);
   }
 
   #armClaimExpiry(key: string, claim: Claim): void {
     armExpiry(claim, () => {
       const state = this.#shared.get(key);
       if (!state?.claims.includes(claim)) return;
-      if (performance.now() >= claim.expiresAt) this.#dropClaim(key, state, claim);
+      if (now() >= claim.expiresAt) this.#dropClaim(key, state, claim);
       else if (state.claims.some((c) => c.grant)) this.#armClaimExpiry(key, claim);
     });
   }
 
   /** Leases end lazily: whoever looks at a key first after its expiry frees it. */
   #expireIfDue(key: string, state = this.#keys.get(key)): void {
-    if (state?.holder && performance.now() >= state.holder.expiresAt) this.#vacate(key, state);
+    if (state?.holder && now() >= state.holder.expiresAt) this.#vacate(key, state);
   }
 
   #state(key: string): KeyState {
@@ -367,7 +368,7 @@ export class MemoryLockStore {
   #grant(key: string, state: KeyState, req: AcquireRequest): MemoryLease {
     if (req.minToken !== undefined && req.minToken > this.#lastToken + 1n) this.#lastToken = req.minToken - 1n;
     const token = ++this.#lastToken;
-    const acquiredAt = performance.now();
+    const acquiredAt = now();
     const holder: Holder = { owner: req.owner, token, expiresAt: acquiredAt + req.ttlMs, timer: undefined };
     state.holder = holder;
     if (state.waiters.length > 0) this.#armExpiry(key, holder);
@@ -379,13 +380,13 @@ export class MemoryLockStore {
     armExpiry(holder, () => {
       const state = this.#keys.get(key);
       if (state?.holder !== holder) return;
-      if (performance.now() >= holder.expiresAt) this.#vacate(key, state);
+      if (now() >= holder.expiresAt) this.#vacate(key, state);
       else this.#armExpiry(key, holder);
     });
   }
 
   #vacate(key: string, state: KeyState): void {
-    if (state.holder) clearTimeout(state.holder.timer);
+    state.holder?.timer?.cancel();
     state.holder = undefined;
     const next = state.waiters.shift();
     if (next) next.grant(this.#grant(key, state, next.req));
