@@ -2,12 +2,14 @@
 // @deadbolt/core/testing: what the conformance suite and the benchmark need that no application
 // should: how core checks each option (the suite feeds every rule its hostile values), the backend
 // under a locker (a test reaches the store through it), wrappers that watch or change what reaches a
-// store, and the hooks through which a backend shows its tests what is not its API.
+// store, and the hooks through which a backend shows its tests what is not its API. And what an
+// application's own tests use: a locker on a test clock with a store's faults on demand.
 export { backendOf, optionRules } from './api/locker.js';
 export { fullCapabilities, MUTEX } from './kit/backend.js';
 export { aliasesOf } from './kit/options.js';
 export { TestingHooks } from './kit/testing-hooks.js';
 export { observeBackend, wrapBackend, type BackendMethod } from './stores/wrap.js';
+export { createTestLocker, type TestClock, type TestLocker } from './stores/test-locker.js';
 
 /**
  * A store's claims on one key, read and broken directly through a backend's own connection: what
