@@ -2,7 +2,8 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['packages/*/test/**/*.test.ts', 'test/**/*.test.ts'],
+    // The examples' own tests too: they show an application testing itself with @deadbolt/core/testing.
+    include: ['packages/*/test/**/*.test.ts', 'test/**/*.test.ts', 'examples/*/src/**/*.test.ts'],
     // One file at a time in each vitest process: the test command runs several processes side by
     // side (scripts/run-tests.mjs says which files may share the stores at once, and when the
     // tests that restart a server run).
