@@ -48,6 +48,7 @@ import {
   sharedSubjects,
   subjects,
   tracedSubjects,
+  clientSubjects,
   type Store,
   type Subject,
 } from './subjects.js';
@@ -162,6 +163,7 @@ const available = all.filter((s) => probes.has(s.store));
 const ours = available.filter((s) => s.backend);
 const traced = tracedSubjects().filter((s) => probes.has(s.store));
 const deadlined = deadlineSubjects().filter((s) => probes.has(s.store));
+const onClients = clientSubjects().filter((s) => probes.has(s.store));
 const thesisSubjects = ours.filter((s) => s.store !== 'memory');
 const SEMAPHORE_LIMIT = 4;
 const SHARED_CLIENTS = 16;
@@ -259,10 +261,11 @@ async function step<T>(label: string, run: () => Promise<T>, into: T[]): Promise
  * Every client is closed whatever happens; one that fails is reported and the others go on.
  */
 async function uncontendedOn(store: Store): Promise<UncontendedResult[]> {
-  const floor = floors[store];
+  const subjects = [...available, ...traced, ...deadlined, ...onClients].filter((s) => s.store === store);
+  const ownFloors = subjects.flatMap((s) => (s.floor ? [s.floor] : []));
   const wanted = [
-    ...(floor ? [{ name: floor.name, make: floor.client }] : []),
-    ...[...available, ...traced, ...deadlined].filter((s) => s.store === store).map((s) => ({ name: s.name, make: s.client })),
+    ...[floors[store], ...ownFloors].flatMap((floor) => (floor ? [{ name: floor.name, make: floor.client }] : [])),
+    ...subjects.map((s) => ({ name: s.name, make: s.client })),
   ];
   const opened: UncontendedEntry[] = [];
   try {
@@ -482,15 +485,15 @@ function costTable(variants: Subject[], baseName: (name: string) => string, intr
 }
 
 /** Every subject by name and store; ours are named "deadbolt …" (floors and peers are not). */
-const named = [...all, ...traced, ...deadlined, ...shared.semaphores, ...shared.readWrite].map((s) => ({
+const named = [...all, ...traced, ...deadlined, ...onClients, ...shared.semaphores, ...shared.readWrite].map((s) => ({
   name: s.name,
   store: s.store,
   ours: s.name.startsWith('deadbolt '),
 }));
 /** The floor row of `subject`'s store among `rows` (scenario 1's, or scenario 10's busy ones). */
 const floorOf = (subject: string, rows = uncontendedResults) => {
-  const store = [...all, ...traced, ...deadlined].find((s) => s.name === subject)?.store;
-  const name = store && floors[store]?.name;
+  const found = [...all, ...traced, ...deadlined, ...onClients].find((s) => s.name === subject);
+  const name = found && (found.floor ?? floors[found.store])?.name;
   return rows.find((r) => r.subject === name);
 };
 const CLIENT_CPU_NOTE =
@@ -563,6 +566,11 @@ if (runs(1)) {
     "Tracing: a `… + @deadbolt/otel` row is the row above it with `instrumentDeadbolt()` subscribed to deadbolt's channels during",
     "its own blocks only (the OpenTelemetry SDK's tracer and meter providers, nothing exported); every other row runs with no",
     'subscriber, where deadbolt builds and publishes no event. What recording every call costs, per cycle:',
+  ]);
+  costTable(onClients, (name) => name.replace(/ on \w+$/, ''), [
+    'Clients: a `deadbolt … on <client>` row is our backend on a client library other than its default, and its overhead above is',
+    "counted against a floor on that same library (`… floor on <client>`), so the client's own cost does not count as ours. What",
+    'the client choice costs against the default client, per cycle:',
   ]);
   costTable(deadlined, (name) => name.replace(/ on deadbolt's connections?$/, ''), [
     "Deadlines: an `… on deadbolt's connection` row is the peer row of that name on the ioredis clients a deadbolt backend opens for",

@@ -10,6 +10,7 @@ import { mysqlBackend } from '@deadbolt/mysql';
 import { postgresBackend } from '@deadbolt/postgres';
 import pg from 'pg';
 import { redisBackend, redlockBackend } from '@deadbolt/redis';
+import { valkeyBackend } from '@deadbolt/redis/testing';
 import { zookeeperBackend } from '@deadbolt/zookeeper';
 import { cassandraBackend, type CassandraAlgorithm } from '@deadbolt/cassandra';
 import cassandra from 'cassandra-driver';
@@ -73,6 +74,8 @@ export interface Subject {
   client(): Promise<Client>;
   /** deadbolt subjects only: a new backend with its own connection (scenario 5 drives a Locker on it). */
   backend?: () => LockBackend;
+  /** Scenario 1: the floor this subject's overhead is counted against, where it is not its store's (another client library's). */
+  floor?: Floor;
   /**
    * A subject that cannot finish in a bounded time with more than `clients` contenders (a livelock):
    * scenario 3 runs it only up to that many clients and scenario 4 (200 workers) not at all, and the
@@ -224,6 +227,21 @@ export function tracedSubjects(): Subject[] {
 }
 
 /**
+ * Scenario 1's client rows: a backend on a client library other than its store's default, each
+ * beside a floor on that same library, so that what the client choice costs shows apart from what
+ * deadbolt costs: Redis on iovalkey (Valkey's fork of ioredis).
+ */
+export function clientSubjects(): Subject[] {
+  const Valkey = createRequire(import.meta.url)('iovalkey') as typeof Redis;
+  return [
+    {
+      ...deadbolt('deadbolt redis on iovalkey', 'redis', () => valkeyBackend({ url: urls.redis })),
+      floor: { name: 'redis floor on iovalkey (SET NX PX + DEL)', client: () => redisFloor(new Valkey(urls.redis)) },
+    },
+  ];
+}
+
+/**
  * Scenario 1's deadline rows: a peer on the connections deadbolt opens for itself (a backend's own
  * ioredis clients: every command fails after the command timeout, and a connection silent that
  * long is replaced; each command arms two timers for it), beside the same peer on plain clients,
@@ -346,8 +364,14 @@ export function subjects(): Subject[] {
   ];
 }
 
+/** A floor: a store's minimal acquire and release round trips, by one client library. */
+export interface Floor {
+  name: string;
+  client(): Promise<Client>;
+}
+
 /** The floors: each store's minimal acquire and release round trips, by the same client library. */
-export const floors: Partial<Record<Store, { name: string; client(): Promise<Client> }>> = {
+export const floors: Partial<Record<Store, Floor>> = {
   // In this process the "store" is a Map: a key taken is an entry with the next token, a release
   // deletes it, and each call answers with a settled promise, the least the async API allows.
   memory: {
@@ -367,11 +391,11 @@ export const floors: Partial<Record<Store, { name: string; client(): Promise<Cli
       };
     },
   },
-  redis: { name: 'redis floor (SET NX PX + DEL)', client: () => redisFloor(urls.redis) },
+  redis: { name: 'redis floor (SET NX PX + DEL)', client: () => redisFloor(new Redis(urls.redis)) },
   redlock: {
     name: 'redlock floor (SET NX PX + DEL on 3 nodes at once)',
     async client() {
-      const nodes = await Promise.all(redlockNodes.map((url) => redisFloor(url)));
+      const nodes = await Promise.all(redlockNodes.map((url) => redisFloor(new Redis(url))));
       return {
         async acquire(key) {
           const held = await Promise.all(nodes.map((node) => node.acquire(key)));
@@ -519,8 +543,7 @@ async function zookeeperFloor(): Promise<Client> {
   };
 }
 
-async function redisFloor(redisUrl: string): Promise<Client> {
-  const redis = new Redis(redisUrl);
+async function redisFloor(redis: Pick<Redis, 'set' | 'del' | 'disconnect'>): Promise<Client> {
   let n = 0;
   return {
     async acquire(key) {

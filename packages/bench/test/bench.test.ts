@@ -136,6 +136,18 @@ describe('bench', () => {
     expect(Number(ratio![1])).toBeGreaterThan(1);
   }, 90_000);
 
+  it('scenario 1 on Redis counts the iovalkey row against a floor on iovalkey, and shows the client choice against ioredis', async () => {
+    const { stdout } = await runBench(['--only', 'redis', '--scenarios', '1']);
+    const row = (name: string) => new RegExp(`^\\| ${name} \\| \\d+ \\| \\d+ \\| ([\\d.]+) \\| [\\d.]+ \\| ([\\d.]*)×?`, 'm').exec(stdout);
+    const floor = row('redis floor on iovalkey \\(SET NX PX \\+ DEL\\)');
+    const ours = row('deadbolt redis on iovalkey');
+    expect(floor, stdout).not.toBeNull();
+    expect(ours, stdout).not.toBeNull();
+    // The ratio printed is its p50 over the iovalkey floor's (both rounded as printed).
+    expect(Number(ours![2])).toBeCloseTo(Number(ours![1]) / Number(floor![1]), 1);
+    expect(stdout).toMatch(/^\| deadbolt redis \| [\d.]+ → [\d.]+ ms \|/m);
+  }, 90_000);
+
   it('`--scenarios 10` repeats scenarios 1 and 4 beside a neighbour that burns a core, reports client CPU, and leaves the neighbour stopped', async () => {
     // 28 s in a CI run, 60 s in another (four lanes beside it, and its own neighbour burning a core).
     const { stdout, out } = await runBench(['--only', 'memory', '--scenarios', '10'], {}, 170_000);
