@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]`: the scenarios the bench README describes, on
+ * `pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N] [--raw]`: the scenarios the bench README describes, on
  * every deadbolt backend whose store answers (memory always) and on the peers, same servers, one
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
@@ -41,6 +41,7 @@ import { renderReport } from './report.js';
 import { digest, floorRatio, peerPairs } from './digest.js';
 import { besideBusyNeighbour } from './neighbour.js';
 import { openProbe, type StoreProbe } from './stores.js';
+import { clock, describeLoad, sampleLoad, scenarioOf, stepMeans, TimeLeft } from './progress.js';
 import {
   deadlineSubjects,
   floors,
@@ -53,7 +54,7 @@ import {
   type Subject,
 } from './subjects.js';
 
-const usage = 'usage: pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N]';
+const usage = 'usage: pnpm bench [--full] [--only redis,memory] [--scenarios 1,3,4] [--thesis N] [--raw]';
 let args: ReturnType<typeof parseCli>;
 /** The command line; an unknown option or a bad value ends the run before anything starts. */
 function parseCli() {
@@ -63,6 +64,7 @@ function parseCli() {
       only: { type: 'string' },
       scenarios: { type: 'string' },
       thesis: { type: 'string' },
+      raw: { type: 'boolean' },
       help: { type: 'boolean' },
     },
     allowPositionals: false,
@@ -81,6 +83,9 @@ if (args.help) {
   process.exit(0);
 }
 const full = args.full === true;
+/** Every timed sample in results.json too (scenario 1's cycles, scenarios 3 and 4's acquisitions): tens of MB. */
+const raw = args.raw === true;
+const loadAtStart = sampleLoad();
 const only = args.only?.split(',').map((s) => s.trim());
 const chosen = args.scenarios?.split(',').map((s) => s.trim());
 /**
@@ -176,76 +181,98 @@ const storesWith = (list: Subject[]) => new Set(list.map((s) => s.store)).size;
 const mostPerStore = Math.max(0, ...up.map((store) => thesisSubjects.filter((s) => s.store === store).length));
 // One progress step per interleaved group (a store's subjects in one scenario and setting), for
 // the scenarios that run.
-const count = (n: number, steps: number) => (runs(n) ? steps : 0);
-const steps =
-  count(1, up.length) +
-  count(3, up.length * clientCounts.length + (probes.has('memory') ? clientCounts.length : 0)) +
-  count(4, up.length) +
-  count(10, up.length * 2) +
-  count(7, storesWith(semaphoreSubjects)) +
-  count(8, storesWith(readWriteSubjects)) +
-  count(6, migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length) +
-  count(5, mostPerStore) +
-  count(9, up.filter((store) => fenceStores.includes(store)).length) +
-  count(11, up.filter((store) => electionStores.includes(store)).length) +
-  count(2, thesisSubjects.length * 3);
+const planned = new Map<number, number>(
+  (
+    [
+      [1, up.length],
+      [3, up.length * clientCounts.length + (probes.has('memory') ? clientCounts.length : 0)],
+      [4, up.length],
+      [10, up.length * 2],
+      [7, storesWith(semaphoreSubjects)],
+      [8, storesWith(readWriteSubjects)],
+      [6, migrationPairs().filter((p) => probes.has(p.from.store) && probes.has(p.to.store)).length],
+      [5, mostPerStore],
+      [9, up.filter((store) => fenceStores.includes(store)).length],
+      [11, up.filter((store) => electionStores.includes(store)).length],
+      [2, thesisSubjects.length * 3],
+    ] as [number, number][]
+  ).filter(([n, steps]) => runs(n) && steps > 0),
+);
+const steps = [...planned.values()].reduce((a, b) => a + b, 0);
 let done = 0;
 const startedAt = performance.now();
 /** When each step started (seconds into the run), kept in results.json: what makes a run long. */
 const timeline: [startedS: number, step: string][] = [];
 const resultsRoot = join(process.env.INIT_CWD ?? process.cwd(), 'bench-results');
 /**
- * The last run's timeline of the same profile (step label → when it started, and when that run
- * ended), from its results.json: steps differ a hundredfold in length, so the time left is best
- * told by where the same step stood last time. Undefined when there is none.
+ * The mean length of each scenario's steps in the last run of the same profile in bench-results/,
+ * from its results.json's timeline: what the time left is guessed from for a scenario this run has
+ * not begun (see `TimeLeft`). Empty when there is none.
  */
-function lastTimeline(): { starts: Map<string, number>; end: number } | undefined {
+function lastStepMeans(): Map<number, number> {
   try {
     for (const run of readdirSync(resultsRoot).sort().reverse()) {
       const saved = JSON.parse(readFileSync(join(resultsRoot, run, 'results.json'), 'utf8')) as {
         full?: boolean;
         timeline?: [number, string][];
       };
-      if (saved.full !== full || !saved.timeline?.length) continue;
-      const starts = new Map(saved.timeline.map(([at, label]) => [label, at]));
-      return { starts, end: saved.timeline.at(-1)![0] };
+      if (saved.full === full && saved.timeline?.length) return stepMeans(saved.timeline);
     }
   } catch {
     /* no earlier run here */
   }
-  return undefined;
+  return new Map();
 }
-const previous = lastTimeline();
-const clock = (s: number) => `${Math.floor(s / 60)}:${String(Math.round(s % 60)).padStart(2, '0')}`;
+const timeLeft = new TimeLeft(planned, lastStepMeans());
+/** At least this often a progress line while a step runs (seconds; the tests shorten it). */
+const HEARTBEAT_S = Number(process.env.DEADBOLT_BENCH_HEARTBEAT_MS ?? 5000) / 1000;
+/** What runs now, and since when (seconds into the run): for the progress line and the heartbeat. */
+let current: { text: string; at: number } | undefined;
+let lastLineAt = 0;
+/** The progress line: steps done, time so far, the time left where it can be told, and what runs now. */
+function status(elapsed: number): string {
+  const estimate = timeLeft.left(elapsed);
+  const left = estimate !== undefined ? `, about ${clock(estimate)} left` : '';
+  const inStep = current && elapsed - current.at >= HEARTBEAT_S ? ` (${clock(elapsed - current.at)} in this step)` : '';
+  return `${Math.min(done, steps)}/${steps}, ${clock(elapsed)}${left}: ${current?.text ?? ''}${inStep}`;
+}
+function show(elapsed: number): void {
+  lastLineAt = elapsed;
+  const line = status(elapsed);
+  if (process.stderr.isTTY) {
+    const width = 20;
+    const filled = Math.round((width * (done - 1)) / Math.max(1, steps));
+    process.stderr.write(
+      `\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${line.slice(0, (process.stderr.columns || 100) - width - 4)}`,
+    );
+  } else {
+    process.stderr.write(`[bench] ${line}\n`);
+  }
+}
 /**
- * Progress on stderr: steps done, time so far, an estimate of the time left (see `lastTimeline`),
- * and what runs now. A bar
- * redrawn in place on a terminal; a line per step otherwise (CI, `| tee`).
+ * Progress on stderr, a line when a step begins: redrawn in place on a terminal, a line each
+ * otherwise (CI, `| tee`). And at least every 5 s while a step runs (the heartbeat below, with the
+ * time spent in the step), so a long step never looks like a hang.
  */
 const progress = (text: string) => {
   const elapsed = (performance.now() - startedAt) / 1000;
   timeline.push([Math.round(elapsed * 1000) / 1000, text || 'done']);
-  const tty = process.stderr.isTTY;
-  if (text === '') return void process.stderr.write(tty ? '\r\x1b[K' : `[bench] done in ${clock(elapsed)}\n`);
-  // Where this step stood in the last run, scaled by how fast this run has gone so far (once there
-  // is enough of it to judge: 5 s); without one, the average step so far for each step to come.
-  const before = previous?.starts.get(text);
-  const pace = before !== undefined && before >= 5 ? elapsed / before : 1;
-  const estimate =
-    before !== undefined ? (previous!.end - before) * pace : done > 0 ? (elapsed / done) * Math.max(0, steps - done) : undefined;
-  const left = estimate !== undefined ? `, about ${clock(estimate)} left` : '';
-  const status = `${Math.min(done + 1, steps)}/${steps}, ${clock(elapsed)}${left}: ${text}`;
-  if (tty) {
-    const width = 20;
-    const filled = Math.round((width * done) / Math.max(1, steps));
-    process.stderr.write(
-      `\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${status.slice(0, (process.stderr.columns || 100) - width - 4)}`,
-    );
-  } else {
-    process.stderr.write(`[bench] ${status}\n`);
+  timeLeft.begin(text === '' ? undefined : scenarioOf(text), elapsed);
+  if (text === '') {
+    clearInterval(heartbeat);
+    return void process.stderr.write(process.stderr.isTTY ? '\r\x1b[K' : `[bench] done in ${clock(elapsed)}\n`);
   }
   done++;
+  current = { text, at: elapsed };
+  show(elapsed);
 };
+// Checked every fifth of the heartbeat, a line is due a check early: so none is later than HEARTBEAT_S.
+const HEARTBEAT_CHECK_S = HEARTBEAT_S / 5;
+const heartbeat = setInterval(() => {
+  const elapsed = (performance.now() - startedAt) / 1000;
+  if (current && elapsed - lastLineAt >= HEARTBEAT_S - HEARTBEAT_CHECK_S) show(elapsed);
+}, HEARTBEAT_CHECK_S * 1000);
+heartbeat.unref();
 const failures: string[] = [];
 /** Runs one step of the run; a step that fails is reported in the summary and the run goes on. */
 async function step<T>(label: string, run: () => Promise<T>, into: T[]): Promise<void> {
@@ -439,11 +466,12 @@ for (const store of up.filter((store) => runs(9) && fenceStores.includes(store))
 }
 const electionResults: ElectionResult[] = [];
 // Each failover waits out a 4 s ttl: two per store in the quick run.
-const [elections, failovers, jobCalls] = full ? [500, 10, 2000] : [50, 2, 200];
+// A :00 is 200 calls, the fleet the scale goals name, in either profile.
+const [elections, failovers, jobCalls, burstCalls] = full ? [500, 10, 2000, 200] : [50, 2, 200, 200];
 for (const store of up.filter((store) => runs(11) && electionStores.includes(store))) {
   await step(
     `scenario 11: ${store}: ${elections} handovers, ${failovers} failovers, ${jobCalls} runOnce calls`,
-    () => electionCost(store, elections, failovers, jobCalls),
+    () => electionCost(store, elections, failovers, jobCalls, burstCalls),
     electionResults,
   );
 }
@@ -515,8 +543,11 @@ const libraries = [
 const machine =
   `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}; profile ${full ? 'full' : 'quick'}. ` +
   `Stores: ${stores.map((s) => (probes.has(s) ? versions.get(s) : `${s} not running (skipped)`)).join(', ')}. Client libraries: ${libraries.join(', ')}.`;
+/** The machine's load over the run: beside every ratio, which a busy machine bends. */
+const load = describeLoad(loadAtStart, sampleLoad());
+const loadNote = `The machine over this run: ${load}.`;
 const lines: string[] = [];
-lines.push('# deadbolt benchmark', '', machine, '');
+lines.push('# deadbolt benchmark', '', machine, loadNote, '');
 lines.push(
   'All subjects ran in this one process (scenario 2: in forked processes), on the same servers, with the same client libraries; every',
   "timed phase follows a discarded warm-up. A store's subjects (its floor, our backends, the peers) run interleaved in scenarios 1, 3, 4,",
@@ -543,6 +574,7 @@ if (runs(1)) {
   lines.push(
     '## Scenario 1: uncontended acquire + release',
     '',
+    loadNote,
     "A store's floor, our backends and the peers run interleaved: 10 rounds, each subject timing a tenth of its cycles per round with its",
     "own open client, so a drift in the machine's speed (loopback round trips here vary several-fold between an idle and a busy machine)",
     "slows them all alike. Idle background traffic of the store's other open clients (ZooKeeper pings, the Cassandra time service) falls",
@@ -584,6 +616,7 @@ if (runs(6)) {
     '',
     '## Scenario 6: migration cost (uncontended acquire + release in `dual`, against each store alone)',
     '',
+    loadNote,
     'Each store alone, both stores held one after the other by two plain lockers (what `dual` does, without the migration: no',
     'token floors, no wrapper), and the pair in `dual` (`migratingBackend`), interleaved as in scenario 1, each on its own key. The goal',
     "is a `dual` cycle within 1.1 × the sum of the two stores' own cycles. On a small machine whose stores share its cores, a store that",
@@ -744,6 +777,7 @@ if (runs(10)) {
   lines.push(
     '## Scenario 10: a busy host (scenarios 1 and 4 beside a neighbour that keeps a core busy)',
     '',
+    loadNote,
     `Each store's scenario 1 group, then its scenario 4 group, ran again with another process spinning on one of this machine's ${cpus().length}`,
     "cores the whole time, as a build or another service does on a shared host. The client, the store's server and the neighbour then",
     'queue for the cores left, so what a client spends per operation shows in its wall time. "Idle" is the same row in scenario 1 or 4',
@@ -804,7 +838,8 @@ const thesisOriginal: Record<string, Record<number, [number, number]>> = {
   'deadbolt cassandra queue': { 1: [15, 39], 3: [56, 537], 5: [106, 605] },
 };
 if (runs(9)) lines.push(...(fenceResults.length ? fenceCostLines(fenceResults, fenceWrites) : [noStore, '']));
-if (runs(11)) lines.push(...(electionResults.length ? electionLines(electionResults, elections, failovers, jobCalls) : [noStore, '']));
+if (runs(11))
+  lines.push(...(electionResults.length ? electionLines(electionResults, elections, failovers, jobCalls, burstCalls) : [noStore, '']));
 if (runs(2)) {
   lines.push(`## Scenario 2: the thesis experiment (${thesisCount} acquisitions per process, one key, empty critical section)`, '');
   if (!thesisResults.length) lines.push(noStore, '');
@@ -830,28 +865,28 @@ if (runs(2)) {
 }
 if (failures.length) lines.push('## Steps that failed', '', ...failures.map((f) => `- ${f}`), '');
 const summary = lines.join('\n');
-console.log(summary);
 
 const dir = join(resultsRoot, new Date().toISOString().replace(/[:.]/g, '-'));
 mkdirSync(dir, { recursive: true });
 writeFileSync(join(dir, 'summary.md'), summary);
+const digested = digest({
+  subjects: named,
+  floorOf,
+  uncontended: uncontendedResults,
+  contended: contendedResults,
+  semaphore: semaphoreResults,
+  readWrite: readWriteResults,
+  manyKeys: manyKeysResults,
+  migration: migrationResults,
+  longHolds: longHoldResults,
+  failures,
+});
 writeFileSync(
   join(dir, 'report.html'),
   renderReport({
     title: `deadbolt benchmark, ${new Date().toISOString()}`,
-    machine,
-    ...digest({
-      subjects: named,
-      floorOf,
-      uncontended: uncontendedResults,
-      contended: contendedResults,
-      semaphore: semaphoreResults,
-      readWrite: readWriteResults,
-      manyKeys: manyKeysResults,
-      migration: migrationResults,
-      longHolds: longHoldResults,
-      failures,
-    }),
+    machine: `${machine} ${loadNote}`,
+    ...digested,
     summaryMarkdown: summary,
     contended: contendedResults,
     thesis: thesisResults,
@@ -867,7 +902,9 @@ writeFileSync(
       full,
       machine,
       stores: Object.fromEntries(stores.map((s) => [s, versions.get(s) ?? 'not running'])),
-      uncontended: uncontendedResults.map(({ cycleMs, ...rest }) => ({ ...rest, cycleMs: cycleMs.map(micros) })),
+      raw,
+      load,
+      uncontended: uncontendedResults.map(({ cycleMs, ...rest }) => (raw ? { ...rest, cycleMs: cycleMs.map(micros) } : rest)),
       migration: migrationResults.map(({ pair, from, to, nested, dual }) => ({
         pair,
         fromP50: from.cycle.p50,
@@ -879,10 +916,10 @@ writeFileSync(
         bothPerSecond: nested.perSecond,
         dualPerSecond: dual.perSecond,
       })),
-      contended: contendedResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
+      contended: contendedResults.map(({ acquisitions, ...rest }) => (raw ? { ...rest, acquisitions: acquisitions.map(compact) } : rest)),
       semaphore: semaphoreResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),
       readWrite: readWriteResults.map(({ acquisitions, ...rest }) => ({ ...rest, mostAtOnce: mostAtOnce(acquisitions) })),
-      manyKeys: manyKeysResults.map(({ acquisitions, ...rest }) => ({ ...rest, acquisitions: acquisitions.map(compact) })),
+      manyKeys: manyKeysResults.map(({ acquisitions, ...rest }) => (raw ? { ...rest, acquisitions: acquisitions.map(compact) } : rest)),
       busy: {
         uncontended: busyUncontendedResults.map(({ cycleMs: _, ...rest }) => rest),
         manyKeys: busyManyKeysResults.map(({ acquisitions: _, ...rest }) => rest),
@@ -899,7 +936,22 @@ writeFileSync(
   ),
 );
 await Promise.all([...probes.values()].map((p) => p.close()));
-console.log(`\nwritten to ${dir}`);
+// One screen on stdout: what the run shows and where the rest is (every table is in summary.md).
+const [, ...glanceRows] = digested.glance;
+const screen = [
+  `deadbolt benchmark, ${full ? 'full' : 'quick'} profile: ${[...probes.keys()].join(', ')} in ${clock((performance.now() - startedAt) / 1000)}; ${load}`,
+  ...[...leftOut].map(([store, why]) => `left out ${store}: ${why.slice(0, 120)}`),
+  '',
+  ...digested.headline.map((line) => `- ${line}`),
+  ...(glanceRows.length ? ['', 'At a glance (deadbolt uncontended p50 | floor | over the floor | contended holds/s | peers):'] : []),
+  ...glanceRows.map(([store, ...cells]) => `  ${store}: ${cells.join(' | ')}`),
+  ...(failures.length ? ['', `${failures.length} step(s) failed: see the end of summary.md`] : []),
+  '',
+  `every table: ${join(dir, 'summary.md')}`,
+  `charts:      ${join(dir, 'report.html')}`,
+  `numbers:     ${join(dir, 'results.json')}${raw ? ' (with every sample: --raw)' : ' (summaries; --raw adds every sample)'}`,
+];
+console.log(screen.join('\n'));
 if (failures.length) {
   console.error(`${failures.length} step(s) failed; see the end of summary.md`);
   process.exitCode = 1;

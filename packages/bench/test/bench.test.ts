@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -13,7 +13,9 @@ async function runBench(args: string[], env: Record<string, string> = {}, timeou
   const out = mkdtempSync(join(tmpdir(), 'deadbolt-bench-'));
   const cli = new URL('../dist/cli.js', import.meta.url).pathname;
   const ran = await promisify(execFile)(process.execPath, [cli, ...args], { env: { ...process.env, INIT_CWD: out, ...env }, timeout });
-  return { ...ran, out };
+  // Every table is in the run's summary.md; stdout is one screen (checked in its own test).
+  const [run] = readdirSync(join(out, 'bench-results'));
+  return { ...ran, out, summary: readFileSync(join(out, 'bench-results', run!, 'summary.md'), 'utf8') };
 }
 
 describe('bench', () => {
@@ -108,53 +110,80 @@ describe('bench', () => {
   }, 60_000);
 
   it('`pnpm bench` runs on the memory backend alone when no store answers, and writes its three files', async () => {
-    const { stdout, stderr, out } = await runBench(['--only', 'memory,redis'], { DEADBOLT_REDIS_URL: 'redis://127.0.0.1:1' }, 120_000);
-    expect(stdout).toContain('redis not running (skipped)');
+    const { stdout, stderr, out, summary } = await runBench(
+      ['--only', 'memory,redis'],
+      // A heartbeat every second here (5 s by default): the quick memory steps last a few seconds.
+      { DEADBOLT_REDIS_URL: 'redis://127.0.0.1:1', DEADBOLT_BENCH_HEARTBEAT_MS: '1000' },
+      120_000,
+    );
+    expect(summary).toContain('redis not running (skipped)');
     // Why it was left out, with the store's address; and the scenarios that need a store say so.
     expect(stderr).toContain('[bench] left out redis: redis at 127.0.0.1:1 is unavailable');
-    expect(stdout).toContain('none answered (left out: redis;');
-    // Not a terminal: a progress line per step, with the time left from the second on, and the end.
-    const steps = stderr.split('\n').filter((line) => /^\[bench\] \d+\/\d+, \d+:\d\d/.test(line));
+    expect(stdout).toContain('left out redis: redis at 127.0.0.1:1 is unavailable');
+    expect(summary).toContain('none answered (left out: redis;');
+    // Not a terminal: a progress line per step (and while one runs, every 5 s), with the time left
+    // from the second step on, and the end.
+    const lines = stderr.split('\n').filter((line) => /^\[bench\] \d+\/\d+, \d+:\d\d/.test(line));
+    const steps = lines.filter((line) => !line.endsWith('in this step)'));
     expect(steps.length).toBeGreaterThan(3);
+    // While a step runs, a line at least every heartbeat, saying how long it has run.
+    expect(lines.some((line) => / \(0:0[1-9] in this step\)$/.test(line))).toBe(true);
     expect(steps[1]).toMatch(/, about \d+:\d\d left: /);
     expect(steps.at(-1)).toMatch(new RegExp(`^\\[bench\\] (\\d+)/\\1,`)); // the last step is the last of the count
     expect(stderr).toMatch(/\[bench\] done in \d+:\d\d/);
-    expect(stdout).toMatch(/\| deadbolt memory \| \d+ \|/);
-    expect(stdout).not.toMatch(/\| deadbolt redis/);
+    expect(stderr).not.toMatch(/[ ,]\d+:[6-9]\d\b/); // no clock reads 0:60
+    expect(summary).toMatch(/\| deadbolt memory \| \d+ \|/);
+    expect(summary).not.toMatch(/\| deadbolt redis/);
+    // Scenario 11's :00: of 200 calls of one job at once, it ran once.
+    expect(summary).toMatch(/^\| memory \| .* \| once \/ [\d.]+ \/ [\d.]+ \|$/m);
+    // One screen on stdout, the load beside it, and where every table is.
+    expect(stdout.trim().split('\n').length).toBeLessThanOrEqual(30);
+    expect(stdout).toMatch(
+      /^deadbolt benchmark, quick profile: memory in \d+:\d\d; load [\d.]+ at the start → [\d.]+ at the end .* on \d+ cores/,
+    );
+    expect(summary).toMatch(/^The machine over this run: load [\d.]+ at the start → [\d.]+ at the end .* on \d+ cores/m);
+    expect(stdout).toContain('summary.md');
     const [run] = readdirSync(join(out, 'bench-results'));
     expect(readdirSync(join(out, 'bench-results', run!)).sort()).toEqual(['report.html', 'results.json', 'summary.md']);
     const results = JSON.parse(readFileSync(join(out, 'bench-results', run!, 'results.json'), 'utf8'));
     expect(results.contended.length).toBeGreaterThan(0);
     expect(results.contended.every((r: { tokenOrderViolations: number }) => r.tokenOrderViolations === 0)).toBe(true);
+    // Summaries only without --raw: no per-acquisition samples, and small.
+    expect(results.contended[0].acquisitions).toBeUndefined();
+    expect(statSync(join(out, 'bench-results', run!, 'results.json')).size).toBeLessThan(5 * 2 ** 20);
   }, 150_000);
 
   it('`pnpm bench --scenarios 1 --only memory` prints that scenario alone, and its ratio to the floor from the mean where a p50 is a few timer ticks', async () => {
-    const { stdout } = await runBench(['--only', 'memory', '--scenarios', '1']);
-    expect(stdout.match(/^## Scenario \d/gm)).toEqual(['## Scenario 1']);
-    const ratio = /\| deadbolt memory \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+)× \(mean\) \|/.exec(stdout);
-    expect(ratio, stdout).not.toBeNull();
+    const { summary, out } = await runBench(['--only', 'memory', '--scenarios', '1', '--raw']);
+    // --raw keeps every cycle's time in results.json.
+    const [run] = readdirSync(join(out, 'bench-results'));
+    const results = JSON.parse(readFileSync(join(out, 'bench-results', run!, 'results.json'), 'utf8'));
+    expect(results.uncontended[0].cycleMs.length).toBeGreaterThan(1000);
+    expect(summary.match(/^## Scenario \d/gm)).toEqual(['## Scenario 1']);
+    const ratio = /\| deadbolt memory \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([\d.]+)× \(mean\) \|/.exec(summary);
+    expect(ratio, summary).not.toBeNull();
     expect(Number(ratio![1])).toBeGreaterThan(1);
   }, 90_000);
 
   it('scenario 1 on Redis counts the iovalkey row against a floor on iovalkey, and shows the client choice against ioredis', async () => {
-    const { stdout } = await runBench(['--only', 'redis', '--scenarios', '1']);
-    const row = (name: string) => new RegExp(`^\\| ${name} \\| \\d+ \\| \\d+ \\| ([\\d.]+) \\| [\\d.]+ \\| ([\\d.]*)×?`, 'm').exec(stdout);
+    const { summary } = await runBench(['--only', 'redis', '--scenarios', '1']);
+    const row = (name: string) => new RegExp(`^\\| ${name} \\| \\d+ \\| \\d+ \\| ([\\d.]+) \\| [\\d.]+ \\| ([\\d.]*)×?`, 'm').exec(summary);
     const floor = row('redis floor on iovalkey \\(SET NX PX \\+ DEL\\)');
     const ours = row('deadbolt redis on iovalkey');
-    expect(floor, stdout).not.toBeNull();
-    expect(ours, stdout).not.toBeNull();
+    expect(floor, summary).not.toBeNull();
+    expect(ours, summary).not.toBeNull();
     // The ratio printed is its p50 over the iovalkey floor's (both rounded as printed).
     expect(Number(ours![2])).toBeCloseTo(Number(ours![1]) / Number(floor![1]), 1);
-    expect(stdout).toMatch(/^\| deadbolt redis \| [\d.]+ → [\d.]+ ms \|/m);
+    expect(summary).toMatch(/^\| deadbolt redis \| [\d.]+ → [\d.]+ ms \|/m);
   }, 90_000);
 
   it('`--scenarios 10` repeats scenarios 1 and 4 beside a neighbour that burns a core, reports client CPU, and leaves the neighbour stopped', async () => {
     // 28 s in a CI run, 60 s in another (four lanes beside it, and its own neighbour burning a core).
-    const { stdout, out } = await runBench(['--only', 'memory', '--scenarios', '10'], {}, 170_000);
-    expect(stdout.match(/^## Scenario \d+/gm)).toEqual(['## Scenario 10']);
+    const { summary, out } = await runBench(['--only', 'memory', '--scenarios', '10'], {}, 170_000);
+    expect(summary.match(/^## Scenario \d+/gm)).toEqual(['## Scenario 10']);
     // Scenario 1 did not run, so the idle side is n/a; the busy side is measured.
-    expect(stdout).toMatch(/\| deadbolt memory \| n\/a → [\d.]+ \| n\/a → [\d.]+× \(mean\) \| n\/a → [\d.]+ \|/);
-    expect(stdout).toMatch(/\| deadbolt memory \| n\/a → \d+ \| n\/a → [\d.]+ \| n\/a → [\d.]+ \|/);
+    expect(summary).toMatch(/\| deadbolt memory \| n\/a → [\d.]+ \| n\/a → [\d.]+× \(mean\) \| n\/a → [\d.]+ \|/);
+    expect(summary).toMatch(/\| deadbolt memory \| n\/a → \d+ \| n\/a → [\d.]+ \| n\/a → [\d.]+ \|/);
     const [run] = readdirSync(join(out, 'bench-results'));
     const results = JSON.parse(readFileSync(join(out, 'bench-results', run!, 'results.json'), 'utf8'));
     expect(results.busy.uncontended.find((r: { subject: string }) => r.subject === 'deadbolt memory').clientCpuUs).toBeGreaterThan(0);
