@@ -1,6 +1,15 @@
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, type Capabilities, type LockBackend } from '@deadbolt/core';
-import { readOptions, rules, storeClient, type KeySpace, type LeaseEngine, type Rules, type StoreView } from '@deadbolt/core/backend';
+import {
+  readOptions,
+  rules,
+  storeClient,
+  type KeySpace,
+  type LeaseEngine,
+  type Rule,
+  type Rules,
+  type StoreView,
+} from '@deadbolt/core/backend';
 import { claimOfRow, SessionLocks, SqlBackend, sharedViewOfRows } from '@deadbolt/core/sql';
 import { TestingHooks } from '@deadbolt/core/testing';
 import pg, { type Pool, type PoolClient } from 'pg';
@@ -56,17 +65,34 @@ const tableRule = rules.text(/^[a-z_][a-z0-9_]{0,47}$/, 'a plain lower-case iden
   'x'.repeat(49),
 ]);
 
+/** A pg Pool (or a client with its API). */
+const anyPool = rules.instance(
+  (v): v is Pool =>
+    v instanceof pg.Pool ||
+    (typeof (v as Pool | null)?.connect === 'function' && typeof (v as Pool).query === 'function' && typeof (v as Pool).on === 'function'),
+  'a pg Pool',
+);
+/**
+ * A pg Pool of yours. A postgres.js instance (`postgres(url)`: a tagged-template function with
+ * `unsafe` and `begin`) is told apart and refused with what to pass instead: this backend's
+ * statements, listening connection and session locks are written on pg's connections.
+ */
+const poolRule: Rule<Pool> = {
+  ...anyPool,
+  check(value, name) {
+    const sql = value as { unsafe?: unknown; begin?: unknown } | null;
+    if (typeof value === 'function' && typeof sql?.unsafe === 'function' && typeof sql.begin === 'function')
+      throw new InvalidArgumentError(
+        `${name} is a postgres.js instance, which this backend does not take yet: pass a pg Pool, or a url (the backend then opens a pool of its own)`,
+      );
+    return anyPool.check(value, name);
+  },
+};
+
 /** How each option of `postgresBackend` is checked (see core's options.ts); the conformance suite feeds it hostile values. */
 export const postgresOptionRules = {
   url: rules.url(['postgres', 'postgresql'], true),
-  client: rules.instance(
-    (v): v is Pool =>
-      v instanceof pg.Pool ||
-      (typeof (v as Pool | null)?.connect === 'function' &&
-        typeof (v as Pool).query === 'function' &&
-        typeof (v as Pool).on === 'function'),
-    'a pg Pool',
-  ),
+  client: poolRule,
   namespace: tableRule,
   table: rules.alias('namespace', tableRule),
   mode: rules.oneOf(['lease', 'session']),

@@ -12,7 +12,8 @@ import {
   storeAddress,
   viaUrl,
 } from '@deadbolt/conformance';
-import { postgresBackend, type PostgresBackend } from '@deadbolt/postgres';
+import { postgresBackend, postgresFence, type PostgresBackend } from '@deadbolt/postgres';
+import postgresJs from 'postgres';
 import { pids } from '@deadbolt/postgres/testing';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -53,6 +54,19 @@ describe('postgres backend', () => {
       { url, advisoryNamespace: -1 },
     ]) {
       expect(() => postgresBackend(options as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    }
+  });
+
+  it('refuses a postgres.js instance as its client, before any I/O, saying what to pass instead', async () => {
+    // postgres.js connects on its first query: making one opens nothing.
+    const sql = postgresJs(url, { max: 1 });
+    try {
+      for (const make of [() => postgresBackend({ client: sql as never }), () => postgresFence({ client: sql as never })])
+        expect(make).toThrow(
+          expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/postgres\.js .* pass a pg Pool, or a url/) }),
+        );
+    } finally {
+      await sql.end();
     }
   });
 
