@@ -5,7 +5,8 @@
  * run: 1 uncontended cycle vs the store's floor, 2 the thesis experiment (real processes), 3
  * contended handoff, 4 many keys (Zipf), 5 long holds (renewal traffic, loss → abort), 6 the cost of a migration's dual phase,
  * 7 a contended semaphore, 8 a read-heavy read-write lock, 9 a fenced write beside a plain one, 11 elections and runOnce, 10 scenarios
- * 1 and 4 again beside a CPU-burning neighbour (a busy host; with --full, or when --scenarios names it). Writes
+ * 1 and 4 again beside a CPU-burning neighbour (a busy host), 12 held locks per process from 10 to 100 000 (10 and 12: with --full,
+ * or when --scenarios names them). Writes
  * bench-results/<time>/{results.json, summary.md, report.html}. One long file: the order of
  * the run (which subjects, interleaved how) and each scenario's table, in the order the report has.
  */
@@ -36,6 +37,7 @@ import {
 } from './scenarios.js';
 import { electionCost, electionLines, electionStores, type ElectionResult } from './elections.js';
 import { fenceCost, fenceCostLines, fenceStores, type FenceCostResult } from './fences.js';
+import { heldCurve, heldLines, type HeldPoint } from './scale.js';
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
 import { digest, floorRatio, peerPairs } from './digest.js';
@@ -90,10 +92,13 @@ const only = args.only?.split(',').map((s) => s.trim());
 const chosen = args.scenarios?.split(',').map((s) => s.trim());
 /**
  * Whether scenario `n` runs: those --scenarios names; without it, all of them, except that the busy
- * host (10, scenarios 1 and 4 a second time) is left to --full to keep the quick run near ten minutes.
+ * host (10, scenarios 1 and 4 a second time) and the held-locks curve (12) are left to --full to keep
+ * the quick run near ten minutes.
  */
-const runs = (n: number) => (chosen ? chosen.includes(String(n)) : n !== 10 || full);
-const SCENARIOS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11'];
+const runs = (n: number) => (chosen ? chosen.includes(String(n)) : (n !== 10 && n !== 12) || full);
+const SCENARIOS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12'];
+/** Scenario 12's counts of held locks. */
+const heldCounts = full ? [10, 100, 1000, 10_000, 100_000] : [10, 100, 1000, 10_000];
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
 // 16: the semaphore and read-write rows' own count (scenarios 7 and 8 are set against the mutex there).
@@ -177,6 +182,8 @@ const shared = sharedSubjects(SEMAPHORE_LIMIT, READ_SHARE);
 const semaphoreSubjects = shared.semaphores.filter((s) => probes.has(s.store));
 const readWriteSubjects = shared.readWrite.filter((s) => probes.has(s.store));
 const up = stores.filter((store) => probes.has(store));
+/** Scenario 12: each store's default deadbolt subject (the first of the store's; Cassandra's queue). */
+const scaleSubjects = up.flatMap((store) => ours.filter((s) => s.store === store && s.store !== 'redlock').slice(0, 1));
 const storesWith = (list: Subject[]) => new Set(list.map((s) => s.store)).size;
 const mostPerStore = Math.max(0, ...up.map((store) => thesisSubjects.filter((s) => s.store === store).length));
 // One progress step per interleaved group (a store's subjects in one scenario and setting), for
@@ -195,6 +202,7 @@ const planned = new Map<number, number>(
       [9, up.filter((store) => fenceStores.includes(store)).length],
       [11, up.filter((store) => electionStores.includes(store)).length],
       [2, thesisSubjects.length * 3],
+      [12, scaleSubjects.length],
     ] as [number, number][]
   ).filter(([n, steps]) => runs(n) && steps > 0),
 );
@@ -230,15 +238,16 @@ const HEARTBEAT_S = Number(process.env.DEADBOLT_BENCH_HEARTBEAT_MS ?? 5000) / 10
 let current: { text: string; at: number } | undefined;
 let lastLineAt = 0;
 /** The progress line: steps done, time so far, the time left where it can be told, and what runs now. */
-function status(elapsed: number): string {
+function status(elapsed: number, beat: boolean): string {
   const estimate = timeLeft.left(elapsed);
   const left = estimate !== undefined ? `, about ${clock(estimate)} left` : '';
-  const inStep = current && elapsed - current.at >= HEARTBEAT_S ? ` (${clock(elapsed - current.at)} in this step)` : '';
+  const inStep = beat && current ? ` (${clock(elapsed - current.at)} in this step)` : '';
   return `${Math.min(done, steps)}/${steps}, ${clock(elapsed)}${left}: ${current?.text ?? ''}${inStep}`;
 }
-function show(elapsed: number): void {
+/** `beat`: a heartbeat's line (the step goes on), which says how long the step has run. */
+function show(elapsed: number, beat = false): void {
   lastLineAt = elapsed;
-  const line = status(elapsed);
+  const line = status(elapsed, beat);
   if (process.stderr.isTTY) {
     const width = 20;
     const filled = Math.round((width * (done - 1)) / Math.max(1, steps));
@@ -270,7 +279,7 @@ const progress = (text: string) => {
 const HEARTBEAT_CHECK_S = HEARTBEAT_S / 5;
 const heartbeat = setInterval(() => {
   const elapsed = (performance.now() - startedAt) / 1000;
-  if (current && elapsed - lastLineAt >= HEARTBEAT_S - HEARTBEAT_CHECK_S) show(elapsed);
+  if (current && elapsed - lastLineAt >= HEARTBEAT_S - HEARTBEAT_CHECK_S) show(elapsed, true);
 }, HEARTBEAT_CHECK_S * 1000);
 heartbeat.unref();
 const failures: string[] = [];
@@ -453,6 +462,14 @@ for (const wave of waves) {
   const settled = await Promise.allSettled(wave.map((subject) => longHolds(subject, 5, holdMs, probes.get(subject.store)!)));
   settled.forEach((r, i) =>
     r.status === 'fulfilled' ? longHoldResults.push(r.value) : failures.push(`scenario 5: ${wave[i]!.name}: ${describe(r.reason)}`),
+  );
+}
+const heldResults: HeldPoint[][] = [];
+for (const subject of scaleSubjects.filter(() => runs(12))) {
+  await step(
+    `scenario 12: ${subject.name}, held ${heldCounts.join(', ')}`,
+    () => heldCurve(subject, heldCounts, probes.get(subject.store)!),
+    heldResults,
   );
 }
 const fenceResults: FenceCostResult[] = [];
@@ -837,6 +854,7 @@ const thesisOriginal: Record<string, Record<number, [number, number]>> = {
   'deadbolt cassandra shadow': { 1: [25, 146], 3: [53, 155_817], 5: [107, 502_441] },
   'deadbolt cassandra queue': { 1: [15, 39], 3: [56, 537], 5: [106, 605] },
 };
+if (runs(12)) lines.push(...heldLines(heldResults.flat(), heldCounts));
 if (runs(9)) lines.push(...(fenceResults.length ? fenceCostLines(fenceResults, fenceWrites) : [noStore, '']));
 if (runs(11))
   lines.push(...(electionResults.length ? electionLines(electionResults, elections, failovers, jobCalls, burstCalls) : [noStore, '']));
@@ -925,6 +943,7 @@ writeFileSync(
         manyKeys: busyManyKeysResults.map(({ acquisitions: _, ...rest }) => rest),
       },
       longHolds: longHoldResults,
+      held: heldResults.flat(),
       fences: fenceResults,
       elections: electionResults,
       thesis: thesisResults,

@@ -128,6 +128,9 @@ describe('bench', () => {
     expect(steps.length).toBeGreaterThan(3);
     // While a step runs, a line at least every heartbeat, saying how long it has run.
     expect(lines.some((line) => / \(0:0[1-9] in this step\)$/.test(line))).toBe(true);
+    // No two lines further apart than the heartbeat, give or take the clock's rounding and a busy loop.
+    const times = lines.map((line) => /, (\d+):(\d\d)/.exec(line)!).map((m) => Number(m[1]) * 60 + Number(m[2]));
+    expect(Math.max(...times.slice(1).map((t, i) => t - times[i]!))).toBeLessThanOrEqual(3);
     expect(steps[1]).toMatch(/, about \d+:\d\d left: /);
     expect(steps.at(-1)).toMatch(new RegExp(`^\\[bench\\] (\\d+)/\\1,`)); // the last step is the last of the count
     expect(stderr).toMatch(/\[bench\] done in \d+:\d\d/);
@@ -176,6 +179,23 @@ describe('bench', () => {
     expect(Number(ours![2])).toBeCloseTo(Number(ours![1]) / Number(floor![1]), 1);
     expect(summary).toMatch(/^\| deadbolt redis \| [\d.]+ → [\d.]+ ms \|/m);
   }, 90_000);
+
+  it('`--scenarios 12` on memory: renewals grow with the locks held (one per lock per interval), none is lost, and a held lock takes under 2 KB of heap', async () => {
+    const { summary, out } = await runBench(['--only', 'memory', '--scenarios', '12'], {}, 120_000);
+    expect(summary.match(/^## Scenario \d+/gm)).toEqual(['## Scenario 12']);
+    const [run] = readdirSync(join(out, 'bench-results'));
+    const { held } = JSON.parse(readFileSync(join(out, 'bench-results', run!, 'results.json'), 'utf8')) as {
+      held: { held: number; renewalsPerSecond: number; heapBytesPerLock: number; lostWhileHeld: number }[];
+    };
+    expect(held.map((p) => p.held)).toEqual([10, 100, 1000, 10_000]);
+    for (const p of held) {
+      // ttl 6 s, renewed every 2 s: held / 2 renewals a second, give or take a renewal round.
+      expect(p.renewalsPerSecond).toBeGreaterThan((p.held / 2) * 0.6);
+      expect(p.renewalsPerSecond).toBeLessThan((p.held / 2) * 1.4);
+      expect(p.lostWhileHeld).toBe(0);
+    }
+    expect(held.at(-1)!.heapBytesPerLock).toBeLessThan(2048);
+  }, 130_000);
 
   it('`--scenarios 10` repeats scenarios 1 and 4 beside a neighbour that burns a core, reports client CPU, and leaves the neighbour stopped', async () => {
     // 28 s in a CI run, 60 s in another (four lanes beside it, and its own neighbour burning a core).
