@@ -128,9 +128,10 @@ describe('bench', () => {
     expect(steps.length).toBeGreaterThan(3);
     // While a step runs, a line at least every heartbeat, saying how long it has run.
     expect(lines.some((line) => / \(0:0[1-9] in this step\)$/.test(line))).toBe(true);
-    // No two lines further apart than the heartbeat, give or take the clock's rounding and a busy loop.
+    // No long silence. Generous: the heartbeat is a timer in the benchmark's own process, late when
+    // the process gets little CPU (one loaded CI run saw 8 s between two lines with a 1 s heartbeat).
     const times = lines.map((line) => /, (\d+):(\d\d)/.exec(line)!).map((m) => Number(m[1]) * 60 + Number(m[2]));
-    expect(Math.max(...times.slice(1).map((t, i) => t - times[i]!))).toBeLessThanOrEqual(3);
+    expect(Math.max(...times.slice(1).map((t, i) => t - times[i]!))).toBeLessThanOrEqual(20);
     expect(steps[1]).toMatch(/, about \d+:\d\d left: /);
     expect(steps.at(-1)).toMatch(new RegExp(`^\\[bench\\] (\\d+)/\\1,`)); // the last step is the last of the count
     expect(stderr).toMatch(/\[bench\] done in \d+:\d\d/);
@@ -224,7 +225,7 @@ describe('bench', () => {
     // A misspelt store or scenario: refused with the valid values, not a run of empty tables.
     for (const [flag, value, valid] of [
       ['--only', 'memroy', 'memory, redis'],
-      ['--scenarios', '1,12', '1, 2, 3'],
+      ['--scenarios', '1,13', '1, 2, 3'],
     ]) {
       const wrong = await run(process.execPath, [cli, flag!, value!], { timeout: 60_000 }).catch(
         (error: { code: number; stderr: string }) => error,
