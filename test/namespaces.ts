@@ -5,7 +5,7 @@
  * servers: a store-wide token floor, say, which would otherwise lift every test's tokens.
  */
 import { randomBytes } from 'node:crypto';
-import { matrixUrl, type ChildBackendConfig } from '@deadbolt/conformance';
+import { matrixUrl, retryFor, type ChildBackendConfig } from '@deadbolt/conformance';
 import { BackendUnavailableError, memoryBackend, MemoryLockStore, type LockBackend } from '@deadbolt/core';
 import { backendFor, storeOf } from '../packages/cli/src/stores.js';
 
@@ -54,19 +54,18 @@ export function scratchNamespace(kind: StoreKind): Namespace {
       // loaded machine Cassandra's first SERIAL read of a new keyspace once found no replica in
       // time. Such a failure (unavailable, not refused) is tried again for up to two minutes; a
       // store that is down still fails the hook.
-      const deadline = performance.now() + 120_000;
-      for (;;) {
-        const backend = await backendFor(url);
-        try {
-          await backend.tokenFloor!();
-          return;
-        } catch (error) {
-          if (!(error instanceof BackendUnavailableError) || performance.now() > deadline) throw error;
-        } finally {
-          await backend.close();
-        }
-        await new Promise((resolve) => setTimeout(resolve, 1000));
-      }
+      await retryFor(
+        120_000,
+        async () => {
+          const backend = await backendFor(url);
+          try {
+            await backend.tokenFloor!();
+          } finally {
+            await backend.close();
+          }
+        },
+        (error) => error instanceof BackendUnavailableError,
+      );
     },
     async purge() {
       const backend = await backendFor(url);
