@@ -58,7 +58,7 @@ const heapAfterGc = () => {
   return process.memoryUsage().heapUsed;
 };
 
-/** `fn` over `items`, at most AT_ONCE at a time; stops starting new ones after `deadline` (performance.now()). */
+/** `fn(i)` for i in [0, count), at most AT_ONCE at a time; stops starting new ones after `deadline` (performance.now()). */
 async function pool<T>(count: number, fn: (i: number) => Promise<T>, deadline = Infinity): Promise<T[]> {
   const out: T[] = [];
   let next = 0;

@@ -28,7 +28,9 @@ let standIn: ClockStandIn | undefined;
 
 /**
  * The monotonic clock every lease time in core is read on: `performance.now()`, or the test
- * clock's time while one is installed. A backend's `acquiredAt` is on the same clock.
+ * clock's time while one is installed. A store backend's `acquiredAt` is `performance.now()`: the
+ * same clock whenever no test clock is installed, and `createLocker` refuses a store backend while
+ * one is.
  */
 export function now(): number {
   return standIn === undefined ? performance.now() : standIn.now();

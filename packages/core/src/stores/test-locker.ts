@@ -90,7 +90,11 @@ export function createTestLocker(options?: LockerOptions): TestLocker {
   }
 }
 
-/** A clock whose time moves only by `advance`, with timers kept in the order they are due. */
+/**
+ * A clock whose time moves only by `advance`, with timers kept in the order they are due: one
+ * sorted array (arming and cancelling are linear in the timers pending, which a test's few hundred
+ * locks keep small).
+ */
 class ManualClock implements ClockStandIn, TestClock {
   #now = 0;
   #seq = 0;
