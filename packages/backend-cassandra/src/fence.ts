@@ -4,7 +4,7 @@
 // back to the update. Reads are at the serial consistency, so they see every write the
 // transactions decided.
 import { StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { InFlight, Once, readOptions, rules, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
+import { InFlight, Once, readOptions, rules, StoreFence, type Rules } from '@deadbolt/core/backend';
 import cassandra, { type Client, type policies } from 'cassandra-driver';
 import {
   cassandraConnection,
@@ -59,7 +59,6 @@ const toToken = (value: unknown) => BigInt(String(value));
 /** Values in Cassandra guarded by fencing tokens (see core's `Fence`). */
 export class CassandraFence extends StoreFence {
   readonly client: Client;
-  readonly #connection: StoreClient<Client>;
   readonly #store: CassandraStore;
   readonly #table: string;
   readonly #ready: Once;
@@ -70,8 +69,9 @@ export class CassandraFence extends StoreFence {
     const options = readOptions(raw, cassandraFenceOptionRules, 'cassandraFence');
     const keyspace = keyspaceOf(options, 'cassandraFence');
     const commandTimeout = options.commandTimeoutMs ?? COMMAND_TIMEOUT_MS;
-    this.#connection = cassandraConnection(options, 'cassandraFence');
-    this.client = this.#connection.client;
+    const connection = cassandraConnection(options, 'cassandraFence');
+    this.client = connection.client;
+    this.closes(() => connection.end((client) => client.shutdown()));
     this.#table = `${keyspace}.fences`;
     this.#store = new CassandraStore({
       name: 'cassandra',
@@ -82,7 +82,7 @@ export class CassandraFence extends StoreFence {
       poll: { minDelayMs: 2, maxDelayMs: 50 },
       inFlight: new InFlight('cassandra', commandTimeout),
     });
-    const scope = schemaScope(this.#connection);
+    const scope = schemaScope(connection);
     const replication = options.replication ?? "{'class': 'SimpleStrategy', 'replication_factor': 1}";
     this.#ready = new Once(async () => {
       try {
@@ -141,10 +141,6 @@ export class CassandraFence extends StoreFence {
       )
     ).first();
     return row ? { value: (row['value'] as string | null) ?? '', token: toToken(row['fence_token']) } : null;
-  }
-
-  close(): Promise<void> {
-    return this.#connection.end((client) => client.shutdown()).catch(() => undefined);
   }
 }
 

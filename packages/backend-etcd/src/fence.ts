@@ -5,7 +5,7 @@
 // key's value as false, so a first write is a second transaction that puts only if the key was
 // never created; a lost race for that falls back to the compare.
 import { StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { InFlight, readOptions, storeClient, StoreFence, type StoreClient } from '@deadbolt/core/backend';
+import { InFlight, readOptions, storeClient, StoreFence } from '@deadbolt/core/backend';
 import type { Etcd3 } from 'etcd3';
 import { etcdOptionRules, openEtcd, type EtcdBackendOptions } from './etcd-backend.js';
 import { EtcdStore } from './store.js';
@@ -25,7 +25,6 @@ const padded = (token: bigint) => token.toString().padStart(38, '0');
 /** Values in etcd guarded by fencing tokens (see core's `Fence`). */
 export class EtcdFence extends StoreFence {
   readonly client: Etcd3;
-  readonly #connection: StoreClient<Etcd3>;
   readonly #store: EtcdStore;
   readonly #prefix: string;
 
@@ -34,10 +33,11 @@ export class EtcdFence extends StoreFence {
     super('etcd');
     const options = readOptions(raw, etcdFenceOptionRules, 'etcdFence');
     const commandTimeout = options.commandTimeoutMs ?? 5000;
-    this.#connection = storeClient(options, 'etcdFence', 'etcd://host:port[,host:port]', (url) =>
+    const connection = storeClient(options, 'etcdFence', 'etcd://host:port[,host:port]', (url) =>
       openEtcd(url, { connectTimeout: options.connectTimeoutMs ?? 2000, commandTimeout }),
     );
-    this.client = this.#connection.client;
+    this.client = connection.client;
+    this.closes(() => connection.end((client) => client.close()));
     this.#prefix = options.namespace ?? 'deadbolt/';
     this.#store = new EtcdStore(this.client, this.#prefix, new InFlight('etcd', commandTimeout));
   }
@@ -70,10 +70,6 @@ export class EtcdFence extends StoreFence {
     if (held === null) return null;
     const text = held.toString('utf8');
     return { token: BigInt(text.slice(0, 38)), value: text.slice(39) };
-  }
-
-  close(): Promise<void> {
-    return this.#connection.end((client) => client.close());
   }
 
   #keyFor(resource: string): string {

@@ -6,7 +6,7 @@
 // affected-row counts cannot tell a refused write from an accepted one that changed nothing.
 // `guard` runs the same statement inside a transaction of yours.
 import { InvalidArgumentError, StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { answerWithin, Once, readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
+import { answerWithin, Once, readOptions, rules, storeClient, StoreFence, type Rules } from '@deadbolt/core/backend';
 import { checkFenceToken, fencedTransaction } from '@deadbolt/core/sql';
 import {
   createPool,
@@ -56,7 +56,6 @@ export const mysqlFenceOptionRules = {
  */
 export class MysqlFence extends StoreFence {
   readonly client: Pool;
-  readonly #connection: StoreClient<Pool>;
   readonly #store: MysqlStore;
   readonly #commandTimeoutMs: number;
   readonly #sql: { create: string; write: string; guard: string; read: string };
@@ -66,11 +65,12 @@ export class MysqlFence extends StoreFence {
   constructor(raw: MysqlFenceOptions) {
     super('mysql');
     const options = readOptions(raw, mysqlFenceOptionRules, 'mysqlFence');
-    this.#connection = storeClient(options, 'mysqlFence', 'mysql://user@host:port/db', (url) => {
+    const connection = storeClient(options, 'mysqlFence', 'mysql://user@host:port/db', (url) => {
       if (url.hosts.length !== 1) throw new InvalidArgumentError('url must name one MySQL server');
       return createPool({ uri: url.href, connectionLimit: 10, supportBigNumbers: true });
     });
-    this.client = this.#connection.client;
+    this.client = connection.client;
+    this.closes(() => connection.end((pool) => pool.end()));
     this.#commandTimeoutMs = options.commandTimeoutMs ?? 5000;
     this.#store = new MysqlStore(this.client, 'deadbolt_locks', this.#commandTimeoutMs);
     const table = escapeId(options.namespace ?? 'deadbolt_fences');
@@ -155,10 +155,6 @@ export class MysqlFence extends StoreFence {
     await this.#table.run();
     const row = (await this.#store.run<RowDataPacket[]>('fenced read', this.#sql.read, [Buffer.from(resource, 'utf8')]))[0];
     return row ? { value: (row['value'] as string | null) ?? '', token: BigInt(row['token'] as string) } : null;
-  }
-
-  close(): Promise<void> {
-    return this.#connection.end((pool) => pool.end()).catch(() => undefined);
   }
 
   /** The error for a refused write, with the token that refused it if it can be read. */

@@ -5,7 +5,7 @@
 // with a token that is still the newest (the row stays locked until you commit or roll back).
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { answerWithin, Once, readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
+import { answerWithin, Once, readOptions, rules, storeClient, StoreFence, type Rules } from '@deadbolt/core/backend';
 import { checkFenceToken, fencedTransaction } from '@deadbolt/core/sql';
 import pg, { type ClientBase, type Pool, type PoolClient } from 'pg';
 import { postgresOptionRules } from './postgres-backend.js';
@@ -47,7 +47,6 @@ export const postgresFenceOptionRules = {
  */
 export class PostgresFence extends StoreFence {
   readonly client: Pool;
-  readonly #connection: StoreClient<Pool>;
   readonly #store: PostgresStore;
   readonly #sql: { create: string; write: string; guard: string; read: string };
   /** Creates the table once (one creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog). */
@@ -57,11 +56,12 @@ export class PostgresFence extends StoreFence {
   constructor(raw: PostgresFenceOptions) {
     super('postgres');
     const options = readOptions(raw, postgresFenceOptionRules, 'postgresFence');
-    this.#connection = storeClient(options, 'postgresFence', 'postgres://user@host:port/db', (url) => {
+    const connection = storeClient(options, 'postgresFence', 'postgres://user@host:port/db', (url) => {
       if (url.hosts.length > 1) throw new InvalidArgumentError('url must name one PostgreSQL server');
       return new pg.Pool({ connectionString: url.href, max: 10, keepAlive: true });
     });
-    this.client = this.#connection.client;
+    this.client = connection.client;
+    this.closes(() => connection.end((pool) => pool.end()));
     const table = `"${options.namespace ?? 'deadbolt_fences'}"`;
     const namespace = createHash('sha256').update(table).digest().readUInt32BE(0) & 0x7fffffff;
     this.#store = new PostgresStore(this.client, 'deadbolt_locks', namespace, options.commandTimeoutMs ?? 5000);
@@ -142,10 +142,6 @@ export class PostgresFence extends StoreFence {
     await this.#table.run();
     const row = (await this.#store.run('fenced read', this.#sql.read, [Buffer.from(resource, 'utf8')])).rows[0];
     return row ? { value: (row['value'] as string | null) ?? '', token: BigInt(row['token'] as string) } : null;
-  }
-
-  close(): Promise<void> {
-    return this.#connection.end((pool) => pool.end()).catch(() => undefined);
   }
 
   #judge(resource: string, token: bigint, row: Record<string, unknown> | undefined): void {

@@ -3,7 +3,7 @@
 // and the write. Tokens are compared as decimal text (length first), exactly at any size: a Lua
 // number would round above 2^53.
 import { StaleTokenError, type FencedValue } from '@deadbolt/core';
-import { readOptions, rules, storeClient, StoreFence, type Rules, type StoreClient } from '@deadbolt/core/backend';
+import { readOptions, rules, storeClient, StoreFence, type Rules } from '@deadbolt/core/backend';
 import type { Cluster, Redis } from 'ioredis';
 import { addressOf, closeRedis, openRedis, type YourRedisClient } from './connection.js';
 import { redisOptionRules } from './redis-backend.js';
@@ -54,7 +54,6 @@ return false
  */
 export class RedisFence extends StoreFence {
   readonly client: Redis | Cluster;
-  readonly #connection: StoreClient<Redis | Cluster>;
   readonly #store: RedisStore;
   readonly #prefix: string;
 
@@ -63,14 +62,15 @@ export class RedisFence extends StoreFence {
     super('redis');
     const options = readOptions(raw, redisFenceOptionRules, 'redisFence');
     const connectTimeout = options.connectTimeoutMs ?? 2000;
-    this.#connection = storeClient(
+    const connection = storeClient(
       options,
       'redisFence',
       'redis://host:port',
       (url) => openRedis(url, { cluster: options.cluster ?? false, connectTimeout, commandTimeout: options.commandTimeoutMs ?? 5000 }),
       addressOf,
     );
-    this.client = this.#connection.client;
+    this.client = connection.client;
+    this.closes(() => connection.end(closeRedis));
     this.#prefix = `${options.namespace ?? 'deadbolt:'}fence:`;
     this.#store = new RedisStore(this.client, {
       prefix: this.#prefix,
@@ -95,10 +95,6 @@ export class RedisFence extends StoreFence {
     }
     const [token, value] = found;
     return token == null ? null : { value: value ?? '', token: BigInt(token) };
-  }
-
-  close(): Promise<void> {
-    return this.#connection.end(closeRedis);
   }
 }
 

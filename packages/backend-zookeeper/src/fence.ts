@@ -42,6 +42,7 @@ export class ZooKeeperFence extends StoreFence {
     super('zookeeper');
     const options = readOptions(raw, zookeeperFenceOptionRules, 'zookeeperFence');
     this.#sessions = openSessions(options.url, options.connectTimeoutMs ?? 3000);
+    this.closes(() => this.#sessions.close());
     this.#root = `${options.namespace ?? '/deadbolt'}/#fence`;
     this.#sessionTimeoutMs = options.sessionTimeoutMs ?? 4000;
   }
@@ -75,10 +76,6 @@ export class ZooKeeperFence extends StoreFence {
   protected async readValue(resource: string): Promise<FencedValue | null> {
     const held = await this.#on((session) => this.#get(session, this.#pathFor(resource), 'fenced read'));
     return held ? { value: held.value, token: held.token } : null;
-  }
-
-  async close(): Promise<void> {
-    this.#sessions.close();
   }
 
   /** `fn` on the fence's session, which stays open while it runs. */

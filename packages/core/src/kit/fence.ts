@@ -75,6 +75,9 @@ export async function runFencedWrite(
 export abstract class StoreFence implements Fence {
   /** The store's name, as errors name it. */
   readonly #store: string;
+  /** What `close()` ends, in order: what the fence opened (`closes`). */
+  readonly #closers: (() => unknown)[] = [];
+  #closed: Promise<void> | undefined;
 
   protected constructor(store: string) {
     this.#store = store;
@@ -89,8 +92,24 @@ export abstract class StoreFence implements Fence {
     return this.readValue(resource);
   }
 
-  /** Closes what the fence opened (a client it was given stays open). Never throws. */
-  abstract close(): Promise<void>;
+  /**
+   * Closes, once, what the fence opened (each `closes` in turn; a client it was given stays open,
+   * as `StoreClient.end` leaves it). Never throws: a close that fails leaves nothing to retry.
+   */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      for (const close of this.#closers)
+        await Promise.resolve()
+          .then(close)
+          .catch(() => undefined);
+    })();
+    return this.#closed;
+  }
+
+  /** Has `close()` run `close` (a client's `end`, a session pool's close); its errors are dropped. */
+  protected closes(close: () => unknown): void {
+    this.#closers.push(close);
+  }
 
   /**
    * Writes `value` with `token` to a checked `resource`, or throws StaleTokenError; stops when
@@ -185,8 +204,6 @@ export class MemoryFence extends StoreFence {
   protected async readValue(resource: string): Promise<FencedValue | null> {
     return this.#values.get(resource) ?? null;
   }
-
-  async close(): Promise<void> {}
 }
 
 /** A new `MemoryFence`. */
