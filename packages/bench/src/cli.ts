@@ -405,24 +405,19 @@ for (const store of up.filter(() => runs(3))) {
 const sharedRows = (subject: Subject, segments: ContendedSegment[]) => contendedResult(subject.name, SHARED_CLIENTS, 1, segments);
 const semaphoreResults: ContendedResult[] = [];
 const readWriteResults: ContendedResult[] = [];
-for (const store of up) {
-  const semaphores = semaphoreSubjects.filter((s) => runs(7) && s.store === store);
-  await interleaved(
-    `scenario 7, ${SHARED_CLIENTS} clients`,
-    semaphores,
-    (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs),
-    sharedRows,
-    semaphoreResults,
-  );
-  const readWrite = readWriteSubjects.filter((s) => runs(8) && s.store === store);
-  await interleaved(
-    `scenario 8, ${SHARED_CLIENTS} clients`,
-    readWrite,
-    (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs),
-    sharedRows,
-    readWriteResults,
-  );
-}
+const sharedScenarios = [
+  { scenario: 7, subjects: semaphoreSubjects, into: semaphoreResults },
+  { scenario: 8, subjects: readWriteSubjects, into: readWriteResults },
+] as const;
+for (const store of up)
+  for (const { scenario, subjects, into } of sharedScenarios)
+    await interleaved(
+      `scenario ${scenario}, ${SHARED_CLIENTS} clients`,
+      subjects.filter((s) => runs(scenario) && s.store === store),
+      (s) => openContended(s, SHARED_CLIENTS, 1, durationMs / rounds, warmMs),
+      sharedRows,
+      into,
+    );
 /** Scenario 4 on one store's subjects (those that do not livelock), interleaved. */
 const manyKeysOn = (store: Store, label: string, into: ManyKeysResult[]) =>
   interleaved(

@@ -136,6 +136,37 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
     await lock.release();
   }
 
+  /**
+   * Releases `held` while `waiting` (a take of its key) waits. The take must not have failed
+   * (`failed` names the fault, `timeline` shows what the waiter did), must be granted within
+   * `boundMs` of the release where given, and must then hold the key alone, its token above the
+   * holder's.
+   */
+  async function releaseToWaiter(
+    held: Lock,
+    waiting: Promise<Settled<Lock>>,
+    key: string,
+    check: { failed: string; boundMs?: number; timeline?: () => string },
+  ): Promise<void> {
+    const releasedAt = performance.now();
+    await held.release();
+    const { value: lock, error, at } = await waiting;
+    const shown = check.timeline ? `\n${check.timeline()}` : '';
+    expect(error, `the wait failed ${check.failed}${shown}`).toBeUndefined();
+    if (check.boundMs !== undefined) expect(at - releasedAt, `ms from the release to the grant${shown}`).toBeLessThanOrEqual(check.boundMs);
+    await heldAloneThenReleased(lock!, key, held.token);
+  }
+
+  /** A fresh key held by one locker, and a second locker (the waiter) that reaches the store through a fault proxy of its own. */
+  async function heldWithProxiedWaiter() {
+    const key = freshKey();
+    const held = await (await makeLocker()).lock(key);
+    const proxy = await startProxy();
+    // A fresh locker: its first connection (and any setup it does) meets whatever the proxy does.
+    const waiter = await makeLockerVia(proxy);
+    return { key, held, proxy, waiter };
+  }
+
   async function makeLockerVia(proxy: FaultProxy, lockerOptions: LockerOptions = {}): Promise<Locker> {
     return track(createLocker(await options.network!.createBackend(proxy.address, proxy.addresses), { ttlMs: T, ...lockerOptions }));
   }
@@ -248,13 +279,8 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
         note('reset');
       }
       await sleep(300);
-      const releasedAt = performance.now();
-      await held.release();
-      note('released');
-      const { value: lock, error, at } = await waiting;
-      expect(error, `the wait failed after connection resets\n${timeline()}`).toBeUndefined();
-      if (promptMs !== undefined) expect(at - releasedAt, `ms from the release to the grant\n${timeline()}`).toBeLessThanOrEqual(promptMs);
-      await heldAloneThenReleased(lock!, key);
+      note('release');
+      await releaseToWaiter(held, waiting, key, { failed: 'after connection resets', boundMs: promptMs, timeline });
     };
 
     netIt(
@@ -276,24 +302,14 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
     netIt(
       '19d. a wait that starts while the store is silent rides out the silence and is granted after the release',
       async () => {
-        const key = freshKey();
-        const holder = await makeLocker();
-        const held = await holder.lock(key);
-        const proxy = await startProxy();
-        // A fresh locker: its first connection (and any setup it does) meets the silence.
-        const waiter = await makeLockerVia(proxy);
+        const { key, held, proxy, waiter } = await heldWithProxiedWaiter();
         proxy.blackhole();
         const waiting = settle(waiter.lock(key, { timeoutMs: 30_000 }));
         await sleep(2500);
         proxy.heal();
         await sleep(500);
-        const releasedAt = performance.now();
-        await held.release();
-        const { value: lock, error, at } = await waiting;
-        expect(error, 'the wait failed after a short silence').toBeUndefined();
-        const bound = 2000 + (capabilities.lease === 'session' ? T : 0);
-        expect(at - releasedAt).toBeLessThanOrEqual(bound);
-        await heldAloneThenReleased(lock!, key, held.token);
+        const boundMs = 2000 + (capabilities.lease === 'session' ? T : 0);
+        await releaseToWaiter(held, waiting, key, { failed: 'after a short silence', boundMs });
       },
       60_000,
     );
@@ -322,25 +338,16 @@ export function defineFaultBehaviours(ctx: SuiteContext): void {
     netIt(
       "19f. stranded while waiting: when a waiter's connections go silent for good mid-wait, it still learns of the release and is granted",
       async () => {
-        const key = freshKey();
-        const holder = await makeLocker();
-        const held = await holder.lock(key);
-        const proxy = await startProxy();
-        const waiter = await makeLockerVia(proxy);
+        const { key, held, proxy, waiter } = await heldWithProxiedWaiter();
         const waiting = settle(waiter.lock(key, { timeoutMs: 60_000 }));
         await sleep(1000); // the wait is under way: blocked in the store, watching, or polling
         proxy.strand();
         await sleep(500);
-        const releasedAt = performance.now();
-        await held.release();
-        const { value: lock, error, at } = await waiting;
-        expect(error, 'the wait failed on stranded connections').toBeUndefined();
         // A waiter blocked inside the store hears nothing, not even its grant: it learns from another
         // connection, whose first try may itself meet a stranded one (a request timeout, 19e), that
         // the store shows it granted, and gives that answer a request timeout more to arrive.
-        const bound = 20_000 + (capabilities.lease === 'session' ? T : 0);
-        expect(at - releasedAt, 'ms from the release to the grant of a stranded waiter').toBeLessThanOrEqual(bound);
-        await heldAloneThenReleased(lock!, key, held.token);
+        const boundMs = 20_000 + (capabilities.lease === 'session' ? T : 0);
+        await releaseToWaiter(held, waiting, key, { failed: 'on stranded connections', boundMs });
       },
       90_000,
     );
