@@ -143,7 +143,6 @@ const TOOLKIT = [
   'ReleaseNotifier',
   'StoreBackend',
   'StoreFence',
-  'UnavailableGrace',
   'after',
   'answerDeadline',
   'answerWithin',

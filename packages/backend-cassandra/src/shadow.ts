@@ -1,7 +1,7 @@
 // The shadow algorithm (the thesis' "old" one, kept as a benchmark baseline): a taker writes a claim
 // in the shadow partition and becomes the holder if its claim is alone there and the main partition
 // is empty. Unfair under contention: waiters retry after randomized waits.
-import { sleep, UnavailableGrace, type AcquireRequest, type StoreView } from '@deadbolt/core/backend';
+import { pollForLease, type AcquireRequest, type StoreView } from '@deadbolt/core/backend';
 import { ttlSeconds, type CassandraStore, type MutexAlgorithm, type ShadowLease, type Slot } from './store.js';
 
 export interface ShadowBackoff {
@@ -26,41 +26,47 @@ export class ShadowLock implements MutexAlgorithm<ShadowLease> {
     return { holders: await this.#store.holderIn(this.holderTable, id), waiters: null };
   }
 
-  /** GetLock: TryLock in a loop with the thesis' randomized waits; TryGetLock: one TryLock. */
+  /**
+   * GetLock: TryLock in core's polling loop, each pause the thesis' randomized wait (core jitters
+   * it further): up to `ownerWaitMs` while another owner holds the lock, up to `concurrentStepMs`
+   * × the attempt's number after a concurrent attempt (or one the store failed, which the loop
+   * forgives for its grace). TryGetLock: one TryLock.
+   */
   async acquire(req: AcquireRequest, id: Buffer): Promise<ShadowLease | null> {
-    const grace = new UnavailableGrace();
     const slot = this.#store.takeSlot(id);
     try {
-      for (let attempt = 1; ; attempt++) {
-        req.signal.throwIfAborted();
-        let result: ShadowLease | 'owner' | 'concurrent';
-        const startedAt = performance.now();
-        try {
-          result = await this.#attempt(req, id, slot);
-          grace.succeeded();
-        } catch (error) {
-          if (!req.wait || req.signal.aborted) throw error;
-          grace.failed(error, startedAt); // a reset while waiting: try again
-          result = 'concurrent';
-        }
-        if (typeof result === 'object') {
-          if (req.signal.aborted) {
-            await this.release(result);
-            req.signal.throwIfAborted();
-          }
-          return result;
-        }
-        if (!req.wait) {
+      if (!req.wait) {
+        const result = await this.#attempt(req, id, slot);
+        if (typeof result !== 'object') {
           this.#store.freeSlot(id, slot);
           return null;
         }
-        const wait =
-          result === 'owner' ? Math.random() * this.#backoff.ownerWaitMs : Math.random() * this.#backoff.concurrentStepMs * attempt;
-        let unsubscribe: (() => void) | undefined;
-        await sleep(wait, req.signal, (wake) => (unsubscribe = this.#store.notifier.subscribe(req.key, wake))).finally(() =>
-          unsubscribe?.(),
-        );
+        if (req.signal.aborted) {
+          await this.release(result);
+          req.signal.throwIfAborted();
+        }
+        return result;
       }
+      let attempts = 0;
+      let last: 'owner' | 'concurrent' = 'concurrent';
+      const { ownerWaitMs, concurrentStepMs } = this.#backoff;
+      return await pollForLease(
+        req.key,
+        req.signal,
+        async () => {
+          attempts++;
+          last = 'concurrent';
+          const result = await this.#attempt(req, id, slot);
+          if (typeof result === 'object') return result;
+          last = result;
+          return null;
+        },
+        (lease) => this.release(lease),
+        {
+          notifier: this.#store.notifier,
+          nextDelayMs: () => Math.random() * (last === 'owner' ? ownerWaitMs : concurrentStepMs * attempts),
+        },
+      );
     } catch (error) {
       await this.#leave(id, slot).catch(() => undefined);
       throw error;

@@ -29,6 +29,5 @@ export {
   pollForLease,
   ReleaseNotifier,
   sleep,
-  UnavailableGrace,
   type PollOptions,
 } from './kit/wait.js';

@@ -128,8 +128,9 @@ export const DONE: Promise<void> = Promise.resolve();
  * The shared wait loop for backends that can only poll: calls `attempt` until it yields a lease,
  * sleeping a jittered, growing delay in between, cut short by a release notification for `key`. Rejects with `signal.reason` when `signal` aborts
  * (after the attempt in flight settles, so a lease won by that attempt is released through
- * `onAbandon` rather than leaked). An attempt that fails as unavailable is retried as
- * {@link UnavailableGrace} allows, for a grace of `unavailableGraceMs`; other attempt errors propagate.
+ * `onAbandon` rather than leaked). An attempt that fails as unavailable (`BackendUnavailableError`)
+ * is retried until attempts have failed for `unavailableGraceMs` in a row (a reset costs one
+ * attempt; a store that stays unreachable fails the wait); other attempt errors propagate.
  * An attempt returns the lease, `null` (not yet), or `'soon'`: not yet, but things moved (the
  * waiter advanced in a queue), so the backoff starts again from `minDelayMs`.
  */
@@ -198,8 +199,7 @@ const AGAIN_PAUSE_MAX_MS = 1000;
  * whose waiter blocks inside the store on a connection of its own (a session-mode lock) runs its
  * waits through it too. An attempt that returns `'again'` (say its connection was cut) is made again.
  * A waiting attempt that fails as unavailable is made again as well, after a pause that doubles
- * with each failure (jittered, 20 ms up to 1 s), as {@link UnavailableGrace} allows for a grace
- * of `graceMs`; a store that stays unreachable still fails the wait. That also covers a connection not had
+ * with each failure (jittered, 20 ms up to 1 s), until attempts have failed for `graceMs` in a row; a store that stays unreachable still fails the wait. That also covers a connection not had
  * in time: a crowd of waiters opening connections at once on a loaded machine can outlast a
  * connect timeout. `reachedAt` (optional) tells when the store was last reached by anyone (a
  * connection opened): failures with the store reached since they began show a store that is slow,
