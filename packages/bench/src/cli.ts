@@ -38,6 +38,7 @@ import {
 import { electionCost, electionLines, electionStores, type ElectionResult } from './elections.js';
 import { fenceCost, fenceCostLines, fenceStores, type FenceCostResult } from './fences.js';
 import { heldCurve, heldLines, type HeldPoint } from './scale.js';
+import { waitersCurve, waitersLines, type WaitersPoint } from './waiters.js';
 import { summarize } from './stats.js';
 import { renderReport } from './report.js';
 import { digest, floorRatio, peerPairs } from './digest.js';
@@ -95,10 +96,13 @@ const chosen = args.scenarios?.split(',').map((s) => s.trim());
  * host (10, scenarios 1 and 4 a second time) and the held-locks curve (12) are left to --full to keep
  * the quick run near ten minutes.
  */
-const runs = (n: number) => (chosen ? chosen.includes(String(n)) : (n !== 10 && n !== 12) || full);
-const SCENARIOS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12'];
+const runs = (n: number) => (chosen ? chosen.includes(String(n)) : (n !== 10 && n !== 12 && n !== 13) || full);
+const SCENARIOS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13'];
 /** Scenario 12's counts of held locks. */
 const heldCounts = full ? [10, 100, 1000, 10_000, 100_000] : [10, 100, 1000, 10_000];
+/** Scenario 13's counts of waiters on one key, and how long each count's handoffs are timed. */
+const waiterCounts = [1, 10, 100, 1000];
+const handoffMs = full ? 10_000 : 3000;
 const cycles = full ? 5000 : 2000;
 const durationMs = full ? 10_000 : 3000;
 // 16: the semaphore and read-write rows' own count (scenarios 7 and 8 are set against the mutex there).
@@ -203,6 +207,7 @@ const planned = new Map<number, number>(
       [11, up.filter((store) => electionStores.includes(store)).length],
       [2, thesisSubjects.length * 3],
       [12, scaleSubjects.length],
+      [13, scaleSubjects.length],
     ] as [number, number][]
   ).filter(([n, steps]) => runs(n) && steps > 0),
 );
@@ -465,6 +470,14 @@ for (const subject of scaleSubjects.filter(() => runs(12))) {
     `scenario 12: ${subject.name}, held ${heldCounts.join(', ')}`,
     () => heldCurve(subject, heldCounts, probes.get(subject.store)!),
     heldResults,
+  );
+}
+const waiterResults: WaitersPoint[][] = [];
+for (const subject of scaleSubjects.filter(() => runs(13))) {
+  await step(
+    `scenario 13: ${subject.name}, ${waiterCounts.join(', ')} waiting on one key`,
+    () => waitersCurve(subject, waiterCounts, handoffMs, probes.get(subject.store)!),
+    waiterResults,
   );
 }
 const fenceResults: FenceCostResult[] = [];
@@ -850,6 +863,7 @@ const thesisOriginal: Record<string, Record<number, [number, number]>> = {
   'deadbolt cassandra queue': { 1: [15, 39], 3: [56, 537], 5: [106, 605] },
 };
 if (runs(12)) lines.push(...heldLines(heldResults.flat(), heldCounts));
+if (runs(13)) lines.push(...waitersLines(waiterResults.flat(), waiterCounts, handoffMs));
 if (runs(9)) lines.push(...(fenceResults.length ? fenceCostLines(fenceResults, fenceWrites) : [noStore, '']));
 if (runs(11))
   lines.push(...(electionResults.length ? electionLines(electionResults, elections, failovers, jobCalls, burstCalls) : [noStore, '']));
@@ -939,6 +953,7 @@ writeFileSync(
       },
       longHolds: longHoldResults,
       held: heldResults.flat(),
+      waiters: waiterResults.flat(),
       fences: fenceResults,
       elections: electionResults,
       thesis: thesisResults,
