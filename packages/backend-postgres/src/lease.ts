@@ -2,9 +2,9 @@
 // counter; a queue table keeps waiters in arrival order; shared claims (semaphore permits, read and
 // write locks) are judged by core's rule in one server function. Acquire, renew and release are one
 // statement each. A release notifies (LISTEN/NOTIFY, one listening connection per backend) the head
-// of the queue by name, and only when someone waits; waiters re-check on a bounded backoff in case
-// a notification is lost.
-import { createHash } from 'node:crypto';
+// of the queue by name, and only when someone waits; the head re-checks on a bounded backoff in
+// case a notification is lost or its holder died, and waiters behind it only keep their places.
+import { createHash, randomUUID } from 'node:crypto';
 import { LimitMismatchError } from '@deadbolt/core';
 import {
   answerWithin,
@@ -19,6 +19,9 @@ import {
 } from '@deadbolt/core/backend';
 import pg from 'pg';
 import type { PostgresStore } from './store.js';
+
+/** What a listening connection's probe notification starts with (a key's word is a base64 digest, never this). */
+const PROBE = 'deadbolt-probe';
 
 /** A lease-mode claim: a mutex's row, or a claim on a shared key (its key space says which). */
 export interface PostgresRowLease extends Lease {
@@ -41,6 +44,12 @@ export class PostgresLeases {
   #listener: Promise<pg.Client> | undefined;
   /** Whether the listening connection is up (LISTEN answered, not dropped since). */
   #heard = false;
+  /**
+   * Whether notifications are seen to arrive on the listening connection: a probe it sent came
+   * back (see `#listen`). Until then, and after the connection drops, waiters behind the head
+   * re-check at the head's pace, since a release's notification may never reach the next head.
+   */
+  #delivers = false;
   /** Each key space's statements on a held claim. */
   readonly #held: Record<KeySpace, HeldStatements>;
 
@@ -70,25 +79,43 @@ export class PostgresLeases {
     await this.#store.tables.run();
     const first = await this.#attempt(req, keyBytes, false);
     if (first || !req.wait) return first;
-    const recheck = waiterCadence(req.ttlMs, this.#maxPollDelayMs).pollMs;
+    const { pollMs, behindMs } = waiterCadence(req.ttlMs, this.#maxPollDelayMs);
     const leave = () => this.#store.run('release', this.#store.sql.leave, [keyBytes, req.owner, this.#store.channel]);
-    // Mostly asleep: the release that frees the key names the queue's head, which tries at once.
+    /** Whether the last attempt saw a live waiter ahead of ours. */
+    let behind = false;
+    // Mostly asleep: the release that frees the key names the queue's head, which tries at once;
+    // the head re-checks every `pollMs` (a holder that died sends nothing), the rest only keep
+    // their places.
     return this.#acquiring.waitInLine(
       () =>
         pollForLease(
           PostgresLeases.digest(keyBytes),
           req.signal,
-          () => this.#queued(() => this.#attempt(req, keyBytes, true)),
+          () => this.#queued(() => this.#attempt(req, keyBytes, true, (ahead) => (behind = ahead))),
           (lease) => leave().then(() => undefined),
-          { notifier: this.#notifier, owner: req.owner, minDelayMs: recheck, maxDelayMs: recheck },
+          {
+            notifier: this.#notifier,
+            owner: req.owner,
+            minDelayMs: pollMs,
+            maxDelayMs: pollMs,
+            nextDelayMs: () => (behind && this.#delivers ? behindMs : pollMs),
+          },
         ),
       leave,
       req.ttlMs,
     );
   }
 
-  /** One attempt; `queued`: as a waiter, which joins (or keeps its place in) the queue when the key is busy. */
-  async #attempt(req: AcquireRequest, keyBytes: Buffer, queued: boolean): Promise<PostgresRowLease | null> {
+  /**
+   * One attempt; `queued`: as a waiter, which joins (or keeps its place in) the queue when the key
+   * is busy, and tells `onPlace` whether a live waiter is ahead of it.
+   */
+  async #attempt(
+    req: AcquireRequest,
+    keyBytes: Buffer,
+    queued: boolean,
+    onPlace?: (behind: boolean) => void,
+  ): Promise<PostgresRowLease | null> {
     const acquiredAt = performance.now();
     const least = (req.minToken ?? 0n).toString();
     const { sql } = this.#store;
@@ -97,8 +124,12 @@ export class PostgresLeases {
     const result = queued
       ? await this.#store.run('acquire', sql.acquireQueued, [keyBytes, req.owner, req.ttlMs, placeMs, least])
       : await this.#store.run('acquire', sql.acquire, [keyBytes, req.owner, req.ttlMs, least]);
-    const token = result.rows[0]?.['token'];
-    if (token === undefined) return null;
+    const row = result.rows[0];
+    const token = row?.['token'];
+    if (token === undefined || token === null) {
+      onPlace?.(row?.['behind'] === true);
+      return null;
+    }
     return { space: 'mutex', key: req.key, owner: req.owner, token: BigInt(token as string), acquiredAt, keyBytes };
   }
 
@@ -189,13 +220,17 @@ export class PostgresLeases {
         if (current()) {
           this.#listener = undefined; // the next waiter listens again
           this.#heard = false;
+          this.#delivers = false;
         }
         client.end().catch(() => undefined);
       };
       client.on('error', drop);
       client.on('end', drop);
+      const probe = `${PROBE} ${randomUUID()}`;
       client.on('notification', (message) => {
         const payload = message.payload ?? '';
+        if (payload === probe) return void (this.#delivers = current());
+        if (payload.startsWith(PROBE)) return; // another backend's probe
         const split = payload.lastIndexOf(' ');
         this.#notifier.notify(payload.slice(0, split), payload.slice(split + 1) || undefined);
       });
@@ -205,6 +240,11 @@ export class PostgresLeases {
         store.track(client);
         await bounded(client.query(`LISTEN "${store.channel}"`));
         if (current()) this.#heard = true;
+        // Do notifications reach this connection? Through a pooler that runs each transaction on
+        // another server session (PgBouncer's transaction pooling) they go to a session nobody
+        // listens on. One sent from the pool answers it: when it comes back, waiters behind the
+        // head may sleep until a release names them.
+        void store.run('listen', 'SELECT pg_notify($1, $2)', [store.channel, probe]).catch(() => undefined);
         return client;
       } catch (error) {
         drop();

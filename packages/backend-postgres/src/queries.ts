@@ -139,7 +139,8 @@ RETURNING token`;
  * Lease mode, a waiter's attempt: grants the key when it is free and no live waiter is ahead of us
  * (FIFO); otherwise joins the queue or refreshes our place in it. A grant leaves the queue and drops
  * waiters that stopped refreshing. Params: key, owner, ttl ms, waiter ttl ms, least token.
- * Returns the token when granted.
+ * Returns one row: the token when granted (else null), and `behind`, whether a live waiter is ahead
+ * of us (a release cannot grant us before it, so we only keep our place).
  */
 export const acquireQueued = `
 WITH now AS (SELECT clock_timestamp() AS t),
@@ -169,7 +170,7 @@ dequeued AS (
   DELETE FROM {waiters} w USING now
   WHERE w.lock_key = $1 AND EXISTS (SELECT 1 FROM granted) AND (w.owner = $2 OR w.expires_at <= now.t)
 )
-SELECT token FROM granted`;
+SELECT (SELECT token FROM granted) AS token, EXISTS (SELECT 1 FROM ahead) AS behind`;
 
 /** Params: key, owner, ttl ms. One row = still ours. */
 export const renew = `UPDATE {locks} SET expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond'

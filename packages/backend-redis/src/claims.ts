@@ -198,8 +198,7 @@ class MutexRule implements ClaimRule {
       attempt: (queued) => this.#attempt(req, keys, queued, onPlace),
       cadence: () => {
         // The head re-checks every `poll` as the safety net for a lost message and a holder that died.
-        const { placeMs, pollMs: poll } = waiterCadence(req.ttlMs, this.#options.maxPollDelayMs);
-        const behind = Math.max(poll, Math.floor(placeMs / 3));
+        const { pollMs: poll, behindMs: behind } = waiterCadence(req.ttlMs, this.#options.maxPollDelayMs);
         return { minDelayMs: poll, maxDelayMs: poll, nextDelayMs: () => (place > 0 ? behind : poll) };
       },
     };

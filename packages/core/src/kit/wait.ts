@@ -59,14 +59,21 @@ export const MIN_WAITER_PLACE_MS = 1000;
 /**
  * The one cadence rule for a waiter that keeps a place in the store (a queue entry, a claim row)
  * and polls: its place lasts `placeMs` past each refresh, its ttl (at least MIN_WAITER_PLACE_MS, so
- * a round trip or two always fits), and it re-checks (and so refreshes) at least every `pollMs`,
- * the backend's poll delay but never more than a quarter of the ttl. So a waiter that dies blocks
- * the key for about one ttl after its last refresh, however long the backend's poll delay, and a
- * head of the queue notices a dead holder within a quarter of its ttl. A backend that refreshes
- * places less often than it polls (waiters behind the head) must still do so every `placeMs / 3`.
+ * a round trip or two always fits), and the head of the queue re-checks (and so refreshes) every
+ * `pollMs`, the backend's poll delay but never more than a quarter of the ttl. A waiter behind the
+ * head, which a release cannot grant (it names the head), only keeps its place: every `behindMs`,
+ * a third of `placeMs`, so a thousand waiters cost the store a few refreshes a second rather than
+ * a thousand polls. So a waiter that dies blocks the key for about one ttl after its last refresh,
+ * however long the backend's poll delay, and a head notices a dead holder within a quarter of its
+ * ttl once it knows it is the head (a third of a ttl at most after the waiter ahead was granted).
  */
-export function waiterCadence(ttlMs: number, maxPollDelayMs: number): { readonly placeMs: number; readonly pollMs: number } {
-  return { placeMs: Math.max(ttlMs, MIN_WAITER_PLACE_MS), pollMs: Math.max(1, Math.min(maxPollDelayMs, Math.floor(ttlMs / 4))) };
+export function waiterCadence(
+  ttlMs: number,
+  maxPollDelayMs: number,
+): { readonly placeMs: number; readonly pollMs: number; readonly behindMs: number } {
+  const placeMs = Math.max(ttlMs, MIN_WAITER_PLACE_MS);
+  const pollMs = Math.max(1, Math.min(maxPollDelayMs, Math.floor(ttlMs / 4)));
+  return { placeMs, pollMs, behindMs: Math.max(pollMs, Math.floor(placeMs / 3)) };
 }
 
 /** How a polling waiter backs off between attempts. */
