@@ -15,6 +15,9 @@ import {
   type Statement,
 } from './store.js';
 
+/** How many waiters behind the head look again at the line's own pace (see `#lock`). */
+const NEAR_HEAD = 16;
+
 export class QueueLock implements MutexAlgorithm<QueueLease> {
   readonly holderTable = 'lock_holders' as const;
   readonly #store: CassandraStore;
@@ -79,13 +82,19 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
     /** Our place in the queue at the last look (0: first). */
     let position = Infinity;
     let firstLook = true;
-    const { pollMs } = waiterCadence(req.ttlMs, store.poll.maxDelayMs);
-    // A waiter k places back is granted no sooner than k handoffs from now: it looks about every
-    // k polling periods (at most the cadence rule's pollMs), and a release in this process wakes
-    // only the first two. With hundreds of waiters on a key, each polling every 50 ms and every
-    // one woken by each release, a handoff cost a read from each (250 waiters: 57 s to serve them).
+    const { behindMs } = waiterCadence(req.ttlMs, store.poll.maxDelayMs);
+    // A waiter k places back is granted no sooner than k handoffs from now. The first NEAR_HEAD
+    // look every handoff or so, at the pace they saw the line move (between the poll delays; the
+    // poll ceiling until they have seen a move), so a quick chain of handoffs keeps its pace;
+    // one further back looks again after about k - NEAR_HEAD handoffs, and at least every
+    // `behindMs` (the cadence rule's pace for a waiter behind the head, which also rewrites its
+    // place in time). A release in this process wakes only the first two. With hundreds of waiters on a key, each polling every 50 ms and
+    // every one woken by each release, a handoff cost a read from each (250 waiters: 57 s to serve
+    // them; 1 000 waiters left the store no time to answer a release within 4 s).
+    let paceMs = store.poll.maxDelayMs;
+    let lookedAt = performance.now();
     const cadence = {
-      nextDelayMs: () => (position >= 2 ? Math.min(pollMs, store.poll.maxDelayMs * position) : undefined),
+      nextDelayMs: () => (position >= 2 ? Math.min(behindMs, paceMs * Math.max(1, position - NEAR_HEAD)) : undefined),
       wakes: () => position <= 1,
     };
     try {
@@ -112,6 +121,12 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
           const index = head.indexOf(req.owner);
           const now = index < 0 ? head.length : index;
           const moved = now < position;
+          const at = performance.now();
+          if (moved && Number.isFinite(position)) {
+            const { minDelayMs, maxDelayMs } = store.poll;
+            paceMs = Math.min(maxDelayMs, Math.max(minDelayMs, (at - lookedAt) / (position - now)));
+          }
+          lookedAt = at;
           position = now;
           if (now > 0) return moved && now <= 1 ? 'soon' : NOT_YET;
           // Just became first: the one ahead has left, so main is most likely free; write at once.
