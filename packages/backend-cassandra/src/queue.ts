@@ -88,9 +88,10 @@ export class QueueLock implements MutexAlgorithm<QueueLease> {
     // poll ceiling until they have seen a move), so a quick chain of handoffs keeps its pace;
     // one further back looks again after about k - NEAR_HEAD handoffs, and at least every
     // `behindMs` (the cadence rule's pace for a waiter behind the head, which also rewrites its
-    // place in time). A release in this process wakes only the first two. With hundreds of waiters on a key, each polling every 50 ms and
-    // every one woken by each release, a handoff cost a read from each (250 waiters: 57 s to serve
-    // them; 1 000 waiters left the store no time to answer a release within 4 s).
+    // place in time). A release in this process wakes only the first two. With hundreds of
+    // waiters on a key, each polling every 50 ms and every one woken by each release, a handoff
+    // cost a read from each (250 waiters: 57 s to serve them; 1 000 waiters left the store no time
+    // to answer a release within 4 s).
     let paceMs = store.poll.maxDelayMs;
     let lookedAt = performance.now();
     const cadence = {
